@@ -1,0 +1,207 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { ConfigError } from './errors.ts';
+
+/**
+ * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
+ * plain object. Precedence: flag > env > file > default.
+ */
+export interface Config {
+  /** @default 'redis://127.0.0.1:6379' (env REDIS_URL) */
+  readonly redisUrl: string;
+  /** Provider key; never logged, never stored in job data. (env ANTHROPIC_API_KEY) */
+  readonly anthropicApiKey: string | undefined;
+  /** Provider base URL without `/v1`. (env ANTHROPIC_BASE_URL) */
+  readonly anthropicBaseUrl: string | undefined;
+  /** @default 'llmq' (flag --queue, env LLMQ_QUEUE) */
+  readonly queue: string;
+  /** Prefix of every Redis key. @default 'llmq' (env LLMQ_PREFIX) */
+  readonly prefix: string;
+  /** Requests per window, global scope. (flag --rpm, env LLMQ_RPM) */
+  readonly rpm: number | undefined;
+  /** Total (input + output) tokens per window. (flag --tpm, env LLMQ_TPM) */
+  readonly tpm: number | undefined;
+  /** Input tokens per window. (flag --itpm, env LLMQ_ITPM) */
+  readonly itpm: number | undefined;
+  /** Output tokens per window. (flag --otpm, env LLMQ_OTPM) */
+  readonly otpm: number | undefined;
+  /** The provider's window length in seconds. @default 60 (flag --window, env LLMQ_WINDOW_S) */
+  readonly windowS: number;
+  /**
+   * How the provider charges output tokens: `reserve` keeps max_tokens charged, `actual` gives
+   * the unused part back when the response ends. @default 'reserve' (the safe choice)
+   */
+  readonly outputAccounting: 'reserve' | 'actual';
+  /** Calls in flight across every worker process. @default 10 (flag --concurrency) */
+  readonly concurrency: number;
+  /** Share of each limit kept unused, 0 to 0.5. @default 0.01 (env LLMQ_HEADROOM) */
+  readonly headroom: number;
+  /** Extra milliseconds added to the window. @default 50 (env LLMQ_WINDOW_MARGIN_MS) */
+  readonly windowMarginMs: number;
+  /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
+  readonly maxDepth: number;
+}
+
+export interface ConfigSources {
+  /** Parsed CLI flags, camelCase (`{ tpm: '4000' }`); undefined values are ignored. */
+  readonly flags?: Record<string, unknown>;
+  /** Usually `process.env`; tests pass `{}`. */
+  readonly env?: Record<string, string | undefined>;
+  /** A config file's parsed content, or a path to a JSON file. */
+  readonly file?: Record<string, unknown> | string;
+}
+
+type Key = keyof Config;
+
+interface Setting {
+  readonly env?: string;
+  readonly flag?: string;
+  readonly schema: z.ZodType;
+  readonly default: unknown;
+  /** What the value must be, for the error message. */
+  readonly expect: string;
+}
+
+const wholeAtLeast = (min: number) =>
+  z.coerce.number().refine((n) => Number.isInteger(n) && n >= min);
+const optionalLimit = wholeAtLeast(1).optional();
+const name = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/);
+
+const SETTINGS: Record<Key, Setting> = {
+  redisUrl: {
+    env: 'REDIS_URL',
+    flag: 'redisUrl',
+    schema: z.string().regex(/^rediss?:\/\//),
+    default: 'redis://127.0.0.1:6379',
+    expect: 'a redis:// or rediss:// URL',
+  },
+  anthropicApiKey: {
+    env: 'ANTHROPIC_API_KEY',
+    schema: z.string().min(1).optional(),
+    default: undefined,
+    expect: 'a non-empty key',
+  },
+  anthropicBaseUrl: {
+    env: 'ANTHROPIC_BASE_URL',
+    schema: z.url().optional(),
+    default: undefined,
+    expect: 'an http(s) URL without /v1',
+  },
+  queue: {
+    env: 'LLMQ_QUEUE',
+    flag: 'queue',
+    schema: name,
+    default: 'llmq',
+    expect: 'a name of letters, digits, ".", "_" or "-" (at most 100)',
+  },
+  prefix: {
+    env: 'LLMQ_PREFIX',
+    flag: 'prefix',
+    schema: name,
+    default: 'llmq',
+    expect: 'a name of letters, digits, ".", "_" or "-" (at most 100)',
+  },
+  rpm: { env: 'LLMQ_RPM', flag: 'rpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
+  tpm: { env: 'LLMQ_TPM', flag: 'tpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
+  itpm: { env: 'LLMQ_ITPM', flag: 'itpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
+  otpm: { env: 'LLMQ_OTPM', flag: 'otpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
+  windowS: {
+    env: 'LLMQ_WINDOW_S',
+    flag: 'window',
+    schema: z.coerce.number().refine((n) => Number.isFinite(n) && n >= 0.1 && n <= 86_400),
+    default: 60,
+    expect: 'a number of seconds from 0.1 to 86400',
+  },
+  outputAccounting: {
+    env: 'LLMQ_OUTPUT_ACCOUNTING',
+    flag: 'outputAccounting',
+    schema: z.enum(['reserve', 'actual']),
+    default: 'reserve',
+    expect: 'reserve or actual',
+  },
+  concurrency: {
+    env: 'LLMQ_CONCURRENCY',
+    flag: 'concurrency',
+    schema: wholeAtLeast(1).refine((n) => n <= 10_000),
+    default: 10,
+    expect: 'a whole number from 1 to 10000',
+  },
+  headroom: {
+    env: 'LLMQ_HEADROOM',
+    flag: 'headroom',
+    schema: z.coerce.number().refine((n) => Number.isFinite(n) && n >= 0 && n <= 0.5),
+    default: 0.01,
+    expect: 'a share from 0 to 0.5',
+  },
+  windowMarginMs: {
+    env: 'LLMQ_WINDOW_MARGIN_MS',
+    flag: 'windowMargin',
+    schema: wholeAtLeast(0).refine((n) => n <= 600_000),
+    default: 50,
+    expect: 'a whole number of milliseconds from 0 to 600000',
+  },
+  maxDepth: {
+    env: 'LLMQ_MAX_DEPTH',
+    flag: 'maxDepth',
+    schema: wholeAtLeast(0),
+    default: 10_000,
+    expect: 'a whole number from 0 (unbounded) up',
+  },
+};
+
+function loadFile(file: ConfigSources['file']): Record<string, unknown> {
+  if (file === undefined) return {};
+  if (typeof file !== 'string') return file;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`config file ${file} cannot be read (${(err as Error).message}): check the path`);
+  }
+  try {
+    const parsed: unknown = JSON.parse(text);
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+    return parsed as Record<string, unknown>;
+  } catch (err) {
+    throw new ConfigError(`config file ${file} is not a JSON object (${(err as Error).message})`);
+  }
+}
+
+const present = (v: unknown) => v !== undefined && v !== null && v !== '';
+
+/**
+ * Resolves llmq's settings from flags, environment and a config file (in that precedence),
+ * validating each value. Throws a {@link ConfigError} naming the source, the bad value and
+ * what was expected.
+ */
+export function resolveConfig(sources: ConfigSources = {}): Config {
+  const flags = sources.flags ?? {};
+  const env = sources.env ?? {};
+  const fileSource = sources.file ?? env['LLMQ_CONFIG'];
+  const file = loadFile(fileSource);
+  const out: Record<string, unknown> = {};
+  for (const [key, s] of Object.entries(SETTINGS) as [Key, Setting][]) {
+    let raw: unknown;
+    let from: string;
+    if (s.flag && present(flags[s.flag])) {
+      raw = flags[s.flag];
+      from = `--${s.flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    } else if (s.env && present(env[s.env])) {
+      raw = env[s.env];
+      from = s.env;
+    } else if (present(file[key])) {
+      raw = file[key];
+      from = `${key} in the config file`;
+    } else {
+      out[key] = s.default;
+      continue;
+    }
+    const parsed = s.schema.safeParse(raw);
+    if (!parsed.success) {
+      const shown = key === 'anthropicApiKey' ? '(hidden)' : JSON.stringify(raw);
+      throw new ConfigError(`${from} must be ${s.expect}, got ${shown}`);
+    }
+    out[key] = parsed.data;
+  }
+  return Object.freeze(out) as unknown as Config;
+}

@@ -1,0 +1,129 @@
+/**
+ * Typed errors of llmq. Every error carries a stable `code` (used in HTTP bodies and by the CLI
+ * to choose an exit code) and a message that says what was wrong, with the bad value, and what
+ * to do about it.
+ */
+
+export type LlmqErrorCode =
+  | 'CONFIG_INVALID'
+  | 'REQUEST_INVALID'
+  | 'REDIS_UNAVAILABLE'
+  | 'LIMITER_UNAVAILABLE'
+  | 'COST_EXCEEDS_LIMIT'
+  | 'QUEUE_FULL'
+  | 'JOB_NOT_FOUND'
+  | 'JOB_FAILED'
+  | 'TIMEOUT';
+
+export class LlmqError extends Error {
+  readonly code: LlmqErrorCode;
+  constructor(code: LlmqErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** A setting (flag, env variable, file or option) has a bad value. */
+export class ConfigError extends LlmqError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('CONFIG_INVALID', message, options);
+  }
+}
+
+/** One problem found in a request: the path of the field and what is wrong with it. */
+export interface FieldIssue {
+  /** Dotted path, such as `messages.0.content` or `max_tokens`. */
+  readonly field: string;
+  readonly message: string;
+}
+
+/** A Messages request (or another input) failed validation; nothing was written. */
+export class RequestValidationError extends LlmqError {
+  readonly issues: readonly FieldIssue[];
+  constructor(issues: readonly FieldIssue[], prefix = 'invalid request') {
+    const first = issues[0];
+    const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : '';
+    super('REQUEST_INVALID', `${prefix}: ${first ? `${first.field}: ${first.message}` : 'unknown problem'}${more}`);
+    this.issues = issues;
+  }
+  /** The first offending field, for HTTP error bodies. */
+  get field(): string | undefined {
+    return this.issues[0]?.field;
+  }
+}
+
+/** Redis did not answer at the configured URL. */
+export class RedisUnavailableError extends LlmqError {
+  readonly url: string;
+  constructor(url: string, detail: string, options?: { cause?: unknown }) {
+    super(
+      'REDIS_UNAVAILABLE',
+      `Redis at ${redactUrl(url)} did not answer (${detail}): start Redis or set REDIS_URL`,
+      options,
+    );
+    this.url = redactUrl(url);
+  }
+}
+
+/**
+ * The shared limiter could not answer (Redis down, script error). The limiter fails closed:
+ * nothing was admitted and no budget was spent.
+ */
+export class LimiterUnavailableError extends LlmqError {
+  constructor(detail: string, options?: { cause?: unknown }) {
+    super(
+      'LIMITER_UNAVAILABLE',
+      `the shared limiter could not answer (${detail}); nothing was admitted: check Redis`,
+      options,
+    );
+  }
+}
+
+/** A request's cost can never fit under a limit, however long it waits. */
+export class CostExceedsLimitError extends LlmqError {
+  readonly scope: string;
+  readonly dimension: string;
+  readonly cost: number;
+  readonly limit: number;
+  constructor(scope: string, dimension: string, cost: number, limit: number) {
+    super(
+      'COST_EXCEEDS_LIMIT',
+      `the request needs ${cost} ${dimension} but scope "${scope}" allows only ${limit} per window: ` +
+        'lower max_tokens, shorten the input or raise the limit',
+    );
+    this.scope = scope;
+    this.dimension = dimension;
+    this.cost = cost;
+    this.limit = limit;
+  }
+}
+
+/** The queue (or a tenant's share of it) is at its depth bound. */
+export class QueueFullError extends LlmqError {
+  /** How long to wait before trying again, in milliseconds. */
+  readonly retryAfterMs: number;
+  readonly depth: number;
+  readonly maxDepth: number;
+  constructor(what: string, depth: number, maxDepth: number, retryAfterMs: number) {
+    super(
+      'QUEUE_FULL',
+      `${what} is full (${depth} waiting, bound ${maxDepth}): retry in ${Math.ceil(retryAfterMs / 1000)} s ` +
+        'or enqueue with { wait: true }',
+    );
+    this.depth = depth;
+    this.maxDepth = maxDepth;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** Hides the password of a URL such as redis://user:secret@host:6379. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString().replace(/\/$/, '');
+  } catch {
+    return url;
+  }
+}

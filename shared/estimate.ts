@@ -1,0 +1,61 @@
+import type { MessagesRequest } from './request.ts';
+
+/**
+ * What one call may spend, per dimension. Total tokens are derived (input + output).
+ */
+export interface Cost {
+  readonly requests: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+/** Tokens charged for an image or document block when its size is unknown (erring high). */
+const MEDIA_BLOCK_TOKENS = 1_600;
+const PER_MESSAGE_TOKENS = 8;
+const BASE_TOKENS = 16;
+
+const utf8 = new TextEncoder();
+const bytes = (s: string) => utf8.encode(s).length;
+
+function blockBytes(block: unknown): { bytes: number; media: number } {
+  if (typeof block === 'string') return { bytes: bytes(block), media: 0 };
+  if (block === null || typeof block !== 'object') return { bytes: 0, media: 0 };
+  const b = block as Record<string, unknown>;
+  if (b['type'] === 'text' && typeof b['text'] === 'string') return { bytes: bytes(b['text']), media: 0 };
+  if (b['type'] === 'image' || b['type'] === 'document') return { bytes: 0, media: 1 };
+  // tool_use, tool_result and anything newer: its JSON is an upper bound on its text.
+  return { bytes: bytes(JSON.stringify(b)), media: 0 };
+}
+
+/**
+ * Estimates a request's input tokens without calling the provider, erring high: about one
+ * token per three bytes of UTF-8 (real tokenizers average nearer four characters a token for
+ * English), plus a per-message and a base overhead. The worker replaces the estimate with the
+ * provider's count when the response arrives.
+ */
+export function estimateInputTokens(request: MessagesRequest): number {
+  let total = 0;
+  let media = 0;
+  const add = (r: { bytes: number; media: number }) => {
+    total += r.bytes;
+    media += r.media;
+  };
+  if (typeof request.system === 'string') add(blockBytes(request.system));
+  else for (const b of request.system ?? []) add(blockBytes(b));
+  for (const m of request.messages) {
+    if (typeof m.content === 'string') add(blockBytes(m.content));
+    else for (const b of m.content) add(blockBytes(b));
+  }
+  if (request.tools) total += bytes(JSON.stringify(request.tools));
+  return (
+    Math.ceil(total / 3) +
+    media * MEDIA_BLOCK_TOKENS +
+    PER_MESSAGE_TOKENS * request.messages.length +
+    BASE_TOKENS
+  );
+}
+
+/** The cost to reserve for a request: its input estimate plus the whole of max_tokens. */
+export function estimateCost(request: MessagesRequest, inputTokens = estimateInputTokens(request)): Cost {
+  return { requests: 1, inputTokens, outputTokens: request.max_tokens };
+}

@@ -1,0 +1,83 @@
+import type { Cost } from './estimate.ts';
+import type { MessagesRequest } from './request.ts';
+
+/** One try of a job, as the dead letters and `llmq dlq show` report it. */
+export interface AttemptRecord {
+  /** When the call began (ms since the epoch). */
+  readonly at: number;
+  /** `ok`, `rate_limited` (429 with retry-after; costs no attempt), `retryable`, `final`. */
+  readonly outcome: 'ok' | 'rate_limited' | 'retryable' | 'final';
+  readonly status?: number | undefined;
+  readonly errorClass?: string | undefined;
+  readonly message?: string | undefined;
+  readonly latencyMs?: number | undefined;
+}
+
+/** What a BullMQ job of llmq carries. Never holds a secret. */
+export interface JobData {
+  readonly v: 1;
+  readonly request: MessagesRequest;
+  /** The estimate reserved before the call. */
+  readonly cost: Cost;
+  readonly priority: number;
+  readonly tenant?: string | undefined;
+  /** Nested limiter scopes besides the global one (`tenant:acme`). */
+  readonly scopes?: readonly string[] | undefined;
+  /** Stream the response even when max_tokens does not need it. */
+  readonly stream?: boolean | undefined;
+  /** Per-call timeout in ms. */
+  readonly timeoutMs?: number | undefined;
+  readonly idempotencyKey?: string | undefined;
+  readonly enqueuedAt: number;
+  /** Free-form labels of the producer (the batch run puts the file path here). */
+  readonly meta?: Readonly<Record<string, string>> | undefined;
+  /** 429s with retry-after so far; they cost no attempt but are bounded. */
+  readonly rateLimitReturns?: number | undefined;
+  readonly history?: readonly AttemptRecord[] | undefined;
+}
+
+/** The Message as stored: what a caller of the API would keep. */
+export interface StoredMessage {
+  readonly id: string;
+  readonly model: string;
+  readonly role: 'assistant';
+  readonly content: readonly unknown[];
+  readonly stop_reason: string | null;
+  readonly stop_sequence: string | null;
+  readonly usage: {
+    readonly input_tokens: number;
+    readonly output_tokens: number;
+    readonly cache_creation_input_tokens?: number | null;
+    readonly cache_read_input_tokens?: number | null;
+  };
+}
+
+/** A completed job's return value. */
+export interface JobResult {
+  readonly message: StoredMessage;
+  readonly latencyMs: number;
+  /** The provider's `request-id`. */
+  readonly requestId: string | null;
+  readonly attempts: number;
+  readonly completedAt: number;
+}
+
+/** A dead letter: everything needed to understand and retry what could not succeed. */
+export interface DeadLetter {
+  readonly jobId: string;
+  readonly queue: string;
+  readonly data: JobData;
+  /** Why it is here, in one line. */
+  readonly reason: string;
+  /** `RateLimitError`, `BadRequestError`, `AttemptsExhausted`… */
+  readonly errorClass: string;
+  readonly status?: number | undefined;
+  /** The provider's error type, such as `invalid_request_error`. */
+  readonly providerType?: string | undefined;
+  readonly providerMessage?: string | undefined;
+  readonly attempts: readonly AttemptRecord[];
+  readonly deadAt: number;
+}
+
+/** The BullMQ job name of every llmq job. */
+export const JOB_NAME = 'messages';

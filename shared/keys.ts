@@ -1,0 +1,30 @@
+/**
+ * Every Redis key llmq writes is built here. All keys of one queue (BullMQ's, the dead letters'
+ * and the limiter's) share one Redis Cluster hash tag, `{queue}`, so the same code runs on one
+ * Redis and on a cluster.
+ */
+
+export interface QueueNames {
+  readonly prefix: string;
+  readonly queue: string;
+}
+
+/** The BullMQ `prefix` option for a queue: its hash tag is the queue's name. */
+export function bullPrefix({ prefix, queue }: QueueNames): string {
+  return `${prefix}:{${queue}}`;
+}
+
+/** The BullMQ queue holding a queue's dead letters. */
+export function deadLetterQueueName(queue: string): string {
+  return `${queue}-dead`;
+}
+
+/** The key of one of llmq's own structures of a queue (`llmq:{jobs}:limiter:win`). */
+export function llmqKey(names: QueueNames, ...parts: string[]): string {
+  return [bullPrefix(names), ...parts].join(':');
+}
+
+/** The registry of queue names known under a prefix (used by the dashboard and status). */
+export function queueRegistryKey(prefix: string): string {
+  return `${prefix}:queues`;
+}

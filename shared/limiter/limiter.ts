@@ -1,0 +1,480 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
+import { type QueueNames, llmqKey } from '../keys.ts';
+import { loadLuaScripts, runLua } from '../lua-scripts.ts';
+import { type HeaderSource, type ProviderDimension, readRateLimitHeaders } from './provider-headers.ts';
+import {
+  type Cost,
+  type Decision,
+  type Dimension,
+  type DimensionLimits,
+  GLOBAL_SCOPE,
+  type HistoryPoint,
+  type LimiterSnapshot,
+  type Reservation,
+  type ScopeSnapshot,
+  type Usage,
+} from './types.ts';
+
+const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
+
+/** The order of dimensions in every script: requests, input, output, total tokens. */
+const DIMS: readonly Dimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
+const LUA_DIM: Record<string, Dimension> = { req: 'requests', in: 'inputTokens', out: 'outputTokens', tok: 'tokens' };
+const HISTORY_BUCKET_MS = 10_000;
+
+export interface LimiterOptions {
+  /** A connection of its own is best; commands fail fast when it is not ready. */
+  readonly redis: Redis;
+  /** Prefix and queue: the limiter's keys share the queue's hash tag. */
+  readonly names: QueueNames;
+  /** The provider's window. @default 60_000 */
+  readonly windowMs?: number;
+  /** Limits of the global scope (the provider key). */
+  readonly limits?: DimensionLimits;
+  /** Limits of nested scopes, by name (`tenant:acme`, `feature:summaries`). */
+  readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /** Calls in flight across every process; 0 for no cap. @default 0 */
+  readonly concurrency?: number;
+  /** Share of each limit left unused. @default 0.01 */
+  readonly headroom?: number;
+  /** Added to the window, in ms. @default 50 */
+  readonly windowMarginMs?: number;
+  /** How long a slot and an open reservation live without renewal. @default 30_000 */
+  readonly leaseMs?: number;
+  /**
+   * How the provider charges output: `actual` gives unused max_tokens back at settle and
+   * restamps the reservation then (output is produced until the end). @default 'reserve'
+   */
+  readonly outputAccounting?: 'reserve' | 'actual';
+  /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */
+  readonly clock?: () => number;
+  /** The longest a waiter sleeps between two attempts. @default 1_000 */
+  readonly maxPollMs?: number;
+  /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
+  readonly commandTimeoutMs?: number;
+}
+
+export interface AcquireOptions {
+  /** Nested scopes besides the global one. */
+  readonly scopes?: readonly string[];
+  /** 1 is the most urgent. @default 100 */
+  readonly priority?: number;
+  readonly signal?: AbortSignal;
+  /**
+   * Called before each new attempt while waiting; may return a new cost and priority (the
+   * worker found another job at the head of the queue).
+   */
+  readonly onWait?: (d: Decision & { ok: false }) => Promise<{ cost?: Cost; priority?: number } | undefined> | undefined;
+}
+
+function effective(limit: number | undefined, headroom: number): number {
+  if (limit === undefined || limit <= 0) return 0;
+  return Math.max(1, Math.floor(limit * (1 - headroom)));
+}
+
+function checkScopeName(name: string): void {
+  if (!/^[^|,\s]{1,200}$/.test(name)) {
+    throw new TypeError(`scope name must be 1 to 200 characters without "|", "," or spaces, got ${JSON.stringify(name)}`);
+  }
+}
+
+function checkCost(cost: Cost): void {
+  for (const [k, v] of Object.entries(cost)) {
+    if (!Number.isInteger(v) || v < 0) throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
+  }
+}
+
+/**
+ * The shared budget of every worker process: a sliding-window log of reservations per scope and
+ * dimension, a concurrency semaphore with leases, a shared pause and a fair line of waiters,
+ * all in Redis and all decided by Lua scripts on Redis's clock.
+ */
+export class Limiter {
+  readonly windowMs: number;
+  readonly concurrency: number;
+  readonly headroom: number;
+  readonly outputAccounting: 'reserve' | 'actual';
+  private readonly redis: Redis;
+  private readonly keys: Record<
+    'log' | 'res' | 'slots' | 'waiters' | 'waitexp' | 'seq' | 'pause' | 'tot' | 'ext' | 'stats' | 'hist' | 'config',
+    string
+  >;
+  private readonly limits: DimensionLimits;
+  private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
+  private readonly marginMs: number;
+  private readonly leaseMs: number;
+  private readonly clock: (() => number) | undefined;
+  private readonly maxPollMs: number;
+  private readonly commandTimeoutMs: number;
+
+  constructor(options: LimiterOptions) {
+    this.redis = options.redis;
+    this.windowMs = options.windowMs ?? 60_000;
+    this.limits = options.limits ?? {};
+    this.scopeLimits = options.scopes ?? {};
+    this.concurrency = options.concurrency ?? 0;
+    this.headroom = options.headroom ?? 0.01;
+    this.marginMs = options.windowMarginMs ?? 50;
+    this.leaseMs = options.leaseMs ?? 30_000;
+    this.outputAccounting = options.outputAccounting ?? 'reserve';
+    this.clock = options.clock;
+    this.maxPollMs = options.maxPollMs ?? 1_000;
+    this.commandTimeoutMs = options.commandTimeoutMs ?? 5_000;
+    if (!(this.windowMs >= 1)) throw new TypeError(`windowMs must be at least 1, got ${this.windowMs}`);
+    if (!(this.headroom >= 0 && this.headroom < 1)) throw new TypeError(`headroom must be from 0 to below 1, got ${this.headroom}`);
+    if (!(this.leaseMs >= 100)) throw new TypeError(`leaseMs must be at least 100, got ${this.leaseMs}`);
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 0) {
+      throw new TypeError(`concurrency must be a whole number from 0 up, got ${this.concurrency}`);
+    }
+    for (const name of Object.keys(this.scopeLimits)) checkScopeName(name);
+    const k = (part: string) => llmqKey(options.names, 'limiter', part);
+    this.keys = {
+      log: k('log'),
+      res: k('res'),
+      slots: k('slots'),
+      waiters: k('waiters'),
+      waitexp: k('waitexp'),
+      seq: k('seq'),
+      pause: k('pause'),
+      tot: k('tot'),
+      ext: k('ext'),
+      stats: k('stats'),
+      hist: k('hist'),
+      config: k('config'),
+    };
+  }
+
+  /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */
+  get allKeys(): readonly string[] {
+    return Object.values(this.keys);
+  }
+
+  private now(): string {
+    return this.clock ? String(Math.floor(this.clock())) : '';
+  }
+
+  private get windowArg(): number {
+    return this.windowMs + this.marginMs;
+  }
+
+  private async run(name: keyof typeof SCRIPTS | string, keys: string[], args: (string | number)[]): Promise<unknown> {
+    const script = SCRIPTS[name];
+    if (!script) throw new Error(`no limiter script named ${name}`);
+    if (this.redis.status === 'reconnecting' || this.redis.status === 'end' || this.redis.status === 'close') {
+      // Commands sent now would queue until Redis comes back: fail closed instead.
+      throw new LimiterUnavailableError(`Redis connection is ${this.redis.status}`);
+    }
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        runLua(this.redis, script, keys, args),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new LimiterUnavailableError(`no answer from Redis within ${this.commandTimeoutMs} ms`)),
+            this.commandTimeoutMs,
+          );
+        }),
+      ]);
+    } catch (err) {
+      if (err instanceof LimiterUnavailableError) throw err;
+      throw new LimiterUnavailableError((err as Error).message, { cause: err });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private scopeArgs(scopes: readonly string[]): (string | number)[] {
+    const all = [GLOBAL_SCOPE, ...scopes.filter((s) => s !== GLOBAL_SCOPE)];
+    const args: (string | number)[] = [all.length];
+    for (const name of all) {
+      checkScopeName(name);
+      const l = name === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[name] ?? {});
+      args.push(name, ...DIMS.map((d) => effective(l[d], this.headroom)));
+    }
+    return args;
+  }
+
+  private async attempt(ticket: string, cost: Cost, scopes: readonly string[], priority: number, queue: boolean): Promise<Decision> {
+    checkCost(cost);
+    if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
+      throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
+    }
+    const k = this.keys;
+    const reply = (await this.run(
+      'acquire',
+      [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.ext, k.stats],
+      [
+        this.now(),
+        this.windowArg,
+        ticket,
+        priority,
+        queue ? '1' : '0',
+        this.leaseMs,
+        Math.max(5_000, this.maxPollMs * 5),
+        this.concurrency,
+        cost.requests,
+        cost.inputTokens,
+        cost.outputTokens,
+        ...this.scopeArgs(scopes),
+      ],
+    )) as (number | string)[];
+    const code = Number(reply[0]);
+    switch (code) {
+      case 0:
+        return {
+          ok: true,
+          reservation: {
+            id: ticket,
+            cost,
+            scopes: [GLOBAL_SCOPE, ...scopes.filter((s) => s !== GLOBAL_SCOPE)],
+            admittedAt: Number(reply[1]),
+            leaseExpiresAt: Number(reply[2]),
+          },
+        };
+      case 1:
+        return { ok: false, reason: 'queued', waitMs: Number(reply[1]) };
+      case 2:
+        return { ok: false, reason: 'paused', waitMs: Number(reply[1]) };
+      case 3:
+        return {
+          ok: false,
+          reason: 'budget',
+          waitMs: Number(reply[1]),
+          scope: String(reply[2]),
+          dimension: LUA_DIM[String(reply[3])] ?? 'tokens',
+        };
+      case 4:
+        return { ok: false, reason: 'concurrency', waitMs: Number(reply[1]) };
+      case 5: {
+        const dim = LUA_DIM[String(reply[2])] ?? 'tokens';
+        const scope = String(reply[1]);
+        const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
+        throw new CostExceedsLimitError(scope, dim, Number(reply[3]), limits[dim] ?? Number(reply[4]));
+      }
+      default:
+        throw new LimiterUnavailableError(`unexpected answer ${JSON.stringify(reply)} from the acquire script`);
+    }
+  }
+
+  /**
+   * One attempt that does not keep a place in line: admitted now, or a denial saying how long
+   * to wait. Throws {@link CostExceedsLimitError} when the cost can never fit.
+   */
+  tryAcquire(cost: Cost, options: { scopes?: readonly string[]; priority?: number } = {}): Promise<Decision> {
+    return this.attempt(randomUUID(), cost, options.scopes ?? [], options.priority ?? 100, false);
+  }
+
+  /**
+   * Waits in line (priority, then arrival, across every process) until the cost fits every
+   * dimension of every scope and a concurrency slot is free, then reserves it. Throws
+   * {@link CostExceedsLimitError} when it can never fit, {@link LimiterUnavailableError} when
+   * Redis cannot answer (nothing is reserved then), and the signal's reason when aborted.
+   */
+  async acquire(cost: Cost, options: AcquireOptions = {}): Promise<Reservation> {
+    const ticket = randomUUID();
+    let current = cost;
+    let priority = options.priority ?? 100;
+    const scopes = options.scopes ?? [];
+    try {
+      for (;;) {
+        options.signal?.throwIfAborted();
+        const d = await this.attempt(ticket, current, scopes, priority, true);
+        if (d.ok) return d.reservation;
+        // Waiters behind the first in line wake just after it should have been admitted; a
+        // little jitter keeps several processes from arriving at the same instant.
+        const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;
+        const wait = Math.min(Math.max(d.waitMs, 1) + jitter, this.maxPollMs);
+        await sleep(wait, undefined, options.signal ? { signal: options.signal } : undefined);
+        const change = await options.onWait?.(d);
+        if (change?.cost) current = change.cost;
+        if (change?.priority) priority = change.priority;
+      }
+    } catch (err) {
+      await this.cancel(ticket).catch(() => {});
+      throw err;
+    }
+  }
+
+  private async cancel(ticket: string): Promise<void> {
+    await this.run('cancel', [this.keys.waiters, this.keys.waitexp], [ticket]);
+  }
+
+  /** Stamps the reservation when the provider's response begins (it was admitted by then). */
+  async start(reservation: Reservation): Promise<void> {
+    await this.run('start', [this.keys.log, this.keys.res], [this.now(), reservation.id]);
+  }
+
+  /** Extends the lease of a call in flight; false when the lease was already lost. */
+  async renew(reservation: Reservation): Promise<boolean> {
+    const k = this.keys;
+    const r = await this.run('renew', [k.log, k.res, k.slots], [this.now(), reservation.id, this.leaseMs]);
+    return Number(r) > 0;
+  }
+
+  private async end(reservation: Reservation, mode: 'usage' | 'keep' | 'release', input: number, output: number, restamp: boolean) {
+    const k = this.keys;
+    const r = (await this.run(
+      'settle',
+      [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
+      [this.now(), reservation.id, mode, input, output, restamp ? '1' : '0', HISTORY_BUCKET_MS],
+    )) as number[];
+    return { known: Number(r[0]) === 1, inputDelta: Number(r[1] ?? 0), outputDelta: Number(r[2] ?? 0) };
+  }
+
+  /**
+   * Replaces the estimate with the provider's usage: an underestimate is charged, an
+   * overestimate given back. Output is reconciled only under `actual` output accounting.
+   */
+  settle(reservation: Reservation, usage: Usage): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
+    const actual = this.outputAccounting === 'actual';
+    return this.end(reservation, 'usage', usage.inputTokens, actual ? usage.outputTokens : -1, actual);
+  }
+
+  /** The call may have reached the provider but no usage came back: the estimate stays charged. */
+  async keep(reservation: Reservation): Promise<void> {
+    await this.end(reservation, 'keep', -1, -1, false);
+  }
+
+  /** The call never reached the provider: the whole reservation comes back. */
+  async release(reservation: Reservation): Promise<void> {
+    await this.end(reservation, 'release', -1, -1, false);
+  }
+
+  /** Sets the shared pause to at least `ms` from now (Redis time); returns when it ends. */
+  async pauseFor(ms: number): Promise<number> {
+    if (!(ms >= 0)) throw new TypeError(`pause must be a number of ms from 0 up, got ${ms}`);
+    return Number(await this.run('pause', [this.keys.pause], [this.now(), Math.ceil(ms)]));
+  }
+
+  /**
+   * Takes the provider's rate-limit headers: when they report less room than the window
+   * believes, the difference is counted as another client's spend until the provider's reset.
+   */
+  async observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
+    const reading = readRateLimitHeaders(headers);
+    const order: ProviderDimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
+    if (!order.some((d) => reading[d])) return;
+    const args: (string | number)[] = [this.now(), this.windowArg, scope];
+    for (const d of order) {
+      const r = reading[d];
+      args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
+    }
+    await this.run('observe', [this.keys.tot, this.keys.ext, this.keys.stats], args);
+  }
+
+  /** Records this limiter's settings so status and the dashboard can show them. */
+  async publishConfig(): Promise<void> {
+    await this.redis.set(
+      this.keys.config,
+      JSON.stringify({
+        windowMs: this.windowMs,
+        limits: this.limits,
+        scopes: this.scopeLimits,
+        concurrency: this.concurrency,
+        headroom: this.headroom,
+        outputAccounting: this.outputAccounting,
+      }),
+    );
+  }
+
+  /** The current use of every scope, the pause, slots in flight and counters. */
+  async snapshot(): Promise<LimiterSnapshot> {
+    const k = this.keys;
+    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), this.windowArg]));
+    const [tot, ext, pause, inFlight, waiters, stats, hist, config] = (await this.redis
+      .multi()
+      .hgetall(k.tot)
+      .hgetall(k.ext)
+      .get(k.pause)
+      .zcount(k.slots, now, '+inf')
+      .zcard(k.waiters)
+      .hgetall(k.stats)
+      .hgetall(k.hist)
+      .get(k.config)
+      .exec()
+      .then((rows) => (rows ?? []).map(([err, v]) => {
+        if (err) throw new LimiterUnavailableError(err.message, { cause: err });
+        return v;
+      }))) as [
+      Record<string, string>,
+      Record<string, string>,
+      string | null,
+      number,
+      number,
+      Record<string, string>,
+      Record<string, string>,
+      string | null,
+    ];
+    const published = config ? (JSON.parse(config) as { limits?: DimensionLimits; scopes?: Record<string, DimensionLimits>; concurrency?: number }) : {};
+    const limitsOf = (scope: string): DimensionLimits =>
+      scope === GLOBAL_SCOPE
+        ? Object.keys(this.limits).length > 0 ? this.limits : (published.limits ?? {})
+        : (this.scopeLimits[scope] ?? published.scopes?.[scope] ?? {});
+    const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(this.scopeLimits)]);
+    for (const f of Object.keys(tot)) names.add(f.split('|')[0]!);
+    const scopes: ScopeSnapshot[] = [...names].map((scope) => {
+      const dims = {} as Record<Dimension, { used: number; limit: number | undefined; foreign: number }>;
+      for (const [lua, dim] of Object.entries(LUA_DIM)) {
+        const f = `${scope}|${lua}`;
+        const foreignLive = Number(ext[`${f}|until`] ?? 0) > now;
+        dims[dim] = {
+          used: Number(tot[f] ?? 0),
+          limit: limitsOf(scope)[dim],
+          foreign: foreignLive ? Number(ext[f] ?? 0) : 0,
+        };
+      }
+      return { scope, dimensions: dims };
+    });
+    const n = (f: string) => Number(stats[f] ?? 0);
+    const buckets = new Map<number, Record<string, number>>();
+    for (const [f, v] of Object.entries(hist)) {
+      const [at, name] = f.split('|') as [string, string];
+      const b = buckets.get(Number(at)) ?? {};
+      b[name] = Number(v);
+      buckets.set(Number(at), b);
+    }
+    const history: HistoryPoint[] = [...buckets.entries()]
+      .filter(([at]) => at > now - 15 * 60_000)
+      .sort(([a], [b]) => a - b)
+      .map(([at, b]) => ({
+        at,
+        calls: b['calls'] ?? 0,
+        reservedIn: b['reserved_in'] ?? 0,
+        reservedOut: b['reserved_out'] ?? 0,
+        actualIn: b['actual_in'] ?? 0,
+        actualOut: b['actual_out'] ?? 0,
+      }));
+    const pausedUntil = pause && Number(pause) > now ? Number(pause) : null;
+    return {
+      now,
+      windowMs: this.windowMs,
+      pausedUntil,
+      inFlight,
+      concurrency: this.concurrency || published.concurrency || undefined,
+      waiters,
+      scopes,
+      counters: {
+        admitted: n('admitted'),
+        deniedBudget: n('denied_budget'),
+        deniedSlots: n('denied_slots'),
+        settled: n('settled'),
+        released: n('released'),
+        reservedIn: n('reserved_in'),
+        reservedOut: n('reserved_out'),
+        actualIn: n('actual_in'),
+        actualOut: n('actual_out'),
+        settledReservedIn: n('settled_reserved_in'),
+        settledReservedOut: n('settled_reserved_out'),
+      },
+      history,
+    };
+  }
+
+  /** Deletes every key of this limiter (tests, `llmq` obliterate). */
+  async destroy(): Promise<void> {
+    await this.redis.del(...this.allKeys);
+  }
+}

@@ -1,0 +1,207 @@
+--[[
+  Admits one call when every dimension of every scope it belongs to has room and a concurrency
+  slot is free, all at once; or admits nothing and says how long to wait.
+
+  Waiters line up in KEYS[4] by priority, then arrival; only the first in line is admitted, so a
+  large request is not starved by small ones and a more urgent one overtakes older ones.
+
+  Input:
+    KEYS[1]  log      ZSET reservation id -> stamp ms (an open call: its lease expiry)
+    KEYS[2]  res      HASH reservation id -> "req|in|out|flags|scopes"
+    KEYS[3]  slots    ZSET reservation id -> lease expiry ms (calls in flight)
+    KEYS[4]  waiters  ZSET ticket -> rank (priority * 2^32 + arrival)
+    KEYS[5]  waitexp  ZSET ticket -> expiry ms of the waiter's heartbeat
+    KEYS[6]  seq      STRING arrival counter
+    KEYS[7]  pause    STRING shared pause, until ms
+    KEYS[8]  tot      HASH "scope|dim" -> spend inside the window
+    KEYS[9]  ext      HASH "scope|dim" -> spend the provider reported and we did not make,
+                      "scope|dim|until" -> when that report lapses
+    KEYS[10] stats    HASH counters and the first waiter's next retry time
+
+    ARGV[1]  now ms, or '' for Redis TIME
+    ARGV[2]  window ms (the provider's window plus the margin)
+    ARGV[3]  ticket; becomes the reservation id when admitted
+    ARGV[4]  priority, 1 is the most urgent
+    ARGV[5]  '1' to keep a place in line when not admitted, '0' to try once
+    ARGV[6]  lease ms of the concurrency slot and the open reservation
+    ARGV[7]  ttl ms of the waiter's place in line (renewed by each attempt)
+    ARGV[8]  concurrency limit, 0 for none
+    ARGV[9]  requests   ARGV[10] input tokens   ARGV[11] output tokens
+    ARGV[12] number of scopes n, then per scope: name, limits of req, in, out, tok
+             (0 = unlimited; headroom already taken off)
+
+  Output:
+    {0, now, leaseExpiry}               admitted
+    {1, waitMs}                         another waiter is first in line
+    {2, waitMs}                         the shared pause holds
+    {3, waitMs, scope, dim}             not enough budget in scope/dim yet
+    {4, waitMs}                         every concurrency slot is taken
+    {5, scope, dim, cost, limit}        the cost can never fit that limit
+]]
+--- @include "reservations"
+
+local logKey, resKey, slotsKey, waitersKey, waitexpKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local seqKey, pauseKey, totKey, extKey, statsKey = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+
+local now = now_ms(ARGV[1])
+local windowMs = tonumber(ARGV[2])
+local ticket = ARGV[3]
+local priority = tonumber(ARGV[4])
+local queue = ARGV[5] == '1'
+local leaseMs = tonumber(ARGV[6])
+local ticketTtl = tonumber(ARGV[7])
+local maxSlots = tonumber(ARGV[8])
+local cost = { req = tonumber(ARGV[9]), inp = tonumber(ARGV[10]), out = tonumber(ARGV[11]), flags = '', scopes = {} }
+local nScopes = tonumber(ARGV[12])
+local scopes = {}
+for i = 1, nScopes do
+  local b = 12 + (i - 1) * 5
+  local s = { name = ARGV[b + 1], limits = {
+    req = tonumber(ARGV[b + 2]), ['in'] = tonumber(ARGV[b + 3]), out = tonumber(ARGV[b + 4]), tok = tonumber(ARGV[b + 5]) } }
+  scopes[i] = s
+  cost.scopes[i] = s.name
+end
+
+local function leave_line()
+  redis.call('ZREM', waitersKey, ticket)
+  redis.call('ZREM', waitexpKey, ticket)
+end
+
+-- A cost that can never fit is refused at once, whatever the line looks like.
+for _, s in ipairs(scopes) do
+  for _, d in ipairs(DIMS) do
+    local limit = s.limits[d]
+    local a = amount(cost, d)
+    if limit > 0 and a > limit then
+      leave_line()
+      return { 5, s.name, d, a, limit }
+    end
+  end
+end
+
+expire_slots(slotsKey, now)
+expire_log(logKey, resKey, totKey, now, windowMs)
+
+-- Waiters whose process stopped renewing their place leave the line.
+local gone = redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)
+for _, t in ipairs(gone) do
+  redis.call('ZREM', waitersKey, t)
+  redis.call('ZREM', waitexpKey, t)
+end
+
+-- Take or keep a place in line. A waiter keeps its arrival number; its priority may change
+-- (the worker found a more urgent job).
+local SHIFT = 4294967296
+if queue then
+  local rank = redis.call('ZSCORE', waitersKey, ticket)
+  local arrival
+  if rank then
+    arrival = tonumber(rank) % SHIFT
+  else
+    arrival = redis.call('INCR', seqKey) % SHIFT
+  end
+  redis.call('ZADD', waitersKey, priority * SHIFT + arrival, ticket)
+  redis.call('ZADD', waitexpKey, now + ticketTtl, ticket)
+end
+
+local head = redis.call('ZRANGE', waitersKey, 0, 0)[1]
+if head ~= nil and head ~= ticket then
+  local retryAt = tonumber(redis.call('HGET', statsKey, 'head_retry_at') or '0')
+  return { 1, math.max(retryAt - now, 0) }
+end
+
+local function wait_as_head(code, waitMs, a, b)
+  redis.call('HSET', statsKey, 'head_retry_at', now + waitMs)
+  if not queue then leave_line() end
+  if a then return { code, waitMs, a, b } end
+  return { code, waitMs }
+end
+
+local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')
+if pausedUntil > now then
+  return wait_as_head(2, pausedUntil - now)
+end
+
+-- How long until `need` of scope/dim has left the window: walk the log from its oldest stamp.
+-- The provider-reported foreign spend lapses at its own time.
+local function in_scope(r, scope)
+  for _, s in ipairs(r.scopes) do
+    if s == scope then return true end
+  end
+  return false
+end
+
+local function wait_for(scope, dim, need, extAmount, extUntil)
+  local best = nil
+  if extAmount > 0 and extAmount >= need then best = extUntil - now end
+  local freed = 0
+  local lastAt = nil
+  local entries = redis.call('ZRANGE', logKey, 0, 1999, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local at = tonumber(entries[i + 1]) + windowMs - now + 1
+    lastAt = at
+    local enc = redis.call('HGET', resKey, entries[i])
+    if enc then
+      local r = decode(enc)
+      if in_scope(r, scope) then
+        freed = freed + amount(r, dim)
+        local candidate = nil
+        if freed >= need then
+          candidate = at
+        elseif extAmount > 0 and freed + extAmount >= need then
+          candidate = math.max(at, extUntil - now)
+        end
+        if candidate then
+          if best == nil or candidate < best then best = candidate end
+          return math.max(best, 1)
+        end
+      end
+    end
+  end
+  -- Not enough within the scanned part of the log: look again when its last entry has left.
+  if lastAt ~= nil and (best == nil or lastAt < best) then best = lastAt end
+  return math.max(best or windowMs, 1)
+end
+
+for _, s in ipairs(scopes) do
+  for _, d in ipairs(DIMS) do
+    local limit = s.limits[d]
+    if limit > 0 then
+      local field = s.name .. '|' .. d
+      local used = tonumber(redis.call('HGET', totKey, field) or '0')
+      local extAmount = 0
+      local extUntil = 0
+      local ext = redis.call('HMGET', extKey, field, field .. '|until')
+      if ext[1] and tonumber(ext[2]) > now then
+        extAmount = tonumber(ext[1])
+        extUntil = tonumber(ext[2])
+      end
+      local need = used + extAmount + amount(cost, d) - limit
+      if need > 0 then
+        redis.call('HINCRBY', statsKey, 'denied_budget', 1)
+        return wait_as_head(3, wait_for(s.name, d, need, extAmount, extUntil), s.name, d)
+      end
+    end
+  end
+end
+
+if maxSlots > 0 and redis.call('ZCARD', slotsKey) >= maxSlots then
+  local first = redis.call('ZRANGE', slotsKey, 0, 0, 'WITHSCORES')
+  local waitMs = 1
+  if first[2] then waitMs = math.max(tonumber(first[2]) - now, 1) end
+  redis.call('HINCRBY', statsKey, 'denied_slots', 1)
+  return wait_as_head(4, waitMs)
+end
+
+-- Admit: an open reservation whose stamp is its lease expiry until the call settles.
+local leaseExpiry = now + leaseMs
+redis.call('ZADD', logKey, leaseExpiry, ticket)
+redis.call('HSET', resKey, ticket, encode(cost))
+add_totals(totKey, cost, 1)
+redis.call('ZADD', slotsKey, leaseExpiry, ticket)
+leave_line()
+redis.call('HDEL', statsKey, 'head_retry_at')
+redis.call('HINCRBY', statsKey, 'admitted', 1)
+redis.call('HINCRBY', statsKey, 'reserved_in', cost.inp)
+redis.call('HINCRBY', statsKey, 'reserved_out', cost.out)
+return { 0, now, leaseExpiry }

@@ -1,0 +1,59 @@
+-- Shared helpers of the limiter scripts. A reservation is stored in the res hash as
+-- "requests|input|output|flags|scope1,scope2" where flags is "s" once its stamp is final.
+local DIMS = { 'req', 'in', 'out', 'tok' }
+
+local function now_ms(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function decode(enc)
+  local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local list = {}
+  for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
+  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list }
+end
+
+local function encode(r)
+  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
+end
+
+-- The amount a reservation spends of one dimension.
+local function amount(r, dim)
+  if dim == 'req' then return r.req end
+  if dim == 'in' then return r.inp end
+  if dim == 'out' then return r.out end
+  return r.inp + r.out
+end
+
+-- Adds sign * the reservation's spend to the running totals of each of its scopes.
+local function add_totals(totKey, r, sign)
+  for _, s in ipairs(r.scopes) do
+    for _, d in ipairs(DIMS) do
+      local a = amount(r, d)
+      if a ~= 0 then redis.call('HINCRBY', totKey, s .. '|' .. d, sign * a) end
+    end
+  end
+end
+
+-- Drops the reservations whose stamp has left the window and takes them off the totals.
+-- Bounded per call; whatever is left over is still counted, which only errs on the safe side.
+local function expire_log(logKey, resKey, totKey, now, windowMs)
+  local ids = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs, 'LIMIT', 0, 500)
+  for _, id in ipairs(ids) do
+    local enc = redis.call('HGET', resKey, id)
+    if enc then
+      add_totals(totKey, decode(enc), -1)
+      redis.call('HDEL', resKey, id)
+    end
+    redis.call('ZREM', logKey, id)
+  end
+end
+
+-- Frees the concurrency slots whose lease ran out (their holder died or hung).
+local function expire_slots(slotsKey, now)
+  local ids = redis.call('ZRANGEBYSCORE', slotsKey, '-inf', now, 'LIMIT', 0, 500)
+  for _, id in ipairs(ids) do redis.call('ZREM', slotsKey, id) end
+  return #ids
+end

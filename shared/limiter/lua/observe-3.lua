@@ -1,0 +1,44 @@
+--[[
+  Takes the provider's word about what is left. When the provider reports less room than the
+  window believes (another client spends from the same key), the difference counts as foreign
+  spend until the provider's reset time (at most one window).
+
+  Input:
+    KEYS[1] tot    HASH "scope|dim" -> spend inside the window
+    KEYS[2] ext    HASH "scope|dim" -> foreign spend, "scope|dim|until" -> when it lapses
+    KEYS[3] stats  HASH counters
+    ARGV[1] now ms, or '' for Redis TIME
+    ARGV[2] window ms
+    ARGV[3] scope
+    ARGV[4..] per dimension (req, in, out, tok): provider limit, remaining, reset ms
+              (-1 where the header was absent)
+
+  Output: {foreign req, foreign in, foreign out, foreign tok} as now recorded
+]]
+--- @include "reservations"
+
+local now = now_ms(ARGV[1])
+local windowMs = tonumber(ARGV[2])
+local scope = ARGV[3]
+local out = {}
+for i, d in ipairs(DIMS) do
+  local b = 3 + (i - 1) * 3
+  local limit, remaining, reset = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local field = scope .. '|' .. d
+  local foreign = 0
+  if limit >= 0 and remaining >= 0 then
+    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+    foreign = (limit - remaining) - used
+    if foreign > 0 then
+      local untilMs = now + windowMs
+      if reset > now and reset < untilMs then untilMs = reset end
+      redis.call('HSET', KEYS[2], field, foreign, field .. '|until', untilMs)
+      redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1)
+    else
+      foreign = 0
+      redis.call('HDEL', KEYS[2], field, field .. '|until')
+    end
+  end
+  out[i] = foreign
+end
+return out

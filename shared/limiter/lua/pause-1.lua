@@ -1,0 +1,18 @@
+--[[
+  Sets the one pause every worker of the limiter obeys: the later of the current and the new.
+
+  Input:
+    KEYS[1] pause  STRING until ms
+    ARGV[1] now ms, or '' for Redis TIME
+    ARGV[2] pause length ms from now
+
+  Output: the pause's end (ms), which may be later than asked when one was already longer
+]]
+--- @include "reservations"
+
+local now = now_ms(ARGV[1])
+local untilMs = now + tonumber(ARGV[2])
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current >= untilMs then return current end
+redis.call('SET', KEYS[1], untilMs, 'PX', math.max(untilMs - now, 1))
+return untilMs

@@ -1,0 +1,20 @@
+--[[
+  Drops what has left the window and the leases that ran out, so a snapshot reads current
+  totals even when nobody acquired lately.
+
+  Input:
+    KEYS[1] log    ZSET reservation id -> stamp ms
+    KEYS[2] res    HASH reservation id -> "req|in|out|flags|scopes"
+    KEYS[3] slots  ZSET reservation id -> lease expiry ms
+    KEYS[4] tot    HASH "scope|dim" -> spend inside the window
+    ARGV[1] now ms, or '' for Redis TIME
+    ARGV[2] window ms
+
+  Output: now (ms), the time the snapshot is taken at
+]]
+--- @include "reservations"
+
+local now = now_ms(ARGV[1])
+expire_slots(KEYS[3], now)
+expire_log(KEYS[1], KEYS[2], KEYS[4], now, tonumber(ARGV[2]))
+return now

@@ -1,0 +1,96 @@
+import type { Cost } from '../estimate.ts';
+
+export type { Cost };
+
+/** Limits of one scope, per window. An absent dimension is unlimited. */
+export interface DimensionLimits {
+  readonly requests?: number | undefined;
+  readonly inputTokens?: number | undefined;
+  readonly outputTokens?: number | undefined;
+  /** Input plus output tokens. */
+  readonly tokens?: number | undefined;
+}
+
+export type Dimension = keyof DimensionLimits;
+
+/** The scope every call belongs to: the provider key. */
+export const GLOBAL_SCOPE = 'global';
+
+/** What `acquire` hands back: spend it with the provider, then settle it. */
+export interface Reservation {
+  readonly id: string;
+  readonly cost: Cost;
+  /** Every scope charged, the global one first. */
+  readonly scopes: readonly string[];
+  /** Redis time at admission (ms). */
+  readonly admittedAt: number;
+  readonly leaseExpiresAt: number;
+}
+
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency';
+
+/** A denial is a value: how long to wait and why. */
+export type Decision =
+  | { readonly ok: true; readonly reservation: Reservation }
+  | {
+      readonly ok: false;
+      readonly reason: DenialReason;
+      readonly waitMs: number;
+      readonly scope?: string;
+      readonly dimension?: Dimension;
+    };
+
+/** What the provider reported as used, for settle. */
+export interface Usage {
+  /** Uncached input plus cache creation (cache reads do not count against ITPM). */
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+export interface DimensionUse {
+  readonly used: number;
+  /** The configured limit, before headroom; undefined when unlimited. */
+  readonly limit: number | undefined;
+  /** Spend the provider reported that this window did not make (another client). */
+  readonly foreign: number;
+}
+
+export interface ScopeSnapshot {
+  readonly scope: string;
+  readonly dimensions: Record<Dimension, DimensionUse>;
+}
+
+export interface HistoryPoint {
+  /** Start of the bucket (ms). */
+  readonly at: number;
+  readonly calls: number;
+  readonly reservedIn: number;
+  readonly reservedOut: number;
+  readonly actualIn: number;
+  readonly actualOut: number;
+}
+
+export interface LimiterSnapshot {
+  readonly now: number;
+  readonly windowMs: number;
+  readonly pausedUntil: number | null;
+  readonly inFlight: number;
+  readonly concurrency: number | undefined;
+  readonly waiters: number;
+  readonly scopes: readonly ScopeSnapshot[];
+  readonly counters: {
+    readonly admitted: number;
+    readonly deniedBudget: number;
+    readonly deniedSlots: number;
+    readonly settled: number;
+    readonly released: number;
+    readonly reservedIn: number;
+    readonly reservedOut: number;
+    readonly actualIn: number;
+    readonly actualOut: number;
+    /** Of the settled calls: what was reserved, for the estimate's accuracy. */
+    readonly settledReservedIn: number;
+    readonly settledReservedOut: number;
+  };
+  readonly history: readonly HistoryPoint[];
+}

@@ -1,0 +1,57 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { VERSION } from './version.ts';
+
+/**
+ * Lua scripts live in `.lua` files named `<name>-<numberOfKeys>.lua`, each opening with a
+ * header that lists its KEYS, ARGV and output. `--- @include "x"` pulls in `includes/x.lua`.
+ * They are registered with `defineCommand` under a name that carries llmq's version, so two
+ * versions of llmq on one Redis never run each other's scripts.
+ */
+export interface LuaScript {
+  readonly name: string;
+  readonly numberOfKeys: number;
+  readonly lua: string;
+  /** The command name registered on a connection, e.g. `llmq_0_1_0_acquire`. */
+  readonly command: string;
+}
+
+const INCLUDE = /^--- @include "([\w-]+)"\s*$/gm;
+
+/** Loads every script of a folder of `.lua` files, resolving includes. */
+export function loadLuaScripts(dir: string): Record<string, LuaScript> {
+  const out: Record<string, LuaScript> = {};
+  for (const file of readdirSync(dir)) {
+    const m = /^([A-Za-z]+)-(\d+)\.lua$/.exec(file);
+    if (!m) continue;
+    const [, name, keys] = m as unknown as [string, string, string];
+    const lua = readFileSync(join(dir, file), 'utf8').replace(INCLUDE, (_, inc: string) =>
+      readFileSync(join(dir, 'includes', `${inc}.lua`), 'utf8'),
+    );
+    out[name] = {
+      name,
+      numberOfKeys: Number(keys),
+      lua,
+      command: `llmq_${VERSION.replace(/\W/g, '_')}_${basename(dir)}_${name}`,
+    };
+  }
+  return out;
+}
+
+type ScriptRunner = (...args: (string | number)[]) => Promise<unknown>;
+
+/**
+ * Runs a script on a connection, defining it there on first use (ioredis then sends EVALSHA
+ * and falls back to EVAL when Redis does not know the script yet).
+ */
+export function runLua(redis: Redis, script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+  const commands = redis as unknown as Record<string, ScriptRunner | undefined>;
+  if (typeof commands[script.command] !== 'function') {
+    redis.defineCommand(script.command, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+  }
+  if (keys.length !== script.numberOfKeys) {
+    throw new Error(`script ${script.name} takes ${script.numberOfKeys} keys, got ${keys.length}`);
+  }
+  return (commands[script.command] as ScriptRunner).call(redis, ...keys, ...args);
+}

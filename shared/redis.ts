@@ -1,0 +1,34 @@
+import { Redis, type RedisOptions } from 'ioredis';
+import { RedisUnavailableError } from './errors.ts';
+
+/**
+ * Opens a connection for llmq. `maxRetriesPerRequest: null` is what BullMQ needs for workers;
+ * callers that must fail fast (the limiter, the CLI's first ping) use {@link assertRedis}.
+ */
+export function connectRedis(url: string, options: RedisOptions = {}): Redis {
+  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true, ...options });
+}
+
+/**
+ * Pings Redis once with a deadline. Throws {@link RedisUnavailableError} with the URL and
+ * what to do when nothing answers, so a CLI prints one clear line instead of retrying forever.
+ */
+export async function assertRedis(url: string, timeoutMs = 2_000): Promise<void> {
+  const probe = new Redis(url, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    connectTimeout: timeoutMs,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+  });
+  probe.on('error', () => {});
+  try {
+    await probe.connect();
+    await probe.ping();
+  } catch (err) {
+    const detail = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new RedisUnavailableError(url, detail === 'ECONNREFUSED' ? 'connection refused' : detail, { cause: err });
+  } finally {
+    probe.disconnect();
+  }
+}

@@ -1,0 +1,38 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import type { QueueNames } from '../shared/keys.ts';
+
+/** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
+export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+
+/** A fresh prefix and queue name, so tests never see each other's keys. */
+export function testNames(label = 't'): QueueNames {
+  const id = randomBytes(4).toString('hex');
+  return { prefix: `llmqtest-${label}-${id}`, queue: `q${id}` };
+}
+
+export function newRedis(): Redis {
+  return new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+}
+
+/** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */
+export async function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+  let cursor = '0';
+  let deleted = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) deleted += await redis.del(...keys);
+  } while (cursor !== '0');
+  return deleted;
+}
+
+/** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
+export async function until(check: () => boolean | Promise<boolean>, timeoutMs = 10_000, everyMs = 20): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

@@ -1,0 +1,43 @@
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let names: ReturnType<typeof testNames>;
+let t: number;
+
+beforeEach(() => {
+  redis = newRedis();
+  names = testNames('lim');
+  t = 1_700_000_000_000;
+});
+afterEach(async () => {
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+
+const make = (o: Partial<LimiterOptions> = {}) =>
+  new Limiter({ redis, names, windowMs: 10_000, headroom: 0, windowMarginMs: 0, clock: () => t, ...o });
+const cost = (inputTokens: number, outputTokens: number) => ({ requests: 1, inputTokens, outputTokens });
+
+describe('limiter basics', () => {
+  it('admits until the window is full, then says how long to wait', async () => {
+    const lim = make({ limits: { tokens: 1000 } });
+    const a = await lim.tryAcquire(cost(100, 300));
+    expect(a.ok).toBe(true);
+    if (a.ok) await lim.settle(a.reservation, { inputTokens: 100, outputTokens: 300 });
+    const b = await lim.tryAcquire(cost(200, 300));
+    expect(b.ok).toBe(true);
+    t += 2_000;
+    const c = await lim.tryAcquire(cost(100, 300));
+    expect(c).toMatchObject({ ok: false, reason: 'budget', scope: 'global', dimension: 'tokens' });
+    // The first reservation was stamped at settle (t0) and leaves the window at t0 + 10 s.
+    if (!c.ok) expect(c.waitMs).toBe(8_001);
+  });
+
+  it('refuses a cost that can never fit, naming the limit', async () => {
+    const lim = make({ limits: { outputTokens: 500 } });
+    await expect(lim.tryAcquire(cost(10, 600))).rejects.toMatchObject({ code: 'COST_EXCEEDS_LIMIT', dimension: 'outputTokens', limit: 500 });
+  });
+});

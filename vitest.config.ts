@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // The machine has two cores and many tests measure real time against Redis and the
+    // mock server; two files at once keeps them honest without starving each other.
+    maxWorkers: 2,
+    pool: 'forks',
+  },
+});
