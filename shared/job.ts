@@ -11,6 +11,8 @@ export interface AttemptRecord {
   readonly errorClass?: string | undefined;
   readonly message?: string | undefined;
   readonly latencyMs?: number | undefined;
+  /** Whether this try spent one of the job's attempts (429s and breaker trials do not). */
+  readonly counted?: boolean | undefined;
 }
 
 /** What a BullMQ job of llmq carries. Never holds a secret. */

@@ -28,3 +28,8 @@ export function llmqKey(names: QueueNames, ...parts: string[]): string {
 export function queueRegistryKey(prefix: string): string {
   return `${prefix}:queues`;
 }
+
+/** The circuit breaker's hash of a queue (state, failures, open_until). */
+export function breakerKey(names: QueueNames): string {
+  return llmqKey(names, 'breaker');
+}

@@ -21,12 +21,16 @@ export async function assertRedis(url: string, timeoutMs = 2_000): Promise<void>
     retryStrategy: () => null,
     enableOfflineQueue: false,
   });
-  probe.on('error', () => {});
+  let cause: unknown;
+  probe.on('error', (err) => {
+    cause ??= err;
+  });
   try {
     await probe.connect();
     await probe.ping();
   } catch (err) {
-    const detail = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    const first = (cause ?? err) as NodeJS.ErrnoException;
+    const detail = first.code ?? first.message;
     throw new RedisUnavailableError(url, detail === 'ECONNREFUSED' ? 'connection refused' : detail, { cause: err });
   } finally {
     probe.disconnect();

@@ -67,7 +67,9 @@ export interface AcquireOptions {
    * Called before each new attempt while waiting; may return a new cost and priority (the
    * worker found another job at the head of the queue).
    */
-  readonly onWait?: (d: Decision & { ok: false }) => Promise<{ cost?: Cost; priority?: number } | undefined> | undefined;
+  readonly onWait?: (
+    d: Decision & { ok: false },
+  ) => Promise<{ cost?: Cost; priority?: number; scopes?: readonly string[] } | undefined> | undefined;
 }
 
 function effective(limit: number | undefined, headroom: number): number {
@@ -109,9 +111,12 @@ export class Limiter {
   private readonly clock: (() => number) | undefined;
   private readonly maxPollMs: number;
   private readonly commandTimeoutMs: number;
+  /** Whether the window was given; when not, snapshots use the window workers published. */
+  private readonly windowGiven: boolean;
 
   constructor(options: LimiterOptions) {
     this.redis = options.redis;
+    this.windowGiven = options.windowMs !== undefined;
     this.windowMs = options.windowMs ?? 60_000;
     this.limits = options.limits ?? {};
     this.scopeLimits = options.scopes ?? {};
@@ -277,7 +282,7 @@ export class Limiter {
     const ticket = randomUUID();
     let current = cost;
     let priority = options.priority ?? 100;
-    const scopes = options.scopes ?? [];
+    let scopes = options.scopes ?? [];
     try {
       for (;;) {
         options.signal?.throwIfAborted();
@@ -291,6 +296,7 @@ export class Limiter {
         const change = await options.onWait?.(d);
         if (change?.cost) current = change.cost;
         if (change?.priority) priority = change.priority;
+        if (change?.scopes) scopes = change.scopes;
       }
     } catch (err) {
       await this.cancel(ticket).catch(() => {});
@@ -302,8 +308,23 @@ export class Limiter {
     await this.run('cancel', [this.keys.waiters, this.keys.waitexp], [ticket]);
   }
 
+  /**
+   * Lowers (or raises, at the caller's risk) an open reservation's cost without changing its
+   * stamp or slot: the worker got a job that costs no more than the one it reserved for.
+   */
+  async adjust(reservation: Reservation, cost: Cost): Promise<Reservation> {
+    checkCost(cost);
+    const k = this.keys;
+    await this.run('adjust', [k.res, k.tot, k.stats], [reservation.id, cost.inputTokens, cost.outputTokens]);
+    return { ...reservation, cost: { ...cost, requests: reservation.cost.requests } };
+  }
+
   /** Stamps the reservation when the provider's response begins (it was admitted by then). */
   async start(reservation: Reservation): Promise<void> {
+    // Under `actual` accounting the provider charges output until the end: the reservation
+    // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
+    // longer than the window would leave it before it is settled.
+    if (this.outputAccounting === 'actual') return;
     await this.run('start', [this.keys.log, this.keys.res], [this.now(), reservation.id]);
   }
 
@@ -383,8 +404,18 @@ export class Limiter {
   /** The current use of every scope, the pause, slots in flight and counters. */
   async snapshot(): Promise<LimiterSnapshot> {
     const k = this.keys;
-    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), this.windowArg]));
-    const [tot, ext, pause, inFlight, waiters, stats, hist, config] = (await this.redis
+    const config = await this.redis.get(k.config);
+    const published = config
+      ? (JSON.parse(config) as {
+          windowMs?: number;
+          limits?: DimensionLimits;
+          scopes?: Record<string, DimensionLimits>;
+          concurrency?: number;
+        })
+      : {};
+    const windowMs = this.windowGiven ? this.windowMs : (published.windowMs ?? this.windowMs);
+    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + this.marginMs]));
+    const [tot, ext, pause, inFlight, waiters, stats, hist] = (await this.redis
       .multi()
       .hgetall(k.tot)
       .hgetall(k.ext)
@@ -393,12 +424,13 @@ export class Limiter {
       .zcard(k.waiters)
       .hgetall(k.stats)
       .hgetall(k.hist)
-      .get(k.config)
       .exec()
-      .then((rows) => (rows ?? []).map(([err, v]) => {
-        if (err) throw new LimiterUnavailableError(err.message, { cause: err });
-        return v;
-      }))) as [
+      .then((rows) =>
+        (rows ?? []).map(([err, v]) => {
+          if (err) throw new LimiterUnavailableError(err.message, { cause: err });
+          return v;
+        }),
+      )) as [
       Record<string, string>,
       Record<string, string>,
       string | null,
@@ -406,9 +438,7 @@ export class Limiter {
       number,
       Record<string, string>,
       Record<string, string>,
-      string | null,
     ];
-    const published = config ? (JSON.parse(config) as { limits?: DimensionLimits; scopes?: Record<string, DimensionLimits>; concurrency?: number }) : {};
     const limitsOf = (scope: string): DimensionLimits =>
       scope === GLOBAL_SCOPE
         ? Object.keys(this.limits).length > 0 ? this.limits : (published.limits ?? {})
@@ -450,7 +480,7 @@ export class Limiter {
     const pausedUntil = pause && Number(pause) > now ? Number(pause) : null;
     return {
       now,
-      windowMs: this.windowMs,
+      windowMs,
       pausedUntil,
       inFlight,
       concurrency: this.concurrency || published.concurrency || undefined,

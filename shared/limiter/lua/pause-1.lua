@@ -14,5 +14,7 @@ local now = now_ms(ARGV[1])
 local untilMs = now + tonumber(ARGV[2])
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if current >= untilMs then return current end
-redis.call('SET', KEYS[1], untilMs, 'PX', math.max(untilMs - now, 1))
+-- The value decides; the expiry only collects the key, a minute after the pause ends, so a
+-- `now` that is not Redis's own clock (an injected one) cannot lose the pause early.
+redis.call('SET', KEYS[1], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
 return untilMs

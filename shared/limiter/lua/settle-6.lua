@@ -44,9 +44,10 @@ if mode == 'release' then
   redis.call('HDEL', resKey, id)
   redis.call('ZREM', logKey, id)
   redis.call('HINCRBY', statsKey, 'released', 1)
-  redis.call('HINCRBY', statsKey, 'reserved_in', -r.inp)
-  redis.call('HINCRBY', statsKey, 'reserved_out', -r.out)
-  return { 1, -r.inp, -r.out }
+  -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY refuses as not an integer.
+  redis.call('HINCRBY', statsKey, 'reserved_in', 0 - r.inp)
+  redis.call('HINCRBY', statsKey, 'reserved_out', 0 - r.out)
+  return { 1, 0 - r.inp, 0 - r.out }
 end
 
 local dIn, dOut = 0, 0

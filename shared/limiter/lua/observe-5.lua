@@ -3,10 +3,15 @@
   window believes (another client spends from the same key), the difference counts as foreign
   spend until the provider's reset time (at most one window).
 
+  Our spend is what is inside the window now: what has left it is dropped first, or a call the
+  window no longer holds would pass for ours and hide the same amount of another client's.
+
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
     KEYS[2] ext    HASH "scope|dim" -> foreign spend, "scope|dim|until" -> when it lapses
     KEYS[3] stats  HASH counters
+    KEYS[4] log    ZSET reservation id -> stamp ms
+    KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes"
     ARGV[1] now ms, or '' for Redis TIME
     ARGV[2] window ms
     ARGV[3] scope
@@ -20,6 +25,7 @@
 local now = now_ms(ARGV[1])
 local windowMs = tonumber(ARGV[2])
 local scope = ARGV[3]
+expire_log(KEYS[4], KEYS[5], KEYS[1], now, windowMs)
 local out = {}
 for i, d in ipairs(DIMS) do
   local b = 3 + (i - 1) * 3

@@ -1,0 +1,47 @@
+import type { Command } from 'commander';
+import type { Redis } from 'ioredis';
+import { type Config, resolveConfig } from '../../shared/config.ts';
+import { ConfigError } from '../../shared/errors.ts';
+import type { QueueNames } from '../../shared/keys.ts';
+import { assertRedis, connectRedis } from '../../shared/redis.ts';
+
+/** Adds the options every command that touches a queue takes. */
+export function queueOptions(cmd: Command): Command {
+  return cmd
+    .option('--queue <name>', 'queue name (env LLMQ_QUEUE)', undefined)
+    .option('--prefix <prefix>', 'Redis key prefix (env LLMQ_PREFIX)', undefined)
+    .option('--config <file>', 'JSON config file (env LLMQ_CONFIG)', undefined);
+}
+
+/** Resolves the config from a command's flags, the environment and the config file. */
+export function configFrom(flags: Record<string, unknown>): Config {
+  const file = typeof flags['config'] === 'string' ? flags['config'] : undefined;
+  return resolveConfig({ flags, env: process.env, ...(file ? { file } : {}) });
+}
+
+export const namesOf = (c: Config): QueueNames => ({ prefix: c.prefix, queue: c.queue });
+
+/**
+ * Checks that Redis answers (one clear line when it does not), then runs `fn` with a
+ * connection that is closed afterwards.
+ */
+export async function withRedis<T>(config: Config, fn: (redis: Redis) => Promise<T>): Promise<T> {
+  await assertRedis(config.redisUrl);
+  const redis = connectRedis(config.redisUrl);
+  redis.on('error', () => {});
+  try {
+    return await fn(redis);
+  } finally {
+    await redis.quit().catch(() => redis.disconnect());
+  }
+}
+
+/** Parses a duration such as `90s`, `15m`, `12h`, `7d` or a bare number of seconds, to ms. */
+export function parseDuration(text: string, flag: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim());
+  if (!m) {
+    throw new ConfigError(`${flag} must be a duration such as 90s, 15m, 12h or 7d, got ${JSON.stringify(text)}`);
+  }
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h' | 'd'];
+  return Math.round(Number(m[1]) * unit);
+}

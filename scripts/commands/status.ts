@@ -1,0 +1,45 @@
+import type { Command } from 'commander';
+import type { Config } from '../../shared/config.ts';
+import { Limiter } from '../../shared/limiter/limiter.ts';
+import type { Dimension } from '../../shared/limiter/types.ts';
+import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
+import { limitsOf } from './worker.ts';
+import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
+
+const DIM_LABEL: Record<Dimension, string> = { requests: 'requests', inputTokens: 'input tokens', outputTokens: 'output tokens', tokens: 'tokens' };
+
+export function formatStatus(s: QueueStatus): string {
+  const c = s.counts;
+  const lines = [
+    `queue ${s.queue} (prefix ${s.prefix})`,
+    `  waiting ${c.waiting}  active ${c.active}  delayed ${c.delayed}  completed ${c.completed}  failed ${c.failed}  dead ${c.dead}`,
+    `  window ${s.limiter.windowMs / 1000} s  in flight ${s.limiter.inFlight}${s.limiter.concurrency ? ` of ${s.limiter.concurrency}` : ''}  waiters ${s.limiter.waiters}`,
+    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}  breaker ${s.breaker.state}`,
+  ];
+  for (const scope of s.limiter.scopes) {
+    const parts = (Object.keys(DIM_LABEL) as Dimension[])
+      .map((d) => {
+        const u = scope.dimensions[d];
+        if (u.limit === undefined && u.used === 0) return undefined;
+        return `${DIM_LABEL[d]} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}`;
+      })
+      .filter(Boolean);
+    lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
+  }
+  return lines.join('\n');
+}
+
+export function registerStatusCommand(program: Command): void {
+  queueOptions(
+    program.command('status').description('counts per state, the limiter’s use per scope, the pause, slots in flight').option('--json', 'print one JSON object'),
+  ).action(async (flags: Record<string, unknown>) => {
+    const config: Config = configFrom(flags);
+    await withRedis(config, async (redis) => {
+      const names = namesOf(config);
+      const configured = Object.values(limitsOf(config)).some((v) => v !== undefined);
+      const limiter = new Limiter({ redis, names, windowMs: config.windowS * 1000, ...(configured ? { limits: limitsOf(config) } : {}) });
+      const status = await getQueueStatus(redis, names, limiter);
+      process.stdout.write(flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`);
+    });
+  });
+}

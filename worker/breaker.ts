@@ -1,0 +1,75 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { type QueueNames, breakerKey } from '../shared/keys.ts';
+import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+
+const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
+
+export interface BreakerOptions {
+  /** Consecutive provider failures that open it. @default 5 */
+  readonly threshold?: number;
+  /** How long it stays open before a trial call. @default 10_000 */
+  readonly cooldownMs?: number;
+  /** How long a trial call may take before another process may try. @default 60_000 */
+  readonly trialTtlMs?: number;
+}
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** The circuit breaker shared by every worker of a queue (state in Redis, Redis time). */
+export class CircuitBreaker {
+  readonly holder = randomUUID();
+  private readonly key: string;
+  private readonly threshold: number;
+  private readonly cooldownMs: number;
+  private readonly trialTtlMs: number;
+
+  constructor(
+    private readonly redis: Redis,
+    names: QueueNames,
+    options: BreakerOptions = {},
+  ) {
+    this.key = breakerKey(names);
+    this.threshold = options.threshold ?? 5;
+    this.cooldownMs = options.cooldownMs ?? 10_000;
+    this.trialTtlMs = options.trialTtlMs ?? 60_000;
+  }
+
+  private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number]> {
+    const r = (await runLua(this.redis, SCRIPTS['breaker']!, [this.key], [
+      '',
+      op,
+      this.holder,
+      this.threshold,
+      this.cooldownMs,
+      this.trialTtlMs,
+    ])) as [number, number];
+    return [Number(r[0]), Number(r[1])];
+  }
+
+  /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait. */
+  async check(): Promise<{ allowed: true; trial: boolean } | { allowed: false; waitMs: number }> {
+    const [ok, n] = await this.op('check');
+    return ok === 1 ? { allowed: true, trial: n === 1 } : { allowed: false, waitMs: n };
+  }
+
+  async success(): Promise<void> {
+    await this.op('success');
+  }
+
+  /** Records a provider failure; true when it opened the breaker. */
+  async failure(): Promise<boolean> {
+    const [, opened] = await this.op('failure');
+    return opened === 1;
+  }
+
+  async state(): Promise<{ state: BreakerState; failures: number; openUntil: number | null; opened: number }> {
+    const h = await this.redis.hgetall(this.key);
+    return {
+      state: (h['state'] as BreakerState | undefined) ?? 'closed',
+      failures: Number(h['failures'] ?? 0),
+      openUntil: h['open_until'] ? Number(h['open_until']) : null,
+      opened: Number(h['opened_count'] ?? 0),
+    };
+  }
+}

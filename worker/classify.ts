@@ -1,0 +1,73 @@
+import Anthropic from '@anthropic-ai/sdk';
+import { retryAfterMs } from '../shared/limiter/provider-headers.ts';
+
+/**
+ * What to do after a failed provider call.
+ * - `rate_limited`: a 429 with retry-after; pause every worker, requeue without spending an attempt.
+ * - `retryable`: overloaded, server error, timeout, dropped connection, mid-stream error; back
+ *   off and try again, and count toward the circuit breaker.
+ * - `final`: the request cannot succeed by retrying; dead-letter it at once.
+ */
+export type FailureKind = 'rate_limited' | 'retryable' | 'final';
+
+export interface Classified {
+  readonly kind: FailureKind;
+  /** One line for people: what happened. */
+  readonly reason: string;
+  readonly errorClass: string;
+  readonly status?: number | undefined;
+  readonly providerType?: string | undefined;
+  readonly providerMessage?: string | undefined;
+  /** For `rate_limited`: how long the provider asked to wait. */
+  readonly retryAfterMs?: number | undefined;
+  /** Whether the provider may have charged the call (its reservation then stays spent). */
+  readonly maybeCharged: boolean;
+}
+
+const SPEND_CAP = /usage limits|spend limit|billing|credit balance|credits/i;
+
+function providerError(err: InstanceType<typeof Anthropic.APIError>): { type?: string; message?: string; code?: string } {
+  const body = err.error as { error?: { type?: string; message?: string; details?: { error_code?: string } } } | undefined;
+  return { type: body?.error?.type, message: body?.error?.message ?? err.message, code: body?.error?.details?.error_code };
+}
+
+/** Classifies an error thrown by `@anthropic-ai/sdk` (or by the call around it). */
+export function classifyProviderError(err: unknown): Classified {
+  const errorClass = (err as Error)?.constructor?.name ?? 'Error';
+  if (err instanceof Anthropic.APIConnectionTimeoutError) {
+    return { kind: 'retryable', reason: 'the call timed out', errorClass, maybeCharged: true };
+  }
+  if (err instanceof Anthropic.APIConnectionError) {
+    return { kind: 'retryable', reason: `connection failed: ${err.message}`, errorClass, maybeCharged: true };
+  }
+  if (err instanceof Anthropic.APIError) {
+    const { type, message, code } = providerError(err);
+    const base = { errorClass, status: err.status, providerType: type, providerMessage: message };
+    const status = err.status;
+    if (status === undefined) {
+      // An `event: error` inside a stream that had already begun.
+      return { ...base, kind: 'retryable', reason: `the stream failed: ${type ?? 'error'}: ${message}`, maybeCharged: true };
+    }
+    if (status === 429) {
+      const wait = retryAfterMs(err.headers ?? undefined);
+      if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
+        return { ...base, kind: 'final', reason: `spend limit reached: ${message}`, maybeCharged: false };
+      }
+      if (wait === undefined) {
+        return { ...base, kind: 'final', reason: `429 without retry-after: ${message}`, maybeCharged: false };
+      }
+      return { ...base, kind: 'rate_limited', reason: `rate limited: ${message}`, retryAfterMs: wait, maybeCharged: false };
+    }
+    if (status === 408 || status === 409 || status >= 500) {
+      return { ...base, kind: 'retryable', reason: `${status} ${type ?? 'error'}: ${message}`, maybeCharged: true };
+    }
+    return {
+      ...base,
+      kind: 'final',
+      reason: `${status} ${type ?? 'error'}: ${message}`,
+      maybeCharged: status !== 401 && status !== 403,
+    };
+  }
+  const message = (err as Error)?.message ?? String(err);
+  return { kind: 'retryable', reason: `unexpected error: ${message}`, errorClass, maybeCharged: true };
+}

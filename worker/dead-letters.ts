@@ -1,0 +1,113 @@
+import { type Job, UnrecoverableError } from 'bullmq';
+import type { AttemptRecord, DeadLetter, JobData, JobResult } from '../shared/job.ts';
+import { JOB_NAME } from '../shared/job.ts';
+import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
+
+export interface DeadLetterCause {
+  readonly reason: string;
+  readonly errorClass: string;
+  readonly status?: number | undefined;
+  readonly providerType?: string | undefined;
+  readonly providerMessage?: string | undefined;
+}
+
+/**
+ * Moves a job that cannot succeed to the dead letters: the letter first (its id is the job's,
+ * so a crash between the two steps cannot make a second letter), then the job to failed.
+ */
+export async function deadLetter(
+  dlq: DeadLetterQueue,
+  job: Job<JobData, JobResult>,
+  token: string,
+  cause: DeadLetterCause,
+  history: readonly AttemptRecord[],
+): Promise<void> {
+  const letter: DeadLetter = {
+    jobId: job.id!,
+    queue: job.queueName,
+    data: { ...job.data, history },
+    reason: cause.reason,
+    errorClass: cause.errorClass,
+    status: cause.status,
+    providerType: cause.providerType,
+    providerMessage: cause.providerMessage,
+    attempts: history,
+    deadAt: Date.now(),
+  };
+  await dlq.add(JOB_NAME, letter, { jobId: job.id!, removeOnComplete: false, removeOnFail: false });
+  await job.updateData({ ...job.data, history });
+  await job.moveToFailed(new UnrecoverableError(cause.reason), token, false);
+}
+
+export interface DeadLetterSummary {
+  readonly id: string;
+  readonly reason: string;
+  readonly errorClass: string;
+  readonly status?: number | undefined;
+  readonly attempts: number;
+  readonly deadAt: number;
+  readonly tenant?: string | undefined;
+  readonly model: string;
+}
+
+function summary(j: Job<DeadLetter>): DeadLetterSummary {
+  return {
+    id: j.id!,
+    reason: j.data.reason,
+    errorClass: j.data.errorClass,
+    status: j.data.status,
+    attempts: j.data.attempts.length,
+    deadAt: j.data.deadAt,
+    tenant: j.data.data.tenant,
+    model: j.data.data.request.model,
+  };
+}
+
+/** The dead letters of a queue, oldest first. */
+export async function listDeadLetters(dlq: DeadLetterQueue, limit = 1_000): Promise<DeadLetterSummary[]> {
+  const jobs = await dlq.getJobs(['waiting', 'prioritized', 'delayed'], 0, limit - 1, true);
+  return jobs.filter(Boolean).map(summary).sort((a, b) => a.deadAt - b.deadAt);
+}
+
+export async function showDeadLetter(dlq: DeadLetterQueue, id: string): Promise<DeadLetter | undefined> {
+  const j = await dlq.getJob(id);
+  return j?.data;
+}
+
+/**
+ * Sends a dead letter back to its queue with fresh attempts. The original job is retried in
+ * place (same id, so whoever waits on it sees the new outcome); when it is gone, a new job is
+ * added from the letter. Resolves with the id of the job that will run.
+ */
+export async function retryDeadLetter(dlq: DeadLetterQueue, queue: LlmqQueue, id: string): Promise<string | undefined> {
+  const letter = await dlq.getJob(id);
+  if (!letter) return undefined;
+  const data: JobData = { ...letter.data.data, history: [], rateLimitReturns: 0 };
+  const original = await queue.getJob(id);
+  let runId: string;
+  if (original && (await original.isFailed())) {
+    await original.updateData(data);
+    await original.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    runId = original.id!;
+  } else {
+    const added = await queue.add(JOB_NAME, data, { priority: data.priority, attempts: original?.opts.attempts ?? 5 });
+    runId = added.id!;
+  }
+  await letter.remove();
+  return runId;
+}
+
+/** Deletes dead letters older than `olderThanMs` (all when 0); resolves with how many. */
+export async function purgeDeadLetters(dlq: DeadLetterQueue, olderThanMs = 0): Promise<number> {
+  const now = Date.now();
+  let removed = 0;
+  for (const s of await listDeadLetters(dlq, 1_000_000)) {
+    if (olderThanMs > 0 && now - s.deadAt < olderThanMs) continue;
+    const j = await dlq.getJob(s.id);
+    if (j) {
+      await j.remove();
+      removed++;
+    }
+  }
+  return removed;
+}

@@ -1,0 +1,65 @@
+--[[
+  The circuit breaker every worker process shares. After `threshold` consecutive provider
+  failures it opens; while open nobody calls; after the cool-down one process holds a trial
+  call, whose outcome closes it again or re-opens it.
+
+  Input:
+    KEYS[1] breaker  HASH state ('closed' | 'open' | 'half_open'), failures, open_until,
+                     trial (holder token), trial_until
+    ARGV[1] now ms, or '' for Redis TIME
+    ARGV[2] op: 'check' | 'success' | 'failure'
+    ARGV[3] holder token (a process's id)
+    ARGV[4] threshold (consecutive failures that open it)
+    ARGV[5] cool-down ms
+    ARGV[6] trial ttl ms (how long a trial holder may take before another may try)
+
+  Output:
+    check:   {1, 0} call allowed; {1, 1} allowed as the trial call; {0, waitMs} not allowed
+    success: {1, 0}
+    failure: {1, opened} where opened is 1 when this failure opened the breaker
+]]
+local key = KEYS[1]
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local op, token = ARGV[2], ARGV[3]
+local threshold, cooldown, trialTtl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local h = redis.call('HMGET', key, 'state', 'failures', 'open_until', 'trial', 'trial_until')
+local state = h[1] or 'closed'
+local failures = tonumber(h[2] or '0')
+local openUntil = tonumber(h[3] or '0')
+local trial, trialUntil = h[4], tonumber(h[5] or '0')
+
+if op == 'check' then
+  if state == 'closed' then return { 1, 0 } end
+  if state == 'open' and now < openUntil then return { 0, openUntil - now } end
+  -- Cool-down over (or the trial holder vanished): one process makes the trial call.
+  if trial == token then return { 1, 1 } end
+  if trial and trialUntil > now then return { 0, math.min(trialUntil - now, 1000) } end
+  redis.call('HSET', key, 'state', 'half_open', 'trial', token, 'trial_until', now + trialTtl)
+  return { 1, 1 }
+end
+
+if op == 'success' then
+  if state ~= 'closed' or failures > 0 then
+    redis.call('HSET', key, 'state', 'closed', 'failures', 0)
+    redis.call('HDEL', key, 'trial', 'trial_until', 'open_until')
+    if state ~= 'closed' then redis.call('HINCRBY', key, 'closed_count', 1) end
+  end
+  return { 1, 0 }
+end
+
+-- failure
+failures = failures + 1
+if state == 'half_open' or (state == 'closed' and failures >= threshold) then
+  redis.call('HSET', key, 'state', 'open', 'failures', failures, 'open_until', now + cooldown)
+  redis.call('HDEL', key, 'trial', 'trial_until')
+  redis.call('HINCRBY', key, 'opened_count', 1)
+  return { 1, 1 }
+end
+redis.call('HSET', key, 'failures', failures)
+return { 1, 0 }

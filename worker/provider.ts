@@ -1,0 +1,66 @@
+import Anthropic from '@anthropic-ai/sdk';
+import type { StoredMessage } from '../shared/job.ts';
+import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
+import type { MessagesRequest } from '../shared/request.ts';
+
+/** Builds the SDK client llmq uses: the SDK's own retries are off (retries live in one layer). */
+export function createProviderClient(options: { apiKey: string; baseURL?: string | undefined; timeoutMs?: number }): Anthropic {
+  return new Anthropic({
+    apiKey: options.apiKey,
+    ...(options.baseURL ? { baseURL: options.baseURL } : {}),
+    maxRetries: 0,
+    timeout: options.timeoutMs ?? 600_000,
+  });
+}
+
+export interface ProviderCallOptions {
+  /** Stream the response: its headers arrive as soon as the provider admits the call. */
+  readonly stream: boolean;
+  readonly timeoutMs: number;
+  readonly signal?: AbortSignal | undefined;
+  /** Called once the response has begun (headers in hand), before the body is read. */
+  readonly onStart?: ((headers: HeaderSource) => Promise<void>) | undefined;
+}
+
+export interface ProviderCallResult {
+  readonly message: StoredMessage;
+  readonly headers: HeaderSource;
+  readonly requestId: string | null;
+  readonly latencyMs: number;
+}
+
+function store(m: Anthropic.Message): StoredMessage {
+  return {
+    id: m.id,
+    model: m.model,
+    role: 'assistant',
+    content: m.content,
+    stop_reason: m.stop_reason,
+    stop_sequence: m.stop_sequence,
+    usage: {
+      input_tokens: m.usage.input_tokens,
+      output_tokens: m.usage.output_tokens,
+      cache_creation_input_tokens: m.usage.cache_creation_input_tokens ?? null,
+      cache_read_input_tokens: m.usage.cache_read_input_tokens ?? null,
+    },
+  };
+}
+
+/** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
+export async function callProvider(client: Anthropic, request: MessagesRequest, options: ProviderCallOptions): Promise<ProviderCallResult> {
+  const started = performance.now();
+  const reqOptions = { timeout: options.timeoutMs, ...(options.signal ? { signal: options.signal } : {}) };
+  const params = request as unknown as Anthropic.MessageCreateParamsNonStreaming;
+  if (options.stream) {
+    const stream = client.messages.stream({ ...params, stream: true } as unknown as Anthropic.MessageStreamParams, reqOptions);
+    // Keep an unhandled rejection from escaping while we wait for the headers.
+    stream.on('error', () => {});
+    const { response, request_id } = await stream.withResponse();
+    await options.onStart?.(response.headers);
+    const message = await stream.finalMessage();
+    return { message: store(message), headers: response.headers, requestId: request_id ?? null, latencyMs: performance.now() - started };
+  }
+  const { data, response, request_id } = await client.messages.create({ ...params, stream: false }, reqOptions).withResponse();
+  await options.onStart?.(response.headers);
+  return { message: store(data), headers: response.headers, requestId: request_id ?? null, latencyMs: performance.now() - started };
+}

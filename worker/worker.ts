@@ -1,0 +1,372 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type Anthropic from '@anthropic-ai/sdk';
+import { type Job, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { CostExceedsLimitError, LimiterUnavailableError } from '../shared/errors.ts';
+import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
+import { type QueueNames, bullPrefix } from '../shared/keys.ts';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
+import { addMetrics, observeLatency } from '../shared/metrics.ts';
+import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
+import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
+import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
+import { type Classified, classifyProviderError } from './classify.ts';
+import { deadLetter } from './dead-letters.ts';
+import { HeadPeeker } from './head.ts';
+import { callProvider } from './provider.ts';
+
+/** Where the worker reports what it does; the CLI prints these, tests collect them. */
+export interface WorkerLogger {
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+}
+
+const silent: WorkerLogger = { info() {}, warn() {} };
+
+export interface WorkerOptions {
+  /** A connection for the limiter, the breaker and the gate (not owned). */
+  readonly redis: Redis;
+  readonly names: QueueNames;
+  /** The provider client, built with `createProviderClient` (SDK retries off). */
+  readonly client: Anthropic;
+  /** The shared budget: limits, window, global concurrency cap, headroom, accounting. */
+  readonly limiter: Omit<LimiterOptions, 'redis' | 'names'>;
+  /** Calls this process runs at once. @default the limiter's concurrency, else 10 */
+  readonly concurrency?: number;
+  /**
+   * `always`: stream every call, so the response's headers arrive the moment the provider
+   * admits it and the window is stamped then; `auto`: stream when the job asks or max_tokens
+   * needs it. @default 'always'
+   */
+  readonly stream?: 'always' | 'auto';
+  /** Per-call timeout when the job sets none. @default 600_000 */
+  readonly timeoutMs?: number;
+  readonly backoff?: BackoffOptions;
+  readonly breaker?: BreakerOptions;
+  /** 429s with retry-after a job may take before it is dead-lettered. @default 20 */
+  readonly maxRateLimitReturns?: number;
+  /** BullMQ lock of an active job; a killed worker's job is recovered after it. @default 30_000 */
+  readonly lockDurationMs?: number;
+  /** How often this process looks for stalled jobs of dead workers. @default 15_000 */
+  readonly stalledIntervalMs?: number;
+  readonly logger?: WorkerLogger;
+}
+
+export interface WorkerHandle {
+  readonly id: string;
+  readonly limiter: Limiter;
+  readonly breaker: CircuitBreaker;
+  /** Calls in flight in this process. */
+  inFlight(): number;
+  /**
+   * Stops pulling, lets the calls in flight finish within `graceMs`, then aborts the rest
+   * (their jobs go back to wait) and closes. Safe to call twice.
+   */
+  stop(graceMs?: number): Promise<void>;
+}
+
+interface Running {
+  readonly job: Job<JobData, JobResult>;
+  readonly token: string;
+  reservation: Reservation;
+  readonly abort: AbortController;
+  readonly done: Promise<void>;
+}
+
+/** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
+const STREAM_ABOVE_MAX_TOKENS = 16_000;
+
+const sameScopes = (a: readonly string[], b: readonly string[]) =>
+  a.length === b.length && a.every((s, i) => s === b[i]);
+
+/**
+ * Starts a worker: a gate that takes budget from the shared limiter before it moves a job to
+ * active, the provider call, reconciliation, and the outcome (result, retry, shared pause, dead
+ * letter). Any number of these, in any number of processes, behave as one pool.
+ */
+export async function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
+  const id = randomUUID();
+  const log = options.logger ?? silent;
+  const { redis, names, client } = options;
+  const limiter = new Limiter({ redis, names, ...options.limiter });
+  const breaker = new CircuitBreaker(redis, names, options.breaker);
+  const peeker = new HeadPeeker(redis, names);
+  const dlq: DeadLetterQueue = openDeadLetterQueue(redis, names);
+  const localConcurrency = options.concurrency ?? (limiter.concurrency || 10);
+  const streamMode = options.stream ?? 'always';
+  const lockDurationMs = options.lockDurationMs ?? 30_000;
+  const maxReturns = options.maxRateLimitReturns ?? 20;
+  const bull = new Worker<JobData, JobResult>(names.queue, null, {
+    connection: redis.duplicate(),
+    prefix: bullPrefix(names),
+    autorun: false,
+    lockDuration: lockDurationMs,
+    stalledInterval: options.stalledIntervalMs ?? 15_000,
+    maxStalledCount: 10,
+  });
+  bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
+  await registerQueue(redis, names);
+  await limiter.publishConfig();
+  await bull.startStalledCheckTimer();
+
+  const running = new Map<string, Running>();
+  const stopper = new AbortController();
+  let slotFreed: (() => void) | undefined;
+  let trialInFlight = false;
+  let tokenCounter = 0;
+
+  // Keep locks and leases alive while calls run; a dead process stops renewing and both lapse.
+  const renewEvery = Math.min(lockDurationMs / 3, (options.limiter.leaseMs ?? 30_000) / 3);
+  const renewer = setInterval(() => {
+    for (const r of running.values()) {
+      r.job.extendLock(r.token, lockDurationMs).catch(() => {});
+      limiter.renew(r.reservation).catch(() => {});
+    }
+  }, renewEvery);
+  renewer.unref();
+
+  const history = (job: Job<JobData, JobResult>) => [...(job.data.history ?? [])];
+  const attemptsUsed = (h: readonly AttemptRecord[]) => h.filter((a) => a.counted).length;
+
+  async function finishFailure(r: Running, c: Classified, startedAt: number, latencyMs: number, trial: boolean) {
+    const { job, token } = r;
+    const h = history(job);
+    const record = (outcome: AttemptRecord['outcome'], counted: boolean): AttemptRecord => ({
+      at: startedAt,
+      outcome,
+      counted,
+      status: c.status,
+      errorClass: c.errorClass,
+      message: c.reason,
+      latencyMs: Math.round(latencyMs),
+    });
+    if (c.kind === 'rate_limited') {
+      const until = await limiter.pauseFor(c.retryAfterMs ?? 1_000);
+      const returns = (job.data.rateLimitReturns ?? 0) + 1;
+      h.push(record('rate_limited', false));
+      await addMetrics(redis, names, { provider_429_retry_after: 1 });
+      log.warn('provider rate limit: every worker pauses', { job: job.id, pausedUntil: new Date(until).toISOString() });
+      if (returns > maxReturns) {
+        await deadLetter(dlq, job, token, { ...c, reason: `rate limited ${returns} times in a row: ${c.reason}` }, h);
+        await addMetrics(redis, names, { dead_lettered: 1 });
+        return;
+      }
+      await job.updateData({ ...job.data, history: h, rateLimitReturns: returns });
+      await job.moveToWait(token);
+      return;
+    }
+    if (c.kind === 'final') {
+      h.push(record('final', true));
+      await addMetrics(redis, names, c.status === 429 ? { provider_429_final: 1, dead_lettered: 1 } : { provider_4xx: 1, dead_lettered: 1 });
+      log.warn('dead-lettered', { job: job.id, reason: c.reason });
+      await deadLetter(dlq, job, token, c, h);
+      return;
+    }
+    // Retryable: count toward the breaker; an attempt is spent only while the provider looked
+    // healthy, so an outage sends no job to the dead letters.
+    const opened = await breaker.failure();
+    if (opened) log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
+    await addMetrics(redis, names, c.status === undefined ? { provider_connection_errors: 1 } : { provider_5xx: 1 });
+    const counts = !opened && !trial;
+    h.push(record('retryable', counts));
+    const used = attemptsUsed(h);
+    const allowed = job.opts.attempts ?? 5;
+    if (counts && used >= allowed) {
+      await deadLetter(dlq, job, token, { ...c, reason: `gave up after ${used} attempts: ${c.reason}`, errorClass: c.errorClass }, h);
+      await addMetrics(redis, names, { dead_lettered: 1 });
+      log.warn('dead-lettered', { job: job.id, reason: c.reason, attempts: used });
+      return;
+    }
+    const delay = counts ? fullJitterBackoff(used, options.backoff) : 0;
+    await addMetrics(redis, names, { retries: 1 });
+    await job.updateData({ ...job.data, history: h });
+    await job.moveToDelayed(Date.now() + delay, token);
+  }
+
+  async function execute(r: Running, trial: boolean) {
+    const { job, token } = r;
+    const data = job.data;
+    const startedAt = Date.now();
+    const t0 = performance.now();
+    let begun = false;
+    const stream = streamMode === 'always' || data.stream === true || data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
+    await addMetrics(redis, names, { provider_calls: 1 });
+    try {
+      const res = await callProvider(client, data.request, {
+        stream,
+        timeoutMs: data.timeoutMs ?? options.timeoutMs ?? 600_000,
+        signal: r.abort.signal,
+        onStart: async (headers) => {
+          begun = true;
+          await limiter.start(r.reservation);
+          await limiter.observe(headers);
+        },
+      });
+      const usage = res.message.usage;
+      await limiter.settle(r.reservation, {
+        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+        outputTokens: usage.output_tokens,
+      });
+      await breaker.success();
+      const h = history(job);
+      h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
+      const result: JobResult = {
+        message: res.message,
+        latencyMs: Math.round(res.latencyMs),
+        requestId: res.requestId,
+        attempts: attemptsUsed(h),
+        completedAt: Date.now(),
+      };
+      await job.moveToCompleted(result, token, false);
+      await Promise.all([
+        addMetrics(redis, names, { provider_ok: 1, completed: 1, tokens_in: usage.input_tokens, tokens_out: usage.output_tokens }),
+        observeLatency(redis, names, res.latencyMs),
+      ]);
+    } catch (err) {
+      const latencyMs = performance.now() - t0;
+      if (r.abort.signal.aborted) {
+        // Shutdown past its grace period: the call may have reached the provider.
+        await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(() => {});
+        await job.moveToWait(token).catch(() => {});
+        return;
+      }
+      const c = classifyProviderError(err);
+      const headers = (err as { headers?: unknown }).headers;
+      await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
+      if (headers) await limiter.observe(headers as never).catch(() => {});
+      await finishFailure(r, c, startedAt, latencyMs, trial);
+    }
+  }
+
+  function launch(job: Job<JobData, JobResult>, token: string, reservation: Reservation, trial: boolean) {
+    const abort = new AbortController();
+    const entry = { job, token, reservation, abort } as Running;
+    if (trial) trialInFlight = true;
+    (entry as { done: Promise<void> }).done = execute(entry, trial)
+      .catch((err) => log.warn('job handling failed; BullMQ will recover it as stalled', { job: job.id, error: (err as Error).message }))
+      .finally(() => {
+        running.delete(job.id!);
+        if (trial) trialInFlight = false;
+        slotFreed?.();
+      });
+    running.set(job.id!, entry);
+  }
+
+  async function waitForSlot() {
+    while (running.size >= localConcurrency && !stopper.signal.aborted) {
+      await new Promise<void>((resolve) => {
+        slotFreed = resolve;
+        stopper.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+    }
+  }
+
+  async function gateOnce(): Promise<void> {
+    await waitForSlot();
+    if (stopper.signal.aborted) return;
+    const b = await breaker.check();
+    if (!b.allowed || (b.trial && trialInFlight)) {
+      await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, { signal: stopper.signal });
+      return;
+    }
+    let head = await peeker.peek();
+    if (!head) {
+      await sleep(idleMs, undefined, { signal: stopper.signal });
+      idleMs = Math.min(idleMs * 2, 200);
+      return;
+    }
+    idleMs = 5;
+    let reservation: Reservation;
+    try {
+      reservation = await limiter.acquire(head.cost, {
+        scopes: head.scopes,
+        priority: head.priority,
+        signal: stopper.signal,
+        onWait: async () => {
+          const now = await peeker.peek();
+          if (!now || now.id === head?.id) return undefined;
+          head = now;
+          return { cost: now.cost, priority: now.priority, scopes: now.scopes };
+        },
+      });
+    } catch (err) {
+      if (!(err instanceof CostExceedsLimitError)) throw err;
+      // The head job can never fit (the limits shrank after it was enqueued): dead-letter it.
+      const job = await bull.getNextJob(`${id}:${++tokenCounter}`, { block: false });
+      if (job) {
+        const token = `${id}:${tokenCounter}`;
+        if (job.id === head.id) {
+          await deadLetter(dlq, job, token, { reason: err.message, errorClass: 'CostExceedsLimitError' }, history(job));
+          await addMetrics(redis, names, { dead_lettered: 1 });
+        } else {
+          await job.moveToWait(token);
+        }
+      }
+      return;
+    }
+    const token = `${id}:${++tokenCounter}`;
+    const job = (await bull.getNextJob(token, { block: false })) as Job<JobData, JobResult> | undefined;
+    if (!job) {
+      await limiter.release(reservation);
+      return;
+    }
+    if (job.id !== head.id) {
+      const c = job.data.cost;
+      const fits =
+        c.inputTokens <= reservation.cost.inputTokens &&
+        c.outputTokens <= reservation.cost.outputTokens &&
+        sameScopes(job.data.scopes ?? [], head.scopes);
+      if (!fits) {
+        // Another worker took the job we reserved for and this one needs more: give both back.
+        await limiter.release(reservation);
+        await job.moveToWait(token);
+        return;
+      }
+      reservation = await limiter.adjust(reservation, c);
+    }
+    launch(job, token, reservation, b.trial);
+  }
+
+  let idleMs = 5;
+  const loop = (async () => {
+    while (!stopper.signal.aborted) {
+      try {
+        await gateOnce();
+      } catch (err) {
+        if (stopper.signal.aborted) break;
+        const msg = err instanceof LimiterUnavailableError ? err.message : `gate failed: ${(err as Error).message}`;
+        log.warn(msg);
+        await sleep(500, undefined, { signal: stopper.signal }).catch(() => {});
+      }
+    }
+  })();
+
+  let stopping: Promise<void> | undefined;
+  const handle: WorkerHandle = {
+    id,
+    limiter,
+    breaker,
+    inFlight: () => running.size,
+    stop(graceMs = 30_000) {
+      stopping ??= (async () => {
+        stopper.abort();
+        await loop;
+        const all = Promise.all([...running.values()].map((r) => r.done));
+        const timer = setTimeout(() => {
+          for (const r of running.values()) r.abort.abort();
+        }, graceMs);
+        await all;
+        clearTimeout(timer);
+        clearInterval(renewer);
+        await bull.close();
+        await dlq.close();
+        await (bull.opts.connection as Redis).quit().catch(() => {});
+      })();
+      return stopping;
+    },
+  };
+  log.info('worker started', { id, queue: names.queue, concurrency: localConcurrency, stream: streamMode });
+  return handle;
+}
