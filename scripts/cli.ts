@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors.ts';
 import { VERSION } from '../shared/version.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
+import { registerDemoCommand } from './demo.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
 import { registerStatusCommand } from './commands/status.ts';
 import { registerWorkerCommand } from './commands/worker.ts';
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
   registerStatusCommand(program);
   registerDlqCommand(program);
   registerMockAnthropicCommand(program);
+  registerDemoCommand(program);
   return program;
 }
 
@@ -28,7 +30,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const program = buildProgram();
   try {
     await program.parseAsync([...argv]);
-    return 0;
+    return typeof process.exitCode === 'number' ? process.exitCode : 0;
   } catch (err) {
     if (err instanceof CommanderError) {
       if (err.exitCode === 0) return 0; // --help, --version

@@ -51,6 +51,11 @@ export interface WorkerOptions {
   readonly lockDurationMs?: number;
   /** How often this process looks for stalled jobs of dead workers. @default 15_000 */
   readonly stalledIntervalMs?: number;
+  /**
+   * Feed the provider's rate-limit headers to the limiter (`observe`), so spend by another
+   * client of the same key counts too. @default true
+   */
+  readonly feedback?: boolean;
   readonly logger?: WorkerLogger;
 }
 
@@ -98,6 +103,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const streamMode = options.stream ?? 'always';
   const lockDurationMs = options.lockDurationMs ?? 30_000;
   const maxReturns = options.maxRateLimitReturns ?? 20;
+  const feedback = options.feedback ?? true;
   const bull = new Worker<JobData, JobResult>(names.queue, null, {
     connection: redis.duplicate(),
     prefix: bullPrefix(names),
@@ -201,7 +207,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           await limiter.start(r.reservation);
-          await limiter.observe(headers);
+          if (feedback) await limiter.observe(headers);
         },
       });
       const usage = res.message.usage;
@@ -235,7 +241,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const c = classifyProviderError(err);
       const headers = (err as { headers?: unknown }).headers;
       await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
-      if (headers) await limiter.observe(headers as never).catch(() => {});
+      if (headers && feedback) await limiter.observe(headers as never).catch(() => {});
       await finishFailure(r, c, startedAt, latencyMs, trial);
     }
   }

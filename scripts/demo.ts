@@ -1,0 +1,153 @@
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Command } from 'commander';
+import { Producer } from '../producer/producer.ts';
+import { resolveConfig } from '../shared/config.ts';
+import { RedisUnavailableError } from '../shared/errors.ts';
+import type { JobResult } from '../shared/job.ts';
+import { startPrivateRedis, redisServerInstalled, type PrivateRedis } from '../shared/private-redis.ts';
+import { assertRedis, connectRedis } from '../shared/redis.ts';
+import { createProviderClient } from '../worker/provider.ts';
+import { startWorker } from '../worker/worker.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from './mock-anthropic/index.ts';
+
+const SAMPLES = new URL('./samples', import.meta.url).pathname;
+
+export interface DemoReport {
+  readonly documents: number;
+  readonly summarized: number;
+  readonly dead: number;
+  readonly provider429s: number | null;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly seconds: number;
+  readonly provider: 'mock' | 'anthropic';
+  readonly redis: 'REDIS_URL' | 'private';
+  readonly summaries: readonly { file: string; firstLine: string }[];
+}
+
+/**
+ * Summarizes the bundled sample documents through the real path: enqueue → gated worker →
+ * provider (the mock when no ANTHROPIC_API_KEY is set) → stored result.
+ */
+export async function runDemo(env: Record<string, string | undefined> = process.env, out: (line: string) => void = console.log): Promise<DemoReport> {
+  const config = resolveConfig({ env });
+  let privateRedis: PrivateRedis | undefined;
+  let redisUrl = config.redisUrl;
+  try {
+    await assertRedis(redisUrl);
+  } catch (err) {
+    if (!(err instanceof RedisUnavailableError) || !redisServerInstalled()) throw err;
+    privateRedis = await startPrivateRedis();
+    redisUrl = privateRedis.url;
+    out(`(nothing answered at ${err.url}: started a private redis-server at ${redisUrl})`);
+  }
+  let mock: MockAnthropicHandle | undefined;
+  if (!config.anthropicApiKey) {
+    mock = await startMockAnthropic({ windowMs: 10_000, limits: { tokens: 8_000 }, latencyMs: 150, latencyPerOutputTokenMs: 2 });
+    out(`(no ANTHROPIC_API_KEY: using the mock Anthropic server at ${mock.url}, 8,000 tokens per 10 s)`);
+  }
+  const names = { prefix: 'llmq-demo', queue: `demo-${randomBytes(3).toString('hex')}` };
+  const redis = connectRedis(redisUrl);
+  const limits = mock ? { tokens: 8_000 } : { tokens: config.tpm, inputTokens: config.itpm, outputTokens: config.otpm, requests: config.rpm };
+  const producer = new Producer({ redis, names, limits });
+  const worker = await startWorker({
+    redis,
+    names,
+    client: createProviderClient({
+      apiKey: config.anthropicApiKey ?? 'mock-key',
+      baseURL: mock ? mock.url : config.anthropicBaseUrl,
+    }),
+    limiter: { windowMs: mock ? 10_000 : config.windowS * 1000, limits, concurrency: 4, outputAccounting: config.outputAccounting },
+  });
+  const started = performance.now();
+  try {
+    const files = readdirSync(SAMPLES).filter((f) => /\.(md|txt)$/.test(f)).sort();
+    const ids = new Map<string, string>();
+    for (const f of files) {
+      const text = readFileSync(join(SAMPLES, f), 'utf8');
+      const id = await producer.enqueue(
+        {
+          model: 'claude-haiku-4-5',
+          max_tokens: 300,
+          messages: [{ role: 'user', content: `Summarize this document in two sentences.\n\n${text}` }],
+        },
+        { priority: 'batch' },
+      );
+      ids.set(f, id);
+    }
+    out(`enqueued ${files.length} documents on queue ${names.queue}; the worker is summarizing them…`);
+    const deadline = Date.now() + 180_000;
+    let results: { file: string; result?: JobResult; failed?: string }[] = [];
+    for (;;) {
+      results = await Promise.all(
+        [...ids].map(async ([file, id]) => {
+          const job = await producer.queue.getJob(id);
+          if (!job) return { file, failed: 'job vanished' };
+          if (job.returnvalue) return { file, result: job.returnvalue };
+          if (job.finishedOn && job.failedReason) return { file, failed: job.failedReason };
+          return { file };
+        }),
+      );
+      if (results.every((r) => r.result || r.failed)) break;
+      if (Date.now() > deadline) throw new Error('the demo did not finish within 3 minutes');
+      await sleep(200);
+    }
+    const summaries = results.map((r) => {
+      const text = r.result?.message.content
+        .map((b) => ((b as { type?: string }).type === 'text' ? (b as { text: string }).text : ''))
+        .join('')
+        .trim();
+      return { file: basename(r.file), firstLine: r.failed ? `(dead-lettered: ${r.failed})` : (text?.split('\n')[0] ?? '').slice(0, 100) };
+    });
+    for (const s of summaries) out(`  ${s.file}: ${s.firstLine}`);
+    const ok = results.filter((r) => r.result);
+    const report: DemoReport = {
+      documents: files.length,
+      summarized: ok.length,
+      dead: results.length - ok.length,
+      provider429s: mock ? (mock.stats().responses['429'] ?? 0) : null,
+      inputTokens: ok.reduce((n, r) => n + (r.result?.message.usage.input_tokens ?? 0), 0),
+      outputTokens: ok.reduce((n, r) => n + (r.result?.message.usage.output_tokens ?? 0), 0),
+      seconds: (performance.now() - started) / 1000,
+      provider: mock ? 'mock' : 'anthropic',
+      redis: privateRedis ? 'private' : 'REDIS_URL',
+      summaries,
+    };
+    out(
+      `demo: ${report.summarized}/${report.documents} summarized, ${report.dead} dead-lettered, ` +
+        `${report.provider429s ?? 'n/a'} provider 429s, ${report.inputTokens} input + ${report.outputTokens} output tokens ` +
+        `in ${report.seconds.toFixed(1)} s (${report.provider} provider)`,
+    );
+    return report;
+  } finally {
+    await worker.stop(5_000);
+    await producer.close();
+    await deleteDemoKeys(redis, names.prefix, names.queue).catch(() => {});
+    await redis.quit().catch(() => redis.disconnect());
+    await mock?.close();
+    await privateRedis?.stop();
+  }
+}
+
+async function deleteDemoKeys(redis: ReturnType<typeof connectRedis>, prefix: string, queue: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:{${queue}}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length) await redis.del(...keys);
+  } while (cursor !== '0');
+  await redis.srem(`${prefix}:queues`, queue);
+}
+
+export function registerDemoCommand(program: Command): void {
+  program
+    .command('demo')
+    .description('summarize the bundled sample documents end to end (mock provider without ANTHROPIC_API_KEY)')
+    .action(async () => {
+      const report = await runDemo();
+      if (report.dead > 0) process.exitCode = 1;
+    });
+}
