@@ -1,0 +1,180 @@
+/**
+ * The mock Anthropic HTTP server: routing, the small routes (count_tokens and the `/__` control
+ * routes), and the lifecycle (listen, close with open streams).
+ *
+ * Routes:
+ * - `POST /v1/messages` — see messages-handler.ts;
+ * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}`, not rate limited;
+ * - `GET /__stats` — MockStats JSON; `POST /__reset` — 204; `POST /__faults` — 204, body as
+ *   `setFaults`.
+ */
+
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { LlmqError } from '../../shared/errors.ts';
+import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './api-errors.ts';
+import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
+import { readBody, sendEmpty, sendJson } from './http-io.ts';
+import { handleMessages, type RouteContext } from './messages-handler.ts';
+import { type MockAnthropicOptions, parseMockAnthropicOptions } from './options.ts';
+import { countTokensRequestSchema, describeIssue, firstIssue } from './request-schema.ts';
+import { MockState, type RuntimeOptions } from './state.ts';
+import type { MockStats } from './stats.ts';
+import { countRequestTokens } from './tokenizer.ts';
+
+export interface MockAnthropicHandle {
+  /** Base URL to give the SDK as `baseURL`, without `/v1`, e.g. `http://127.0.0.1:43123`. */
+  readonly url: string;
+  /** What the server saw and charged so far. */
+  stats(): MockStats;
+  /** Clears stats and limit state, and restarts the fault generator from the seed. */
+  reset(): void;
+  /** Replaces the fault rates at runtime (absent rates become 0). @throws ConfigError */
+  setFaults(faults: MockAnthropicOptions['faults']): void;
+  /** Changes latency, output share or spend-capped keys at runtime. @throws ConfigError */
+  setOptions(options: RuntimeOptions): void;
+  /** Stops listening and destroys open sockets (streams included); resolves when closed. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a mock of the Anthropic Messages API on `options.host:options.port` (defaults
+ * 127.0.0.1 and a free port).
+ *
+ * @throws ConfigError when an option is invalid.
+ * @example
+ * const mock = await startMockAnthropic({ limits: { outputTokens: 4_000 } });
+ * const client = new Anthropic({ apiKey: 'test', baseURL: mock.url });
+ */
+export async function startMockAnthropic(
+  options: MockAnthropicOptions = {},
+): Promise<MockAnthropicHandle> {
+  const resolved = parseMockAnthropicOptions(options);
+  const state = new MockState(resolved);
+  const closing = new AbortController();
+  const sockets = new Set<Socket>();
+
+  const server = createServer((req, res) => {
+    const context: RouteContext = {
+      state,
+      requestId: newRequestId(),
+      serverSignal: closing.signal,
+    };
+    // Every response, control routes included, carries its id like the real API's.
+    res.setHeader('request-id', context.requestId);
+    route(req, res, context).catch((error: unknown) => {
+      // A bug in the mock must show up as a 500 the test can see, not a hung request.
+      const message = `mock-anthropic failed: ${String(error)}`;
+      sendJson(res, 500, apiErrorBody('api_error', message, context.requestId));
+    });
+  });
+  server.on('connection', (socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(resolved.port, resolved.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = resolved.host.includes(':') ? `[${resolved.host}]` : resolved.host;
+
+  let closed: Promise<void> | undefined;
+  return {
+    url: `http://${host}:${port}`,
+    stats: () => state.stats.snapshot(),
+    reset: () => state.reset(),
+    setFaults: (faults) => state.setFaults(faults),
+    setOptions: (runtime) => state.setOptions(runtime),
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        closing.abort();
+        server.close(() => resolve());
+        for (const socket of sockets) socket.destroy();
+      });
+      return closed;
+    },
+  };
+}
+
+async function route(
+  req: IncomingMessage,
+  res: ServerResponse,
+  context: RouteContext,
+): Promise<void> {
+  const path = new URL(req.url ?? '/', 'http://mock').pathname;
+  const key = `${req.method ?? 'GET'} ${path}`;
+  switch (key) {
+    case 'POST /v1/messages':
+      return handleMessages(req, res, context);
+    case 'POST /v1/messages/count_tokens':
+      return handleCountTokens(req, res, context);
+    case 'GET /__stats':
+      return sendJson(res, 200, context.state.stats.snapshot());
+    case 'POST /__reset':
+      await readBody(req);
+      context.state.reset();
+      return sendEmpty(res, 204);
+    case 'POST /__faults':
+      return handleSetFaults(req, res, context);
+    default:
+      await readBody(req);
+      return sendJson(res, 404, apiErrorBody('not_found_error', 'Not found', context.requestId));
+  }
+}
+
+async function handleCountTokens(
+  req: IncomingMessage,
+  res: ServerResponse,
+  { state, requestId }: RouteContext,
+): Promise<void> {
+  state.stats.countTokensCall();
+  const fail = (type: ApiErrorType, message: string) =>
+    sendJson(res, ERROR_STATUS[type], apiErrorBody(type, message, requestId));
+
+  const apiKey = apiKeyOf(req);
+  const raw = await readBody(req);
+  if (apiKey === undefined) {
+    return fail('authentication_error', MISSING_KEY_MESSAGE);
+  }
+  if (raw === null) {
+    return fail('request_too_large', 'Request exceeds the maximum allowed number of bytes.');
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(raw);
+  } catch {
+    return fail(
+      'invalid_request_error',
+      'There was an error parsing the body of your request: it is not valid JSON.',
+    );
+  }
+  const parsed = countTokensRequestSchema.safeParse(body);
+  if (!parsed.success) {
+    return fail('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
+  }
+  if (!parsed.data.model.startsWith('claude-')) {
+    return fail('not_found_error', `model: ${parsed.data.model}`);
+  }
+  sendJson(res, 200, { input_tokens: countRequestTokens(parsed.data) });
+}
+
+async function handleSetFaults(
+  req: IncomingMessage,
+  res: ServerResponse,
+  { state, requestId }: RouteContext,
+): Promise<void> {
+  const raw = await readBody(req);
+  try {
+    state.setFaults(raw === null || raw.trim() === '' ? {} : JSON.parse(raw));
+  } catch (error) {
+    const message =
+      error instanceof LlmqError || error instanceof SyntaxError ? error.message : String(error);
+    return sendJson(res, 400, apiErrorBody('invalid_request_error', message, requestId));
+  }
+  sendEmpty(res, 204);
+}

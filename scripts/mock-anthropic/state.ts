@@ -1,0 +1,98 @@
+/**
+ * The mutable state behind one mock server: the limiter, the stats, the fault generator and the
+ * options that may change at runtime. `reset()` swaps in fresh ones; a response still in flight
+ * from before the reset carries the old generation and its refund is dropped, so it cannot corrupt
+ * the new state.
+ */
+
+import { ConfigError } from '../../shared/errors.ts';
+import { createFaultInjector, type FaultInjector } from './faults.ts';
+import {
+  type MockAnthropicOptions,
+  parseMockAnthropicOptions,
+  type ResolvedMockAnthropicOptions,
+  resolveFaults,
+} from './options.ts';
+import type { OutputShare } from './output.ts';
+import { createRateLimiter, type RateLimiter } from './rate-limits.ts';
+import { createStatsRecorder, type StatsRecorder } from './stats.ts';
+
+/** The options `setOptions` may change while the server runs. */
+export type RuntimeOptions = Partial<
+  Pick<
+    MockAnthropicOptions,
+    'latencyMs' | 'latencyPerOutputTokenMs' | 'outputShare' | 'spendCappedKeys'
+  >
+>;
+
+export class MockState {
+  readonly options: ResolvedMockAnthropicOptions;
+  latencyMs: number;
+  latencyPerOutputTokenMs: number;
+  outputShare: OutputShare;
+  spendCappedKeys: ReadonlySet<string>;
+  limiter: RateLimiter;
+  stats: StatsRecorder;
+  readonly faults: FaultInjector;
+  /** Bumped by reset(); admissions remember it so stale refunds are ignored. */
+  generation = 0;
+
+  constructor(options: ResolvedMockAnthropicOptions) {
+    this.options = options;
+    this.latencyMs = options.latencyMs;
+    this.latencyPerOutputTokenMs = options.latencyPerOutputTokenMs;
+    this.outputShare = options.outputShare;
+    this.spendCappedKeys = new Set(options.spendCappedKeys);
+    this.limiter = this.newLimiter();
+    this.stats = this.newStats();
+    this.faults = createFaultInjector(options.seed, options.faults);
+  }
+
+  /** Clears stats and limit state and restarts the fault generator from the seed. */
+  reset(): void {
+    this.generation++;
+    this.limiter = this.newLimiter();
+    this.stats = this.newStats();
+    this.faults.reset();
+  }
+
+  /** Replaces the fault rates (absent rates become 0). @throws ConfigError on a bad rate. */
+  setFaults(faults: MockAnthropicOptions['faults']): void {
+    const parsed = parseMockAnthropicOptions({ faults: faults ?? {} });
+    this.faults.setRates(resolveFaults(parsed.faults));
+  }
+
+  /** Changes latency, output share or spend-capped keys. @throws ConfigError on a bad value. */
+  setOptions(options: RuntimeOptions): void {
+    const allowed = new Set([
+      'latencyMs',
+      'latencyPerOutputTokenMs',
+      'outputShare',
+      'spendCappedKeys',
+    ]);
+    const other = Object.keys(options ?? {}).find((key) => !allowed.has(key));
+    if (other !== undefined) {
+      throw new ConfigError(
+        `setOptions cannot change "${other}" on a running mock: allowed are ${[...allowed].join(', ')}`,
+      );
+    }
+    const parsed = parseMockAnthropicOptions(options);
+    if (options.latencyMs !== undefined) this.latencyMs = parsed.latencyMs;
+    if (options.latencyPerOutputTokenMs !== undefined) {
+      this.latencyPerOutputTokenMs = parsed.latencyPerOutputTokenMs;
+    }
+    if (options.outputShare !== undefined) this.outputShare = parsed.outputShare;
+    if (options.spendCappedKeys !== undefined)
+      this.spendCappedKeys = new Set(parsed.spendCappedKeys);
+  }
+
+  private newLimiter(): RateLimiter {
+    const { algorithm, limits, windowMs } = this.options;
+    return createRateLimiter(algorithm, limits, windowMs);
+  }
+
+  private newStats(): StatsRecorder {
+    const { algorithm, limits, windowMs, outputAccounting } = this.options;
+    return createStatsRecorder({ algorithm, limits, windowMs, outputAccounting });
+  }
+}
