@@ -3,6 +3,7 @@ import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors
 import { VERSION } from '../shared/version.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
 import { registerDemoCommand } from './demo.ts';
+import { registerDashboardCommand } from '../dashboard/index.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
 import { registerStatusCommand } from './commands/status.ts';
 import { registerWorkerCommand } from './commands/worker.ts';
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
   registerDlqCommand(program);
   registerMockAnthropicCommand(program);
   registerDemoCommand(program);
+  registerDashboardCommand(program);
   return program;
 }
 

@@ -1,0 +1,301 @@
+/**
+ * Reads what the fleet wrote to Redis about each queue (BullMQ's job counts, the limiter's
+ * window, the shared pause, the breaker, the workers' counters) into one plain view. The
+ * limiter page's JSON and `/metrics` are both made from it, so they never disagree.
+ */
+
+import type { Redis } from 'ioredis';
+import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { Limiter } from '../shared/limiter/limiter.ts';
+import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
+import { LATENCY_BUCKETS_MS, readMetrics } from '../shared/metrics.ts';
+import {
+  type DeadLetterQueue,
+  type LlmqQueue,
+  listQueues,
+  openDeadLetterQueue,
+  openQueue,
+} from '../shared/queues.ts';
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** Everything the dashboard shows about one queue, at one instant (Redis time). */
+export interface QueueView {
+  readonly queue: string;
+  /** Redis time of the reading, ms. */
+  readonly now: number;
+  /** The limiter's window, ms. */
+  readonly windowMs: number;
+  /** Use against limit of every scope and dimension in the current window. */
+  readonly scopes: readonly ScopeSnapshot[];
+  readonly pause: { readonly until: number | null; readonly remainingMs: number };
+  readonly breaker: {
+    readonly state: BreakerState;
+    readonly failures: number;
+    readonly openUntil: number | null;
+    readonly remainingMs: number;
+  };
+  readonly slots: { readonly inFlight: number; readonly cap: number | null };
+  readonly waiters: number;
+  /** 429s by source: refused by llmq's own limits vs returned by the provider. */
+  readonly rateLimited: {
+    readonly llmq: number;
+    readonly provider: number;
+    readonly providerRetryAfter: number;
+    readonly providerFinal: number;
+  };
+  /** Waiting jobs (prioritized + wait + delayed) against the queue's bound (null: unbounded). */
+  readonly depth: { readonly waiting: number; readonly bound: number | null };
+  /** BullMQ's job counts by state. */
+  readonly jobs: Readonly<Record<string, number>>;
+  readonly deadLetters: number;
+  /** Actual over reserved tokens of settled calls; null before the first settle. */
+  readonly accuracy: { readonly input: number | null; readonly output: number | null };
+  readonly counters: LimiterSnapshot['counters'];
+  /** The workers' fleet-wide counters (`shared/metrics.ts`), 0 when absent. */
+  readonly provider: {
+    readonly calls: number;
+    readonly ok: number;
+    readonly serverErrors: number;
+    readonly clientErrors: number;
+    readonly connectionErrors: number;
+    readonly retries: number;
+    readonly deadLettered: number;
+    readonly completed: number;
+    readonly tokensIn: number;
+    readonly tokensOut: number;
+    readonly latency: {
+      /** Cumulative counts per upper bound in ms. */
+      readonly buckets: readonly { readonly le: number; readonly count: number }[];
+      readonly sumMs: number;
+      readonly count: number;
+    };
+  };
+  /** 10 s buckets of the last 15 minutes. */
+  readonly history: {
+    readonly bucketMs: number;
+    /** The window's token limit spread over one bucket, for the chart; null when unlimited. */
+    readonly limitPerBucket: number | null;
+    readonly points: LimiterSnapshot['history'];
+  };
+}
+
+export interface FleetReaderOptions {
+  /** Used, not owned. */
+  readonly redis: Redis;
+  readonly prefix: string;
+  /** The queues' depth bound; 0 is unbounded. @default 10_000 */
+  readonly maxDepth?: number;
+  /**
+   * The workers' window margin. A snapshot drops what has left the window, so this must not be
+   * smaller than the workers' (that would free budget early); larger only delays the display.
+   * @default 50
+   */
+  readonly windowMarginMs?: number;
+}
+
+const HISTORY_BUCKET_MS = 10_000;
+const DEPTH_STATES = ['prioritized', 'waiting', 'delayed'] as const;
+
+interface QueueHandles {
+  readonly queue: LlmqQueue;
+  readonly dead: DeadLetterQueue;
+  /** The limiter reading this queue's window, and the `window|margin` it was made for. */
+  limiter?: { readonly reader: Limiter; readonly shape: string };
+}
+
+/** Published limiter settings (see `Limiter.publishConfig`). */
+interface PublishedConfig {
+  readonly windowMs?: number;
+  readonly windowMarginMs?: number;
+}
+
+/** Opens (and caches) the BullMQ queues and limiters of every queue under a prefix. */
+export class FleetReader {
+  readonly prefix: string;
+  readonly maxDepth: number;
+  private readonly redis: Redis;
+  private readonly marginMs: number;
+  private readonly handles = new Map<string, QueueHandles>();
+
+  constructor(options: FleetReaderOptions) {
+    this.redis = options.redis;
+    this.prefix = options.prefix;
+    this.maxDepth = options.maxDepth ?? 10_000;
+    this.marginMs = options.windowMarginMs ?? 50;
+    if (!Number.isInteger(this.maxDepth) || this.maxDepth < 0) {
+      throw new TypeError(
+        `maxDepth must be a whole number from 0 (unbounded) up, got ${this.maxDepth}`,
+      );
+    }
+  }
+
+  /** Every queue registered under the prefix, sorted. */
+  listQueues(): Promise<string[]> {
+    return listQueues(this.redis, this.prefix);
+  }
+
+  private names(queue: string): QueueNames {
+    return { prefix: this.prefix, queue };
+  }
+
+  /** The BullMQ queue and dead-letter queue of a queue, opened once. */
+  queues(queue: string): { readonly queue: LlmqQueue; readonly dead: DeadLetterQueue } {
+    return this.handle(queue);
+  }
+
+  private handle(queue: string): QueueHandles {
+    let h = this.handles.get(queue);
+    if (!h) {
+      const names = this.names(queue);
+      h = { queue: openQueue(this.redis, names), dead: openDeadLetterQueue(this.redis, names) };
+      this.handles.set(queue, h);
+    }
+    return h;
+  }
+
+  /** Closes the queues of names no longer registered. */
+  async forget(keep: readonly string[]): Promise<void> {
+    const gone = [...this.handles.keys()].filter((q) => !keep.includes(q));
+    await Promise.all(
+      gone.map(async (q) => {
+        const h = this.handles.get(q)!;
+        this.handles.delete(q);
+        await Promise.all([h.queue.close(), h.dead.close()]);
+      }),
+    );
+  }
+
+  /**
+   * A limiter that reads the window with the workers' length (published in Redis), so its
+   * pruning never drops a reservation the workers still count.
+   */
+  private async limiter(queue: string): Promise<Limiter> {
+    const h = this.handle(queue);
+    const raw = await this.redis.get(llmqKey(this.names(queue), 'limiter', 'config'));
+    let published: PublishedConfig = {};
+    try {
+      published = raw ? (JSON.parse(raw) as PublishedConfig) : {};
+    } catch {
+      // A config written by another version: read the window with the defaults.
+    }
+    const windowMs =
+      typeof published.windowMs === 'number' && published.windowMs >= 1
+        ? published.windowMs
+        : 60_000;
+    const marginMs = Math.max(
+      this.marginMs,
+      typeof published.windowMarginMs === 'number' ? published.windowMarginMs : 0,
+    );
+    const shape = `${windowMs}|${marginMs}`;
+    if (h.limiter?.shape !== shape) {
+      const reader = new Limiter({
+        redis: this.redis,
+        names: this.names(queue),
+        windowMs,
+        windowMarginMs: marginMs,
+      });
+      h.limiter = { reader, shape };
+    }
+    return h.limiter.reader;
+  }
+
+  /** Reads one queue's view. */
+  async read(queue: string): Promise<QueueView> {
+    const names = this.names(queue);
+    const { queue: q, dead } = this.queues(queue);
+    const limiter = await this.limiter(queue);
+    const [snap, metrics, breakerRaw, jobs, deadCounts] = await Promise.all([
+      limiter.snapshot(),
+      readMetrics(this.redis, names),
+      this.redis.hgetall(llmqKey(names, 'breaker')),
+      q.getJobCounts(),
+      dead.getJobCounts(),
+    ]);
+    const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
+    const c = snap.counters;
+    const state: BreakerState =
+      breakerRaw['state'] === 'open' || breakerRaw['state'] === 'half_open'
+        ? breakerRaw['state']
+        : 'closed';
+    const openUntil =
+      Number(breakerRaw['open_until']) > 0 ? Number(breakerRaw['open_until']) : null;
+    const global = snap.scopes.find((s) => s.scope === 'global');
+    const tokenLimit =
+      global?.dimensions.tokens.limit ??
+      (global?.dimensions.inputTokens.limit !== undefined &&
+      global.dimensions.outputTokens.limit !== undefined
+        ? global.dimensions.inputTokens.limit + global.dimensions.outputTokens.limit
+        : undefined);
+    let running = 0;
+    const buckets = LATENCY_BUCKETS_MS.map((le) => {
+      // Cumulative by construction; the max keeps it so even if a field is missing.
+      running = Math.max(running, m(`le_${le}`));
+      return { le, count: running };
+    });
+    const ratio = (actual: number, reserved: number) => (reserved > 0 ? actual / reserved : null);
+    return {
+      queue,
+      now: snap.now,
+      windowMs: snap.windowMs,
+      scopes: snap.scopes,
+      pause: {
+        until: snap.pausedUntil,
+        remainingMs: snap.pausedUntil ? Math.max(0, snap.pausedUntil - snap.now) : 0,
+      },
+      breaker: {
+        state,
+        failures: Number(breakerRaw['failures'] ?? 0) || 0,
+        openUntil,
+        remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - snap.now) : 0,
+      },
+      slots: { inFlight: snap.inFlight, cap: snap.concurrency ?? null },
+      waiters: snap.waiters,
+      rateLimited: {
+        llmq: c.deniedBudget,
+        provider: m('provider_429_retry_after') + m('provider_429_final'),
+        providerRetryAfter: m('provider_429_retry_after'),
+        providerFinal: m('provider_429_final'),
+      },
+      depth: {
+        waiting: DEPTH_STATES.reduce((sum, s) => sum + (jobs[s] ?? 0), 0),
+        bound: this.maxDepth > 0 ? this.maxDepth : null,
+      },
+      jobs,
+      deadLetters: Object.values(deadCounts).reduce((a, b) => a + b, 0),
+      accuracy: {
+        input: ratio(c.actualIn, c.settledReservedIn),
+        output: ratio(c.actualOut, c.settledReservedOut),
+      },
+      counters: c,
+      provider: {
+        calls: m('provider_calls'),
+        ok: m('provider_ok'),
+        serverErrors: m('provider_5xx'),
+        clientErrors: m('provider_4xx'),
+        connectionErrors: m('provider_connection_errors'),
+        retries: m('retries'),
+        deadLettered: m('dead_lettered'),
+        completed: m('completed'),
+        tokensIn: m('tokens_in'),
+        tokensOut: m('tokens_out'),
+        latency: {
+          buckets,
+          sumMs: m('latency_sum_ms'),
+          count: Math.max(m('latency_count'), running),
+        },
+      },
+      history: {
+        bucketMs: HISTORY_BUCKET_MS,
+        limitPerBucket:
+          tokenLimit !== undefined ? (tokenLimit * HISTORY_BUCKET_MS) / snap.windowMs : null,
+        points: snap.history,
+      },
+    };
+  }
+
+  /** Closes every queue this reader opened (not the Redis connection). */
+  async close(): Promise<void> {
+    await this.forget([]);
+  }
+}

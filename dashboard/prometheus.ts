@@ -1,0 +1,230 @@
+/**
+ * `/metrics` in Prometheus text: a prom-client Registry of the dashboard's own, filled on each
+ * scrape from the same {@link QueueView}s the limiter page shows. Counters hold fleet-wide
+ * totals read from Redis (set by reset-then-inc). The provider latency histogram's cumulative
+ * buckets already live in Redis and prom-client's Histogram cannot be set, so that one family
+ * is written here as text and appended.
+ */
+
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { QueueView } from './fleet-reader.ts';
+
+const DIMENSIONS = ['requests', 'inputTokens', 'outputTokens', 'tokens'] as const;
+const DIMENSION_LABEL: Record<(typeof DIMENSIONS)[number], string> = {
+  requests: 'requests',
+  inputTokens: 'input_tokens',
+  outputTokens: 'output_tokens',
+  tokens: 'tokens',
+};
+const BREAKER_STATES = ['closed', 'open', 'half_open'] as const;
+const LATENCY = 'llmq_provider_latency_seconds';
+
+/** Escapes a label value for the text format (backslash, double quote, newline). */
+function escapeLabel(value: string): string {
+  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+/** Exposition text of the provider latency histogram of every queue. */
+export function latencyHistogramText(views: readonly QueueView[]): string {
+  const lines = [
+    `# HELP ${LATENCY} Latency of provider calls, fleet-wide (every worker process), from Redis.`,
+    `# TYPE ${LATENCY} histogram`,
+  ];
+  for (const v of views) {
+    const q = `queue="${escapeLabel(v.queue)}"`;
+    const { buckets, sumMs, count } = v.provider.latency;
+    for (const b of buckets) lines.push(`${LATENCY}_bucket{${q},le="${b.le / 1000}"} ${b.count}`);
+    lines.push(`${LATENCY}_bucket{${q},le="+Inf"} ${count}`);
+    lines.push(`${LATENCY}_sum{${q}} ${sumMs / 1000}`);
+    lines.push(`${LATENCY}_count{${q}} ${count}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The dashboard's metrics; {@link render} turns views into exposition text. */
+export class PrometheusExporter {
+  readonly registry = new Registry();
+  private queue: Promise<unknown> = Promise.resolve();
+
+  private gauge<L extends string>(name: string, help: string, labelNames: readonly L[]) {
+    return new Gauge<L>({ name, help, labelNames, registers: [this.registry] });
+  }
+
+  private counter<L extends string>(name: string, help: string, labelNames: readonly L[]) {
+    return new Counter<L>({ name, help, labelNames, registers: [this.registry] });
+  }
+
+  private readonly m = {
+    jobs: this.gauge('llmq_jobs', 'Jobs in the queue by BullMQ state.', ['queue', 'state']),
+    deadLetters: this.gauge('llmq_dead_letters', 'Jobs in the dead-letter queue.', ['queue']),
+    depth: this.gauge('llmq_queue_depth', 'Waiting jobs (prioritized + wait + delayed).', [
+      'queue',
+    ]),
+    depthBound: this.gauge('llmq_queue_depth_bound', 'Bound on waiting jobs; 0 is unbounded.', [
+      'queue',
+    ]),
+    windowSeconds: this.gauge('llmq_window_seconds', "Length of the limiter's sliding window.", [
+      'queue',
+    ]),
+    windowUsed: this.gauge(
+      'llmq_window_used',
+      'Spent in the current window, per scope and dimension.',
+      ['queue', 'scope', 'dimension'],
+    ),
+    windowLimit: this.gauge('llmq_window_limit', 'Limit per window (absent: unlimited).', [
+      'queue',
+      'scope',
+      'dimension',
+    ]),
+    windowForeign: this.gauge(
+      'llmq_window_foreign',
+      "Another client's spend the provider reported in this window.",
+      ['queue', 'scope', 'dimension'],
+    ),
+    reserved: this.counter(
+      'llmq_tokens_reserved_total',
+      'Tokens reserved at admission (estimates).',
+      ['queue', 'direction'],
+    ),
+    used: this.counter(
+      'llmq_tokens_used_total',
+      'Tokens the provider reported as used, at settle.',
+      ['queue', 'direction'],
+    ),
+    settledReserved: this.counter(
+      'llmq_tokens_settled_reserved_total',
+      'Tokens reserved by the calls that settled (the denominator of the estimate accuracy).',
+      ['queue', 'direction'],
+    ),
+    accuracy: this.gauge(
+      'llmq_estimate_accuracy_ratio',
+      'Actual over reserved tokens of settled calls.',
+      ['queue', 'direction'],
+    ),
+    admitted: this.counter('llmq_limiter_admitted_total', 'Calls the limiter admitted.', ['queue']),
+    deniedSlots: this.counter(
+      'llmq_limiter_denied_slots_total',
+      'Attempts refused for want of a concurrency slot.',
+      ['queue'],
+    ),
+    rateLimited: this.counter(
+      'llmq_rate_limited_total',
+      "429s by source: refused by llmq's own limits (source=llmq) or returned by the provider.",
+      ['queue', 'source', 'kind'],
+    ),
+    providerCalls: this.counter('llmq_provider_calls_total', 'Calls made to the provider.', [
+      'queue',
+    ]),
+    providerOutcomes: this.counter('llmq_provider_responses_total', 'Provider call outcomes.', [
+      'queue',
+      'outcome',
+    ]),
+    providerTokens: this.counter(
+      'llmq_provider_tokens_total',
+      'Tokens in provider usage, as the workers counted.',
+      ['queue', 'direction'],
+    ),
+    retries: this.counter('llmq_retries_total', 'Retries scheduled by workers.', ['queue']),
+    deadLettered: this.counter('llmq_dead_lettered_total', 'Jobs moved to the dead-letter queue.', [
+      'queue',
+    ]),
+    completed: this.counter('llmq_completed_total', 'Jobs completed by workers.', ['queue']),
+    breaker: this.gauge(
+      'llmq_breaker_state',
+      "The circuit breaker's state (1 for the current one).",
+      ['queue', 'state'],
+    ),
+    breakerFailures: this.gauge(
+      'llmq_breaker_failures',
+      'Consecutive failures the breaker counted.',
+      ['queue'],
+    ),
+    pause: this.gauge(
+      'llmq_pause_remaining_seconds',
+      'Time left of the shared pause (0: not paused).',
+      ['queue'],
+    ),
+    inFlight: this.gauge('llmq_slots_in_flight', 'Calls in flight across every worker process.', [
+      'queue',
+    ]),
+    slotCap: this.gauge('llmq_slots_cap', 'Cap on calls in flight (absent: no cap).', ['queue']),
+    waiters: this.gauge('llmq_limiter_waiters', 'Workers waiting in line for budget or a slot.', [
+      'queue',
+    ]),
+  };
+
+  /** Exposition text of the given views. Concurrent scrapes take turns (the registry is shared). */
+  render(views: readonly QueueView[]): Promise<string> {
+    const run = this.queue.then(async () => {
+      this.registry.resetMetrics();
+      for (const v of views) this.fill(v);
+      return (await this.registry.metrics()) + latencyHistogramText(views);
+    });
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private fill(v: QueueView): void {
+    const m = this.m;
+    const queue = v.queue;
+    for (const [state, n] of Object.entries(v.jobs)) m.jobs.set({ queue, state }, n);
+    m.deadLetters.set({ queue }, v.deadLetters);
+    m.depth.set({ queue }, v.depth.waiting);
+    m.depthBound.set({ queue }, v.depth.bound ?? 0);
+    m.windowSeconds.set({ queue }, v.windowMs / 1000);
+    for (const s of v.scopes) {
+      for (const d of DIMENSIONS) {
+        const use = s.dimensions[d];
+        const labels = { queue, scope: s.scope, dimension: DIMENSION_LABEL[d] };
+        m.windowUsed.set(labels, use.used);
+        m.windowForeign.set(labels, use.foreign);
+        if (use.limit !== undefined) m.windowLimit.set(labels, use.limit);
+      }
+    }
+    const c = v.counters;
+    const total = (counter: Counter<string>, labels: Record<string, string>, value: number) =>
+      counter.inc(labels, Math.max(0, value));
+    total(m.reserved, { queue, direction: 'input' }, c.reservedIn);
+    total(m.reserved, { queue, direction: 'output' }, c.reservedOut);
+    total(m.used, { queue, direction: 'input' }, c.actualIn);
+    total(m.used, { queue, direction: 'output' }, c.actualOut);
+    total(m.settledReserved, { queue, direction: 'input' }, c.settledReservedIn);
+    total(m.settledReserved, { queue, direction: 'output' }, c.settledReservedOut);
+    if (v.accuracy.input !== null) m.accuracy.set({ queue, direction: 'input' }, v.accuracy.input);
+    if (v.accuracy.output !== null)
+      m.accuracy.set({ queue, direction: 'output' }, v.accuracy.output);
+    total(m.admitted, { queue }, c.admitted);
+    total(m.deniedSlots, { queue }, c.deniedSlots);
+    total(m.rateLimited, { queue, source: 'llmq', kind: 'budget' }, v.rateLimited.llmq);
+    total(
+      m.rateLimited,
+      { queue, source: 'provider', kind: 'retry_after' },
+      v.rateLimited.providerRetryAfter,
+    );
+    total(m.rateLimited, { queue, source: 'provider', kind: 'final' }, v.rateLimited.providerFinal);
+    const p = v.provider;
+    total(m.providerCalls, { queue }, p.calls);
+    total(m.providerOutcomes, { queue, outcome: 'ok' }, p.ok);
+    total(
+      m.providerOutcomes,
+      { queue, outcome: '429_retry_after' },
+      v.rateLimited.providerRetryAfter,
+    );
+    total(m.providerOutcomes, { queue, outcome: '429_final' }, v.rateLimited.providerFinal);
+    total(m.providerOutcomes, { queue, outcome: '5xx' }, p.serverErrors);
+    total(m.providerOutcomes, { queue, outcome: '4xx' }, p.clientErrors);
+    total(m.providerOutcomes, { queue, outcome: 'connection_error' }, p.connectionErrors);
+    total(m.providerTokens, { queue, direction: 'input' }, p.tokensIn);
+    total(m.providerTokens, { queue, direction: 'output' }, p.tokensOut);
+    total(m.retries, { queue }, p.retries);
+    total(m.deadLettered, { queue }, p.deadLettered);
+    total(m.completed, { queue }, p.completed);
+    for (const state of BREAKER_STATES)
+      m.breaker.set({ queue, state }, v.breaker.state === state ? 1 : 0);
+    m.breakerFailures.set({ queue }, v.breaker.failures);
+    m.pause.set({ queue }, v.pause.remainingMs / 1000);
+    m.inFlight.set({ queue }, v.slots.inFlight);
+    if (v.slots.cap !== null) m.slotCap.set({ queue }, v.slots.cap);
+    m.waiters.set({ queue }, v.waiters);
+  }
+}

@@ -1,0 +1,244 @@
+/**
+ * The dashboard's HTTP server: Bull Board at `/`, the limiter's live page at `/limiter` (and its
+ * JSON at `/api/limiter`), Prometheus text at `/metrics`. Every path needs credentials (see
+ * `auth.ts`); the server binds to 127.0.0.1 unless told otherwise.
+ */
+
+import { randomBytes } from 'node:crypto';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Redis } from 'ioredis';
+import { LlmqError } from '../shared/errors.ts';
+import { connectRedis } from '../shared/redis.ts';
+import { AccessGuard, type DashboardAuth } from './auth.ts';
+import { mountBoard } from './board.ts';
+import { FleetReader, type QueueView } from './fleet-reader.ts';
+import { limiterPage } from './limiter-page.ts';
+import { PrometheusExporter } from './prometheus.ts';
+
+export interface DashboardOptions {
+  /** A connection the dashboard uses but does not own; without it one is opened from `redisUrl`. */
+  readonly redis?: Redis;
+  /** @default 'redis://127.0.0.1:6379' */
+  readonly redisUrl?: string;
+  /** Prefix of the queues to show. @default 'llmq' */
+  readonly prefix?: string;
+  /** Interface to bind. @default '127.0.0.1' */
+  readonly host?: string;
+  /** Port to listen on; 0 picks a free one (read it from `url`). @default 3000 */
+  readonly port?: number;
+  /** Hide and refuse Bull Board's actions (retry, promote, clean, …). @default false */
+  readonly readOnly?: boolean;
+  /**
+   * Who may look. With no credential at all a one-time random token is made, returned as
+   * `token` and carried by `url`.
+   * @default {}
+   * @example { user: 'ops', password: process.env.LLMQ_DASHBOARD_PASSWORD }
+   */
+  readonly auth?: DashboardAuth;
+  /** The queues' depth bound, shown against their depth; 0 is unbounded. @default 10_000 */
+  readonly maxDepth?: number;
+  /** The workers' window margin in ms (see `FleetReaderOptions.windowMarginMs`). @default 50 */
+  readonly windowMarginMs?: number;
+  /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
+  readonly rescanMs?: number;
+}
+
+export interface DashboardHandle {
+  /**
+   * Where to open the dashboard: `http://127.0.0.1:PORT/`, carrying `?token=` when the token was
+   * generated (like Jupyter), since nobody else knows it.
+   */
+  readonly url: string;
+  /** `http://host:port`, without path or token. */
+  readonly baseUrl: string;
+  /** The bearer token in effect (generated or given); absent under Basic auth alone. */
+  readonly token: string | undefined;
+  /** Stops serving, closes the queues it opened and the connection it owns. */
+  close(): Promise<void>;
+}
+
+const wantsHtml = (req: FastifyRequest) => (req.headers.accept ?? '').includes('text/html');
+
+function unauthorized(req: FastifyRequest, reply: FastifyReply, guard: AccessGuard) {
+  reply.code(401).header('www-authenticate', guard.challenge).header('cache-control', 'no-store');
+  if (wantsHtml(req)) {
+    const how = guard.acceptsQueryToken
+      ? 'Open the URL that <code>llmq dashboard</code> printed (it carries <code>?token=</code>), or send <code>Authorization: Bearer &lt;token&gt;</code>.'
+      : 'Sign in with the user and password set in <code>LLMQ_DASHBOARD_USER</code> and <code>LLMQ_DASHBOARD_PASSWORD</code>.';
+    return reply
+      .type('text/html; charset=utf-8')
+      .send(
+        `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llmq dashboard: sign in</title></head>` +
+          `<body style="font:15px system-ui,sans-serif;margin:3rem"><h1 style="font-size:1.2rem">401: this dashboard needs credentials</h1><p>${how}</p></body></html>`,
+      );
+  }
+  return reply.send({
+    error: {
+      code: 'UNAUTHORIZED',
+      message: 'credentials required: a bearer token, Basic auth or the session cookie',
+    },
+  });
+}
+
+function displayHost(host: string): string {
+  if (host === '0.0.0.0' || host === '::' || host === '') return '127.0.0.1';
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+/**
+ * Starts the dashboard and resolves once it listens.
+ *
+ * @example
+ * const dash = await startDashboard({ prefix: 'llmq', port: 0 });
+ * console.log(dash.url); // http://127.0.0.1:40211/?token=…
+ */
+export async function startDashboard(options: DashboardOptions = {}): Promise<DashboardHandle> {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 3000;
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+    throw new TypeError(`port must be a whole number from 0 to 65535, got ${port}`);
+  }
+  const rescanMs = options.rescanMs ?? 5_000;
+  if (!(rescanMs >= 100)) throw new TypeError(`rescanMs must be at least 100, got ${rescanMs}`);
+  const guard = new AccessGuard(options.auth ?? {});
+  const readOnly = options.readOnly ?? false;
+  const ownsRedis = options.redis === undefined;
+  // No worker runs on this connection: commands may fail fast (a 503) instead of queueing
+  // while Redis is away, so a scrape or a page poll never hangs.
+  const redis =
+    options.redis ??
+    connectRedis(options.redisUrl ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 });
+  // Reconnection is ioredis's job; requests meanwhile answer 503.
+  if (ownsRedis) redis.on('error', () => {});
+  const reader = new FleetReader({
+    redis,
+    prefix: options.prefix ?? 'llmq',
+    maxDepth: options.maxDepth,
+    windowMarginMs: options.windowMarginMs,
+  });
+  const exporter = new PrometheusExporter();
+  const app = Fastify({ logger: false, forceCloseConnections: true });
+  let timer: NodeJS.Timeout | undefined;
+
+  try {
+    app.addHook('onRequest', async (req, reply) => {
+      reply
+        .header('x-content-type-options', 'nosniff')
+        .header('referrer-policy', 'no-referrer')
+        .header('x-frame-options', 'DENY');
+      const url = new URL(req.url, 'http://dashboard');
+      const localPort = req.socket.localPort;
+      const access = guard.check(req.headers, url.searchParams.get('token'), localPort);
+      if (!access.ok) return unauthorized(req, reply, guard);
+      if (access.via === 'query') {
+        reply.header('set-cookie', guard.sessionCookie(localPort));
+        if (req.method === 'GET' && wantsHtml(req)) {
+          // Drop the token from the address bar and the history; the cookie carries on.
+          url.searchParams.delete('token');
+          return (
+            reply
+              .code(303)
+              // One leading slash: `//host/…` would send the browser to another site.
+              .header('location', `/${url.pathname.replace(/^\/+/, '')}${url.search}`)
+              .header('cache-control', 'no-store')
+              .send()
+          );
+        }
+      }
+      if (readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
+        return reply.code(403).send({
+          error: { code: 'READ_ONLY', message: 'the dashboard is read-only (--read-only)' },
+        });
+      }
+    });
+
+    app.setErrorHandler((err, _req, reply) => {
+      const redisDown =
+        err instanceof Error &&
+        (err.name === 'MaxRetriesPerRequestError' ||
+          /Connection is closed|ECONNREFUSED/.test(err.message));
+      const unavailable =
+        redisDown ||
+        (err instanceof LlmqError &&
+          (err.code === 'REDIS_UNAVAILABLE' || err.code === 'LIMITER_UNAVAILABLE'));
+      const code =
+        err instanceof LlmqError ? err.code : redisDown ? 'REDIS_UNAVAILABLE' : 'INTERNAL';
+      return reply
+        .code(unavailable ? 503 : 500)
+        .send({ error: { code, message: err instanceof Error ? err.message : String(err) } });
+    });
+
+    const board = await mountBoard(app, { reader, readOnly });
+
+    app.get('/limiter', (_req, reply) => {
+      const nonce = randomBytes(16).toString('base64');
+      return reply
+        .type('text/html; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .header(
+          'content-security-policy',
+          `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; ` +
+            `img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+        )
+        .send(limiterPage(nonce));
+    });
+
+    app.get<{ Querystring: { queue?: string } }>('/api/limiter', async (req, reply) => {
+      reply.header('cache-control', 'no-store');
+      const queues = await board.refresh();
+      const asked =
+        typeof req.query.queue === 'string' && req.query.queue !== '' ? req.query.queue : undefined;
+      const queue = asked ?? queues[0];
+      if (queue === undefined) return { prefix: reader.prefix, queues, view: null };
+      if (!queues.includes(queue)) {
+        return reply.code(404).send({
+          queues,
+          error: {
+            code: 'QUEUE_NOT_FOUND',
+            message: `no queue named ${JSON.stringify(queue)} under prefix ${reader.prefix}`,
+          },
+        });
+      }
+      const view: QueueView = await reader.read(queue);
+      return { prefix: reader.prefix, queues, view };
+    });
+
+    app.get('/metrics', async (_req, reply) => {
+      const queues = await board.refresh();
+      const views = await Promise.all(queues.map((q) => reader.read(q)));
+      const text = await exporter.render(views);
+      return reply
+        .type(exporter.registry.contentType)
+        .header('cache-control', 'no-store')
+        .send(text);
+    });
+
+    await app.listen({ host, port });
+    timer = setInterval(() => void board.refresh(true).catch(() => {}), rescanMs);
+    timer.unref();
+  } catch (err) {
+    await app.close().catch(() => {});
+    await reader.close().catch(() => {});
+    if (ownsRedis) redis.disconnect();
+    throw err;
+  }
+
+  const address = app.server.address();
+  const boundPort = typeof address === 'object' && address ? address.port : port;
+  const baseUrl = `http://${displayHost(host)}:${boundPort}`;
+  let closing: Promise<void> | undefined;
+  return {
+    url: guard.generated ? `${baseUrl}/?token=${encodeURIComponent(guard.token!)}` : `${baseUrl}/`,
+    baseUrl,
+    token: guard.token,
+    close() {
+      closing ??= (async () => {
+        clearInterval(timer);
+        await app.close();
+        await reader.close();
+        if (ownsRedis) await redis.quit().catch(() => redis.disconnect());
+      })();
+      return closing;
+    },
+  };
+}

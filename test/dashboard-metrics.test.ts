@@ -1,0 +1,271 @@
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
+import { Producer } from '../producer/producer.ts';
+import { llmqKey } from '../shared/keys.ts';
+import { Limiter } from '../shared/limiter/limiter.ts';
+import { addMetrics, observeLatency } from '../shared/metrics.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+/** What a scrape held: samples by `name{label="v",…}` (labels sorted) and the family types. */
+interface Exposition {
+  readonly samples: Map<string, number>;
+  readonly types: Map<string, string>;
+}
+
+const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: (-?\d+))?$/;
+const LABEL = /^([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\[\\"n])*)"$/;
+const VALUE = /^(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Inf|NaN)$/;
+
+function splitLabels(text: string): string[] {
+  const out: string[] = [];
+  let current = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (ch === '\\' && quoted) {
+      current += ch + (text[i + 1] ?? '');
+      i++;
+      continue;
+    }
+    if (ch === '"') quoted = !quoted;
+    if (ch === ',' && !quoted) {
+      out.push(current);
+      current = '';
+      continue;
+    }
+    current += ch;
+  }
+  if (current !== '') out.push(current);
+  return out;
+}
+
+/**
+ * A strict reading of the Prometheus text format (0.0.4): every line a comment, blank, or
+ * `name{labels} value`; TYPE lines name a valid type once, before the family's samples; every
+ * sample belongs to a declared family; histogram buckets are cumulative and end at +Inf = count.
+ */
+function parseExposition(text: string): Exposition {
+  const samples = new Map<string, number>();
+  const types = new Map<string, string>();
+  const seen = new Set<string>();
+  const familyOf = (name: string): string | undefined => {
+    if (types.has(name)) return name;
+    for (const suffix of ['_bucket', '_sum', '_count']) {
+      const base = name.endsWith(suffix) ? name.slice(0, -suffix.length) : undefined;
+      if (base && (types.get(base) === 'histogram' || types.get(base) === 'summary')) return base;
+    }
+    return undefined;
+  };
+  for (const [i, line] of text.split('\n').entries()) {
+    const where = `line ${i + 1}: ${JSON.stringify(line)}`;
+    if (line === '') continue;
+    if (line.startsWith('#')) {
+      const parts = line.split(' ');
+      if (parts[1] === 'TYPE') {
+        const [, , name, type, ...rest] = parts;
+        expect(rest, where).toEqual([]);
+        expect(name, where).toMatch(NAME);
+        expect(['counter', 'gauge', 'histogram', 'summary', 'untyped'], where).toContain(type);
+        expect(types.has(name!), `${where}: TYPE given twice`).toBe(false);
+        expect(seen.has(name!), `${where}: TYPE after samples`).toBe(false);
+        types.set(name!, type!);
+      } else if (parts[1] === 'HELP') {
+        expect(parts[2], where).toMatch(NAME);
+      }
+      continue;
+    }
+    const m = SAMPLE.exec(line);
+    expect(m, where).not.toBeNull();
+    const [, name, labelText, value] = m!;
+    expect(value, where).toMatch(VALUE);
+    const labels = labelText ? splitLabels(labelText) : [];
+    for (const l of labels) expect(l, where).toMatch(LABEL);
+    const family = familyOf(name!);
+    expect(family, `${where}: no TYPE for this sample`).toBeDefined();
+    seen.add(family!);
+    if (name!.endsWith('_bucket'))
+      expect(
+        labels.some((l) => l.startsWith('le=')),
+        where,
+      ).toBe(true);
+    const key = `${name}{${[...labels].sort().join(',')}}`;
+    expect(samples.has(key), `${where}: duplicate sample`).toBe(false);
+    samples.set(key, Number(value === '+Inf' ? Infinity : value));
+  }
+  for (const [family, type] of types) {
+    if (type !== 'histogram') continue;
+    const series = new Map<string, { le: number; v: number }[]>();
+    for (const [key, v] of samples) {
+      if (!key.startsWith(`${family}_bucket{`)) continue;
+      const labels = key.slice(key.indexOf('{') + 1, -1).split(',');
+      const le = labels.find((l) => l.startsWith('le='))!;
+      const rest = labels.filter((l) => l !== le).join(',');
+      const bound = le.slice(4, -1);
+      series.set(rest, [
+        ...(series.get(rest) ?? []),
+        { le: bound === '+Inf' ? Infinity : Number(bound), v },
+      ]);
+    }
+    for (const [rest, buckets] of series) {
+      buckets.sort((a, b) => a.le - b.le);
+      for (let i = 1; i < buckets.length; i++)
+        expect(buckets[i]!.v).toBeGreaterThanOrEqual(buckets[i - 1]!.v);
+      expect(buckets.at(-1)!.le, `${family}{${rest}} has a +Inf bucket`).toBe(Infinity);
+      expect(samples.get(`${family}_count{${rest}}`)).toBe(buckets.at(-1)!.v);
+      expect(samples.has(`${family}_sum{${rest}}`)).toBe(true);
+    }
+  }
+  return { samples, types };
+}
+
+describe('the exposition checker', () => {
+  it('refuses what Prometheus would refuse', () => {
+    expect(() => parseExposition('# TYPE a gauge\na{b} 1\n')).toThrow();
+    expect(() => parseExposition('a 1\n')).toThrow();
+    expect(() => parseExposition('# TYPE a gauge\na one\n')).toThrow();
+    expect(() =>
+      parseExposition(
+        '# TYPE a histogram\na_bucket{le="1"} 2\na_bucket{le="+Inf"} 1\na_count 1\na_sum 3\n',
+      ),
+    ).toThrow();
+    expect(parseExposition('# TYPE a gauge\na{b="x \\"y\\""} 1.5e3\n').samples.size).toBe(1);
+  });
+});
+
+describe('/metrics', () => {
+  let redis: Redis;
+  let names: ReturnType<typeof testNames>;
+  let producer: Producer;
+  let limiter: Limiter;
+  let dashboard: DashboardHandle;
+  const TOKEN = 'prometheus-scraper-token';
+
+  beforeAll(async () => {
+    redis = newRedis();
+    names = testNames('dmet');
+    producer = new Producer({ redis, names });
+    await producer.enqueue({
+      model: 'claude-sonnet-4-5',
+      max_tokens: 100,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    limiter = new Limiter({
+      redis,
+      names,
+      windowMs: 60_000,
+      limits: { tokens: 10_000, requests: 50 },
+      concurrency: 4,
+    });
+    await limiter.publishConfig();
+    dashboard = await startDashboard({
+      redis,
+      prefix: names.prefix,
+      port: 0,
+      auth: { token: TOKEN },
+      maxDepth: 500,
+    });
+  });
+
+  afterAll(async () => {
+    await dashboard?.close();
+    await producer?.close();
+    if (redis) {
+      await deleteKeys(redis, names.prefix);
+      redis.disconnect();
+    }
+  });
+
+  const scrape = async (): Promise<Exposition> => {
+    const res = await fetch(`${dashboard.baseUrl}/metrics`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    return parseExposition(await res.text());
+  };
+  const q = (labels: string) => `queue="${names.queue}"${labels ? `,${labels}` : ''}`;
+  const sample = (e: Exposition, name: string, labels = '') => {
+    const sorted = q(labels).split(',').sort().join(',');
+    return e.samples.get(`${name}{${sorted}}`);
+  };
+
+  it('needs credentials, and a bearer token is enough for Prometheus', async () => {
+    expect((await fetch(`${dashboard.baseUrl}/metrics`)).status).toBe(401);
+    const wrong = await fetch(`${dashboard.baseUrl}/metrics`, {
+      headers: { authorization: 'Bearer nope' },
+    });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('www-authenticate')).toMatch(/^Bearer/);
+  });
+
+  it('parses as Prometheus text, with a latency histogram family and every gauge of the queue', async () => {
+    const e = await scrape();
+    expect(e.types.get('llmq_provider_latency_seconds')).toBe('histogram');
+    expect(e.types.get('llmq_jobs')).toBe('gauge');
+    expect(e.types.get('llmq_rate_limited_total')).toBe('counter');
+    expect(sample(e, 'llmq_jobs', 'state="prioritized"')).toBe(1);
+    expect(sample(e, 'llmq_queue_depth')).toBe(1);
+    expect(sample(e, 'llmq_queue_depth_bound')).toBe(500);
+    expect(sample(e, 'llmq_window_limit', 'scope="global",dimension="tokens"')).toBe(10_000);
+    expect(sample(e, 'llmq_slots_cap')).toBe(4);
+    expect(sample(e, 'llmq_breaker_state', 'state="closed"')).toBe(1);
+    expect(sample(e, 'llmq_dead_letters')).toBe(0);
+  });
+
+  it('moves its counters with work done between two scrapes', async () => {
+    const before = await scrape();
+
+    const ok = await limiter.tryAcquire({ requests: 1, inputTokens: 300, outputTokens: 700 });
+    if (!ok.ok) throw new Error(`refused: ${JSON.stringify(ok)}`);
+    await limiter.settle(ok.reservation, { inputTokens: 240, outputTokens: 500 });
+    const tooBig = await limiter.tryAcquire({
+      requests: 1,
+      inputTokens: 3_000,
+      outputTokens: 6_000,
+    });
+    expect(tooBig).toMatchObject({ ok: false, reason: 'budget' });
+    await addMetrics(redis, names, {
+      provider_calls: 3,
+      provider_ok: 1,
+      provider_429_retry_after: 1,
+      provider_429_final: 1,
+      tokens_in: 240,
+      tokens_out: 500,
+      completed: 1,
+    });
+    await observeLatency(redis, names, 1_200);
+    await producer.enqueue({
+      model: 'claude-sonnet-4-5',
+      max_tokens: 100,
+      messages: [{ role: 'user', content: 'again' }],
+    });
+    await redis.hset(llmqKey(names, 'breaker'), {
+      state: 'open',
+      failures: '5',
+      open_until: String(Date.now() + 30_000),
+    });
+
+    const after = await scrape();
+    const grew = (name: string, labels = '') =>
+      (sample(after, name, labels) ?? 0) - (sample(before, name, labels) ?? 0);
+    expect(grew('llmq_provider_calls_total')).toBe(3);
+    expect(grew('llmq_rate_limited_total', 'source="provider",kind="retry_after"')).toBe(1);
+    expect(grew('llmq_rate_limited_total', 'source="provider",kind="final"')).toBe(1);
+    expect(grew('llmq_rate_limited_total', 'source="llmq",kind="budget"')).toBe(1);
+    expect(grew('llmq_tokens_reserved_total', 'direction="input"')).toBe(300);
+    expect(grew('llmq_tokens_used_total', 'direction="input"')).toBe(240);
+    expect(grew('llmq_limiter_admitted_total')).toBe(1);
+    expect(grew('llmq_provider_tokens_total', 'direction="output"')).toBe(500);
+    expect(grew('llmq_window_used', 'scope="global",dimension="tokens"')).toBe(940);
+    expect(grew('llmq_provider_latency_seconds_count')).toBe(1);
+    expect(grew('llmq_provider_latency_seconds_bucket', 'le="2.5"')).toBe(1);
+    expect(grew('llmq_provider_latency_seconds_bucket', 'le="1"')).toBe(0);
+    expect(grew('llmq_provider_latency_seconds_sum')).toBeCloseTo(1.2);
+    expect(grew('llmq_jobs', 'state="prioritized"')).toBe(1);
+    expect(sample(after, 'llmq_breaker_state', 'state="open"')).toBe(1);
+    expect(sample(after, 'llmq_breaker_failures')).toBe(5);
+    expect(sample(after, 'llmq_estimate_accuracy_ratio', 'direction="input"')).toBeCloseTo(0.8);
+  });
+});
