@@ -4,6 +4,7 @@ import { VERSION } from '../shared/version.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
 import { registerDemoCommand } from './demo.ts';
 import { registerDashboardCommand } from '../dashboard/index.ts';
+import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
 import { registerStatusCommand } from './commands/status.ts';
 import { registerWorkerCommand } from './commands/worker.ts';
@@ -24,6 +25,8 @@ export function buildProgram(): Command {
   registerMockAnthropicCommand(program);
   registerDemoCommand(program);
   registerDashboardCommand(program);
+  registerServeCommand(program);
+  registerBatchCommand(program);
   return program;
 }
 

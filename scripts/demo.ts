@@ -64,7 +64,7 @@ export async function runDemo(env: Record<string, string | undefined> = process.
   });
   const started = performance.now();
   try {
-    const files = readdirSync(SAMPLES).filter((f) => /\.(md|txt)$/.test(f)).sort();
+    const files = (readdirSync(SAMPLES, { recursive: true }) as string[]).filter((f) => /\.(md|txt)$/.test(f)).sort();
     const ids = new Map<string, string>();
     for (const f of files) {
       const text = readFileSync(join(SAMPLES, f), 'utf8');

@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { VERSION } from './version.ts';
 
@@ -33,7 +33,9 @@ export function loadLuaScripts(dir: string): Record<string, LuaScript> {
       name,
       numberOfKeys: Number(keys),
       lua,
-      command: `llmq_${VERSION.replace(/\W/g, '_')}_${basename(dir)}_${name}`,
+      // Named after the folder that holds `lua/` (limiter, worker, producer), so scripts of
+      // different parts may share a name.
+      command: `llmq_${VERSION.replace(/\W/g, '_')}_${basename(dirname(dir))}_${name}`,
     };
   }
   return out;

@@ -40,7 +40,7 @@ export function registerEnqueueCommand(program: Command): void {
     const priority = resolvePriority(flags['priority'] as string | undefined);
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
-      const producer = new Producer({ redis, names: namesOf(config), limits: limitsOf(config) });
+      const producer = new Producer({ redis, names: namesOf(config), limits: limitsOf(config), maxDepth: config.maxDepth });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind.
         requests.forEach((r, i) => {

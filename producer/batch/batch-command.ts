@@ -1,0 +1,101 @@
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { resolveConfig } from '../../shared/config.ts';
+import { ConfigError } from '../../shared/errors.ts';
+import { assertRedis } from '../../shared/redis.ts';
+import { createProducer } from '../create-producer.ts';
+import { runBatchSummarize } from './summarize.ts';
+
+interface SummarizeFlags {
+  out: string;
+  model?: string;
+  maxTokens?: string;
+  prompt?: string;
+  promptFile?: string;
+  priority?: string;
+  tenant?: string;
+  wait: boolean;
+  retryFailed?: boolean;
+  queue?: string;
+  prefix?: string;
+}
+
+/** Adds `llmq batch summarize PATH… --out FILE`. */
+export function registerBatchCommand(program: Command): Command {
+  const batch = program.command('batch').description('batch runs through the queue');
+  batch
+    .command('summarize')
+    .description(
+      'summarize .txt and .md files (folders recursively) through the queue, one job per file, results as JSON Lines; ' +
+        'a rerun resumes where the last one stopped. Exit 0 when all succeeded, 1 when some were dead-lettered, 130 when interrupted',
+    )
+    .argument('<paths...>', 'files and folders')
+    .requiredOption('--out <file>', 'JSONL results file (appended; read first to resume)')
+    .option('--model <model>', 'model to summarize with', 'claude-haiku-4-5')
+    .option('--max-tokens <n>', 'max_tokens of each summary', '512')
+    .option('--prompt <text>', 'system prompt')
+    .option('--prompt-file <file>', 'read the system prompt from a file')
+    .option(
+      '--priority <p>',
+      'interactive, default, batch, or a number (1 is the most urgent)',
+      'batch',
+    )
+    .option('--tenant <name>', 'the tenant the jobs belong to')
+    .option('--no-wait', 'enqueue and exit; a later run collects the results')
+    .option('--retry-failed', 'enqueue again the files whose earlier result was an error')
+    .option('--queue <name>', 'queue name (env LLMQ_QUEUE)')
+    .option('--prefix <prefix>', 'Redis key prefix (env LLMQ_PREFIX)')
+    .action(async (paths: string[], flags: SummarizeFlags) => {
+      const config = resolveConfig({ flags: { ...flags }, env: process.env });
+      const maxTokens = Number(flags.maxTokens);
+      if (!Number.isInteger(maxTokens) || maxTokens < 1) {
+        throw new ConfigError(
+          `--max-tokens must be a whole number from 1 up, got ${JSON.stringify(flags.maxTokens)}`,
+        );
+      }
+      if (flags.prompt !== undefined && flags.promptFile !== undefined) {
+        throw new ConfigError('--prompt and --prompt-file exclude each other: give one');
+      }
+      let prompt = flags.prompt;
+      if (flags.promptFile !== undefined) {
+        try {
+          prompt = readFileSync(flags.promptFile, 'utf8').trim();
+        } catch (err) {
+          throw new ConfigError(
+            `--prompt-file ${flags.promptFile} cannot be read (${(err as Error).message})`,
+          );
+        }
+      }
+      await assertRedis(config.redisUrl);
+      const producer = createProducer(config);
+      const ac = new AbortController();
+      const onSigint = () => {
+        if (ac.signal.aborted) process.exit(130);
+        process.stderr.write(
+          '\ninterrupted: stopping (jobs stay queued; Ctrl-C again to quit at once)\n',
+        );
+        ac.abort();
+      };
+      process.on('SIGINT', onSigint);
+      try {
+        const report = await runBatchSummarize({
+          paths,
+          out: flags.out,
+          producer,
+          model: flags.model ?? 'claude-haiku-4-5',
+          maxTokens,
+          ...(prompt !== undefined ? { prompt } : {}),
+          priority: flags.priority ?? 'batch',
+          ...(flags.tenant !== undefined ? { tenant: flags.tenant } : {}),
+          wait: flags.wait,
+          retryFailed: flags.retryFailed ?? false,
+          signal: ac.signal,
+        });
+        process.exitCode = report.exitCode;
+      } finally {
+        process.off('SIGINT', onSigint);
+        await producer.close();
+      }
+    });
+  return batch;
+}

@@ -1,0 +1,320 @@
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
+import type { JobResult } from '../../shared/job.ts';
+import type { PriorityLane } from '../../shared/priority.ts';
+import { JobFailedError, JobNotFoundError } from '../errors.ts';
+import { jobIdForKey } from '../idempotency.ts';
+import type { Producer } from '../producer.ts';
+import { collectFiles } from './collect-files.ts';
+import { Progress, type ProgressState } from './progress.ts';
+import { type ResultLine, ResultsFile } from './results-file.ts';
+
+export const DEFAULT_SUMMARY_PROMPT =
+  'Summarize the document the user sends in three to five sentences. Keep the names, numbers and ' +
+  'conclusions that matter; add nothing that is not in the document.';
+
+export interface BatchSummarizeOptions {
+  /** Files and folders (.txt and .md, folders recursively). */
+  readonly paths: readonly string[];
+  /** The JSONL results file; appended to, and read first to resume. */
+  readonly out: string;
+  /** The producer to enqueue with (its queue, bounds and limits). */
+  readonly producer: Producer;
+  /** @default 'claude-haiku-4-5' */
+  readonly model?: string;
+  /** @default 512 */
+  readonly maxTokens?: number;
+  /** The system prompt. @default {@link DEFAULT_SUMMARY_PROMPT} */
+  readonly prompt?: string;
+  /** @default 'batch' */
+  readonly priority?: PriorityLane | number | string;
+  readonly tenant?: string;
+  /** Wait for the results. False: enqueue and return (a later run collects them). @default true */
+  readonly wait?: boolean;
+  /** Enqueue files whose earlier result was an error again (with a fresh idempotency key). @default false */
+  readonly retryFailed?: boolean;
+  /** Stops the run: jobs stay queued, the results file stays valid. */
+  readonly signal?: AbortSignal;
+  /** Where progress goes; a TTY gets a redrawn bar. @default process.stderr */
+  readonly progress?: { write(chunk: string): boolean; readonly isTTY?: boolean };
+  /** Where the final report goes. @default process.stdout */
+  readonly report?: { write(chunk: string): boolean };
+  /** Called with each line as it is written. */
+  readonly onLine?: (line: ResultLine) => void;
+}
+
+export interface BatchReport {
+  readonly files: number;
+  /** Files whose result was already in the out file. */
+  readonly skipped: number;
+  /** Jobs this run added. */
+  readonly enqueued: number;
+  /** Files whose job was already there (queued, running or finished): re-attached, not added. */
+  readonly reattached: number;
+  /** Files with a summary (from this run or an earlier one). */
+  readonly succeeded: number;
+  /** Files whose job was dead-lettered or could not be enqueued (from this run or an earlier one). */
+  readonly failed: readonly {
+    readonly file: string;
+    readonly id: string | null;
+    readonly error: string;
+  }[];
+  /** Files still without a result (with `wait: false`, or interrupted). */
+  readonly pending: number;
+  /** Empty files, left out. */
+  readonly empty: readonly string[];
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly elapsedMs: number;
+  readonly interrupted: boolean;
+  /** 0 all succeeded (or enqueued with wait false), 1 some failed, 130 interrupted. */
+  readonly exitCode: 0 | 1 | 130;
+}
+
+interface Pending {
+  readonly file: string;
+  readonly key: string;
+  readonly id: string;
+}
+
+/**
+ * Summarizes documents through the queue: one job per file, with an idempotency key from the
+ * file's content and the parameters, so a rerun resumes: files whose result is already in the
+ * out file are skipped, and files whose job is still queued or finished meanwhile are
+ * re-attached to that job instead of enqueued again. Enqueues with backpressure (`wait: true`
+ * against the depth bound), appends each result as one JSONL line as it arrives, and ends with
+ * one report line (and the dead-lettered files, listed).
+ */
+export async function runBatchSummarize(options: BatchSummarizeOptions): Promise<BatchReport> {
+  const started = Date.now();
+  const model = options.model ?? 'claude-haiku-4-5';
+  const maxTokens = options.maxTokens ?? 512;
+  const prompt = options.prompt ?? DEFAULT_SUMMARY_PROMPT;
+  const priority = options.priority ?? 'batch';
+  const wait = options.wait ?? true;
+  const { producer, signal, tenant } = options;
+  const progressOut = options.progress ?? process.stderr;
+  const reportOut = options.report ?? process.stdout;
+
+  const files = await collectFiles(options.paths);
+  const results = ResultsFile.open(options.out);
+  const progress = new Progress(progressOut);
+  const failed: { file: string; id: string | null; error: string }[] = [];
+  const empty: string[] = [];
+  let succeeded = 0;
+  let skipped = 0;
+  let enqueued = 0;
+  let reattached = 0;
+  let inputTokens = 0;
+  let outputTokens = 0;
+  let arrived = 0;
+
+  // What earlier runs wrote, by file: a line counts for the file's current content only.
+  const earlier = new Map<string, ResultLine[]>();
+  for (const line of results.existing) {
+    const list = earlier.get(line.file) ?? [];
+    list.push(line);
+    earlier.set(line.file, list);
+  }
+
+  const state = (): ProgressState => ({
+    total: files.length - empty.length,
+    succeeded,
+    failed: failed.length,
+    tokens: inputTokens + outputTokens,
+    arrived,
+    startedAt: started,
+  });
+
+  const write = (line: ResultLine) => {
+    results.append(line);
+    options.onLine?.(line);
+    if ('summary' in line) {
+      succeeded++;
+      inputTokens += line.usage.input_tokens;
+      outputTokens += line.usage.output_tokens;
+    } else {
+      failed.push({ file: line.file, id: line.id, error: line.error });
+    }
+    arrived++;
+    progress.update(state());
+  };
+
+  // Each wait settles quietly; the first unexpected error (Redis gone) is thrown at the end.
+  const waits: Promise<void>[] = [];
+  let unexpected: unknown;
+  const collect = (p: Pending) => {
+    waits.push(
+      producer.waitForResult(p.id, signal ? { signal } : {}).then(
+        (result) =>
+          write({ file: p.file, id: p.id, summary: summaryOf(result), usage: usageOf(result) }),
+        (err: unknown) => {
+          if (err instanceof JobFailedError) write({ file: p.file, id: p.id, error: err.reason });
+          // Removed meanwhile (cancelled, or its retention ran out): no line, so a rerun enqueues it again.
+          else if (err instanceof JobNotFoundError)
+            progress.note(`warning: job ${p.id} of ${p.file} was removed; rerun to summarize it`);
+          else if (!signal?.aborted) unexpected ??= err;
+        },
+      ),
+    );
+  };
+
+  let interrupted = false;
+  try {
+    progress.note(`batch: ${files.length} file(s), results in ${options.out}`);
+    for (const file of files) {
+      if (signal?.aborted) break;
+      const text = await readFile(file, 'utf8');
+      if (text.trim() === '') {
+        empty.push(file);
+        continue;
+      }
+      const baseKey = idempotencyKey({ model, maxTokens, prompt, text });
+      const decided = decide(
+        baseKey,
+        earlier.get(file) ?? [],
+        tenant,
+        options.retryFailed ?? false,
+      );
+      if (decided.kind === 'done') {
+        skipped++;
+        if ('summary' in decided.line) succeeded++;
+        else failed.push({ file, id: decided.line.id, error: decided.line.error });
+        continue;
+      }
+      const request = {
+        model,
+        max_tokens: maxTokens,
+        system: prompt,
+        messages: [{ role: 'user' as const, content: text }],
+      };
+      try {
+        const job = await producer.enqueueJob(request, {
+          idempotencyKey: decided.key,
+          priority,
+          ...(tenant !== undefined ? { tenant } : {}),
+          meta: { file },
+          wait: true,
+          ...(signal ? { signal } : {}),
+        });
+        if (job.created) enqueued++;
+        else reattached++;
+        if (wait) collect({ file, key: decided.key, id: job.id });
+      } catch (err) {
+        if (signal?.aborted) break;
+        if (err instanceof RedisUnavailableError || !(err instanceof LlmqError)) throw err;
+        // This file can never be enqueued as it is (too long for a limit, …): say so under the id
+        // its job would have (so an edited file is tried again), and go on.
+        write({ file, id: jobIdForKey(decided.key, tenant), error: err.message });
+      }
+      progress.update(state());
+    }
+    if (wait) await Promise.all(waits);
+    if (unexpected !== undefined) throw unexpected;
+  } finally {
+    interrupted = signal?.aborted ?? false;
+    results.close();
+    progress.update(state(), true);
+    progress.finish();
+  }
+
+  const total = files.length - empty.length;
+  const pending = total - succeeded - failed.length;
+  const report: BatchReport = {
+    files: files.length,
+    skipped,
+    enqueued,
+    reattached,
+    succeeded,
+    failed,
+    pending,
+    empty,
+    inputTokens,
+    outputTokens,
+    elapsedMs: Date.now() - started,
+    interrupted,
+    exitCode: interrupted ? 130 : failed.length > 0 ? 1 : 0,
+  };
+  reportOut.write(`${reportLine(report, wait)}\n`);
+  for (const f of failed)
+    reportOut.write(`  dead-lettered: ${f.file}${f.id ? ` (job ${f.id})` : ''}: ${f.error}\n`);
+  return report;
+}
+
+/** The one-line summary of a run. */
+export function reportLine(r: BatchReport, waited = true): string {
+  const parts = [
+    `${r.files} file(s)`,
+    `${r.succeeded} summarized`,
+    `${r.failed.length} dead-lettered`,
+    `${r.pending} pending`,
+    `${r.enqueued} enqueued, ${r.reattached} re-attached, ${r.skipped} already done`,
+  ];
+  if (r.empty.length > 0) parts.push(`${r.empty.length} empty skipped`);
+  const head = r.interrupted
+    ? 'batch interrupted (jobs stay queued; rerun to resume)'
+    : waited
+      ? 'batch done'
+      : 'batch enqueued (rerun without --no-wait to collect)';
+  return `${head}: ${parts.join(', ')}; tokens ${r.inputTokens} in, ${r.outputTokens} out; ${(r.elapsedMs / 1000).toFixed(1)} s`;
+}
+
+/** The idempotency key of one file's job: its content and every parameter that shapes the summary. */
+export function idempotencyKey(p: {
+  model: string;
+  maxTokens: number;
+  prompt: string;
+  text: string;
+}): string {
+  const h = createHash('sha256').update(
+    JSON.stringify(['llmq-batch-summarize/v1', p.model, p.maxTokens, p.prompt, p.text]),
+  );
+  return `batch:${h.digest('hex')}`;
+}
+
+type Decision = { kind: 'done'; line: ResultLine } | { kind: 'enqueue'; key: string };
+
+/**
+ * What to do with a file given the lines earlier runs wrote for it. A line counts only when its
+ * id is one this content's keys map to (the base key, or a retry's key), so an edited file is
+ * summarized again. A summary means done; an error means done too, unless `retryFailed`, which
+ * enqueues under the next retry key (the same key on a rerun until that retry's line exists).
+ */
+function decide(
+  baseKey: string,
+  lines: readonly ResultLine[],
+  tenant: string | undefined,
+  retryFailed: boolean,
+): Decision {
+  const keyOf = (n: number) => (n === 0 ? baseKey : `${baseKey}:retry-${n}`);
+  const mine: ResultLine[] = [];
+  for (let n = 0; n <= lines.length; n++) {
+    const id = jobIdForKey(keyOf(n), tenant);
+    for (const l of lines) if (l.id === id) mine.push(l);
+  }
+  const success = mine.find((l) => 'summary' in l);
+  if (success) return { kind: 'done', line: success };
+  const errors = mine.filter((l) => 'error' in l);
+  const last = errors.at(-1);
+  if (last && !retryFailed) return { kind: 'done', line: last };
+  return { kind: 'enqueue', key: keyOf(errors.length) };
+}
+
+function summaryOf(result: JobResult): string {
+  return result.message.content
+    .map((b) =>
+      b && typeof b === 'object' && (b as { type?: unknown }).type === 'text'
+        ? String((b as { text?: unknown }).text ?? '')
+        : '',
+    )
+    .join('')
+    .trim();
+}
+
+function usageOf(result: JobResult): { input_tokens: number; output_tokens: number } {
+  return {
+    input_tokens: result.message.usage.input_tokens,
+    output_tokens: result.message.usage.output_tokens,
+  };
+}

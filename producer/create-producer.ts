@@ -1,0 +1,44 @@
+import Anthropic from '@anthropic-ai/sdk';
+import type { RedisOptions } from 'ioredis';
+import type { Config } from '../shared/config.ts';
+import { connectRedis } from '../shared/redis.ts';
+import { Producer, type ProducerOptions } from './producer.ts';
+
+/**
+ * A producer for a resolved {@link Config}: its own Redis connection (closed by `close()`), the
+ * global limits (rpm, itpm, otpm, tpm) and headroom to refuse what can never fit, the depth
+ * bound, and an SDK client for `exactCount`.
+ */
+export function createProducer(
+  config: Config,
+  overrides: Partial<Omit<ProducerOptions, 'redis' | 'names'>> & {
+    readonly redisOptions?: RedisOptions;
+  } = {},
+): Producer {
+  const { redisOptions, ...rest } = overrides;
+  const redis = connectRedis(config.redisUrl, redisOptions);
+  redis.on('error', () => {});
+  const tokenCounter =
+    config.anthropicApiKey || config.anthropicBaseUrl
+      ? new Anthropic({
+          apiKey: config.anthropicApiKey ?? 'unset',
+          baseURL: config.anthropicBaseUrl ?? null,
+        })
+      : undefined;
+  return new Producer({
+    redis,
+    ownsRedis: true,
+    redisUrl: config.redisUrl,
+    names: { prefix: config.prefix, queue: config.queue },
+    limits: {
+      requests: config.rpm,
+      inputTokens: config.itpm,
+      outputTokens: config.otpm,
+      tokens: config.tpm,
+    },
+    headroom: config.headroom,
+    maxDepth: config.maxDepth,
+    ...(tokenCounter ? { tokenCounter } : {}),
+    ...rest,
+  });
+}

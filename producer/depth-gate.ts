@@ -1,0 +1,233 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import { QueueFullError } from '../shared/errors.ts';
+import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import type { LlmqQueue } from '../shared/queues.ts';
+
+const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
+
+export interface DepthGateOptions {
+  readonly redis: Redis;
+  readonly names: QueueNames;
+  /** The queue whose waiting jobs are counted (its BullMQ keys). */
+  readonly queue: LlmqQueue;
+  /** Waiting jobs allowed in the queue; 0 for no bound. @default 0 */
+  readonly maxDepth?: number;
+  /**
+   * Waiting jobs allowed per tenant: a number for every tenant, or a bound per tenant name
+   * (`'*'` for the others); 0 or absent for no bound. Meant for modest bounds (thousands): the
+   * tenant's set is pruned, one member at a time, when it looks full.
+   */
+  readonly tenantMaxDepth?: number | Readonly<Record<string, number>>;
+  /** How long a reservation lives if its producer dies before adding. @default 30_000 */
+  readonly reservationTtlMs?: number;
+  /** The retry hint a full queue answers with. @default 1_000 */
+  readonly retryAfterMs?: number;
+  /** Runs each Redis call (the producer maps connection failures and deadlines to typed errors). */
+  readonly call?: <T>(op: () => Promise<T>) => Promise<T>;
+}
+
+export type ReserveOutcome =
+  /** `existing[i]` is true when the i-th job exists already (nothing was reserved for it). */
+  | { readonly ok: true; readonly existing: readonly boolean[] }
+  | { readonly ok: false; readonly full: QueueFullError }
+  /** Another producer is adding this id right now. */
+  | { readonly ok: false; readonly pending: string };
+
+export interface WaitForRoomOptions {
+  /** Wait until there is room instead of throwing {@link QueueFullError}. @default false */
+  readonly wait?: boolean;
+  /** With `wait`, give up after this many ms with the last QueueFullError. @default Infinity */
+  readonly waitTimeoutMs?: number;
+  readonly signal?: AbortSignal | undefined;
+}
+
+/**
+ * Keeps the queue's depth (and each tenant's) under its bound, under any number of producers in
+ * any number of processes: reserve (one Lua script: count and reserve at once), add, release.
+ * See `lua/reserveDepth-6.lua` for what counts as waiting.
+ */
+export class DepthGate {
+  readonly maxDepth: number;
+  private readonly redis: Redis;
+  private readonly names: QueueNames;
+  private readonly queue: LlmqQueue;
+  private readonly tenantMaxDepth: number | Readonly<Record<string, number>>;
+  private readonly ttlMs: number;
+  private readonly retryAfterMs: number;
+  private readonly call: <T>(op: () => Promise<T>) => Promise<T>;
+
+  constructor(options: DepthGateOptions) {
+    this.redis = options.redis;
+    this.names = options.names;
+    this.queue = options.queue;
+    this.maxDepth = options.maxDepth ?? 0;
+    this.tenantMaxDepth = options.tenantMaxDepth ?? 0;
+    this.ttlMs = options.reservationTtlMs ?? 30_000;
+    this.retryAfterMs = options.retryAfterMs ?? 1_000;
+    this.call = options.call ?? ((op) => op());
+    checkBound('maxDepth', this.maxDepth);
+    if (typeof this.tenantMaxDepth === 'number') checkBound('tenantMaxDepth', this.tenantMaxDepth);
+    else
+      for (const [t, n] of Object.entries(this.tenantMaxDepth))
+        checkBound(`tenantMaxDepth.${t}`, n);
+    if (!Number.isInteger(this.ttlMs) || this.ttlMs < 1_000) {
+      throw new TypeError(
+        `reservationTtlMs must be a whole number of ms from 1000 up, got ${this.ttlMs}`,
+      );
+    }
+  }
+
+  /** The bound of a tenant's waiting jobs; 0 when unbounded. */
+  tenantBound(tenant: string | undefined): number {
+    if (tenant === undefined) return 0;
+    if (typeof this.tenantMaxDepth === 'number') return this.tenantMaxDepth;
+    return this.tenantMaxDepth[tenant] ?? this.tenantMaxDepth['*'] ?? 0;
+  }
+
+  /** The most jobs one reservation may take (a chunk larger than a bound could never fit). */
+  largestChunk(tenant: string | undefined): number {
+    const bounds = [this.maxDepth, this.tenantBound(tenant)].filter((n) => n > 0);
+    return bounds.length > 0 ? Math.min(...bounds) : Number.POSITIVE_INFINITY;
+  }
+
+  /** Tries once to reserve room for `ids` (all or none). */
+  async reserve(ids: readonly string[], tenant: string | undefined): Promise<ReserveOutcome> {
+    const k = this.queue.keys;
+    const tenantBound = this.tenantBound(tenant);
+    const reply = (await runLua(
+      this.redis,
+      SCRIPTS['reserveDepth']!,
+      [
+        k['prioritized']!,
+        k['wait']!,
+        k['paused']!,
+        k['delayed']!,
+        this.reservationsKey(),
+        this.tenantKey(tenant),
+      ],
+      [this.maxDepth, tenantBound, this.ttlMs, `${k['']}`, ...ids],
+    )) as [number, string | number, number?];
+    switch (reply[0]) {
+      case 0:
+        return { ok: true, existing: [...String(reply[1])].map((c) => c === '1') };
+      case 1:
+        return {
+          ok: false,
+          full: new QueueFullError(
+            `queue "${this.names.queue}"`,
+            Number(reply[1]),
+            Number(reply[2]),
+            this.retryAfterMs,
+          ),
+        };
+      case 2:
+        return {
+          ok: false,
+          full: new QueueFullError(
+            `tenant "${tenant}" of queue "${this.names.queue}"`,
+            Number(reply[1]),
+            Number(reply[2]),
+            this.retryAfterMs,
+          ),
+        };
+      case 3:
+        return { ok: false, pending: String(reply[1]) };
+      default:
+        throw new Error(`reserveDepth answered ${JSON.stringify(reply)}`);
+    }
+  }
+
+  /**
+   * Reserves room for `ids`, all or none: throws {@link QueueFullError} when full, or with
+   * `wait` sleeps (backoff with jitter, up to the retry hint) until there is room. Waits briefly
+   * when another producer is adding one of the same ids, then sees it as existing.
+   */
+  async reserveOrWait(
+    ids: readonly string[],
+    tenant: string | undefined,
+    options: WaitForRoomOptions = {},
+  ): Promise<readonly boolean[]> {
+    const started = Date.now();
+    const waitTimeoutMs = options.waitTimeoutMs ?? Number.POSITIVE_INFINITY;
+    let fullDelay = 25;
+    let pendingSince: number | undefined;
+    for (;;) {
+      options.signal?.throwIfAborted();
+      const outcome = await this.reserve(ids, tenant);
+      if (outcome.ok) return outcome.existing;
+      let delay: number;
+      if ('pending' in outcome) {
+        pendingSince ??= Date.now();
+        // A reservation lives at most ttl; past that the other producer is gone.
+        if (Date.now() - pendingSince > this.ttlMs + 1_000)
+          throw new Error(`job ${outcome.pending} stays reserved`);
+        delay = 10 + Math.random() * 20;
+      } else {
+        if (!options.wait) throw outcome.full;
+        const left = waitTimeoutMs - (Date.now() - started);
+        if (left <= 0) throw outcome.full;
+        fullDelay = Math.min(fullDelay * 1.6, this.retryAfterMs);
+        delay = Math.min(left, fullDelay / 2 + (Math.random() * fullDelay) / 2);
+      }
+      await sleep(delay, undefined, options.signal ? { signal: options.signal } : undefined);
+    }
+  }
+
+  /** Drops the reservations of `ids` once they were added (or the add failed). */
+  async release(ids: readonly string[], tenant: string | undefined): Promise<void> {
+    if (ids.length === 0) return;
+    await runLua(
+      this.redis,
+      SCRIPTS['releaseDepth']!,
+      [this.reservationsKey(), this.tenantKey(tenant)],
+      ids,
+    );
+  }
+
+  /**
+   * Takes a job out of the waiting states atomically, so that no worker can start it; true when
+   * it was waiting. The caller removes its data after (BullMQ's remove).
+   */
+  async takeWaiting(id: string): Promise<boolean> {
+    const k = this.queue.keys;
+    const taken = await runLua(
+      this.redis,
+      SCRIPTS['takeWaiting']!,
+      [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!],
+      [id],
+    );
+    return Number(taken) === 1;
+  }
+
+  /** Waiting jobs now, as the bound counts them (reservations included). */
+  async depth(): Promise<number> {
+    const k = this.queue.keys;
+    const r = await this.redis
+      .multi()
+      .zcard(k['prioritized']!)
+      .llen(k['wait']!)
+      .llen(k['paused']!)
+      .zcard(k['delayed']!)
+      .zcard(this.reservationsKey())
+      .exec();
+    return (r ?? []).reduce((sum, [, n]) => sum + Number(n ?? 0), 0);
+  }
+
+  private reservationsKey(): string {
+    return llmqKey(this.names, 'depth', 'reservations');
+  }
+
+  private tenantKey(tenant: string | undefined): string {
+    return llmqKey(this.names, 'depth', 'tenant', tenant ?? '');
+  }
+}
+
+function checkBound(name: string, n: number): void {
+  if (!Number.isInteger(n) || n < 0)
+    throw new TypeError(`${name} must be a whole number from 0 (unbounded) up, got ${n}`);
+}
+
+/** The Lua scripts of the producer, for the test that loads every script. */
+export const PRODUCER_SCRIPTS = SCRIPTS;

@@ -1,0 +1,86 @@
+import { LlmqError, RedisUnavailableError } from '../shared/errors.ts';
+import type { DeadLetter } from '../shared/job.ts';
+
+/** The job was dead-lettered: it will not produce a result unless someone retries it. */
+export class JobFailedError extends LlmqError {
+  readonly jobId: string;
+  /** The dead letter's one-line reason (or BullMQ's failedReason when there is no dead letter). */
+  readonly reason: string;
+  readonly errorClass: string | undefined;
+  readonly status: number | undefined;
+  /** The whole dead letter, when the worker wrote one. */
+  readonly deadLetter: DeadLetter | undefined;
+  constructor(jobId: string, reason: string, deadLetter?: DeadLetter) {
+    super(
+      'JOB_FAILED',
+      `job ${jobId} was dead-lettered: ${reason} (see \`llmq dlq show ${jobId}\`; \`llmq dlq retry\` runs it again)`,
+    );
+    this.jobId = jobId;
+    this.reason = reason;
+    this.deadLetter = deadLetter;
+    this.errorClass = deadLetter?.errorClass;
+    this.status = deadLetter?.status;
+  }
+}
+
+/** Waiting for a job's result took longer than the caller allowed; the job itself goes on. */
+export class WaitTimeoutError extends LlmqError {
+  readonly jobId: string;
+  readonly timeoutMs: number;
+  constructor(jobId: string, timeoutMs: number) {
+    super(
+      'TIMEOUT',
+      `job ${jobId} did not finish within ${timeoutMs} ms; it is still queued or running: wait again`,
+    );
+    this.jobId = jobId;
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** No job has that id (never added, cancelled, or removed after its retention ran out). */
+export class JobNotFoundError extends LlmqError {
+  readonly jobId: string;
+  constructor(jobId: string, detail = 'no such job') {
+    super('JOB_NOT_FOUND', `job ${jobId}: ${detail} (jobs are kept 7 days after they finish)`);
+    this.jobId = jobId;
+  }
+}
+
+const CONNECTION_ERROR =
+  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EHOSTUNREACH|EPIPE|Connection is closed|Stream isn't writeable|MaxRetriesPerRequest|Reached the max retries|connect ETIMEDOUT/i;
+
+/** True for the errors ioredis raises when Redis does not answer (as opposed to a script error). */
+export function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'MaxRetriesPerRequestError') return true;
+  const code = (err as NodeJS.ErrnoException).code;
+  return CONNECTION_ERROR.test(`${code ?? ''} ${err.message}`);
+}
+
+/**
+ * Runs a Redis operation with a deadline; a connection failure or the deadline becomes a
+ * {@link RedisUnavailableError} naming the URL, anything else is rethrown as is.
+ */
+export async function withRedis<T>(
+  url: string,
+  timeoutMs: number,
+  op: () => Promise<T>,
+): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new RedisUnavailableError(url, `no answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+  });
+  try {
+    return await Promise.race([op(), deadline]);
+  } catch (err) {
+    if (err instanceof LlmqError) throw err;
+    if (isConnectionError(err))
+      throw new RedisUnavailableError(url, (err as Error).message, { cause: err });
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}

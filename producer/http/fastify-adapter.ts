@@ -1,0 +1,106 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import {
+  errorResponse,
+  type HandlerRequest,
+  type HandlerResponse,
+  type Route,
+} from './handlers.ts';
+
+const INVALID_JSON = 'LLMQ_INVALID_JSON';
+
+function send(reply: FastifyReply, res: HandlerResponse): FastifyReply {
+  return reply
+    .code(res.status)
+    .headers({ 'cache-control': 'no-store', ...(res.headers ?? {}) })
+    .type('application/json; charset=utf-8')
+    .send(JSON.stringify(res.body));
+}
+
+function flat(o: unknown): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries((o ?? {}) as Record<string, unknown>)) {
+    out[k] = Array.isArray(v) ? String(v[0]) : v === undefined ? undefined : String(v);
+  }
+  return out;
+}
+
+/**
+ * Mounts framework-free routes on a fastify instance: JSON bodies parsed here (bad JSON and
+ * oversize bodies answered with the API's error codes), every other framework error mapped too,
+ * and the long polls aborted when the client goes away or `shutdown` fires. Nothing is logged.
+ */
+export function mountRoutes(
+  app: FastifyInstance,
+  routes: readonly Route[],
+  options: { readonly shutdown?: AbortSignal } = {},
+): void {
+  // JSON only: any other body type is answered 415.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, JSON.parse(body as string));
+    } catch {
+      const err = new Error('the body is not valid JSON') as Error & {
+        code: string;
+        statusCode: number;
+      };
+      err.code = INVALID_JSON;
+      err.statusCode = 400;
+      done(err, undefined);
+    }
+  });
+
+  app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
+    switch (err.code) {
+      case INVALID_JSON:
+      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+        return send(reply, errorResponse(400, 'invalid_json', 'the body is not valid JSON'));
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return send(
+          reply,
+          errorResponse(413, 'body_too_large', 'the body is larger than this server accepts'),
+        );
+      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+        return send(
+          reply,
+          errorResponse(415, 'unsupported_media_type', 'send the body as application/json'),
+        );
+      default:
+        if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
+          return send(
+            reply,
+            errorResponse(400, 'invalid_request', 'the request could not be read'),
+          );
+        }
+        return send(reply, errorResponse(500, 'internal_error', 'internal error'));
+    }
+  });
+
+  app.setNotFoundHandler((req, reply) =>
+    send(reply, errorResponse(404, 'not_found', `no route ${req.method} ${req.url.split('?')[0]}`)),
+  );
+
+  for (const route of routes) {
+    app.route({
+      method: route.method,
+      url: route.path,
+      handler: async (req: FastifyRequest, reply: FastifyReply) => {
+        const gone = new AbortController();
+        const onClose = () => {
+          if (!reply.sent) gone.abort(new Error('client went away'));
+        };
+        reply.raw.once('close', onClose);
+        const request: HandlerRequest = {
+          params: flat(req.params),
+          query: flat(req.query),
+          body: req.body,
+          headers: flat(req.headers),
+          signal: options.shutdown ? AbortSignal.any([gone.signal, options.shutdown]) : gone.signal,
+        };
+        const res = await route.handler(request);
+        reply.raw.off('close', onClose);
+        return send(reply, res);
+      },
+    });
+  }
+}

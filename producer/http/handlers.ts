@@ -1,0 +1,315 @@
+import { z } from 'zod';
+import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import { toFieldIssues } from '../../shared/request.ts';
+import type { JobStatus } from '../job-status.ts';
+import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';
+import type { ApiKeyStore } from './api-keys.ts';
+import { OPENAPI } from './openapi.ts';
+
+/** A request as the framework-free handlers see it; adapters build it from their framework's. */
+export interface HandlerRequest {
+  readonly params: Readonly<Record<string, string | undefined>>;
+  readonly query: Readonly<Record<string, string | undefined>>;
+  /** The parsed JSON body (undefined when there was none). */
+  readonly body: unknown;
+  /** Lower-case header names. */
+  readonly headers: Readonly<Record<string, string | undefined>>;
+  /** Who is calling; set by {@link withAuth}. */
+  readonly auth?: { readonly tenant: string } | undefined;
+  /** Aborted when the client goes away (long polls stop waiting). */
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface HandlerResponse {
+  readonly status: number;
+  readonly body: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+export type Handler = (req: HandlerRequest) => Promise<HandlerResponse>;
+
+export interface Route {
+  readonly method: 'GET' | 'POST' | 'DELETE';
+  /** `:name` segments become params. */
+  readonly path: string;
+  readonly handler: Handler;
+}
+
+/** The stable error codes of the HTTP API. */
+export type ApiErrorCode =
+  | 'invalid_json'
+  | 'invalid_request'
+  | 'unsupported_media_type'
+  | 'body_too_large'
+  | 'unauthorized'
+  | 'not_found'
+  | 'job_not_found'
+  | 'job_not_cancellable'
+  | 'queue_full'
+  | 'cost_exceeds_limit'
+  | 'redis_unavailable'
+  | 'internal_error';
+
+/** `{ error: { code, message, field? } }` with its status. */
+export function errorResponse(
+  status: number,
+  code: ApiErrorCode,
+  message: string,
+  extra: { field?: string | undefined; headers?: Record<string, string> } = {},
+): HandlerResponse {
+  const error =
+    extra.field === undefined ? { code, message } : { code, message, field: extra.field };
+  return { status, body: { error }, ...(extra.headers ? { headers: extra.headers } : {}) };
+}
+
+/** Maps llmq's typed errors to HTTP answers; anything else is a 500 that reveals nothing. */
+export function toErrorResponse(err: unknown): HandlerResponse {
+  if (err instanceof QueueFullError) {
+    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+    return errorResponse(429, 'queue_full', err.message, {
+      headers: { 'retry-after': String(seconds) },
+    });
+  }
+  if (err instanceof LlmqError) {
+    switch (err.code) {
+      case 'REQUEST_INVALID':
+        return errorResponse(400, 'invalid_request', err.message, {
+          field: (err as RequestValidationError).field,
+        });
+      case 'COST_EXCEEDS_LIMIT':
+        return errorResponse(422, 'cost_exceeds_limit', err.message);
+      case 'REDIS_UNAVAILABLE':
+        return errorResponse(
+          503,
+          'redis_unavailable',
+          'the queue is unavailable (Redis did not answer): try again later',
+          {
+            headers: { 'retry-after': '5' },
+          },
+        );
+      case 'JOB_NOT_FOUND':
+        return errorResponse(404, 'job_not_found', err.message);
+      default:
+        break;
+    }
+  }
+  return errorResponse(500, 'internal_error', 'internal error');
+}
+
+/** A guard: answers 401 unless the request carries a known bearer key, else passes the tenant on. */
+export function withAuth(keys: ApiKeyStore, handler: Handler): Handler {
+  return async (req) => {
+    const tenant = keys.authenticate(req.headers['authorization']);
+    if (tenant === undefined) {
+      return errorResponse(
+        401,
+        'unauthorized',
+        'a valid API key is required: send Authorization: Bearer <key>',
+        {
+          headers: { 'www-authenticate': 'Bearer' },
+        },
+      );
+    }
+    return handler({ ...req, auth: { tenant } });
+  };
+}
+
+/** Turns typed errors thrown by a handler into answers. */
+function caught(handler: Handler): Handler {
+  return async (req) => {
+    try {
+      return await handler(req);
+    } catch (err) {
+      return toErrorResponse(err);
+    }
+  };
+}
+
+const CreateJobBody = z.strictObject({
+  request: z.unknown(),
+  priority: z.union([z.string(), z.number()]).optional(),
+  /** Ignored: the API key decides the tenant. */
+  tenant: z.unknown().optional(),
+  idempotency_key: z.string().optional(),
+  stream: z.boolean().optional(),
+  meta: z.record(z.string(), z.string()).optional(),
+});
+
+/** Option names of the producer as the HTTP body spells them. */
+const BODY_FIELD: Record<string, string> = {
+  idempotencyKey: 'idempotency_key',
+  priority: 'priority',
+  meta: 'meta',
+  tenant: 'tenant',
+};
+
+function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
+  const issues = error.issues.flatMap((issue) =>
+    issue.code === 'unrecognized_keys'
+      ? issue.keys.map((k) => ({
+          field: k,
+          message: 'is not a field of this body (request, priority, idempotency_key, stream, meta)',
+        }))
+      : toFieldIssues(new z.ZodError([issue]), body),
+  );
+  return new RequestValidationError(issues, 'invalid body');
+}
+
+const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;
+
+export interface ApiHandlersOptions {
+  readonly producer: Producer;
+  readonly keys: ApiKeyStore;
+  /** The longest `/wait` long-poll, in ms. @default 60_000 */
+  readonly maxWaitMs?: number;
+}
+
+/** Every route of the HTTP API, framework-free. */
+export function createRoutes(options: ApiHandlersOptions): Route[] {
+  const { producer, keys } = options;
+  const maxWaitMs = options.maxWaitMs ?? 60_000;
+  const guarded = (h: Handler) => caught(withAuth(keys, h));
+
+  /** The job if it exists and belongs to the caller's tenant; a stranger's job is "not found". */
+  async function ownJob(req: HandlerRequest): Promise<JobStatus | HandlerResponse> {
+    const id = req.params['id'] ?? '';
+    const status = JOB_ID.test(id) ? await producer.status(id) : null;
+    if (!status || status.data.tenant !== req.auth?.tenant) {
+      return errorResponse(
+        404,
+        'job_not_found',
+        `no job ${JSON.stringify(id.slice(0, 128))} for this API key`,
+      );
+    }
+    return status;
+  }
+
+  const createJob: Handler = async (req) => {
+    if (req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
+      return errorResponse(
+        400,
+        'invalid_json',
+        'the body must be a JSON object such as {"request": {…}}',
+      );
+    }
+    const parsed = CreateJobBody.safeParse(req.body);
+    if (!parsed.success) throw bodyIssues(parsed.error, req.body);
+    const b = parsed.data;
+    const opts: EnqueueOptions = {
+      tenant: req.auth!.tenant,
+      ...(b.priority !== undefined ? { priority: b.priority } : {}),
+      ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
+      ...(b.stream !== undefined ? { stream: b.stream } : {}),
+      ...(b.meta !== undefined ? { meta: b.meta } : {}),
+    };
+    let job: EnqueuedJob;
+    try {
+      job = await producer.enqueueJob(b.request, opts);
+    } catch (err) {
+      if (err instanceof RequestValidationError) {
+        // Fields of the Messages request live under `request.`; options keep their body names.
+        throw new RequestValidationError(
+          err.issues.map((s) => ({
+            field: BODY_FIELD[s.field] ?? `request.${s.field}`.replace(/\.\(body\)$/, ''),
+            message: s.message,
+          })),
+        );
+      }
+      throw err;
+    }
+    return {
+      status: 202,
+      body: { id: job.id, created: job.created },
+      headers: { location: `/v1/jobs/${job.id}` },
+    };
+  };
+
+  const getJob: Handler = async (req) => {
+    const status = await ownJob(req);
+    return 'status' in status ? status : { status: 200, body: jobView(status) };
+  };
+
+  const waitJob: Handler = async (req) => {
+    const raw = req.query['timeout'];
+    const seconds = raw === undefined ? 30 : Number(raw);
+    if (!Number.isFinite(seconds) || seconds < 0 || seconds * 1000 > maxWaitMs) {
+      return errorResponse(
+        400,
+        'invalid_request',
+        `timeout must be a number of seconds from 0 to ${maxWaitMs / 1000} (got ${JSON.stringify(raw)})`,
+        {
+          field: 'timeout',
+        },
+      );
+    }
+    const status = await ownJob(req);
+    if ('status' in status) return status;
+    if (status.state === 'completed' || status.state === 'failed')
+      return { status: 200, body: jobView(status) };
+    try {
+      await producer.waitForResult(status.id, { timeout: seconds * 1000, signal: req.signal });
+    } catch (err) {
+      // Finished as failed, timed out, removed, or the wait was cut short: answer with the state now.
+      if (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') throw err;
+    }
+    const now = await producer.status(status.id);
+    if (!now)
+      return errorResponse(
+        404,
+        'job_not_found',
+        `job ${status.id} was removed while waiting for it`,
+      );
+    const done = now.state === 'completed' || now.state === 'failed';
+    return { status: done ? 200 : 202, body: jobView(now) };
+  };
+
+  const cancelJob: Handler = async (req) => {
+    const status = await ownJob(req);
+    if ('status' in status) return status;
+    const outcome = await producer.cancel(status.id);
+    if (outcome === 'cancelled')
+      return { status: 200, body: { id: status.id, state: 'cancelled' } };
+    if (outcome === 'not_found')
+      return errorResponse(404, 'job_not_found', `no job ${status.id} for this API key`);
+    return errorResponse(
+      409,
+      'job_not_cancellable',
+      `job ${status.id} is ${outcome}: only a job that has not started can be cancelled`,
+    );
+  };
+
+  const openapi: Handler = async () => ({ status: 200, body: OPENAPI });
+
+  return [
+    { method: 'POST', path: '/v1/jobs', handler: guarded(createJob) },
+    { method: 'GET', path: '/v1/jobs/:id', handler: guarded(getJob) },
+    { method: 'GET', path: '/v1/jobs/:id/wait', handler: guarded(waitJob) },
+    { method: 'DELETE', path: '/v1/jobs/:id', handler: guarded(cancelJob) },
+    { method: 'GET', path: '/openapi.json', handler: caught(openapi) },
+  ];
+}
+
+/** A job as the API shows it: never the request's content, only what the caller needs. */
+export function jobView(status: JobStatus): Record<string, unknown> {
+  const base = {
+    id: status.id,
+    state: status.state,
+    priority: status.data.priority,
+    enqueued_at: new Date(status.data.enqueuedAt).toISOString(),
+    ...(status.data.meta ? { meta: status.data.meta } : {}),
+  };
+  if (status.state === 'completed') return { ...base, result: status.result };
+  if (status.state === 'failed') {
+    const e = status.error;
+    return {
+      ...base,
+      error: {
+        code: 'job_failed',
+        message: e.reason,
+        ...(e.errorClass ? { error_class: e.errorClass } : {}),
+        ...(e.status !== undefined ? { status: e.status } : {}),
+      },
+    };
+  }
+  return base;
+}

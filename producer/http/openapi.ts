@@ -1,0 +1,264 @@
+/** The HTTP enqueue API, described by hand (OpenAPI 3.1). Served at `GET /openapi.json`. */
+
+const error = (codes: string[], description: string) => ({
+  description,
+  content: {
+    'application/json': {
+      schema: { $ref: '#/components/schemas/Error' },
+      example: { error: { code: codes[0], message: '…' } },
+    },
+  },
+  'x-error-codes': codes,
+});
+
+const jobId = {
+  name: 'id',
+  in: 'path',
+  required: true,
+  schema: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,128}$' },
+};
+
+export const OPENAPI = {
+  openapi: '3.1.0',
+  info: {
+    title: 'llmq enqueue API',
+    version: '1',
+    description:
+      'Enqueue Anthropic Messages requests into an llmq queue and collect their results. Every call but ' +
+      '/openapi.json needs `Authorization: Bearer <key>`; the key decides the tenant. Errors are ' +
+      '`{ "error": { "code", "message", "field"? } }` with stable codes.',
+  },
+  security: [{ bearer: [] }],
+  paths: {
+    '/v1/jobs': {
+      post: {
+        summary: 'Enqueue one Messages request',
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/CreateJob' } } },
+        },
+        responses: {
+          '202': {
+            description:
+              "Accepted. With an idempotency_key already used by this tenant, the first job's id comes back (created: false) and no job is added.",
+            headers: { Location: { schema: { type: 'string' } } },
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  required: ['id', 'created'],
+                  properties: { id: { type: 'string' }, created: { type: 'boolean' } },
+                },
+              },
+            },
+          },
+          '400': error(
+            ['invalid_json', 'invalid_request'],
+            'Not JSON, or a field is wrong (`field` names it, e.g. `request.max_tokens`).',
+          ),
+          '401': error(['unauthorized'], 'No API key, or an unknown one.'),
+          '413': error(['body_too_large'], 'The body is larger than the server accepts.'),
+          '415': error(['unsupported_media_type'], 'The body is not application/json.'),
+          '422': error(
+            ['cost_exceeds_limit'],
+            'The request could never fit a rate limit (lower max_tokens or shorten the input).',
+          ),
+          '429': {
+            ...error(
+              ['queue_full'],
+              "The queue, or this tenant's share of it, is at its depth bound.",
+            ),
+            headers: {
+              'Retry-After': {
+                description: 'Seconds to wait before trying again.',
+                schema: { type: 'integer' },
+              },
+            },
+          },
+          '503': error(['redis_unavailable'], "The queue's Redis did not answer."),
+        },
+      },
+    },
+    '/v1/jobs/{id}': {
+      get: {
+        summary: "A job's state, and its result or error once finished",
+        parameters: [jobId],
+        responses: {
+          '200': {
+            description: 'The job.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/Job' } } },
+          },
+          '401': error(['unauthorized'], 'No API key, or an unknown one.'),
+          '404': error(
+            ['job_not_found'],
+            "No such job for this API key (another tenant's jobs are not found either).",
+          ),
+          '503': error(['redis_unavailable'], "The queue's Redis did not answer."),
+        },
+      },
+      delete: {
+        summary: 'Cancel a job that has not started',
+        parameters: [jobId],
+        responses: {
+          '200': {
+            description: 'Cancelled: removed from the queue.',
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  properties: { id: { type: 'string' }, state: { const: 'cancelled' } },
+                },
+              },
+            },
+          },
+          '401': error(['unauthorized'], 'No API key, or an unknown one.'),
+          '404': error(['job_not_found'], 'No such job for this API key.'),
+          '409': error(['job_not_cancellable'], 'The job is active or finished.'),
+          '503': error(['redis_unavailable'], "The queue's Redis did not answer."),
+        },
+      },
+    },
+    '/v1/jobs/{id}/wait': {
+      get: {
+        summary: 'Long-poll until the job finishes',
+        parameters: [
+          jobId,
+          {
+            name: 'timeout',
+            in: 'query',
+            required: false,
+            description:
+              "Seconds to wait at most (default 30, at most the server's limit, 60 by default).",
+            schema: { type: 'number', minimum: 0 },
+          },
+        ],
+        responses: {
+          '200': {
+            description: 'Finished: state is completed (with result) or failed (with error).',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/Job' } } },
+          },
+          '202': {
+            description: 'Not finished within the timeout: ask again.',
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/Job' } } },
+          },
+          '400': error(
+            ['invalid_request'],
+            'The timeout is not a number of seconds within the limit.',
+          ),
+          '401': error(['unauthorized'], 'No API key, or an unknown one.'),
+          '404': error(['job_not_found'], 'No such job for this API key.'),
+          '503': error(['redis_unavailable'], "The queue's Redis did not answer."),
+        },
+      },
+    },
+    '/openapi.json': {
+      get: {
+        summary: 'This document',
+        security: [],
+        responses: { '200': { description: 'OpenAPI 3.1' } },
+      },
+    },
+  },
+  components: {
+    securitySchemes: {
+      bearer: { type: 'http', scheme: 'bearer', description: 'An API key mapped to a tenant.' },
+    },
+    schemas: {
+      CreateJob: {
+        type: 'object',
+        required: ['request'],
+        additionalProperties: false,
+        properties: {
+          request: {
+            type: 'object',
+            description:
+              'An Anthropic Messages request (model, max_tokens, messages, …); unknown fields pass through.',
+            required: ['model', 'max_tokens', 'messages'],
+          },
+          priority: {
+            description:
+              'A lane (interactive, default, batch) or a number from 1 (most urgent) to 2097152.',
+            oneOf: [
+              { type: 'string', enum: ['interactive', 'default', 'batch'] },
+              { type: 'integer', minimum: 1, maximum: 2097152 },
+            ],
+          },
+          tenant: { description: 'Ignored: the API key decides the tenant.' },
+          idempotency_key: {
+            type: 'string',
+            minLength: 1,
+            maxLength: 512,
+            description:
+              'The same key (per tenant) never makes a second job while the first is kept (7 days after it finishes).',
+          },
+          stream: { type: 'boolean', description: 'Call the provider with streaming.' },
+          meta: {
+            type: 'object',
+            additionalProperties: { type: 'string' },
+            description: 'Labels kept with the job.',
+          },
+        },
+      },
+      Job: {
+        type: 'object',
+        required: ['id', 'state'],
+        properties: {
+          id: { type: 'string' },
+          state: { type: 'string', enum: ['waiting', 'delayed', 'active', 'completed', 'failed'] },
+          priority: { type: 'integer' },
+          enqueued_at: { type: 'string', format: 'date-time' },
+          meta: { type: 'object', additionalProperties: { type: 'string' } },
+          result: {
+            type: 'object',
+            description:
+              'When completed: the stored Message (content, usage, …), latencyMs, requestId, attempts, completedAt.',
+          },
+          error: {
+            type: 'object',
+            description: 'When failed (dead-lettered): why.',
+            properties: {
+              code: { const: 'job_failed' },
+              message: { type: 'string' },
+              error_class: { type: 'string' },
+              status: { type: 'integer' },
+            },
+          },
+        },
+      },
+      Error: {
+        type: 'object',
+        required: ['error'],
+        properties: {
+          error: {
+            type: 'object',
+            required: ['code', 'message'],
+            properties: {
+              code: {
+                type: 'string',
+                enum: [
+                  'invalid_json',
+                  'invalid_request',
+                  'unsupported_media_type',
+                  'body_too_large',
+                  'unauthorized',
+                  'not_found',
+                  'job_not_found',
+                  'job_not_cancellable',
+                  'queue_full',
+                  'cost_exceeds_limit',
+                  'redis_unavailable',
+                  'internal_error',
+                ],
+              },
+              message: { type: 'string' },
+              field: {
+                type: 'string',
+                description: 'The offending field, dotted (request.messages.0.role).',
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+} as const;

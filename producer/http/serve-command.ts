@@ -1,0 +1,71 @@
+import type { Command } from 'commander';
+import { resolveConfig } from '../../shared/config.ts';
+import { ConfigError } from '../../shared/errors.ts';
+import { assertRedis } from '../../shared/redis.ts';
+import { ApiKeyStore } from './api-keys.ts';
+import { startHttpApi } from './server.ts';
+
+interface ServeFlags {
+  port?: string;
+  host?: string;
+  queue?: string;
+  apiKeysFile?: string;
+  maxWait?: string;
+}
+
+/** Adds `llmq serve`: the HTTP enqueue API. */
+export function registerServeCommand(program: Command): Command {
+  return program
+    .command('serve')
+    .description(
+      'serve the HTTP enqueue API (POST /v1/jobs, GET /v1/jobs/:id[/wait], DELETE /v1/jobs/:id, GET /openapi.json); ' +
+        'API keys from LLMQ_API_KEYS ("tenant:sha256hex,…") or --api-keys-file',
+    )
+    .option('--port <n>', 'port to listen on', '8080')
+    .option('--host <addr>', 'address to bind (default only this machine)', '127.0.0.1')
+    .option('--queue <name>', 'queue to enqueue into (env LLMQ_QUEUE, default llmq)')
+    .option('--api-keys-file <path>', 'file of tenant:sha256hex lines (env LLMQ_API_KEYS_FILE)')
+    .option('--max-wait <s>', 'longest /wait long-poll in seconds', '60')
+    .action(async (flags: ServeFlags) => {
+      const config = resolveConfig({ flags: { ...flags }, env: process.env });
+      const port = Number(flags.port);
+      if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+        throw new ConfigError(
+          `--port must be a whole number from 0 to 65535, got ${JSON.stringify(flags.port)}`,
+        );
+      }
+      const maxWait = Number(flags.maxWait);
+      if (!Number.isFinite(maxWait) || maxWait < 0 || maxWait > 3_600) {
+        throw new ConfigError(
+          `--max-wait must be a number of seconds from 0 to 3600, got ${JSON.stringify(flags.maxWait)}`,
+        );
+      }
+      const keys = ApiKeyStore.fromSources({ env: process.env, file: flags.apiKeysFile });
+      if (keys.size === 0) {
+        throw new ConfigError(
+          'no API keys: set LLMQ_API_KEYS to "tenant:sha256hex,…" (printf %s KEY | sha256sum) or pass --api-keys-file',
+        );
+      }
+      await assertRedis(config.redisUrl);
+      const api = await startHttpApi({
+        config,
+        apiKeys: keys,
+        host: flags.host ?? '127.0.0.1',
+        port,
+        maxWaitMs: maxWait * 1000,
+      });
+      process.stdout.write(`${api.url}\n`);
+      process.stderr.write(
+        `llmq serve: queue "${config.queue}", ${keys.size} API key(s); Ctrl-C stops\n`,
+      );
+      await new Promise<void>((resolve) => {
+        const stop = () => {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+          void api.close().then(resolve);
+        };
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
+      });
+    });
+}

@@ -1,0 +1,88 @@
+import Fastify from 'fastify';
+import type { Config } from '../../shared/config.ts';
+import { createProducer } from '../create-producer.ts';
+import type { Producer, ProducerOptions } from '../producer.ts';
+import { ApiKeyStore } from './api-keys.ts';
+import { mountRoutes } from './fastify-adapter.ts';
+import { createRoutes } from './handlers.ts';
+
+export interface HttpApiOptions {
+  /** Where the queue is (redisUrl, queue, prefix, maxDepth, limits). */
+  readonly config: Config;
+  /** The accepted keys, or a `tenant:sha256hex,…` spec. */
+  readonly apiKeys: ApiKeyStore | string;
+  /** @default '127.0.0.1' (only this machine; pass '0.0.0.0' to listen everywhere) */
+  readonly host?: string;
+  /** 0 picks a free port. @default 8080 */
+  readonly port?: number;
+  /** Largest body accepted, in bytes. @default 1_048_576 */
+  readonly bodyLimit?: number;
+  /** Longest `/wait` long-poll in ms. @default 60_000 */
+  readonly maxWaitMs?: number;
+  /** A Redis command that takes longer answers 503. @default 5_000 */
+  readonly commandTimeoutMs?: number;
+  /** More producer settings (tenantMaxDepth, retryAfterMs, …). */
+  readonly producer?: Partial<Omit<ProducerOptions, 'redis' | 'names'>>;
+}
+
+export interface HttpApi {
+  /** `http://host:port` */
+  readonly url: string;
+  readonly producer: Producer;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (one retry per
+ * command, then 503) instead of holding requests while Redis is down.
+ */
+export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
+  const keys =
+    typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
+  const producer = createProducer(options.config, {
+    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000 },
+    ...options.producer,
+  });
+  const app = Fastify({
+    logger: false,
+    bodyLimit: options.bodyLimit ?? 1_048_576,
+    return503OnClosing: true,
+  });
+  const shutdown = new AbortController();
+  mountRoutes(
+    app,
+    createRoutes({
+      producer,
+      keys,
+      ...(options.maxWaitMs !== undefined ? { maxWaitMs: options.maxWaitMs } : {}),
+    }),
+    {
+      shutdown: shutdown.signal,
+    },
+  );
+  try {
+    await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8080 });
+  } catch (err) {
+    await producer.close();
+    throw err;
+  }
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : options.port;
+  const host = options.host ?? '127.0.0.1';
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    producer,
+    close: () => {
+      closing ??= (async () => {
+        // Long polls answer first (with the job's state now), then the server closes, then Redis.
+        shutdown.abort();
+        await app.close();
+        await producer.close();
+      })();
+      return closing;
+    },
+  };
+}

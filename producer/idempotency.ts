@@ -1,0 +1,37 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { RequestValidationError } from '../shared/errors.ts';
+
+/**
+ * Idempotency: a key maps to one deterministic job id (`i-` and 40 hex digits of
+ * sha256(tenant, key)), so the same key never makes a second job, in any process, for as long
+ * as the first job exists (queued, running, or kept after it finished: 7 days by default).
+ * BullMQ refuses a second job with an existing id atomically; the depth gate sees it first and
+ * answers with the existing id without taking room. Once the first job is gone (cancelled, or
+ * removed when its retention ran out) the same key makes a new job, under the same id. Keys are
+ * scoped by tenant, so two tenants never share (or learn of) each other's jobs.
+ */
+export function jobIdForKey(key: string, tenant: string | undefined): string {
+  checkIdempotencyKey(key);
+  const hash = createHash('sha256')
+    .update(`llmq/v1\n${tenant ?? ''}\n${key}`)
+    .digest('hex');
+  return `i-${hash.slice(0, 40)}`;
+}
+
+/** An id for a job without an idempotency key (known before the add, for the depth gate). */
+export function newJobId(): string {
+  return randomUUID();
+}
+
+export function checkIdempotencyKey(
+  key: unknown,
+  field = 'idempotency_key',
+): asserts key is string {
+  if (typeof key !== 'string' || key.length < 1 || key.length > 512) {
+    const shown =
+      typeof key === 'string' ? `a string of ${key.length} characters` : JSON.stringify(key);
+    throw new RequestValidationError([
+      { field, message: `must be a string of 1 to 512 characters (got ${shown})` },
+    ]);
+  }
+}

@@ -1,0 +1,102 @@
+--[[
+  Reserves room for jobs about to be added, or reserves nothing and says why. Keeps the
+  queue's depth bound (and a tenant's) under any number of producers in any number of
+  processes: the count and the reservation happen in one step, and a reservation expires by
+  itself, so a producer that crashes between reserve and add leaks nothing.
+
+  "Waiting" means not started and not finished: wait + paused + prioritized + delayed (a
+  retry in backoff comes back), plus the live reservations of producers that are adding right
+  now. A job counts twice between its add and the release of its reservation: the bound errs
+  on the safe side.
+
+  A tenant's set holds its job ids: score = reservation expiry while adding, 1 once added. It is
+  pruned only when it looks full: members whose reservation lapsed and whose job is no longer
+  waiting (started, finished, cancelled) leave; so the count is exact at the bound and
+  conservative below it.
+
+  Input:
+    KEYS[1] prioritized   ZSET (BullMQ)
+    KEYS[2] wait          LIST (BullMQ)
+    KEYS[3] paused        LIST (BullMQ, legacy)
+    KEYS[4] delayed       ZSET (BullMQ)
+    KEYS[5] reservations  ZSET job id -> expiry ms
+    KEYS[6] tenant        ZSET job id -> expiry ms, or 1 once added
+
+    ARGV[1] queue bound, 0 for none
+    ARGV[2] tenant bound, 0 for none (the tenant set is then not kept)
+    ARGV[3] reservation ttl ms
+    ARGV[4] job key prefix (`<prefix>:{q}:<queue>:`), to see which ids exist already
+    ARGV[5..] job ids
+
+  Output:
+    {0, flags}          reserved; flags has one character per id: '1' the job exists already
+                        (nothing reserved for it), '0' reserved
+    {1, depth, bound}   the queue is full; nothing reserved
+    {2, depth, bound}   the tenant is full; nothing reserved
+    {3, id}             another producer is adding that id right now; nothing reserved
+]]
+local rcall = redis.call
+local prioritizedKey, waitKey, pausedKey, delayedKey, resKey, tenantKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local bound = tonumber(ARGV[1])
+local tenantBound = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local jobPrefix = ARGV[4]
+
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+rcall('ZREMRANGEBYSCORE', resKey, '-inf', now)
+
+local flags = {}
+local fresh = {}
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  if rcall('EXISTS', jobPrefix .. id) == 1 then
+    flags[#flags + 1] = '1'
+  elseif rcall('ZSCORE', resKey, id) then
+    return {3, id}
+  else
+    flags[#flags + 1] = '0'
+    fresh[#fresh + 1] = id
+  end
+end
+local n = #fresh
+
+if n > 0 and bound > 0 then
+  local depth = rcall('ZCARD', prioritizedKey) + rcall('LLEN', waitKey) + rcall('LLEN', pausedKey)
+    + rcall('ZCARD', delayedKey) + rcall('ZCARD', resKey)
+  if depth + n > bound then return {1, depth, bound} end
+end
+
+local function isWaiting(id)
+  if rcall('ZSCORE', prioritizedKey, id) or rcall('ZSCORE', delayedKey, id) then return true end
+  if rcall('LLEN', waitKey) > 0 and rcall('LPOS', waitKey, id) then return true end
+  if rcall('LLEN', pausedKey) > 0 and rcall('LPOS', pausedKey, id) then return true end
+  return false
+end
+
+if n > 0 and tenantBound > 0 then
+  local count = rcall('ZCARD', tenantKey)
+  if count + n > tenantBound then
+    local members = rcall('ZRANGE', tenantKey, 0, -1, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      local id, score = members[i], tonumber(members[i + 1])
+      if score <= now and not isWaiting(id) then
+        rcall('ZREM', tenantKey, id)
+        count = count - 1
+      end
+    end
+    if count + n > tenantBound then return {2, count, tenantBound} end
+  end
+end
+
+if n > 0 then
+  local expiry = now + ttl
+  for i = 1, n do
+    rcall('ZADD', resKey, expiry, fresh[i])
+    if tenantBound > 0 then rcall('ZADD', tenantKey, expiry, fresh[i]) end
+  end
+  rcall('PEXPIRE', resKey, ttl * 2)
+end
+return {0, table.concat(flags)}

@@ -1,0 +1,433 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { UnrecoverableError, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { hashApiKey } from '../producer/http/api-keys.ts';
+import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
+import { resolveConfig } from '../shared/config.ts';
+import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
+import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { openDeadLetterQueue } from '../shared/queues.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+
+const ACME_KEY = 'sk-acme-0123456789-secret';
+const BETA_KEY = 'sk-beta-9876543210-secret';
+const API_KEYS = `acme:${hashApiKey(ACME_KEY)},beta:${hashApiKey(BETA_KEY)}`;
+
+let redis: Redis;
+let names: QueueNames;
+let api: HttpApi;
+
+beforeAll(async () => {
+  redis = newRedis();
+  names = testNames('http');
+  const config = resolveConfig({
+    flags: {
+      queue: names.queue,
+      prefix: names.prefix,
+      maxDepth: '4',
+      otpm: '1000',
+      redisUrl: REDIS_URL,
+    },
+    env: {},
+  });
+  api = await startHttpApi({
+    config,
+    apiKeys: API_KEYS,
+    port: 0,
+    bodyLimit: 20_000,
+    maxWaitMs: 10_000,
+  });
+});
+afterAll(async () => {
+  await api.close();
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+beforeEach(async () => {
+  // Each test starts with an empty queue (the bound is 4).
+  await api.producer.queue.obliterate({ force: true });
+});
+
+const message = (text = 'Say hi.', maxTokens = 100) => ({
+  model: 'claude-test',
+  max_tokens: maxTokens,
+  messages: [{ role: 'user', content: text }],
+});
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  // biome-ignore lint/suspicious/noExplicitAny: JSON bodies of many shapes, read by tests
+  body: Record<string, any>;
+}
+
+async function call(
+  method: string,
+  path: string,
+  o: { key?: string | null; body?: unknown; raw?: string; type?: string } = {},
+): Promise<Answer> {
+  const headers: Record<string, string> = {};
+  const key = o.key === undefined ? ACME_KEY : o.key;
+  if (key !== null) headers['authorization'] = `Bearer ${key}`;
+  let body: string | undefined;
+  if (o.raw !== undefined || o.body !== undefined) {
+    headers['content-type'] = o.type ?? 'application/json';
+    body = o.raw ?? JSON.stringify(o.body);
+  }
+  const res = await fetch(`${api.url}${path}`, {
+    method,
+    headers,
+    ...(body !== undefined ? { body } : {}),
+  });
+  const text = await res.text();
+  expect(text).not.toContain(ACME_KEY);
+  expect(text).not.toContain(BETA_KEY);
+  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : {} };
+}
+
+const post = (body: unknown, key?: string | null) =>
+  call('POST', '/v1/jobs', { body, ...(key !== undefined ? { key } : {}) });
+
+function fakeResult(text: string): JobResult {
+  return {
+    message: {
+      id: 'msg_1',
+      model: 'claude-test',
+      role: 'assistant',
+      content: [{ type: 'text', text: `echo: ${text}` }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+      usage: { input_tokens: 12, output_tokens: 4 },
+    },
+    latencyMs: 3,
+    requestId: 'req_1',
+    attempts: 1,
+    completedAt: Date.now(),
+  };
+}
+
+/** A real BullMQ worker: holds "hold" jobs until released, dead-letters "fail" jobs, completes the rest. */
+function startFakeWorker() {
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => (release = r));
+  const dlq = openDeadLetterQueue(redis, names);
+  const worker = new Worker<JobData, JobResult>(
+    names.queue,
+    async (job) => {
+      const text = job.data.request.messages[0]!.content as string;
+      if (text === 'hold') await held;
+      if (text === 'fail') {
+        const letter: DeadLetter = {
+          jobId: job.id!,
+          queue: names.queue,
+          data: job.data,
+          reason: '429 rate_limit_error without retry-after: spend cap reached',
+          errorClass: 'RateLimitError',
+          status: 429,
+          attempts: [],
+          deadAt: Date.now(),
+        };
+        await dlq.add('dead', letter, { jobId: job.id! });
+        throw new UnrecoverableError(letter.reason);
+      }
+      return fakeResult(text);
+    },
+    { connection: redis.duplicate(), prefix: bullPrefix(names), concurrency: 4 },
+  );
+  return {
+    worker,
+    release,
+    close: async () => {
+      release();
+      await worker.close();
+      await dlq.close();
+    },
+  };
+}
+
+describe('HTTP API: auth', () => {
+  it('answers 401 without a key or with an unknown one, and never echoes the key', async () => {
+    const none = await post({ request: message() }, null);
+    expect(none.status).toBe(401);
+    expect(none.body).toEqual({ error: { code: 'unauthorized', message: expect.any(String) } });
+    expect(none.headers.get('www-authenticate')).toBe('Bearer');
+    const wrong = await post({ request: message() }, `${ACME_KEY}x`);
+    expect(wrong.status).toBe(401);
+    expect((await call('GET', '/v1/jobs/abc', { key: 'nope' })).status).toBe(401);
+    expect((await call('GET', '/v1/jobs/abc', { key: null })).status).toBe(401);
+  });
+
+  it("hides another tenant's jobs (404) and scopes idempotency keys by tenant", async () => {
+    const mine = await post({ request: message(), idempotency_key: 'order-7', tenant: 'beta' });
+    expect(mine.status).toBe(202);
+    expect(mine.body).toEqual({ id: expect.any(String), created: true });
+    expect(mine.headers.get('location')).toBe(`/v1/jobs/${mine.body.id}`);
+    const job = await api.producer.queue.getJob(mine.body.id);
+    expect(job!.data.tenant).toBe('acme');
+
+    for (const [method, path] of [
+      ['GET', `/v1/jobs/${mine.body.id}`],
+      ['GET', `/v1/jobs/${mine.body.id}/wait?timeout=0`],
+      ['DELETE', `/v1/jobs/${mine.body.id}`],
+    ] as const) {
+      const other = await call(method, path, { key: BETA_KEY });
+      expect(other.status).toBe(404);
+      expect(other.body.error.code).toBe('job_not_found');
+    }
+    const again = await post({ request: message(), idempotency_key: 'order-7' });
+    expect(again.body).toEqual({ id: mine.body.id, created: false });
+    const theirs = await post({ request: message(), idempotency_key: 'order-7' }, BETA_KEY);
+    expect(theirs.body.created).toBe(true);
+    expect(theirs.body.id).not.toBe(mine.body.id);
+  });
+});
+
+describe('HTTP API: errors', () => {
+  it('answers 400 invalid_json for a body that is not JSON or not an object', async () => {
+    for (const raw of ['{"request":', '', '[1,2]', '"text"']) {
+      const r = await call('POST', '/v1/jobs', { raw });
+      expect(r.status).toBe(400);
+      expect(r.body.error.code).toBe('invalid_json');
+    }
+  });
+
+  it('answers 400 invalid_request naming the field', async () => {
+    const cases: [unknown, string][] = [
+      [{ request: { ...message(), max_tokens: -5 } }, 'request.max_tokens'],
+      [
+        { request: { ...message(), messages: [{ role: 'bot', content: 'x' }] } },
+        'request.messages.0.role',
+      ],
+      [{}, 'request'],
+      [{ request: message(), priority: 'asap' }, 'priority'],
+      [{ request: message(), idempotency_key: 12 }, 'idempotency_key'],
+      [{ request: message(), idempotency_key: '' }, 'idempotency_key'],
+      [{ request: message(), colour: 'red' }, 'colour'],
+      [{ request: message(), meta: { file: 3 } }, 'meta.file'],
+    ];
+    for (const [body, field] of cases) {
+      const r = await post(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error).toMatchObject({ code: 'invalid_request', field });
+    }
+    const r = await post({ request: { ...message(), max_tokens: -5 } });
+    expect(r.body.error.message).toContain('got -5');
+    expect(await api.producer.queue.count()).toBe(0);
+  });
+
+  it('answers 413 body_too_large and 415 for a body that is not JSON', async () => {
+    const big = await post({ request: message('x'.repeat(30_000)) });
+    expect(big.status).toBe(413);
+    expect(big.body.error.code).toBe('body_too_large');
+    const text = await call('POST', '/v1/jobs', { raw: 'hello', type: 'text/plain' });
+    expect(text.status).toBe(415);
+    expect(text.body.error.code).toBe('unsupported_media_type');
+  });
+
+  it('answers 422 cost_exceeds_limit for a request that can never fit', async () => {
+    const r = await post({ request: message('hi', 5_000) });
+    expect(r.status).toBe(422);
+    expect(r.body.error.code).toBe('cost_exceeds_limit');
+    expect(r.body.error.message).toContain('outputTokens');
+  });
+
+  it('answers 429 queue_full with Retry-After at the depth bound', async () => {
+    const first = await post({ request: message('first'), idempotency_key: 'full-1' });
+    for (let i = 0; i < 3; i++)
+      expect((await post({ request: message(`n${i}`) })).status).toBe(202);
+    const r = await post({ request: message('one too many') });
+    expect(r.status).toBe(429);
+    expect(r.body.error.code).toBe('queue_full');
+    expect(r.body.error.message).toContain('4 waiting, bound 4');
+    expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // A repeated idempotency key still finds its job in a full queue: it takes no room.
+    const repeat = await post({ request: message('first'), idempotency_key: 'full-1' });
+    expect(repeat.status).toBe(202);
+    expect(repeat.body).toEqual({ id: first.body.id, created: false });
+    expect(await api.producer.queue.getPrioritizedCount()).toBe(4);
+  });
+
+  it('answers 404 not_found for an unknown route, and serves the OpenAPI document without a key', async () => {
+    expect((await call('GET', '/v2/nothing')).body.error.code).toBe('not_found');
+    const doc = await call('GET', '/openapi.json', { key: null });
+    expect(doc.status).toBe(200);
+    expect(doc.body.openapi).toBe('3.1.0');
+    expect(Object.keys(doc.body.paths)).toEqual(
+      expect.arrayContaining(['/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/wait']),
+    );
+    expect(doc.body.paths['/v1/jobs'].post.responses['429']).toBeDefined();
+  });
+
+  it('answers 503 redis_unavailable when Redis does not answer', async () => {
+    const down = await startHttpApi({
+      config: resolveConfig({
+        flags: { queue: 'q', prefix: names.prefix, redisUrl: 'redis://127.0.0.1:1' },
+        env: {},
+      }),
+      apiKeys: API_KEYS,
+      port: 0,
+      commandTimeoutMs: 500,
+    });
+    try {
+      const headers = { authorization: `Bearer ${ACME_KEY}`, 'content-type': 'application/json' };
+      const res = await fetch(`${down.url}/v1/jobs`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ request: message() }),
+      });
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+        'redis_unavailable',
+      );
+      const get = await fetch(`${down.url}/v1/jobs/abc`, { headers });
+      expect(get.status).toBe(503);
+    } finally {
+      await down.close();
+    }
+  });
+});
+
+describe('HTTP API: jobs', () => {
+  it('GET shows the state; /wait long-polls to the result, or answers 202 when time runs out', async () => {
+    const { body } = await post({
+      request: message('hello'),
+      priority: 'interactive',
+      meta: { source: 'test' },
+    });
+    const shown = await call('GET', `/v1/jobs/${body.id}`);
+    expect(shown.status).toBe(200);
+    expect(shown.body).toMatchObject({
+      id: body.id,
+      state: 'waiting',
+      priority: 10,
+      meta: { source: 'test' },
+    });
+
+    const early = await call('GET', `/v1/jobs/${body.id}/wait?timeout=0.2`);
+    expect(early.status).toBe(202);
+    expect(early.body.state).toBe('waiting');
+
+    const waiting = call('GET', `/v1/jobs/${body.id}/wait?timeout=8`);
+    await new Promise((r) => setTimeout(r, 100));
+    const w = startFakeWorker();
+    try {
+      const done = await waiting;
+      expect(done.status).toBe(200);
+      expect(done.body.state).toBe('completed');
+      expect(done.body.result.message.content).toEqual([{ type: 'text', text: 'echo: hello' }]);
+      expect((await call('GET', `/v1/jobs/${body.id}`)).body.state).toBe('completed');
+
+      const failing = await post({ request: message('fail') });
+      const failed = await call('GET', `/v1/jobs/${failing.body.id}/wait?timeout=8`);
+      expect(failed.status).toBe(200);
+      expect(failed.body).toMatchObject({
+        state: 'failed',
+        error: {
+          code: 'job_failed',
+          message: expect.stringContaining('spend cap'),
+          error_class: 'RateLimitError',
+          status: 429,
+        },
+      });
+      expect((await call('GET', `/v1/jobs/${body.id}/wait?timeout=999`)).body.error.field).toBe(
+        'timeout',
+      );
+    } finally {
+      await w.close();
+    }
+  });
+
+  it('DELETE cancels a job that has not started, and answers 409 once it is active or finished', async () => {
+    const { body } = await post({ request: message('cancel me') });
+    const cancelled = await call('DELETE', `/v1/jobs/${body.id}`);
+    expect(cancelled.status).toBe(200);
+    expect(cancelled.body).toEqual({ id: body.id, state: 'cancelled' });
+    expect((await call('GET', `/v1/jobs/${body.id}`)).status).toBe(404);
+    expect(await api.producer.queue.count()).toBe(0);
+
+    const held = await post({ request: message('hold') });
+    const done = await post({ request: message('quick') });
+    const w = startFakeWorker();
+    try {
+      await until(async () => (await api.producer.queue.getJobState(held.body.id)) === 'active');
+      await until(async () => (await api.producer.queue.getJobState(done.body.id)) === 'completed');
+      const active = await call('DELETE', `/v1/jobs/${held.body.id}`);
+      expect(active.status).toBe(409);
+      expect(active.body.error).toMatchObject({
+        code: 'job_not_cancellable',
+        message: expect.stringContaining('active'),
+      });
+      const finished = await call('DELETE', `/v1/jobs/${done.body.id}`);
+      expect(finished.status).toBe(409);
+      expect(finished.body.error.message).toContain('completed');
+    } finally {
+      await w.close();
+    }
+  });
+});
+
+describe('llmq serve', () => {
+  it('binds 127.0.0.1, prints its URL first, and stops on SIGINT', async () => {
+    const script = `
+      import { Command } from 'commander';
+      import { registerServeCommand } from './producer/http/serve-command.ts';
+      const program = new Command('llmq');
+      registerServeCommand(program);
+      await program.parseAsync(process.argv.slice(1), { from: 'user' });
+    `;
+    const child = spawn(
+      'node',
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        script,
+        'serve',
+        '--port',
+        '0',
+        '--queue',
+        names.queue,
+      ],
+      {
+        cwd: process.cwd(),
+        env: { ...process.env, REDIS_URL, LLMQ_PREFIX: names.prefix, LLMQ_API_KEYS: API_KEYS },
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (c) => (out += c));
+    await until(() => out.includes('\n'), 15_000, 50);
+    const url = out.split('\n')[0]!;
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    const res = await fetch(`${url}/v1/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BETA_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ request: message() }),
+    });
+    expect(res.status).toBe(202);
+    child.kill('SIGINT');
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(0);
+  }, 30_000);
+
+  it('refuses to start without API keys', async () => {
+    const script = `
+      import { Command } from 'commander';
+      import { registerServeCommand } from './producer/http/serve-command.ts';
+      const program = new Command('llmq');
+      registerServeCommand(program);
+      try { await program.parseAsync(['serve', '--port', '0'], { from: 'user' }); } catch (e) { console.error(e.message); process.exit(2); }
+    `;
+    const child = spawn('node', ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: process.cwd(),
+      env: { ...process.env, REDIS_URL, LLMQ_API_KEYS: '' },
+    });
+    let err = '';
+    child.stderr.on('data', (c) => (err += c));
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(2);
+    expect(err).toContain('no API keys');
+  }, 30_000);
+});
