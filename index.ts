@@ -1,0 +1,37 @@
+/**
+ * llmq as a library: `import { createProducer, startWorker } from 'llmq'`.
+ * Every CLI command is a thin shell over one of these.
+ */
+export * from './producer/index.ts';
+export * from './worker/index.ts';
+export { type Config, type ConfigSources, resolveConfig } from './shared/config.ts';
+export {
+  ConfigError,
+  CostExceedsLimitError,
+  LimiterUnavailableError,
+  LlmqError,
+  type LlmqErrorCode,
+  QueueFullError,
+  RedisUnavailableError,
+  RequestValidationError,
+} from './shared/errors.ts';
+export { type Cost, estimateCost, estimateInputTokens } from './shared/estimate.ts';
+export type { AttemptRecord, DeadLetter, JobData, JobResult, StoredMessage } from './shared/job.ts';
+export { bullPrefix, deadLetterQueueName, type QueueNames } from './shared/keys.ts';
+export { type AcquireOptions, Limiter, type LimiterOptions } from './shared/limiter/limiter.ts';
+export { readRateLimitHeaders, retryAfterMs } from './shared/limiter/provider-headers.ts';
+export type {
+  Decision,
+  Dimension,
+  DimensionLimits,
+  LimiterSnapshot,
+  Reservation,
+  Usage,
+} from './shared/limiter/types.ts';
+export { PRIORITY_LANES, type PriorityLane, resolvePriority } from './shared/priority.ts';
+export { openDeadLetterQueue, openQueue } from './shared/queues.ts';
+export { MessagesRequestSchema, type MessagesRequest, parseMessagesRequest } from './shared/request.ts';
+export { getQueueStatus, type QueueStatus } from './shared/status.ts';
+export { type DashboardHandle, type DashboardOptions, startDashboard } from './dashboard/server.ts';
+export { type MockAnthropicHandle, type MockAnthropicOptions, type MockStats, startMockAnthropic } from './scripts/mock-anthropic/index.ts';
+export { runDemo } from './scripts/demo.ts';
