@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
+import { type Redis, ReplyError } from 'ioredis';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import { type QueueNames, llmqKey } from '../keys.ts';
 import { loadLuaScripts, runLua } from '../lua-scripts.ts';
@@ -81,6 +81,23 @@ function checkScopeName(name: string): void {
   if (!/^[^|,\s]{1,200}$/.test(name)) {
     throw new TypeError(`scope name must be 1 to 200 characters without "|", "," or spaces, got ${JSON.stringify(name)}`);
   }
+}
+
+/** Every scope a call is charged to, the global one first, each once (not twice when named twice). */
+function scopeList(scopes: readonly string[]): string[] {
+  return [...new Set([GLOBAL_SCOPE, ...scopes])];
+}
+
+/**
+ * True from a lost connection until ioredis is ready again. Between two retries it is
+ * 'connecting' for a moment, as on the first connection (whose commands should wait for it);
+ * its retry counter, reset when ready, tells the two apart.
+ */
+function lostConnection(redis: Redis): boolean {
+  const s = redis.status;
+  if (s === 'reconnecting' || s === 'end' || s === 'close') return true;
+  const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
+  return (s === 'connecting' || s === 'connect') && retries > 0;
 }
 
 function checkCost(cost: Cost): void {
@@ -165,17 +182,33 @@ export class Limiter {
     return this.windowMs + this.marginMs;
   }
 
-  private async run(name: keyof typeof SCRIPTS | string, keys: string[], args: (string | number)[]): Promise<unknown> {
+  /**
+   * Runs a script, failing closed. `undo` names a script that reverses it: when the command was
+   * sent but no answer came (timeout, dropped connection), the command may still run later
+   * (ioredis queues it, and resends unanswered ones after reconnecting) or may have run with
+   * its answer lost, so the undo is queued behind it on the same connection, to run whenever
+   * Redis answers again.
+   */
+  private async run(
+    name: keyof typeof SCRIPTS | string,
+    keys: string[],
+    args: (string | number)[],
+    undo?: { name: string; keys: string[]; args: (string | number)[] },
+  ): Promise<unknown> {
     const script = SCRIPTS[name];
     if (!script) throw new Error(`no limiter script named ${name}`);
-    if (this.redis.status === 'reconnecting' || this.redis.status === 'end' || this.redis.status === 'close') {
+    if (lostConnection(this.redis)) {
       // Commands sent now would queue until Redis comes back: fail closed instead.
       throw new LimiterUnavailableError(`Redis connection is ${this.redis.status}`);
     }
     let timer: NodeJS.Timeout | undefined;
     try {
       return await Promise.race([
-        runLua(this.redis, script, keys, args),
+        runLua(this.redis, script, keys, args).catch((err: unknown) => {
+          // An error reply means Redis answered: nothing is left to undo.
+          if (undo && err instanceof ReplyError) undo = undefined;
+          throw err;
+        }),
         new Promise<never>((_, reject) => {
           timer = setTimeout(
             () => reject(new LimiterUnavailableError(`no answer from Redis within ${this.commandTimeoutMs} ms`)),
@@ -184,6 +217,11 @@ export class Limiter {
         }),
       ]);
     } catch (err) {
+      const u = undo;
+      if (u) {
+        const undoScript = SCRIPTS[u.name];
+        if (undoScript) runLua(this.redis, undoScript, u.keys, u.args).catch(() => {});
+      }
       if (err instanceof LimiterUnavailableError) throw err;
       throw new LimiterUnavailableError((err as Error).message, { cause: err });
     } finally {
@@ -192,7 +230,7 @@ export class Limiter {
   }
 
   private scopeArgs(scopes: readonly string[]): (string | number)[] {
-    const all = [GLOBAL_SCOPE, ...scopes.filter((s) => s !== GLOBAL_SCOPE)];
+    const all = scopeList(scopes);
     const args: (string | number)[] = [all.length];
     for (const name of all) {
       checkScopeName(name);
@@ -225,6 +263,11 @@ export class Limiter {
         cost.outputTokens,
         ...this.scopeArgs(scopes),
       ],
+      {
+        name: 'abandon',
+        keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp],
+        args: [ticket],
+      },
     )) as (number | string)[];
     const code = Number(reply[0]);
     switch (code) {
@@ -234,7 +277,7 @@ export class Limiter {
           reservation: {
             id: ticket,
             cost,
-            scopes: [GLOBAL_SCOPE, ...scopes.filter((s) => s !== GLOBAL_SCOPE)],
+            scopes: scopeList(scopes),
             admittedAt: Number(reply[1]),
             leaseExpiresAt: Number(reply[2]),
           },
@@ -300,7 +343,9 @@ export class Limiter {
       }
     } catch (err) {
       await this.cancel(ticket).catch(() => {});
-      throw err;
+      // Aborted while asleep, the timer throws its own AbortError: throw the signal's reason,
+      // as when aborted between two attempts.
+      throw options.signal?.aborted ? options.signal.reason : err;
     }
   }
 
@@ -383,7 +428,8 @@ export class Limiter {
       const r = reading[d];
       args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
     }
-    await this.run('observe', [this.keys.tot, this.keys.ext, this.keys.stats], args);
+    const k = this.keys;
+    await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], args);
   }
 
   /** Records this limiter's settings so status and the dashboard can show them. */
@@ -392,6 +438,7 @@ export class Limiter {
       this.keys.config,
       JSON.stringify({
         windowMs: this.windowMs,
+        windowMarginMs: this.marginMs,
         limits: this.limits,
         scopes: this.scopeLimits,
         concurrency: this.concurrency,
@@ -408,13 +455,15 @@ export class Limiter {
     const published = config
       ? (JSON.parse(config) as {
           windowMs?: number;
+          windowMarginMs?: number;
           limits?: DimensionLimits;
           scopes?: Record<string, DimensionLimits>;
           concurrency?: number;
         })
       : {};
     const windowMs = this.windowGiven ? this.windowMs : (published.windowMs ?? this.windowMs);
-    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + this.marginMs]));
+    const marginMs = this.windowGiven ? this.marginMs : Math.max(this.marginMs, published.windowMarginMs ?? 0);
+    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + marginMs]));
     const [tot, ext, pause, inFlight, waiters, stats, hist] = (await this.redis
       .multi()
       .hgetall(k.tot)

@@ -31,7 +31,7 @@
              (0 = unlimited; headroom already taken off)
 
   Output:
-    {0, now, leaseExpiry}               admitted
+    {0, now, leaseExpiry}               admitted (again, for a ticket admitted already)
     {1, waitMs}                         another waiter is first in line
     {2, waitMs}                         the shared pause holds
     {3, waitMs, scope, dim}             not enough budget in scope/dim yet
@@ -65,6 +65,13 @@ end
 local function leave_line()
   redis.call('ZREM', waitersKey, ticket)
   redis.call('ZREM', waitexpKey, ticket)
+end
+
+-- The same ticket admitted already: ioredis resent this acquire after a reconnect, its first
+-- run's answer lost. Answer the same again rather than charge it twice.
+if redis.call('HEXISTS', resKey, ticket) == 1 then
+  local lease = tonumber(redis.call('ZSCORE', slotsKey, ticket) or now)
+  return { 0, lease - leaseMs, lease }
 end
 
 -- A cost that can never fit is refused at once, whatever the line looks like.
@@ -135,31 +142,29 @@ local function wait_for(scope, dim, need, extAmount, extUntil)
   local best = nil
   if extAmount > 0 and extAmount >= need then best = extUntil - now end
   local freed = 0
-  local lastAt = nil
   local entries = redis.call('ZRANGE', logKey, 0, 1999, 'WITHSCORES')
   for i = 1, #entries, 2 do
     local at = tonumber(entries[i + 1]) + windowMs - now + 1
-    lastAt = at
+    -- Entries leave in stamp order: none after this one frees room sooner than the best yet.
+    if best ~= nil and at >= best then return math.max(best, 1) end
     local enc = redis.call('HGET', resKey, entries[i])
     if enc then
       local r = decode(enc)
       if in_scope(r, scope) then
         freed = freed + amount(r, dim)
-        local candidate = nil
-        if freed >= need then
-          candidate = at
-        elseif extAmount > 0 and freed + extAmount >= need then
-          candidate = math.max(at, extUntil - now)
-        end
-        if candidate then
-          if best == nil or candidate < best then best = candidate end
-          return math.max(best, 1)
+        if freed >= need then return math.max(at, 1) end
+        -- Enough once the foreign spend lapses too; a later entry may still free it sooner.
+        if best == nil and extAmount > 0 and freed + extAmount >= need then
+          best = math.max(at, extUntil - now)
         end
       end
     end
   end
-  -- Not enough within the scanned part of the log: look again when its last entry has left.
-  if lastAt ~= nil and (best == nil or lastAt < best) then best = lastAt end
+  -- Not enough within the scanned part of a long log: look again when its last entry has left.
+  if #entries >= 4000 then
+    local lastAt = tonumber(entries[#entries]) + windowMs - now + 1
+    if best == nil or lastAt < best then best = lastAt end
+  end
   return math.max(best or windowMs, 1)
 end
 

@@ -1,0 +1,36 @@
+--[[
+  Undoes an admission its caller never learned of: the acquire that carried this ticket gave
+  up (no answer in time, the connection dropped) but may still have run, or may still run when
+  Redis answers again (ioredis sends queued and unanswered commands after reconnecting). Sent
+  behind that acquire on the same connection, so it runs after it. The ticket also leaves the
+  line, where it would otherwise stand first until its heartbeat lapses.
+
+  Input:
+    KEYS[1] log      ZSET reservation id -> stamp ms
+    KEYS[2] res      HASH reservation id -> "req|in|out|flags|scopes"
+    KEYS[3] slots    ZSET reservation id -> lease expiry ms
+    KEYS[4] tot      HASH "scope|dim" -> spend inside the window
+    KEYS[5] stats    HASH counters
+    KEYS[6] waiters  ZSET ticket -> rank
+    KEYS[7] waitexp  ZSET ticket -> heartbeat expiry
+    ARGV[1] ticket
+
+  Output: 1 when an admission was undone, else 0
+]]
+--- @include "reservations"
+
+local id = ARGV[1]
+redis.call('ZREM', KEYS[6], id)
+redis.call('ZREM', KEYS[7], id)
+redis.call('ZREM', KEYS[3], id)
+local enc = redis.call('HGET', KEYS[2], id)
+if not enc then return 0 end
+local r = decode(enc)
+add_totals(KEYS[4], r, -1)
+redis.call('HDEL', KEYS[2], id)
+redis.call('ZREM', KEYS[1], id)
+redis.call('HINCRBY', KEYS[5], 'admitted', -1)
+redis.call('HINCRBY', KEYS[5], 'reserved_in', 0 - r.inp)
+redis.call('HINCRBY', KEYS[5], 'reserved_out', 0 - r.out)
+redis.call('HINCRBY', KEYS[5], 'abandoned', 1)
+return 1

@@ -1,0 +1,158 @@
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let names: ReturnType<typeof testNames>;
+let t: number;
+
+beforeEach(() => {
+  redis = newRedis();
+  names = testNames('limobs');
+  t = 1_700_000_000_000;
+});
+afterEach(async () => {
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+
+const W = 10_000;
+const make = (o: Partial<LimiterOptions> = {}) =>
+  new Limiter({
+    redis,
+    names,
+    windowMs: W,
+    headroom: 0,
+    windowMarginMs: 0,
+    clock: () => t,
+    maxPollMs: 10,
+    limits: { tokens: 1_000 },
+    ...o,
+  });
+const cost = (inputTokens: number, outputTokens: number) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
+
+/** What Anthropic sends back: the tokens bucket, its remaining and when it is full again. */
+const tokenHeaders = (
+  limit: number,
+  remaining: number,
+  resetAt?: number,
+): Record<string, string> => ({
+  'anthropic-ratelimit-tokens-limit': String(limit),
+  'anthropic-ratelimit-tokens-remaining': String(remaining),
+  ...(resetAt === undefined
+    ? {}
+    : { 'anthropic-ratelimit-tokens-reset': new Date(resetAt).toISOString() }),
+});
+
+async function spend(lim: Limiter, input: number, output: number): Promise<Reservation> {
+  const d = await lim.tryAcquire(cost(input, output));
+  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
+  await lim.settle(d.reservation, { inputTokens: input, outputTokens: output });
+  return d.reservation;
+}
+
+const foreign = async (lim: Limiter) =>
+  (await lim.snapshot()).scopes.find((s) => s.scope === 'global')?.dimensions.tokens.foreign;
+
+describe('observing the provider’s rate-limit headers', () => {
+  it('headers that agree with our own spend change nothing', async () => {
+    const lim = make();
+    await spend(lim, 200, 100);
+    await lim.observe(tokenHeaders(1_000, 700, t + 3_000));
+    expect(await foreign(lim)).toBe(0);
+    expect(await lim.tryAcquire(cost(400, 300))).toMatchObject({ ok: true });
+  });
+
+  it('use the provider reports beyond ours makes acquire wait until the provider’s reset', async () => {
+    const lim = make();
+    await spend(lim, 200, 100);
+    // Another client spent 500 from the same key: the provider has 200 left, not 700.
+    await lim.observe(new Headers(tokenHeaders(1_000, 200, t + 3_000)));
+    expect(await foreign(lim)).toBe(500);
+    const d = await lim.tryAcquire(cost(200, 100));
+    expect(d).toMatchObject({ ok: false, reason: 'budget', scope: 'global', dimension: 'tokens' });
+    // Nothing of ours leaves before the reset; at the reset the foreign 500 lapses.
+    if (!d.ok) expect(d.waitMs).toBe(3_000);
+
+    let admittedAt = 0;
+    const waiting = lim.acquire(cost(200, 100)).then((r) => {
+      admittedAt = r.admittedAt;
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(admittedAt).toBe(0);
+    t += 2_999;
+    await new Promise((r) => setTimeout(r, 100));
+    expect(admittedAt).toBe(0);
+    t += 1;
+    await waiting;
+    expect(admittedAt).toBe(1_700_000_000_000 + 3_000);
+    expect(await foreign(lim)).toBe(0);
+  });
+
+  it('foreign spend without a reset lapses after one window', async () => {
+    const lim = make();
+    await lim.observe(tokenHeaders(1_000, 100));
+    expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({ ok: false, waitMs: W });
+    t += W - 1;
+    expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({ ok: false, waitMs: 1 });
+    t += 1;
+    expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({ ok: true });
+  });
+
+  it('a reset later than one window is held to one window', async () => {
+    const lim = make();
+    await lim.observe(tokenHeaders(1_000, 100, t + 5 * W));
+    t += W;
+    expect(await lim.tryAcquire(cost(400, 400))).toMatchObject({ ok: true });
+  });
+
+  it('calls of ours that have left the window do not hide another client’s spend', async () => {
+    const lim = make();
+    await spend(lim, 300, 300);
+    t += W;
+    // Ours has left the window; the provider's 600 used is someone else's.
+    await lim.observe(tokenHeaders(1_000, 400, t + 5_000));
+    expect(await foreign(lim)).toBe(600);
+    expect(await lim.tryAcquire(cost(300, 300))).toMatchObject({
+      ok: false,
+      reason: 'budget',
+      waitMs: 5_000,
+    });
+  });
+
+  it('names the soonest moment the budget frees, counting what leaves the window and what lapses', async () => {
+    const lim = make();
+    await spend(lim, 100, 50); // 150, leaves at +10 s
+    t += 1_000;
+    await spend(lim, 200, 100); // 300, leaves at +11 s
+    t += 1_000;
+    // 100 of someone else's, until +11.5 s.
+    await lim.observe(tokenHeaders(1_000, 450, t + 9_500));
+    expect(await foreign(lim)).toBe(100);
+    // 450 + 100 + 650 - 1000 = 200 too much: the first call leaving frees 150 (not enough
+    // alone), the second frees 450 at +11 s, before the foreign spend lapses at +11.5 s.
+    const d = await lim.tryAcquire(cost(400, 250));
+    expect(d).toMatchObject({ ok: false, reason: 'budget' });
+    if (!d.ok) expect(d.waitMs).toBe(11_000 + 1 - 2_000);
+  });
+
+  it('observes a nested scope on its own', async () => {
+    const lim = make({ scopes: { 'tenant:a': { tokens: 500 } } });
+    await lim.observe(tokenHeaders(500, 0, t + 2_000), 'tenant:a');
+    expect(await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:a'] })).toMatchObject({
+      ok: false,
+      scope: 'tenant:a',
+      waitMs: 2_000,
+    });
+    expect(await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:b'] })).toMatchObject({
+      ok: true,
+    });
+    expect(await foreign(lim)).toBe(0);
+  });
+});

@@ -1,0 +1,134 @@
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Dimension, LimiterSnapshot } from '../shared/limiter/types.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let names: ReturnType<typeof testNames>;
+let t: number;
+
+beforeEach(() => {
+  redis = newRedis();
+  names = testNames('limscope');
+  t = 1_700_000_000_000;
+});
+afterEach(async () => {
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+
+const make = (o: Partial<LimiterOptions> = {}) =>
+  new Limiter({
+    redis,
+    names,
+    windowMs: 10_000,
+    headroom: 0,
+    windowMarginMs: 0,
+    clock: () => t,
+    limits: { tokens: 1_000, requests: 10 },
+    scopes: {
+      'tenant:a': { tokens: 400 },
+      'tenant:b': { tokens: 400, requests: 2 },
+      'team:x': { tokens: 300 },
+    },
+    ...o,
+  });
+const cost = (inputTokens: number, outputTokens: number) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
+const used = (snap: LimiterSnapshot, scope: string, dim: Dimension = 'tokens') =>
+  snap.scopes.find((s) => s.scope === scope)?.dimensions[dim].used ?? 0;
+
+describe('nested scopes', () => {
+  it('refuses a tenant at its limit while the global scope has room; the other tenant is still admitted', async () => {
+    const lim = make();
+    expect(await lim.tryAcquire(cost(100, 300), { scopes: ['tenant:a'] })).toMatchObject({
+      ok: true,
+    });
+    const refused = await lim.tryAcquire(cost(50, 50), { scopes: ['tenant:a'] });
+    expect(refused).toMatchObject({
+      ok: false,
+      reason: 'budget',
+      scope: 'tenant:a',
+      dimension: 'tokens',
+    });
+    expect(await lim.tryAcquire(cost(50, 50))).toMatchObject({ ok: true }); // the global has room
+    expect(await lim.tryAcquire(cost(100, 300), { scopes: ['tenant:b'] })).toMatchObject({
+      ok: true,
+    });
+    const snap = await lim.snapshot();
+    expect([used(snap, 'global'), used(snap, 'tenant:a'), used(snap, 'tenant:b')]).toEqual([
+      900, 400, 400,
+    ]);
+  });
+
+  it('refuses a tenant with room when the global scope is full, and charges no scope for a refusal', async () => {
+    const lim = make();
+    expect(await lim.tryAcquire(cost(200, 200), { scopes: ['tenant:a'] })).toMatchObject({
+      ok: true,
+    });
+    expect(await lim.tryAcquire(cost(300, 300))).toMatchObject({ ok: true });
+    const refused = await lim.tryAcquire(cost(50, 50), { scopes: ['tenant:b'] });
+    expect(refused).toMatchObject({
+      ok: false,
+      reason: 'budget',
+      scope: 'global',
+      dimension: 'tokens',
+    });
+    const snap = await lim.snapshot();
+    expect(used(snap, 'tenant:b')).toBe(0);
+    expect(used(snap, 'tenant:b', 'requests')).toBe(0);
+    expect(used(snap, 'global')).toBe(1_000);
+  });
+
+  it('admits a call in several nested scopes only when every one has room, and charges each', async () => {
+    const lim = make();
+    expect(await lim.tryAcquire(cost(100, 100), { scopes: ['team:x'] })).toMatchObject({
+      ok: true,
+    });
+    // tenant:a has room for 200 more, team:x only for 100.
+    const refused = await lim.tryAcquire(cost(100, 100), { scopes: ['tenant:a', 'team:x'] });
+    expect(refused).toMatchObject({ ok: false, reason: 'budget', scope: 'team:x' });
+    const ok = await lim.tryAcquire(cost(50, 50), { scopes: ['tenant:a', 'team:x'] });
+    expect(ok).toMatchObject({
+      ok: true,
+      reservation: { scopes: ['global', 'tenant:a', 'team:x'] },
+    });
+    const snap = await lim.snapshot();
+    expect([used(snap, 'global'), used(snap, 'tenant:a'), used(snap, 'team:x')]).toEqual([
+      300, 100, 300,
+    ]);
+  });
+
+  it('counts each dimension of a scope on its own: a tenant out of requests is refused with tokens to spare', async () => {
+    const lim = make();
+    for (let i = 0; i < 2; i++) {
+      const d = await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:b'] });
+      expect(d).toMatchObject({ ok: true });
+      if (d.ok) await lim.settle(d.reservation, { inputTokens: 10, outputTokens: 10 });
+    }
+    expect(await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:b'] })).toMatchObject({
+      ok: false,
+      scope: 'tenant:b',
+      dimension: 'requests',
+    });
+    t += 10_001;
+    expect(await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:b'] })).toMatchObject({
+      ok: true,
+    });
+  });
+
+  it('charges a scope named twice once', async () => {
+    const lim = make();
+    const d = await lim.tryAcquire(cost(100, 100), { scopes: ['tenant:a', 'tenant:a', 'global'] });
+    expect(d).toMatchObject({ ok: true, reservation: { scopes: ['global', 'tenant:a'] } });
+    const snap = await lim.snapshot();
+    expect([used(snap, 'global'), used(snap, 'tenant:a')]).toEqual([200, 200]);
+    if (d.ok) await lim.release(d.reservation);
+    const after = await lim.snapshot();
+    expect([used(after, 'global'), used(after, 'tenant:a')]).toEqual([0, 0]);
+  });
+});

@@ -1,0 +1,165 @@
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Dimension, Reservation } from '../shared/limiter/types.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let names: ReturnType<typeof testNames>;
+let t: number;
+
+beforeEach(() => {
+  redis = newRedis();
+  names = testNames('limsettle');
+  t = 1_700_000_000_000;
+});
+afterEach(async () => {
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+
+const make = (o: Partial<LimiterOptions> = {}) =>
+  new Limiter({
+    redis,
+    names,
+    windowMs: 10_000,
+    headroom: 0,
+    windowMarginMs: 0,
+    clock: () => t,
+    limits: { inputTokens: 1_000, outputTokens: 1_000, tokens: 2_000 },
+    ...o,
+  });
+const cost = (inputTokens: number, outputTokens: number) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
+
+async function admitted(lim: Limiter, c: ReturnType<typeof cost>): Promise<Reservation> {
+  const d = await lim.tryAcquire(c);
+  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
+  return d.reservation;
+}
+
+async function used(lim: Limiter, dim: Dimension): Promise<number> {
+  const snap = await lim.snapshot();
+  return snap.scopes.find((s) => s.scope === 'global')?.dimensions[dim].used ?? 0;
+}
+
+describe('settling a reservation', () => {
+  it('gives an overestimate of input back, so a later acquire fits', async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(800, 100));
+    expect(await lim.tryAcquire(cost(500, 100))).toMatchObject({
+      ok: false,
+      dimension: 'inputTokens',
+    });
+    expect(await lim.settle(r, { inputTokens: 300, outputTokens: 100 })).toEqual({
+      known: true,
+      inputDelta: -500,
+      outputDelta: 0,
+    });
+    expect(await used(lim, 'inputTokens')).toBe(300);
+    expect(await lim.tryAcquire(cost(500, 100))).toMatchObject({ ok: true });
+  });
+
+  it('charges an underestimate of input, so a later acquire that would have fitted waits', async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(300, 100));
+    await lim.settle(r, { inputTokens: 900, outputTokens: 100 });
+    expect(await used(lim, 'inputTokens')).toBe(900);
+    expect(await used(lim, 'tokens')).toBe(1_000);
+    const d = await lim.tryAcquire(cost(200, 100));
+    expect(d).toMatchObject({ ok: false, reason: 'budget', dimension: 'inputTokens' });
+    // Counted from settle (when it was stamped), for one window.
+    if (!d.ok) expect(d.waitMs).toBe(10_001);
+  });
+
+  it('gives everything back on release: the call never reached the provider', async () => {
+    const lim = make({ concurrency: 1 });
+    const r = await admitted(lim, cost(900, 900));
+    expect(await lim.tryAcquire(cost(1, 1))).toMatchObject({ ok: false });
+    await lim.release(r);
+    for (const dim of ['requests', 'inputTokens', 'outputTokens', 'tokens'] as const) {
+      expect(await used(lim, dim)).toBe(0);
+    }
+    expect((await lim.snapshot()).inFlight).toBe(0);
+    expect(await lim.tryAcquire(cost(1_000, 1_000))).toMatchObject({ ok: true });
+  });
+
+  it('keeps the estimate charged on keep: no usage came back, the provider may have counted it', async () => {
+    const lim = make({ concurrency: 1 });
+    const r = await admitted(lim, cost(600, 400));
+    t += 1_000;
+    await lim.keep(r);
+    expect(await used(lim, 'inputTokens')).toBe(600);
+    expect(await used(lim, 'outputTokens')).toBe(400);
+    // The slot is free, the budget is not: stamped at keep, it leaves the window a window later.
+    const d = await lim.tryAcquire(cost(500, 100));
+    expect(d).toMatchObject({ ok: false, reason: 'budget', dimension: 'inputTokens' });
+    if (!d.ok) expect(d.waitMs).toBe(10_001);
+    t += 10_000;
+    expect(await lim.tryAcquire(cost(500, 100))).toMatchObject({ ok: true });
+  });
+
+  it("keeps max_tokens charged under 'reserve' accounting even when less output came back", async () => {
+    const lim = make({ outputAccounting: 'reserve' });
+    const r = await admitted(lim, cost(100, 900));
+    expect(await lim.settle(r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
+      outputDelta: 0,
+    });
+    expect(await used(lim, 'outputTokens')).toBe(900);
+    expect(await lim.tryAcquire(cost(100, 200))).toMatchObject({
+      ok: false,
+      dimension: 'outputTokens',
+    });
+  });
+
+  it("gives unused output back under 'actual' accounting", async () => {
+    const lim = make({ outputAccounting: 'actual' });
+    const r = await admitted(lim, cost(100, 900));
+    expect(await lim.settle(r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
+      outputDelta: -850,
+    });
+    expect(await used(lim, 'outputTokens')).toBe(50);
+    expect(await lim.tryAcquire(cost(100, 900))).toMatchObject({ ok: true });
+  });
+
+  it("under 'actual' accounting, a call streaming longer than the window stays counted until it settles", async () => {
+    const lim = make({ outputAccounting: 'actual', leaseMs: 5_000 });
+    const r = await admitted(lim, cost(500, 900));
+    await lim.start(r);
+    // The response streams for three windows, its lease renewed as it goes.
+    for (let i = 0; i < 12; i++) {
+      t += 2_500;
+      expect(await lim.renew(r)).toBe(true);
+    }
+    expect(await lim.tryAcquire(cost(100, 200))).toMatchObject({
+      ok: false,
+      dimension: 'outputTokens',
+    });
+    expect(await lim.settle(r, { inputTokens: 500, outputTokens: 700 })).toEqual({
+      known: true,
+      inputDelta: 0,
+      outputDelta: -200,
+    });
+    expect(await used(lim, 'outputTokens')).toBe(700);
+    expect(await lim.tryAcquire(cost(100, 300))).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({
+      ok: false,
+      dimension: 'outputTokens',
+    });
+  });
+
+  it('releases a reservation of zero tokens', async () => {
+    const lim = make();
+    const r = await admitted(lim, { requests: 1, inputTokens: 0, outputTokens: 0 });
+    await lim.release(r);
+    expect((await lim.snapshot()).counters).toMatchObject({
+      admitted: 1,
+      released: 1,
+      reservedIn: 0,
+      reservedOut: 0,
+    });
+  });
+});
