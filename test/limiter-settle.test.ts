@@ -115,6 +115,15 @@ describe('settling a reservation', () => {
     });
   });
 
+  it("still reports the output that came back under 'reserve' accounting, for the estimate's accuracy", async () => {
+    const lim = make({ outputAccounting: 'reserve' });
+    const r = await admitted(lim, cost(100, 900));
+    await lim.settle(r, { inputTokens: 80, outputTokens: 50 });
+    const snap = await lim.snapshot();
+    expect(snap.counters).toMatchObject({ actualIn: 80, actualOut: 50, settledReservedIn: 100, settledReservedOut: 900 });
+    expect(await used(lim, 'outputTokens')).toBe(900);
+  });
+
   it("gives unused output back under 'actual' accounting", async () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 900));

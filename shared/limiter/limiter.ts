@@ -380,12 +380,19 @@ export class Limiter {
     return Number(r) > 0;
   }
 
-  private async end(reservation: Reservation, mode: 'usage' | 'keep' | 'release', input: number, output: number, restamp: boolean) {
+  private async end(
+    reservation: Reservation,
+    mode: 'usage' | 'keep' | 'release',
+    input: number,
+    output: number,
+    restamp: boolean,
+    reportedOutput = -1,
+  ) {
     const k = this.keys;
     const r = (await this.run(
       'settle',
       [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
-      [this.now(), reservation.id, mode, input, output, restamp ? '1' : '0', HISTORY_BUCKET_MS],
+      [this.now(), reservation.id, mode, input, output, restamp ? '1' : '0', HISTORY_BUCKET_MS, reportedOutput],
     )) as number[];
     return { known: Number(r[0]) === 1, inputDelta: Number(r[1] ?? 0), outputDelta: Number(r[2] ?? 0) };
   }
@@ -396,7 +403,7 @@ export class Limiter {
    */
   settle(reservation: Reservation, usage: Usage): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
     const actual = this.outputAccounting === 'actual';
-    return this.end(reservation, 'usage', usage.inputTokens, actual ? usage.outputTokens : -1, actual);
+    return this.end(reservation, 'usage', usage.inputTokens, actual ? usage.outputTokens : -1, actual, usage.outputTokens);
   }
 
   /** The call may have reached the provider but no usage came back: the estimate stays charged. */

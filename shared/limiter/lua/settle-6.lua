@@ -22,6 +22,9 @@
     ARGV[5] actual output tokens (mode 'usage'; -1 keeps the estimate)
     ARGV[6] '1' to restamp now even when the start already stamped it
     ARGV[7] history bucket length ms
+    ARGV[8] output tokens the provider reported, for the counters only (-1 unknown); under
+            'reserve' accounting the charge stays max_tokens but the estimate's accuracy
+            is still worth knowing
 
   Output:
     {1, inputDelta, outputDelta}   settled (deltas: actual minus reserved)
@@ -63,13 +66,16 @@ if mode == 'usage' then
   end
 end
 
+local reportedOut = tonumber(ARGV[8] or '-1')
+if reportedOut < 0 then reportedOut = r.out end
+
 local bucketMs = tonumber(ARGV[7])
 local bucket = math.floor(now / bucketMs) * bucketMs
 redis.call('HINCRBY', histKey, bucket .. '|calls', 1)
 redis.call('HINCRBY', histKey, bucket .. '|reserved_in', r.inp - dIn)
 redis.call('HINCRBY', histKey, bucket .. '|reserved_out', r.out - dOut)
 redis.call('HINCRBY', histKey, bucket .. '|actual_in', r.inp)
-redis.call('HINCRBY', histKey, bucket .. '|actual_out', r.out)
+redis.call('HINCRBY', histKey, bucket .. '|actual_out', reportedOut)
 -- Keep about 20 minutes of buckets: drop the one that just fell out.
 local old = bucket - 120 * bucketMs
 redis.call('HDEL', histKey, old .. '|calls', old .. '|reserved_in', old .. '|reserved_out', old .. '|actual_in', old .. '|actual_out')
@@ -81,7 +87,7 @@ r.flags = 's'
 redis.call('HSET', resKey, id, encode(r))
 redis.call('HINCRBY', statsKey, 'settled', 1)
 redis.call('HINCRBY', statsKey, 'actual_in', r.inp)
-redis.call('HINCRBY', statsKey, 'actual_out', r.out)
+redis.call('HINCRBY', statsKey, 'actual_out', reportedOut)
 redis.call('HINCRBY', statsKey, 'settled_reserved_in', r.inp - dIn)
 redis.call('HINCRBY', statsKey, 'settled_reserved_out', r.out - dOut)
 return { 1, dIn, dOut }
