@@ -35,7 +35,7 @@ export class CircuitBreaker {
     this.trialTtlMs = options.trialTtlMs ?? 60_000;
   }
 
-  private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number]> {
+  private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number, number]> {
     const r = (await runLua(this.redis, SCRIPTS['breaker']!, [this.key], [
       '',
       op,
@@ -43,8 +43,8 @@ export class CircuitBreaker {
       this.threshold,
       this.cooldownMs,
       this.trialTtlMs,
-    ])) as [number, number];
-    return [Number(r[0]), Number(r[1])];
+    ])) as [number, number, number?];
+    return [Number(r[0]), Number(r[1]), Number(r[2] ?? 0)];
   }
 
   /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait. */
@@ -59,8 +59,18 @@ export class CircuitBreaker {
 
   /** Records a provider failure; true when it opened the breaker. */
   async failure(): Promise<boolean> {
-    const [, opened] = await this.op('failure');
-    return opened === 1;
+    return (await this.recordFailure()).opened;
+  }
+
+  /**
+   * Records a provider failure. `whileClosed` is true only when the breaker was closed before it
+   * and still is: the provider looked healthy, so the failure is the job's own. A failure that
+   * opened the breaker, a failed trial, or a call that was under way when another failure opened
+   * it happened in an outage.
+   */
+  async recordFailure(): Promise<{ opened: boolean; whileClosed: boolean }> {
+    const [, opened, whileClosed] = await this.op('failure');
+    return { opened: opened === 1, whileClosed: whileClosed === 1 };
   }
 
   async state(): Promise<{ state: BreakerState; failures: number; openUntil: number | null; opened: number }> {

@@ -1,12 +1,13 @@
 import Anthropic from '@anthropic-ai/sdk';
-import { retryAfterMs } from '../shared/limiter/provider-headers.ts';
+import { header, retryAfterMs } from '../shared/limiter/provider-headers.ts';
 
 /**
  * What to do after a failed provider call.
  * - `rate_limited`: a 429 with retry-after; pause every worker, requeue without spending an attempt.
  * - `retryable`: overloaded, server error, timeout, dropped connection, mid-stream error; back
  *   off and try again, and count toward the circuit breaker.
- * - `final`: the request cannot succeed by retrying; dead-letter it at once.
+ * - `final`: the request cannot succeed by retrying (4xx, a spend cap, a 429 without
+ *   retry-after or with `x-should-retry: false`); dead-letter it at once.
  */
 export type FailureKind = 'rate_limited' | 'retryable' | 'final';
 
@@ -52,6 +53,11 @@ export function classifyProviderError(err: unknown): Classified {
       const wait = retryAfterMs(err.headers ?? undefined);
       if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
         return { ...base, kind: 'final', reason: `spend limit reached: ${message}`, maybeCharged: false };
+      }
+      // The provider says waiting cannot help (the call alone exceeds its limit): pausing every
+      // worker for it, again and again, would only stall the fleet.
+      if (header(err.headers ?? undefined, 'x-should-retry')?.trim() === 'false') {
+        return { ...base, kind: 'final', reason: `429 not retryable: ${message}`, maybeCharged: false };
       }
       if (wait === undefined) {
         return { ...base, kind: 'final', reason: `429 without retry-after: ${message}`, maybeCharged: false };

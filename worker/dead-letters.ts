@@ -90,7 +90,13 @@ export async function retryDeadLetter(dlq: DeadLetterQueue, queue: LlmqQueue, id
     await original.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     runId = original.id!;
   } else {
-    const added = await queue.add(JOB_NAME, data, { priority: data.priority, attempts: original?.opts.attempts ?? 5 });
+    // The original is gone (removed, or aged out of the failed set): add it again under its own
+    // id when that id is free, so whoever holds the id still finds the job.
+    const added = await queue.add(JOB_NAME, data, {
+      ...(original ? {} : { jobId: id }),
+      priority: data.priority,
+      attempts: original?.opts.attempts ?? 5,
+    });
     runId = added.id!;
   }
   await letter.remove();

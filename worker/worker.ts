@@ -15,7 +15,7 @@ import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import { type Classified, classifyProviderError } from './classify.ts';
 import { deadLetter } from './dead-letters.ts';
 import { HeadPeeker } from './head.ts';
-import { callProvider } from './provider.ts';
+import { type ProviderCallResult, callProvider } from './provider.ts';
 
 /** Where the worker reports what it does; the CLI prints these, tests collect them. */
 export interface WorkerLogger {
@@ -171,16 +171,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       return;
     }
     // Retryable: count toward the breaker; an attempt is spent only while the provider looked
-    // healthy, so an outage sends no job to the dead letters.
-    const opened = await breaker.failure();
+    // healthy (the breaker closed before and after this failure), so an outage sends no job to
+    // the dead letters, not even one whose call was under way when the breaker opened.
+    const { opened, whileClosed } = await breaker.recordFailure();
     if (opened) log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
     await addMetrics(redis, names, c.status === undefined ? { provider_connection_errors: 1 } : { provider_5xx: 1 });
-    const counts = !opened && !trial;
+    const counts = whileClosed && !trial;
     h.push(record('retryable', counts));
     const used = attemptsUsed(h);
     const allowed = job.opts.attempts ?? 5;
     if (counts && used >= allowed) {
-      await deadLetter(dlq, job, token, { ...c, reason: `gave up after ${used} attempts: ${c.reason}`, errorClass: c.errorClass }, h);
+      await deadLetter(dlq, job, token, { ...c, reason: `gave up after ${used} attempt${used === 1 ? '' : 's'}: ${c.reason}`, errorClass: c.errorClass }, h);
       await addMetrics(redis, names, { dead_lettered: 1 });
       log.warn('dead-lettered', { job: job.id, reason: c.reason, attempts: used });
       return;
@@ -199,37 +200,19 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     let begun = false;
     const stream = streamMode === 'always' || data.stream === true || data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
     await addMetrics(redis, names, { provider_calls: 1 });
+    let res: ProviderCallResult;
     try {
-      const res = await callProvider(client, data.request, {
+      res = await callProvider(client, data.request, {
         stream,
         timeoutMs: data.timeoutMs ?? options.timeoutMs ?? 600_000,
         signal: r.abort.signal,
         onStart: async (headers) => {
           begun = true;
-          await limiter.start(r.reservation);
-          if (feedback) await limiter.observe(headers);
+          // Not stamped now means stamped later, at settle or at the lease's end: never too early.
+          await limiter.start(r.reservation).catch((err) => log.warn('could not stamp the reservation', { job: job.id, error: (err as Error).message }));
+          if (feedback) await limiter.observe(headers).catch(() => {});
         },
       });
-      const usage = res.message.usage;
-      await limiter.settle(r.reservation, {
-        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
-        outputTokens: usage.output_tokens,
-      });
-      await breaker.success();
-      const h = history(job);
-      h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
-      const result: JobResult = {
-        message: res.message,
-        latencyMs: Math.round(res.latencyMs),
-        requestId: res.requestId,
-        attempts: attemptsUsed(h),
-        completedAt: Date.now(),
-      };
-      await job.moveToCompleted(result, token, false);
-      await Promise.all([
-        addMetrics(redis, names, { provider_ok: 1, completed: 1, tokens_in: usage.input_tokens, tokens_out: usage.output_tokens }),
-        observeLatency(redis, names, res.latencyMs),
-      ]);
     } catch (err) {
       const latencyMs = performance.now() - t0;
       if (r.abort.signal.aborted) {
@@ -243,6 +226,38 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
       if (headers && feedback) await limiter.observe(headers as never).catch(() => {});
       await finishFailure(r, c, startedAt, latencyMs, trial);
+      return;
+    }
+    // The call succeeded and was paid for: store the result first. What follows is bookkeeping,
+    // and a failure there (the limiter fails fast while Redis reconnects) must not turn a
+    // successful call into a retry that calls, and pays, again. The slot is freed only once the
+    // job has left active.
+    const usage = res.message.usage;
+    const h = history(job);
+    h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
+    const result: JobResult = {
+      message: res.message,
+      latencyMs: Math.round(res.latencyMs),
+      requestId: res.requestId,
+      attempts: attemptsUsed(h),
+      completedAt: Date.now(),
+    };
+    try {
+      await job.moveToCompleted(result, token, false);
+    } finally {
+      const after = await Promise.allSettled([
+        // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
+        limiter.settle(r.reservation, {
+          inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+          outputTokens: usage.output_tokens,
+        }),
+        breaker.success(),
+        addMetrics(redis, names, { provider_ok: 1, completed: 1, tokens_in: usage.input_tokens, tokens_out: usage.output_tokens }),
+        observeLatency(redis, names, res.latencyMs),
+      ]);
+      for (const a of after) {
+        if (a.status === 'rejected') log.warn('bookkeeping after a successful call failed', { job: job.id, error: (a.reason as Error).message });
+      }
     }
   }
 
@@ -263,8 +278,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   async function waitForSlot() {
     while (running.size >= localConcurrency && !stopper.signal.aborted) {
       await new Promise<void>((resolve) => {
-        slotFreed = resolve;
-        stopper.signal.addEventListener('abort', () => resolve(), { once: true });
+        // One listener at a time: the pool waits here every time it is full, for as long as
+        // the process lives.
+        const wake = () => {
+          stopper.signal.removeEventListener('abort', wake);
+          slotFreed = undefined;
+          resolve();
+        };
+        slotFreed = wake;
+        stopper.signal.addEventListener('abort', wake, { once: true });
       });
     }
   }
@@ -315,7 +337,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const token = `${id}:${++tokenCounter}`;
     const job = (await bull.getNextJob(token, { block: false })) as Job<JobData, JobResult> | undefined;
     if (!job) {
+      // Another worker took it, or BullMQ holds the queue: give the budget back and look again
+      // a little later rather than reserving and releasing in a tight loop.
       await limiter.release(reservation);
+      await sleep(idleMs, undefined, { signal: stopper.signal });
+      idleMs = Math.min(idleMs * 2, 200);
       return;
     }
     if (job.id !== head.id) {

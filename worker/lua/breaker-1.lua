@@ -16,7 +16,9 @@
   Output:
     check:   {1, 0} call allowed; {1, 1} allowed as the trial call; {0, waitMs} not allowed
     success: {1, 0}
-    failure: {1, opened} where opened is 1 when this failure opened the breaker
+    failure: {1, opened, whileClosed} where opened is 1 when this failure opened the breaker,
+             and whileClosed is 1 when the breaker was closed before it and stays closed (a
+             failure of a call still under way when another opened it, or of a trial, is 0)
 ]]
 local key = KEYS[1]
 local now
@@ -59,7 +61,8 @@ if state == 'half_open' or (state == 'closed' and failures >= threshold) then
   redis.call('HSET', key, 'state', 'open', 'failures', failures, 'open_until', now + cooldown)
   redis.call('HDEL', key, 'trial', 'trial_until')
   redis.call('HINCRBY', key, 'opened_count', 1)
-  return { 1, 1 }
+  return { 1, 1, 0 }
 end
 redis.call('HSET', key, 'failures', failures)
-return { 1, 0 }
+if state == 'closed' then return { 1, 0, 1 } end
+return { 1, 0, 0 }

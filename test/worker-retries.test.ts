@@ -1,0 +1,77 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { FaultRates } from '../scripts/mock-anthropic/index.ts';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { until } from './helpers.ts';
+
+let pool: Pool | undefined;
+afterEach(async () => {
+  await pool?.cleanup();
+  pool = undefined;
+});
+
+const fast = {
+  backoff: { baseMs: 50, capMs: 200 },
+  // High enough that the breaker stays out of these tests.
+  breaker: { threshold: 1_000 },
+  limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
+};
+
+const faults: { kind: keyof FaultRates; status: number | undefined; errorClass: string }[] = [
+  { kind: 'overloaded', status: 529, errorClass: 'OverloadedError' },
+  { kind: 'serverError', status: 500, errorClass: 'InternalServerError' },
+  { kind: 'drop', status: undefined, errorClass: 'APIConnectionError' },
+  { kind: 'midStreamError', status: undefined, errorClass: 'APIError' },
+];
+
+describe('retryable failures back off and retry', () => {
+  for (const f of faults) {
+    it(`${f.kind}: retried with backoff, completed once the fault clears`, async () => {
+      pool = await openPool(`retry-${f.kind}`, { faults: { [f.kind]: 1 } });
+      const ids = [
+        await pool.producer.enqueue(request('First job.'), { attempts: 20 }),
+        await pool.producer.enqueue(request('Second job.'), { attempts: 20 }),
+      ];
+      await pool.worker(fast);
+      await until(() => pool!.mock.stats().faults[f.kind] >= 4, 15_000);
+      pool.mock.setFaults({});
+      await allCompleted(pool, ids, 15_000);
+
+      let failures = 0;
+      for (const id of ids) {
+        const job = (await pool.job(id))!;
+        const history = job.data.history ?? [];
+        for (const h of history) {
+          expect(h).toMatchObject({
+            outcome: 'retryable',
+            counted: true,
+            errorClass: f.errorClass,
+          });
+          expect(h.status).toBe(f.status);
+        }
+        failures += history.length;
+        expect(job.returnvalue.attempts).toBe(history.length + 1);
+      }
+      expect(failures).toBe(pool.mock.stats().faults[f.kind]);
+      expect(await pool.deadLetters()).toEqual([]);
+    });
+  }
+
+  it('gives up after the job’s attempts while the fault stays, and says so in the dead letter', async () => {
+    pool = await openPool('retry-giveup', { faults: { overloaded: 1 } });
+    const id = await pool.producer.enqueue(request('Doomed.'), { attempts: 3 });
+    await pool.worker(fast);
+    await until(async () => (await pool!.queue.getJobState(id)) === 'failed', 15_000);
+
+    const [letter, ...rest] = await pool.deadLetters();
+    expect(rest).toEqual([]);
+    expect(letter).toMatchObject({ jobId: id, errorClass: 'OverloadedError', status: 529 });
+    expect(letter!.reason).toBe('gave up after 3 attempts: 529 overloaded_error: Overloaded');
+    expect(letter!.attempts).toHaveLength(3);
+    expect(letter!.attempts.every((a) => a.outcome === 'retryable' && a.counted)).toBe(true);
+    // The attempts were spread out by the backoff, not fired back to back.
+    const at = letter!.attempts.map((a) => a.at);
+    expect(at[2]! - at[0]!).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(pool.mock.stats().attempts).toBe(3);
+  });
+});
