@@ -56,7 +56,7 @@ function summary(j: Job<DeadLetter>): DeadLetterSummary {
     reason: j.data.reason,
     errorClass: j.data.errorClass,
     status: j.data.status,
-    attempts: j.data.attempts.length,
+    attempts: j.data.attempts.filter((a) => a.counted).length,
     deadAt: j.data.deadAt,
     tenant: j.data.data.tenant,
     model: j.data.data.request.model,

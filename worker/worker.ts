@@ -155,7 +155,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       await addMetrics(redis, names, { provider_429_retry_after: 1 });
       log.warn('provider rate limit: every worker pauses', { job: job.id, pausedUntil: new Date(until).toISOString() });
       if (returns > maxReturns) {
-        await deadLetter(dlq, job, token, { ...c, reason: `rate limited ${returns} times in a row: ${c.reason}` }, h);
+        await deadLetter(dlq, job, token, { ...c, reason: `rate limited ${returns} times: ${c.reason}` }, h);
         await addMetrics(redis, names, { dead_lettered: 1 });
         return;
       }
