@@ -2,8 +2,16 @@
  * llmq as a library: `import { createProducer, startWorker } from 'llmq'`.
  * Every CLI command is a thin shell over one of these.
  */
+
+export { type DashboardHandle, type DashboardOptions, startDashboard } from './dashboard/server.ts';
 export * from './producer/index.ts';
-export * from './worker/index.ts';
+export { runDemo } from './scripts/demo.ts';
+export {
+  type MockAnthropicHandle,
+  type MockAnthropicOptions,
+  type MockStats,
+  startMockAnthropic,
+} from './scripts/mock-anthropic/index.ts';
 export { type Config, type ConfigSources, resolveConfig } from './shared/config.ts';
 export {
   ConfigError,
@@ -30,8 +38,10 @@ export type {
 } from './shared/limiter/types.ts';
 export { PRIORITY_LANES, type PriorityLane, resolvePriority } from './shared/priority.ts';
 export { openDeadLetterQueue, openQueue } from './shared/queues.ts';
-export { MessagesRequestSchema, type MessagesRequest, parseMessagesRequest } from './shared/request.ts';
+export {
+  type MessagesRequest,
+  MessagesRequestSchema,
+  parseMessagesRequest,
+} from './shared/request.ts';
 export { getQueueStatus, type QueueStatus } from './shared/status.ts';
-export { type DashboardHandle, type DashboardOptions, startDashboard } from './dashboard/server.ts';
-export { type MockAnthropicHandle, type MockAnthropicOptions, type MockStats, startMockAnthropic } from './scripts/mock-anthropic/index.ts';
-export { runDemo } from './scripts/demo.ts';
+export * from './worker/index.ts';

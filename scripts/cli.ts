@@ -1,19 +1,21 @@
 import { Command, CommanderError } from 'commander';
+import { registerDashboardCommand } from '../dashboard/index.ts';
+import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
 import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors.ts';
 import { VERSION } from '../shared/version.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
-import { registerDemoCommand } from './demo.ts';
-import { registerDashboardCommand } from '../dashboard/index.ts';
-import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
 import { registerStatusCommand } from './commands/status.ts';
 import { registerWorkerCommand } from './commands/worker.ts';
+import { registerDemoCommand } from './demo.ts';
 import { registerMockAnthropicCommand } from './mock-anthropic/index.ts';
 
 /** Builds the `llmq` program. Every command is a thin shell over a library function. */
 export function buildProgram(): Command {
   const program = new Command('llmq')
-    .description('a durable job queue for LLM calls: workers pull only what a shared Redis token budget admits')
+    .description(
+      'a durable job queue for LLM calls: workers pull only what a shared Redis token budget admits',
+    )
     .version(VERSION)
     .exitOverride()
     .showSuggestionAfterError(false)
@@ -42,7 +44,11 @@ export async function main(argv: readonly string[]): Promise<number> {
       process.stderr.write(`llmq: ${err.message.replace(/^error: /, '')}\n`);
       return 2;
     }
-    if (err instanceof ConfigError || err instanceof RequestValidationError || err instanceof TypeError) {
+    if (
+      err instanceof ConfigError ||
+      err instanceof RequestValidationError ||
+      err instanceof TypeError
+    ) {
       process.stderr.write(`llmq: ${(err as Error).message}\n`);
       return 2;
     }

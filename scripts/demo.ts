@@ -7,7 +7,11 @@ import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { RedisUnavailableError } from '../shared/errors.ts';
 import type { JobResult } from '../shared/job.ts';
-import { startPrivateRedis, redisServerInstalled, type PrivateRedis } from '../shared/private-redis.ts';
+import {
+  type PrivateRedis,
+  redisServerInstalled,
+  startPrivateRedis,
+} from '../shared/private-redis.ts';
 import { assertRedis, connectRedis } from '../shared/redis.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
@@ -32,7 +36,10 @@ export interface DemoReport {
  * Summarizes the bundled sample documents through the real path: enqueue → gated worker →
  * provider (the mock when no ANTHROPIC_API_KEY is set) → stored result.
  */
-export async function runDemo(env: Record<string, string | undefined> = process.env, out: (line: string) => void = console.log): Promise<DemoReport> {
+export async function runDemo(
+  env: Record<string, string | undefined> = process.env,
+  out: (line: string) => void = console.log,
+): Promise<DemoReport> {
   const config = resolveConfig({ env });
   let privateRedis: PrivateRedis | undefined;
   let redisUrl = config.redisUrl;
@@ -46,12 +53,26 @@ export async function runDemo(env: Record<string, string | undefined> = process.
   }
   let mock: MockAnthropicHandle | undefined;
   if (!config.anthropicApiKey) {
-    mock = await startMockAnthropic({ windowMs: 10_000, limits: { tokens: 8_000 }, latencyMs: 150, latencyPerOutputTokenMs: 2 });
-    out(`(no ANTHROPIC_API_KEY: using the mock Anthropic server at ${mock.url}, 8,000 tokens per 10 s)`);
+    mock = await startMockAnthropic({
+      windowMs: 10_000,
+      limits: { tokens: 8_000 },
+      latencyMs: 150,
+      latencyPerOutputTokenMs: 2,
+    });
+    out(
+      `(no ANTHROPIC_API_KEY: using the mock Anthropic server at ${mock.url}, 8,000 tokens per 10 s)`,
+    );
   }
   const names = { prefix: 'llmq-demo', queue: `demo-${randomBytes(3).toString('hex')}` };
   const redis = connectRedis(redisUrl);
-  const limits = mock ? { tokens: 8_000 } : { tokens: config.tpm, inputTokens: config.itpm, outputTokens: config.otpm, requests: config.rpm };
+  const limits = mock
+    ? { tokens: 8_000 }
+    : {
+        tokens: config.tpm,
+        inputTokens: config.itpm,
+        outputTokens: config.otpm,
+        requests: config.rpm,
+      };
   const producer = new Producer({ redis, names, limits });
   const worker = await startWorker({
     redis,
@@ -60,11 +81,18 @@ export async function runDemo(env: Record<string, string | undefined> = process.
       apiKey: config.anthropicApiKey ?? 'mock-key',
       baseURL: mock ? mock.url : config.anthropicBaseUrl,
     }),
-    limiter: { windowMs: mock ? 10_000 : config.windowS * 1000, limits, concurrency: 4, outputAccounting: config.outputAccounting },
+    limiter: {
+      windowMs: mock ? 10_000 : config.windowS * 1000,
+      limits,
+      concurrency: 4,
+      outputAccounting: config.outputAccounting,
+    },
   });
   const started = performance.now();
   try {
-    const files = (readdirSync(SAMPLES, { recursive: true }) as string[]).filter((f) => /\.(md|txt)$/.test(f)).sort();
+    const files = (readdirSync(SAMPLES, { recursive: true }) as string[])
+      .filter((f) => /\.(md|txt)$/.test(f))
+      .sort();
     const ids = new Map<string, string>();
     for (const f of files) {
       const text = readFileSync(join(SAMPLES, f), 'utf8');
@@ -72,13 +100,17 @@ export async function runDemo(env: Record<string, string | undefined> = process.
         {
           model: 'claude-haiku-4-5',
           max_tokens: 300,
-          messages: [{ role: 'user', content: `Summarize this document in two sentences.\n\n${text}` }],
+          messages: [
+            { role: 'user', content: `Summarize this document in two sentences.\n\n${text}` },
+          ],
         },
         { priority: 'batch' },
       );
       ids.set(f, id);
     }
-    out(`enqueued ${files.length} documents on queue ${names.queue}; the worker is summarizing them…`);
+    out(
+      `enqueued ${files.length} documents on queue ${names.queue}; the worker is summarizing them…`,
+    );
     const deadline = Date.now() + 180_000;
     let results: { file: string; result?: JobResult; failed?: string }[] = [];
     for (;;) {
@@ -100,7 +132,12 @@ export async function runDemo(env: Record<string, string | undefined> = process.
         .map((b) => ((b as { type?: string }).type === 'text' ? (b as { text: string }).text : ''))
         .join('')
         .trim();
-      return { file: basename(r.file), firstLine: r.failed ? `(dead-lettered: ${r.failed})` : (text?.split('\n')[0] ?? '').slice(0, 100) };
+      return {
+        file: basename(r.file),
+        firstLine: r.failed
+          ? `(dead-lettered: ${r.failed})`
+          : (text?.split('\n')[0] ?? '').slice(0, 100),
+      };
     });
     for (const s of summaries) out(`  ${s.file}: ${s.firstLine}`);
     const ok = results.filter((r) => r.result);
@@ -132,7 +169,11 @@ export async function runDemo(env: Record<string, string | undefined> = process.
   }
 }
 
-async function deleteDemoKeys(redis: ReturnType<typeof connectRedis>, prefix: string, queue: string): Promise<void> {
+async function deleteDemoKeys(
+  redis: ReturnType<typeof connectRedis>,
+  prefix: string,
+  queue: string,
+): Promise<void> {
   let cursor = '0';
   do {
     const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:{${queue}}:*`, 'COUNT', 1000);
@@ -145,7 +186,9 @@ async function deleteDemoKeys(redis: ReturnType<typeof connectRedis>, prefix: st
 export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
-    .description('summarize the bundled sample documents end to end (mock provider without ANTHROPIC_API_KEY)')
+    .description(
+      'summarize the bundled sample documents end to end (mock provider without ANTHROPIC_API_KEY)',
+    )
     .action(async () => {
       const report = await runDemo();
       if (report.dead > 0) process.exitCode = 1;

@@ -101,10 +101,34 @@ const SETTINGS: Record<Key, Setting> = {
     default: 'llmq',
     expect: 'a name of letters, digits, ".", "_" or "-" (at most 100)',
   },
-  rpm: { env: 'LLMQ_RPM', flag: 'rpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
-  tpm: { env: 'LLMQ_TPM', flag: 'tpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
-  itpm: { env: 'LLMQ_ITPM', flag: 'itpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
-  otpm: { env: 'LLMQ_OTPM', flag: 'otpm', schema: optionalLimit, default: undefined, expect: 'a whole number from 1 up' },
+  rpm: {
+    env: 'LLMQ_RPM',
+    flag: 'rpm',
+    schema: optionalLimit,
+    default: undefined,
+    expect: 'a whole number from 1 up',
+  },
+  tpm: {
+    env: 'LLMQ_TPM',
+    flag: 'tpm',
+    schema: optionalLimit,
+    default: undefined,
+    expect: 'a whole number from 1 up',
+  },
+  itpm: {
+    env: 'LLMQ_ITPM',
+    flag: 'itpm',
+    schema: optionalLimit,
+    default: undefined,
+    expect: 'a whole number from 1 up',
+  },
+  otpm: {
+    env: 'LLMQ_OTPM',
+    flag: 'otpm',
+    schema: optionalLimit,
+    default: undefined,
+    expect: 'a whole number from 1 up',
+  },
   windowS: {
     env: 'LLMQ_WINDOW_S',
     flag: 'window',
@@ -156,11 +180,14 @@ function loadFile(file: ConfigSources['file']): Record<string, unknown> {
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError(`config file ${file} cannot be read (${(err as Error).message}): check the path`);
+    throw new ConfigError(
+      `config file ${file} cannot be read (${(err as Error).message}): check the path`,
+    );
   }
   try {
     const parsed: unknown = JSON.parse(text);
-    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+      throw new Error('not an object');
     return parsed as Record<string, unknown>;
   } catch (err) {
     throw new ConfigError(`config file ${file} is not a JSON object (${(err as Error).message})`);

@@ -44,7 +44,10 @@ export class RequestValidationError extends LlmqError {
   constructor(issues: readonly FieldIssue[], prefix = 'invalid request') {
     const first = issues[0];
     const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : '';
-    super('REQUEST_INVALID', `${prefix}: ${first ? `${first.field}: ${first.message}` : 'unknown problem'}${more}`);
+    super(
+      'REQUEST_INVALID',
+      `${prefix}: ${first ? `${first.field}: ${first.message}` : 'unknown problem'}${more}`,
+    );
     this.issues = issues;
   }
   /** The first offending field, for HTTP error bodies. */

@@ -21,7 +21,8 @@ function blockBytes(block: unknown): { bytes: number; media: number } {
   if (typeof block === 'string') return { bytes: bytes(block), media: 0 };
   if (block === null || typeof block !== 'object') return { bytes: 0, media: 0 };
   const b = block as Record<string, unknown>;
-  if (b['type'] === 'text' && typeof b['text'] === 'string') return { bytes: bytes(b['text']), media: 0 };
+  if (b['type'] === 'text' && typeof b['text'] === 'string')
+    return { bytes: bytes(b['text']), media: 0 };
   if (b['type'] === 'image' || b['type'] === 'document') return { bytes: 0, media: 1 };
   // tool_use, tool_result and anything newer: its JSON is an upper bound on its text.
   return { bytes: bytes(JSON.stringify(b)), media: 0 };
@@ -56,6 +57,9 @@ export function estimateInputTokens(request: MessagesRequest): number {
 }
 
 /** The cost to reserve for a request: its input estimate plus the whole of max_tokens. */
-export function estimateCost(request: MessagesRequest, inputTokens = estimateInputTokens(request)): Cost {
+export function estimateCost(
+  request: MessagesRequest,
+  inputTokens = estimateInputTokens(request),
+): Cost {
   return { requests: 1, inputTokens, outputTokens: request.max_tokens };
 }

@@ -47,7 +47,12 @@ type ScriptRunner = (...args: (string | number)[]) => Promise<unknown>;
  * Runs a script on a connection, defining it there on first use (ioredis then sends EVALSHA
  * and falls back to EVAL when Redis does not know the script yet).
  */
-export function runLua(redis: Redis, script: LuaScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+export function runLua(
+  redis: Redis,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly (string | number)[],
+): Promise<unknown> {
   const commands = redis as unknown as Record<string, ScriptRunner | undefined>;
   if (typeof commands[script.command] !== 'function') {
     redis.defineCommand(script.command, { numberOfKeys: script.numberOfKeys, lua: script.lua });

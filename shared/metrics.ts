@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { type QueueNames, llmqKey } from './keys.ts';
+import { llmqKey, type QueueNames } from './keys.ts';
 
 /**
  * Counters every worker process adds to in Redis, so one dashboard (and `/metrics`) sees the
@@ -22,14 +22,20 @@ export type MetricField =
   | 'tokens_out';
 
 /** Upper bounds (ms) of the provider latency histogram's buckets. */
-export const LATENCY_BUCKETS_MS = [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000] as const;
+export const LATENCY_BUCKETS_MS = [
+  50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000,
+] as const;
 
 export function metricsKey(names: QueueNames): string {
   return llmqKey(names, 'metrics');
 }
 
 /** Adds to counters in one round trip. */
-export async function addMetrics(redis: Redis, names: QueueNames, add: Partial<Record<MetricField, number>>): Promise<void> {
+export async function addMetrics(
+  redis: Redis,
+  names: QueueNames,
+  add: Partial<Record<MetricField, number>>,
+): Promise<void> {
   const key = metricsKey(names);
   const m = redis.multi();
   for (const [f, n] of Object.entries(add)) if (n) m.hincrby(key, f, n);
@@ -46,7 +52,10 @@ export async function observeLatency(redis: Redis, names: QueueNames, ms: number
   await m.exec();
 }
 
-export async function readMetrics(redis: Redis, names: QueueNames): Promise<Record<string, number>> {
+export async function readMetrics(
+  redis: Redis,
+  names: QueueNames,
+): Promise<Record<string, number>> {
   const raw = await redis.hgetall(metricsKey(names));
   return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
 }

@@ -1,18 +1,24 @@
-import { Queue, type ConnectionOptions } from 'bullmq';
-import type { DeadLetter, JobData, JobResult } from './job.ts';
-import { type QueueNames, bullPrefix, deadLetterQueueName, queueRegistryKey } from './keys.ts';
+import { type ConnectionOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { DeadLetter, JobData, JobResult } from './job.ts';
+import { bullPrefix, deadLetterQueueName, type QueueNames, queueRegistryKey } from './keys.ts';
 
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
 
 /** The BullMQ queue of llmq jobs. The connection is shared, not owned. */
 export function openQueue(connection: ConnectionOptions, names: QueueNames): LlmqQueue {
-  return new Queue<JobData, JobResult, string>(names.queue, { connection, prefix: bullPrefix(names) });
+  return new Queue<JobData, JobResult, string>(names.queue, {
+    connection,
+    prefix: bullPrefix(names),
+  });
 }
 
 /** The queue holding a queue's dead letters (nothing consumes it; people look at it). */
-export function openDeadLetterQueue(connection: ConnectionOptions, names: QueueNames): DeadLetterQueue {
+export function openDeadLetterQueue(
+  connection: ConnectionOptions,
+  names: QueueNames,
+): DeadLetterQueue {
   return new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
     connection,
     prefix: bullPrefix(names),

@@ -31,7 +31,11 @@ export async function assertRedis(url: string, timeoutMs = 2_000): Promise<void>
   } catch (err) {
     const first = (cause ?? err) as NodeJS.ErrnoException;
     const detail = first.code ?? first.message;
-    throw new RedisUnavailableError(url, detail === 'ECONNREFUSED' ? 'connection refused' : detail, { cause: err });
+    throw new RedisUnavailableError(
+      url,
+      detail === 'ECONNREFUSED' ? 'connection refused' : detail,
+      { cause: err },
+    );
   } finally {
     probe.disconnect();
   }

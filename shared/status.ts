@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { type QueueNames, breakerKey } from './keys.ts';
+import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
 import { openDeadLetterQueue, openQueue } from './queues.ts';
@@ -17,11 +17,19 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
-  readonly breaker: { readonly state: string; readonly failures: number; readonly openUntil: number | null };
+  readonly breaker: {
+    readonly state: string;
+    readonly failures: number;
+    readonly openUntil: number | null;
+  };
 }
 
 /** Counts per state, the limiter's use per scope and dimension, the pause, slots and breaker. */
-export async function getQueueStatus(redis: Redis, names: QueueNames, limiter?: Limiter): Promise<QueueStatus> {
+export async function getQueueStatus(
+  redis: Redis,
+  names: QueueNames,
+  limiter?: Limiter,
+): Promise<QueueStatus> {
   const queue = openQueue(redis, names);
   const dlq = openDeadLetterQueue(redis, names);
   try {

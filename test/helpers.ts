@@ -28,7 +28,11 @@ export async function deleteKeys(redis: Redis, prefix: string): Promise<number> 
 }
 
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
-export async function until(check: () => boolean | Promise<boolean>, timeoutMs = 10_000, everyMs = 20): Promise<void> {
+export async function until(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+  everyMs = 20,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return;

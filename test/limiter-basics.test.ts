@@ -18,8 +18,20 @@ afterEach(async () => {
 });
 
 const make = (o: Partial<LimiterOptions> = {}) =>
-  new Limiter({ redis, names, windowMs: 10_000, headroom: 0, windowMarginMs: 0, clock: () => t, ...o });
-const cost = (inputTokens: number, outputTokens: number) => ({ requests: 1, inputTokens, outputTokens });
+  new Limiter({
+    redis,
+    names,
+    windowMs: 10_000,
+    headroom: 0,
+    windowMarginMs: 0,
+    clock: () => t,
+    ...o,
+  });
+const cost = (inputTokens: number, outputTokens: number) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
 
 describe('limiter basics', () => {
   it('admits until the window is full, then says how long to wait', async () => {
@@ -38,6 +50,10 @@ describe('limiter basics', () => {
 
   it('refuses a cost that can never fit, naming the limit', async () => {
     const lim = make({ limits: { outputTokens: 500 } });
-    await expect(lim.tryAcquire(cost(10, 600))).rejects.toMatchObject({ code: 'COST_EXCEEDS_LIMIT', dimension: 'outputTokens', limit: 500 });
+    await expect(lim.tryAcquire(cost(10, 600))).rejects.toMatchObject({
+      code: 'COST_EXCEEDS_LIMIT',
+      dimension: 'outputTokens',
+      limit: 500,
+    });
   });
 });

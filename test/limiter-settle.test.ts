@@ -120,7 +120,12 @@ describe('settling a reservation', () => {
     const r = await admitted(lim, cost(100, 900));
     await lim.settle(r, { inputTokens: 80, outputTokens: 50 });
     const snap = await lim.snapshot();
-    expect(snap.counters).toMatchObject({ actualIn: 80, actualOut: 50, settledReservedIn: 100, settledReservedOut: 900 });
+    expect(snap.counters).toMatchObject({
+      actualIn: 80,
+      actualOut: 50,
+      settledReservedIn: 100,
+      settledReservedOut: 900,
+    });
     expect(await used(lim, 'outputTokens')).toBe(900);
   });
 

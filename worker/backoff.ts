@@ -6,7 +6,11 @@ export interface BackoffOptions {
   readonly capMs?: number;
 }
 
-export function fullJitterBackoff(attempt: number, { baseMs = 1_000, capMs = 60_000 }: BackoffOptions = {}, random = Math.random): number {
+export function fullJitterBackoff(
+  attempt: number,
+  { baseMs = 1_000, capMs = 60_000 }: BackoffOptions = {},
+  random = Math.random,
+): number {
   const ceiling = Math.min(capMs, baseMs * 2 ** Math.max(0, attempt - 1));
   return Math.floor(random() * ceiling);
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { type QueueNames, breakerKey } from '../shared/keys.ts';
+import { breakerKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -36,14 +36,12 @@ export class CircuitBreaker {
   }
 
   private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number, number]> {
-    const r = (await runLua(this.redis, SCRIPTS['breaker']!, [this.key], [
-      '',
-      op,
-      this.holder,
-      this.threshold,
-      this.cooldownMs,
-      this.trialTtlMs,
-    ])) as [number, number, number?];
+    const r = (await runLua(
+      this.redis,
+      SCRIPTS['breaker']!,
+      [this.key],
+      ['', op, this.holder, this.threshold, this.cooldownMs, this.trialTtlMs],
+    )) as [number, number, number?];
     return [Number(r[0]), Number(r[1]), Number(r[2] ?? 0)];
   }
 
@@ -73,7 +71,12 @@ export class CircuitBreaker {
     return { opened: opened === 1, whileClosed: whileClosed === 1 };
   }
 
-  async state(): Promise<{ state: BreakerState; failures: number; openUntil: number | null; opened: number }> {
+  async state(): Promise<{
+    state: BreakerState;
+    failures: number;
+    openUntil: number | null;
+    opened: number;
+  }> {
     const h = await this.redis.hgetall(this.key);
     return {
       state: (h['state'] as BreakerState | undefined) ?? 'closed',

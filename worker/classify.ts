@@ -27,9 +27,19 @@ export interface Classified {
 
 const SPEND_CAP = /usage limits|spend limit|billing|credit balance|credits/i;
 
-function providerError(err: InstanceType<typeof Anthropic.APIError>): { type?: string; message?: string; code?: string } {
-  const body = err.error as { error?: { type?: string; message?: string; details?: { error_code?: string } } } | undefined;
-  return { type: body?.error?.type, message: body?.error?.message ?? err.message, code: body?.error?.details?.error_code };
+function providerError(err: InstanceType<typeof Anthropic.APIError>): {
+  type?: string;
+  message?: string;
+  code?: string;
+} {
+  const body = err.error as
+    | { error?: { type?: string; message?: string; details?: { error_code?: string } } }
+    | undefined;
+  return {
+    type: body?.error?.type,
+    message: body?.error?.message ?? err.message,
+    code: body?.error?.details?.error_code,
+  };
 }
 
 /** Classifies an error thrown by `@anthropic-ai/sdk` (or by the call around it). */
@@ -39,7 +49,12 @@ export function classifyProviderError(err: unknown): Classified {
     return { kind: 'retryable', reason: 'the call timed out', errorClass, maybeCharged: true };
   }
   if (err instanceof Anthropic.APIConnectionError) {
-    return { kind: 'retryable', reason: `connection failed: ${err.message}`, errorClass, maybeCharged: true };
+    return {
+      kind: 'retryable',
+      reason: `connection failed: ${err.message}`,
+      errorClass,
+      maybeCharged: true,
+    };
   }
   if (err instanceof Anthropic.APIError) {
     const { type, message, code } = providerError(err);
@@ -47,25 +62,56 @@ export function classifyProviderError(err: unknown): Classified {
     const status = err.status;
     if (status === undefined) {
       // An `event: error` inside a stream that had already begun.
-      return { ...base, kind: 'retryable', reason: `the stream failed: ${type ?? 'error'}: ${message}`, maybeCharged: true };
+      return {
+        ...base,
+        kind: 'retryable',
+        reason: `the stream failed: ${type ?? 'error'}: ${message}`,
+        maybeCharged: true,
+      };
     }
     if (status === 429) {
       const wait = retryAfterMs(err.headers ?? undefined);
       if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
-        return { ...base, kind: 'final', reason: `spend limit reached: ${message}`, maybeCharged: false };
+        return {
+          ...base,
+          kind: 'final',
+          reason: `spend limit reached: ${message}`,
+          maybeCharged: false,
+        };
       }
       // The provider says waiting cannot help (the call alone exceeds its limit): pausing every
       // worker for it, again and again, would only stall the fleet.
       if (header(err.headers ?? undefined, 'x-should-retry')?.trim() === 'false') {
-        return { ...base, kind: 'final', reason: `429 not retryable: ${message}`, maybeCharged: false };
+        return {
+          ...base,
+          kind: 'final',
+          reason: `429 not retryable: ${message}`,
+          maybeCharged: false,
+        };
       }
       if (wait === undefined) {
-        return { ...base, kind: 'final', reason: `429 without retry-after: ${message}`, maybeCharged: false };
+        return {
+          ...base,
+          kind: 'final',
+          reason: `429 without retry-after: ${message}`,
+          maybeCharged: false,
+        };
       }
-      return { ...base, kind: 'rate_limited', reason: `rate limited: ${message}`, retryAfterMs: wait, maybeCharged: false };
+      return {
+        ...base,
+        kind: 'rate_limited',
+        reason: `rate limited: ${message}`,
+        retryAfterMs: wait,
+        maybeCharged: false,
+      };
     }
     if (status === 408 || status === 409 || status >= 500) {
-      return { ...base, kind: 'retryable', reason: `${status} ${type ?? 'error'}: ${message}`, maybeCharged: true };
+      return {
+        ...base,
+        kind: 'retryable',
+        reason: `${status} ${type ?? 'error'}: ${message}`,
+        maybeCharged: true,
+      };
     }
     return {
       ...base,
@@ -75,5 +121,10 @@ export function classifyProviderError(err: unknown): Classified {
     };
   }
   const message = (err as Error)?.message ?? String(err);
-  return { kind: 'retryable', reason: `unexpected error: ${message}`, errorClass, maybeCharged: true };
+  return {
+    kind: 'retryable',
+    reason: `unexpected error: ${message}`,
+    errorClass,
+    maybeCharged: true,
+  };
 }

@@ -64,12 +64,21 @@ function summary(j: Job<DeadLetter>): DeadLetterSummary {
 }
 
 /** The dead letters of a queue, oldest first. */
-export async function listDeadLetters(dlq: DeadLetterQueue, limit = 1_000): Promise<DeadLetterSummary[]> {
+export async function listDeadLetters(
+  dlq: DeadLetterQueue,
+  limit = 1_000,
+): Promise<DeadLetterSummary[]> {
   const jobs = await dlq.getJobs(['waiting', 'prioritized', 'delayed'], 0, limit - 1, true);
-  return jobs.filter(Boolean).map(summary).sort((a, b) => a.deadAt - b.deadAt);
+  return jobs
+    .filter(Boolean)
+    .map(summary)
+    .sort((a, b) => a.deadAt - b.deadAt);
 }
 
-export async function showDeadLetter(dlq: DeadLetterQueue, id: string): Promise<DeadLetter | undefined> {
+export async function showDeadLetter(
+  dlq: DeadLetterQueue,
+  id: string,
+): Promise<DeadLetter | undefined> {
   const j = await dlq.getJob(id);
   return j?.data;
 }
@@ -79,7 +88,11 @@ export async function showDeadLetter(dlq: DeadLetterQueue, id: string): Promise<
  * place (same id, so whoever waits on it sees the new outcome); when it is gone, a new job is
  * added from the letter. Resolves with the id of the job that will run.
  */
-export async function retryDeadLetter(dlq: DeadLetterQueue, queue: LlmqQueue, id: string): Promise<string | undefined> {
+export async function retryDeadLetter(
+  dlq: DeadLetterQueue,
+  queue: LlmqQueue,
+  id: string,
+): Promise<string | undefined> {
   const letter = await dlq.getJob(id);
   if (!letter) return undefined;
   const data: JobData = { ...letter.data.data, history: [], rateLimitReturns: 0 };

@@ -4,7 +4,11 @@ import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 
 /** Builds the SDK client llmq uses: the SDK's own retries are off (retries live in one layer). */
-export function createProviderClient(options: { apiKey: string; baseURL?: string | undefined; timeoutMs?: number }): Anthropic {
+export function createProviderClient(options: {
+  apiKey: string;
+  baseURL?: string | undefined;
+  timeoutMs?: number;
+}): Anthropic {
   return new Anthropic({
     apiKey: options.apiKey,
     ...(options.baseURL ? { baseURL: options.baseURL } : {}),
@@ -47,20 +51,42 @@ function store(m: Anthropic.Message): StoredMessage {
 }
 
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
-export async function callProvider(client: Anthropic, request: MessagesRequest, options: ProviderCallOptions): Promise<ProviderCallResult> {
+export async function callProvider(
+  client: Anthropic,
+  request: MessagesRequest,
+  options: ProviderCallOptions,
+): Promise<ProviderCallResult> {
   const started = performance.now();
-  const reqOptions = { timeout: options.timeoutMs, ...(options.signal ? { signal: options.signal } : {}) };
+  const reqOptions = {
+    timeout: options.timeoutMs,
+    ...(options.signal ? { signal: options.signal } : {}),
+  };
   const params = request as unknown as Anthropic.MessageCreateParamsNonStreaming;
   if (options.stream) {
-    const stream = client.messages.stream({ ...params, stream: true } as unknown as Anthropic.MessageStreamParams, reqOptions);
+    const stream = client.messages.stream(
+      { ...params, stream: true } as unknown as Anthropic.MessageStreamParams,
+      reqOptions,
+    );
     // Keep an unhandled rejection from escaping while we wait for the headers.
     stream.on('error', () => {});
     const { response, request_id } = await stream.withResponse();
     await options.onStart?.(response.headers);
     const message = await stream.finalMessage();
-    return { message: store(message), headers: response.headers, requestId: request_id ?? null, latencyMs: performance.now() - started };
+    return {
+      message: store(message),
+      headers: response.headers,
+      requestId: request_id ?? null,
+      latencyMs: performance.now() - started,
+    };
   }
-  const { data, response, request_id } = await client.messages.create({ ...params, stream: false }, reqOptions).withResponse();
+  const { data, response, request_id } = await client.messages
+    .create({ ...params, stream: false }, reqOptions)
+    .withResponse();
   await options.onStart?.(response.headers);
-  return { message: store(data), headers: response.headers, requestId: request_id ?? null, latencyMs: performance.now() - started };
+  return {
+    message: store(data),
+    headers: response.headers,
+    requestId: request_id ?? null,
+    latencyMs: performance.now() - started,
+  };
 }

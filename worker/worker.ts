@@ -5,7 +5,7 @@ import { type Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../shared/errors.ts';
 import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
-import { type QueueNames, bullPrefix } from '../shared/keys.ts';
+import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { addMetrics, observeLatency } from '../shared/metrics.ts';
@@ -15,7 +15,7 @@ import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import { type Classified, classifyProviderError } from './classify.ts';
 import { deadLetter } from './dead-letters.ts';
 import { HeadPeeker } from './head.ts';
-import { type ProviderCallResult, callProvider } from './provider.ts';
+import { callProvider, type ProviderCallResult } from './provider.ts';
 
 /** Where the worker reports what it does; the CLI prints these, tests collect them. */
 export interface WorkerLogger {
@@ -136,7 +136,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const history = (job: Job<JobData, JobResult>) => [...(job.data.history ?? [])];
   const attemptsUsed = (h: readonly AttemptRecord[]) => h.filter((a) => a.counted).length;
 
-  async function finishFailure(r: Running, c: Classified, startedAt: number, latencyMs: number, trial: boolean) {
+  async function finishFailure(
+    r: Running,
+    c: Classified,
+    startedAt: number,
+    latencyMs: number,
+    trial: boolean,
+  ) {
     const { job, token } = r;
     const h = history(job);
     const record = (outcome: AttemptRecord['outcome'], counted: boolean): AttemptRecord => ({
@@ -153,9 +159,18 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const returns = (job.data.rateLimitReturns ?? 0) + 1;
       h.push(record('rate_limited', false));
       await addMetrics(redis, names, { provider_429_retry_after: 1 });
-      log.warn('provider rate limit: every worker pauses', { job: job.id, pausedUntil: new Date(until).toISOString() });
+      log.warn('provider rate limit: every worker pauses', {
+        job: job.id,
+        pausedUntil: new Date(until).toISOString(),
+      });
       if (returns > maxReturns) {
-        await deadLetter(dlq, job, token, { ...c, reason: `rate limited ${returns} times: ${c.reason}` }, h);
+        await deadLetter(
+          dlq,
+          job,
+          token,
+          { ...c, reason: `rate limited ${returns} times: ${c.reason}` },
+          h,
+        );
         await addMetrics(redis, names, { dead_lettered: 1 });
         return;
       }
@@ -165,7 +180,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     if (c.kind === 'final') {
       h.push(record('final', true));
-      await addMetrics(redis, names, c.status === 429 ? { provider_429_final: 1, dead_lettered: 1 } : { provider_4xx: 1, dead_lettered: 1 });
+      await addMetrics(
+        redis,
+        names,
+        c.status === 429
+          ? { provider_429_final: 1, dead_lettered: 1 }
+          : { provider_4xx: 1, dead_lettered: 1 },
+      );
       log.warn('dead-lettered', { job: job.id, reason: c.reason });
       await deadLetter(dlq, job, token, c, h);
       return;
@@ -174,14 +195,29 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // healthy (the breaker closed before and after this failure), so an outage sends no job to
     // the dead letters, not even one whose call was under way when the breaker opened.
     const { opened, whileClosed } = await breaker.recordFailure();
-    if (opened) log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
-    await addMetrics(redis, names, c.status === undefined ? { provider_connection_errors: 1 } : { provider_5xx: 1 });
+    if (opened)
+      log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
+    await addMetrics(
+      redis,
+      names,
+      c.status === undefined ? { provider_connection_errors: 1 } : { provider_5xx: 1 },
+    );
     const counts = whileClosed && !trial;
     h.push(record('retryable', counts));
     const used = attemptsUsed(h);
     const allowed = job.opts.attempts ?? 5;
     if (counts && used >= allowed) {
-      await deadLetter(dlq, job, token, { ...c, reason: `gave up after ${used} attempt${used === 1 ? '' : 's'}: ${c.reason}`, errorClass: c.errorClass }, h);
+      await deadLetter(
+        dlq,
+        job,
+        token,
+        {
+          ...c,
+          reason: `gave up after ${used} attempt${used === 1 ? '' : 's'}: ${c.reason}`,
+          errorClass: c.errorClass,
+        },
+        h,
+      );
       await addMetrics(redis, names, { dead_lettered: 1 });
       log.warn('dead-lettered', { job: job.id, reason: c.reason, attempts: used });
       return;
@@ -198,7 +234,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const startedAt = Date.now();
     const t0 = performance.now();
     let begun = false;
-    const stream = streamMode === 'always' || data.stream === true || data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
+    const stream =
+      streamMode === 'always' ||
+      data.stream === true ||
+      data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
     await addMetrics(redis, names, { provider_calls: 1 });
     let res: ProviderCallResult;
     try {
@@ -209,7 +248,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          await limiter.start(r.reservation).catch((err) => log.warn('could not stamp the reservation', { job: job.id, error: (err as Error).message }));
+          await limiter.start(r.reservation).catch((err) =>
+            log.warn('could not stamp the reservation', {
+              job: job.id,
+              error: (err as Error).message,
+            }),
+          );
           if (feedback) await limiter.observe(headers).catch(() => {});
         },
       });
@@ -217,7 +261,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const latencyMs = performance.now() - t0;
       if (r.abort.signal.aborted) {
         // Shutdown past its grace period: the call may have reached the provider.
-        await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(() => {});
+        await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(
+          () => {},
+        );
         await job.moveToWait(token).catch(() => {});
         return;
       }
@@ -252,21 +298,40 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           outputTokens: usage.output_tokens,
         }),
         breaker.success(),
-        addMetrics(redis, names, { provider_ok: 1, completed: 1, tokens_in: usage.input_tokens, tokens_out: usage.output_tokens }),
+        addMetrics(redis, names, {
+          provider_ok: 1,
+          completed: 1,
+          tokens_in: usage.input_tokens,
+          tokens_out: usage.output_tokens,
+        }),
         observeLatency(redis, names, res.latencyMs),
       ]);
       for (const a of after) {
-        if (a.status === 'rejected') log.warn('bookkeeping after a successful call failed', { job: job.id, error: (a.reason as Error).message });
+        if (a.status === 'rejected')
+          log.warn('bookkeeping after a successful call failed', {
+            job: job.id,
+            error: (a.reason as Error).message,
+          });
       }
     }
   }
 
-  function launch(job: Job<JobData, JobResult>, token: string, reservation: Reservation, trial: boolean) {
+  function launch(
+    job: Job<JobData, JobResult>,
+    token: string,
+    reservation: Reservation,
+    trial: boolean,
+  ) {
     const abort = new AbortController();
     const entry = { job, token, reservation, abort } as Running;
     if (trial) trialInFlight = true;
     (entry as { done: Promise<void> }).done = execute(entry, trial)
-      .catch((err) => log.warn('job handling failed; BullMQ will recover it as stalled', { job: job.id, error: (err as Error).message }))
+      .catch((err) =>
+        log.warn('job handling failed; BullMQ will recover it as stalled', {
+          job: job.id,
+          error: (err as Error).message,
+        }),
+      )
       .finally(() => {
         running.delete(job.id!);
         if (trial) trialInFlight = false;
@@ -296,7 +361,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     if (stopper.signal.aborted) return;
     const b = await breaker.check();
     if (!b.allowed || (b.trial && trialInFlight)) {
-      await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, { signal: stopper.signal });
+      await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, {
+        signal: stopper.signal,
+      });
       return;
     }
     let head = await peeker.peek();
@@ -326,7 +393,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       if (job) {
         const token = `${id}:${tokenCounter}`;
         if (job.id === head.id) {
-          await deadLetter(dlq, job, token, { reason: err.message, errorClass: 'CostExceedsLimitError' }, history(job));
+          await deadLetter(
+            dlq,
+            job,
+            token,
+            { reason: err.message, errorClass: 'CostExceedsLimitError' },
+            history(job),
+          );
           await addMetrics(redis, names, { dead_lettered: 1 });
         } else {
           await job.moveToWait(token);
@@ -335,7 +408,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       return;
     }
     const token = `${id}:${++tokenCounter}`;
-    const job = (await bull.getNextJob(token, { block: false })) as Job<JobData, JobResult> | undefined;
+    const job = (await bull.getNextJob(token, { block: false })) as
+      | Job<JobData, JobResult>
+      | undefined;
     if (!job) {
       // Another worker took it, or BullMQ holds the queue: give the budget back and look again
       // a little later rather than reserving and releasing in a tight loop.
@@ -368,7 +443,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         await gateOnce();
       } catch (err) {
         if (stopper.signal.aborted) break;
-        const msg = err instanceof LimiterUnavailableError ? err.message : `gate failed: ${(err as Error).message}`;
+        const msg =
+          err instanceof LimiterUnavailableError
+            ? err.message
+            : `gate failed: ${(err as Error).message}`;
         log.warn(msg);
         await sleep(500, undefined, { signal: stopper.signal }).catch(() => {});
       }
@@ -399,6 +477,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       return stopping;
     },
   };
-  log.info('worker started', { id, queue: names.queue, concurrency: localConcurrency, stream: streamMode });
+  log.info('worker started', {
+    id,
+    queue: names.queue,
+    concurrency: localConcurrency,
+    stream: streamMode,
+  });
   return handle;
 }

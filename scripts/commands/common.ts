@@ -40,8 +40,12 @@ export async function withRedis<T>(config: Config, fn: (redis: Redis) => Promise
 export function parseDuration(text: string, flag: string): number {
   const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim());
   if (!m) {
-    throw new ConfigError(`${flag} must be a duration such as 90s, 15m, 12h or 7d, got ${JSON.stringify(text)}`);
+    throw new ConfigError(
+      `${flag} must be a duration such as 90s, 15m, 12h or 7d, got ${JSON.stringify(text)}`,
+    );
   }
-  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h' | 'd'];
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
+    (m[2] ?? 's') as 'ms' | 's' | 'm' | 'h' | 'd'
+  ];
   return Math.round(Number(m[1]) * unit);
 }

@@ -1,7 +1,12 @@
 import type { Command } from 'commander';
 import { ConfigError } from '../../shared/errors.ts';
 import { openDeadLetterQueue, openQueue } from '../../shared/queues.ts';
-import { listDeadLetters, purgeDeadLetters, retryDeadLetter, showDeadLetter } from '../../worker/dead-letters.ts';
+import {
+  listDeadLetters,
+  purgeDeadLetters,
+  retryDeadLetter,
+  showDeadLetter,
+} from '../../worker/dead-letters.ts';
 import { configFrom, namesOf, parseDuration, queueOptions, withRedis } from './common.ts';
 
 /** Runs `fn` with the queue and its dead-letter queue open. */
@@ -23,32 +28,47 @@ async function withQueues<T>(
 
 export function registerDlqCommand(program: Command): void {
   const dlq = program.command('dlq').description('list, show, retry or purge dead letters');
-  queueOptions(dlq.command('list').description('list dead letters, oldest first').option('--json', 'one JSON array')).action(
-    async (flags: Record<string, unknown>) => {
-      await withQueues(flags, async (_q, d) => {
-        const list = await listDeadLetters(d);
-        if (flags['json']) {
-          process.stdout.write(`${JSON.stringify(list)}\n`);
-          return;
-        }
-        if (list.length === 0) process.stdout.write('no dead letters\n');
-        for (const l of list) {
-          process.stdout.write(`${l.id}\t${new Date(l.deadAt).toISOString()}\t${l.errorClass}${l.status ? ` ${l.status}` : ''}\t${l.reason}\n`);
-        }
-      });
-    },
-  );
-  queueOptions(dlq.command('show').description('show one dead letter: request, reason, attempts').argument('<id>')).action(
-    async (id: string, flags: Record<string, unknown>) => {
-      await withQueues(flags, async (_q, d) => {
-        const letter = await showDeadLetter(d, id);
-        if (!letter) throw new ConfigError(`no dead letter with id ${JSON.stringify(id)}: see \`llmq dlq list\``);
-        process.stdout.write(`${JSON.stringify(letter, null, 2)}\n`);
-      });
-    },
-  );
   queueOptions(
-    dlq.command('retry').description('send dead letters back to the queue with fresh attempts').argument('[id]').option('--all', 'every dead letter'),
+    dlq
+      .command('list')
+      .description('list dead letters, oldest first')
+      .option('--json', 'one JSON array'),
+  ).action(async (flags: Record<string, unknown>) => {
+    await withQueues(flags, async (_q, d) => {
+      const list = await listDeadLetters(d);
+      if (flags['json']) {
+        process.stdout.write(`${JSON.stringify(list)}\n`);
+        return;
+      }
+      if (list.length === 0) process.stdout.write('no dead letters\n');
+      for (const l of list) {
+        process.stdout.write(
+          `${l.id}\t${new Date(l.deadAt).toISOString()}\t${l.errorClass}${l.status ? ` ${l.status}` : ''}\t${l.reason}\n`,
+        );
+      }
+    });
+  });
+  queueOptions(
+    dlq
+      .command('show')
+      .description('show one dead letter: request, reason, attempts')
+      .argument('<id>'),
+  ).action(async (id: string, flags: Record<string, unknown>) => {
+    await withQueues(flags, async (_q, d) => {
+      const letter = await showDeadLetter(d, id);
+      if (!letter)
+        throw new ConfigError(
+          `no dead letter with id ${JSON.stringify(id)}: see \`llmq dlq list\``,
+        );
+      process.stdout.write(`${JSON.stringify(letter, null, 2)}\n`);
+    });
+  });
+  queueOptions(
+    dlq
+      .command('retry')
+      .description('send dead letters back to the queue with fresh attempts')
+      .argument('[id]')
+      .option('--all', 'every dead letter'),
   ).action(async (id: string | undefined, flags: Record<string, unknown>) => {
     if (!id && !flags['all']) throw new ConfigError('dlq retry needs a job id or --all');
     if (id && flags['all']) throw new ConfigError('dlq retry takes a job id or --all, not both');
@@ -56,15 +76,24 @@ export function registerDlqCommand(program: Command): void {
       const ids = id ? [id] : (await listDeadLetters(d, 1_000_000)).map((l) => l.id);
       for (const one of ids) {
         const runId = await retryDeadLetter(d, q, one);
-        if (!runId) throw new ConfigError(`no dead letter with id ${JSON.stringify(one)}: see \`llmq dlq list\``);
+        if (!runId)
+          throw new ConfigError(
+            `no dead letter with id ${JSON.stringify(one)}: see \`llmq dlq list\``,
+          );
         process.stdout.write(`${runId}\n`);
       }
     });
   });
   queueOptions(
-    dlq.command('purge').description('delete dead letters').option('--older-than <duration>', 'only those older than this (90s, 15m, 12h, 7d)'),
+    dlq
+      .command('purge')
+      .description('delete dead letters')
+      .option('--older-than <duration>', 'only those older than this (90s, 15m, 12h, 7d)'),
   ).action(async (flags: Record<string, unknown>) => {
-    const olderThan = typeof flags['olderThan'] === 'string' ? parseDuration(flags['olderThan'], '--older-than') : 0;
+    const olderThan =
+      typeof flags['olderThan'] === 'string'
+        ? parseDuration(flags['olderThan'], '--older-than')
+        : 0;
     await withQueues(flags, async (_q, d) => {
       const n = await purgeDeadLetters(d, olderThan);
       process.stdout.write(`purged ${n} dead letter${n === 1 ? '' : 's'}\n`);

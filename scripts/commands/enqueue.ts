@@ -3,13 +3,16 @@ import type { Command } from 'commander';
 import { Producer } from '../../producer/producer.ts';
 import { RequestValidationError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
-import { limitsOf } from './worker.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
+import { limitsOf } from './worker.ts';
 
 /** Parses one JSON request, or JSON Lines (one request a line); errors name the line. */
 export function parseRequests(text: string): unknown[] {
   const trimmed = text.trim();
-  if (trimmed === '') throw new RequestValidationError([{ field: '(input)', message: 'no request given: pass JSON or JSON Lines' }]);
+  if (trimmed === '')
+    throw new RequestValidationError([
+      { field: '(input)', message: 'no request given: pass JSON or JSON Lines' },
+    ]);
   try {
     const one: unknown = JSON.parse(trimmed);
     return Array.isArray(one) ? one : [one];
@@ -21,7 +24,9 @@ export function parseRequests(text: string): unknown[] {
     try {
       return [JSON.parse(line) as unknown];
     } catch (err) {
-      throw new RequestValidationError([{ field: `line ${i + 1}`, message: `not valid JSON (${(err as Error).message})` }]);
+      throw new RequestValidationError([
+        { field: `line ${i + 1}`, message: `not valid JSON (${(err as Error).message})` },
+      ]);
     }
   });
 }
@@ -30,7 +35,9 @@ export function registerEnqueueCommand(program: Command): void {
   queueOptions(
     program
       .command('enqueue')
-      .description('enqueue Messages requests (JSON, or JSON Lines for many); prints one job id per line')
+      .description(
+        'enqueue Messages requests (JSON, or JSON Lines for many); prints one job id per line',
+      )
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
       .option('--tenant <name>', 'charge the tenant’s scope too'),
@@ -40,7 +47,12 @@ export function registerEnqueueCommand(program: Command): void {
     const priority = resolvePriority(flags['priority'] as string | undefined);
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
-      const producer = new Producer({ redis, names: namesOf(config), limits: limitsOf(config), maxDepth: config.maxDepth });
+      const producer = new Producer({
+        redis,
+        names: namesOf(config),
+        limits: limitsOf(config),
+        maxDepth: config.maxDepth,
+      });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind.
         requests.forEach((r, i) => {
@@ -48,14 +60,18 @@ export function registerEnqueueCommand(program: Command): void {
             producer.prepare(r, { priority });
           } catch (err) {
             if (err instanceof RequestValidationError && requests.length > 1) {
-              throw new RequestValidationError(err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })));
+              throw new RequestValidationError(
+                err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })),
+              );
             }
             throw err;
           }
         });
         for (const r of requests) {
           const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
-          process.stdout.write(`${await producer.enqueue(r, { priority, ...(tenant ? { tenant } : {}) })}\n`);
+          process.stdout.write(
+            `${await producer.enqueue(r, { priority, ...(tenant ? { tenant } : {}) })}\n`,
+          );
         }
       } finally {
         await producer.close();

@@ -3,10 +3,15 @@ import type { Config } from '../../shared/config.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { Dimension } from '../../shared/limiter/types.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
-import { limitsOf } from './worker.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
+import { limitsOf } from './worker.ts';
 
-const DIM_LABEL: Record<Dimension, string> = { requests: 'requests', inputTokens: 'input tokens', outputTokens: 'output tokens', tokens: 'tokens' };
+const DIM_LABEL: Record<Dimension, string> = {
+  requests: 'requests',
+  inputTokens: 'input tokens',
+  outputTokens: 'output tokens',
+  tokens: 'tokens',
+};
 
 export function formatStatus(s: QueueStatus): string {
   const c = s.counts;
@@ -31,15 +36,25 @@ export function formatStatus(s: QueueStatus): string {
 
 export function registerStatusCommand(program: Command): void {
   queueOptions(
-    program.command('status').description('counts per state, the limiter’s use per scope, the pause, slots in flight').option('--json', 'print one JSON object'),
+    program
+      .command('status')
+      .description('counts per state, the limiter’s use per scope, the pause, slots in flight')
+      .option('--json', 'print one JSON object'),
   ).action(async (flags: Record<string, unknown>) => {
     const config: Config = configFrom(flags);
     await withRedis(config, async (redis) => {
       const names = namesOf(config);
       const configured = Object.values(limitsOf(config)).some((v) => v !== undefined);
-      const limiter = new Limiter({ redis, names, windowMs: config.windowS * 1000, ...(configured ? { limits: limitsOf(config) } : {}) });
+      const limiter = new Limiter({
+        redis,
+        names,
+        windowMs: config.windowS * 1000,
+        ...(configured ? { limits: limitsOf(config) } : {}),
+      });
       const status = await getQueueStatus(redis, names, limiter);
-      process.stdout.write(flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`);
+      process.stdout.write(
+        flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`,
+      );
     });
   });
 }

@@ -1,11 +1,10 @@
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import type { Config } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import type { DimensionLimits } from '../../shared/limiter/types.ts';
-import { connectRedis } from '../../shared/redis.ts';
+import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker, type WorkerLogger } from '../../worker/worker.ts';
-import { assertRedis } from '../../shared/redis.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
 /** The global scope's limits from the config. */
@@ -15,39 +14,65 @@ export function limitsOf(c: Config): DimensionLimits {
 
 /** One line per event on stderr: time, message, fields. Never a secret: fields are chosen. */
 export const stderrLogger: WorkerLogger = {
-  info: (m, f) => process.stderr.write(`${new Date().toISOString()} ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`),
-  warn: (m, f) => process.stderr.write(`${new Date().toISOString()} WARN ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`),
+  info: (m, f) =>
+    process.stderr.write(`${new Date().toISOString()} ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`),
+  warn: (m, f) =>
+    process.stderr.write(
+      `${new Date().toISOString()} WARN ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`,
+    ),
 };
 
 export function registerWorkerCommand(program: Command): void {
   queueOptions(
     program
       .command('worker')
-      .description('run a worker: pulls jobs only after the shared budget admits them, calls the provider')
+      .description(
+        'run a worker: pulls jobs only after the shared budget admits them, calls the provider',
+      )
       .option('--concurrency <n>', 'calls in flight across every worker (env LLMQ_CONCURRENCY)')
       .option('--rpm <n>', 'requests per window (env LLMQ_RPM)')
       .option('--tpm <n>', 'input + output tokens per window (env LLMQ_TPM)')
       .option('--itpm <n>', 'input tokens per window (env LLMQ_ITPM)')
       .option('--otpm <n>', 'output tokens per window (env LLMQ_OTPM)')
       .option('--window <seconds>', "the provider's window (env LLMQ_WINDOW_S, default 60)")
-      .addOption(new Option('--output-accounting <mode>', 'how the provider charges output (env LLMQ_OUTPUT_ACCOUNTING)').choices(['reserve', 'actual']))
-      .option('--headroom <share>', 'share of each limit left unused (env LLMQ_HEADROOM, default 0.01)')
-      .addOption(new Option('--stream <mode>', 'stream every call, or only when needed').choices(['always', 'auto']).default('always'))
+      .addOption(
+        new Option(
+          '--output-accounting <mode>',
+          'how the provider charges output (env LLMQ_OUTPUT_ACCOUNTING)',
+        ).choices(['reserve', 'actual']),
+      )
+      .option(
+        '--headroom <share>',
+        'share of each limit left unused (env LLMQ_HEADROOM, default 0.01)',
+      )
+      .addOption(
+        new Option('--stream <mode>', 'stream every call, or only when needed')
+          .choices(['always', 'auto'])
+          .default('always'),
+      )
       .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
     if (!config.anthropicApiKey) {
-      throw new ConfigError('ANTHROPIC_API_KEY is not set: export your provider key (or run `llmq demo`, which uses the mock server)');
+      throw new ConfigError(
+        'ANTHROPIC_API_KEY is not set: export your provider key (or run `llmq demo`, which uses the mock server)',
+      );
     }
     const grace = Number(flags['grace']);
-    if (!Number.isFinite(grace) || grace < 0) throw new ConfigError(`--grace must be a number of seconds from 0 up, got ${JSON.stringify(flags['grace'])}`);
+    if (!Number.isFinite(grace) || grace < 0)
+      throw new ConfigError(
+        `--grace must be a number of seconds from 0 up, got ${JSON.stringify(flags['grace'])}`,
+      );
     await assertRedis(config.redisUrl);
     const redis = connectRedis(config.redisUrl);
     redis.on('error', (err) => stderrLogger.warn('redis error', { error: err.message }));
     const handle = await startWorker({
       redis,
       names: namesOf(config),
-      client: createProviderClient({ apiKey: config.anthropicApiKey, baseURL: config.anthropicBaseUrl }),
+      client: createProviderClient({
+        apiKey: config.anthropicApiKey,
+        baseURL: config.anthropicBaseUrl,
+      }),
       limiter: {
         windowMs: config.windowS * 1000,
         limits: limitsOf(config),
@@ -62,7 +87,10 @@ export function registerWorkerCommand(program: Command): void {
     });
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
-        stderrLogger.info(`${signal}: draining calls in flight`, { inFlight: handle.inFlight(), graceS: grace });
+        stderrLogger.info(`${signal}: draining calls in flight`, {
+          inFlight: handle.inFlight(),
+          graceS: grace,
+        });
         resolve();
       };
       process.once('SIGTERM', () => stop('SIGTERM'));

@@ -2,9 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Redis, ReplyError } from 'ioredis';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
-import { type QueueNames, llmqKey } from '../keys.ts';
+import { llmqKey, type QueueNames } from '../keys.ts';
 import { loadLuaScripts, runLua } from '../lua-scripts.ts';
-import { type HeaderSource, type ProviderDimension, readRateLimitHeaders } from './provider-headers.ts';
+import {
+  type HeaderSource,
+  type ProviderDimension,
+  readRateLimitHeaders,
+} from './provider-headers.ts';
 import {
   type Cost,
   type Decision,
@@ -22,7 +26,12 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
 /** The order of dimensions in every script: requests, input, output, total tokens. */
 const DIMS: readonly Dimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
-const LUA_DIM: Record<string, Dimension> = { req: 'requests', in: 'inputTokens', out: 'outputTokens', tok: 'tokens' };
+const LUA_DIM: Record<string, Dimension> = {
+  req: 'requests',
+  in: 'inputTokens',
+  out: 'outputTokens',
+  tok: 'tokens',
+};
 const HISTORY_BUCKET_MS = 10_000;
 
 export interface LimiterOptions {
@@ -69,7 +78,9 @@ export interface AcquireOptions {
    */
   readonly onWait?: (
     d: Decision & { ok: false },
-  ) => Promise<{ cost?: Cost; priority?: number; scopes?: readonly string[] } | undefined> | undefined;
+  ) =>
+    | Promise<{ cost?: Cost; priority?: number; scopes?: readonly string[] } | undefined>
+    | undefined;
 }
 
 function effective(limit: number | undefined, headroom: number): number {
@@ -79,7 +90,9 @@ function effective(limit: number | undefined, headroom: number): number {
 
 function checkScopeName(name: string): void {
   if (!/^[^|,\s]{1,200}$/.test(name)) {
-    throw new TypeError(`scope name must be 1 to 200 characters without "|", "," or spaces, got ${JSON.stringify(name)}`);
+    throw new TypeError(
+      `scope name must be 1 to 200 characters without "|", "," or spaces, got ${JSON.stringify(name)}`,
+    );
   }
 }
 
@@ -102,7 +115,8 @@ function lostConnection(redis: Redis): boolean {
 
 function checkCost(cost: Cost): void {
   for (const [k, v] of Object.entries(cost)) {
-    if (!Number.isInteger(v) || v < 0) throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
+    if (!Number.isInteger(v) || v < 0)
+      throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
   }
 }
 
@@ -118,7 +132,18 @@ export class Limiter {
   readonly outputAccounting: 'reserve' | 'actual';
   private readonly redis: Redis;
   private readonly keys: Record<
-    'log' | 'res' | 'slots' | 'waiters' | 'waitexp' | 'seq' | 'pause' | 'tot' | 'ext' | 'stats' | 'hist' | 'config',
+    | 'log'
+    | 'res'
+    | 'slots'
+    | 'waiters'
+    | 'waitexp'
+    | 'seq'
+    | 'pause'
+    | 'tot'
+    | 'ext'
+    | 'stats'
+    | 'hist'
+    | 'config',
     string
   >;
   private readonly limits: DimensionLimits;
@@ -145,9 +170,12 @@ export class Limiter {
     this.clock = options.clock;
     this.maxPollMs = options.maxPollMs ?? 1_000;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 5_000;
-    if (!(this.windowMs >= 1)) throw new TypeError(`windowMs must be at least 1, got ${this.windowMs}`);
-    if (!(this.headroom >= 0 && this.headroom < 1)) throw new TypeError(`headroom must be from 0 to below 1, got ${this.headroom}`);
-    if (!(this.leaseMs >= 100)) throw new TypeError(`leaseMs must be at least 100, got ${this.leaseMs}`);
+    if (!(this.windowMs >= 1))
+      throw new TypeError(`windowMs must be at least 1, got ${this.windowMs}`);
+    if (!(this.headroom >= 0 && this.headroom < 1))
+      throw new TypeError(`headroom must be from 0 to below 1, got ${this.headroom}`);
+    if (!(this.leaseMs >= 100))
+      throw new TypeError(`leaseMs must be at least 100, got ${this.leaseMs}`);
     if (!Number.isInteger(this.concurrency) || this.concurrency < 0) {
       throw new TypeError(`concurrency must be a whole number from 0 up, got ${this.concurrency}`);
     }
@@ -211,7 +239,12 @@ export class Limiter {
         }),
         new Promise<never>((_, reject) => {
           timer = setTimeout(
-            () => reject(new LimiterUnavailableError(`no answer from Redis within ${this.commandTimeoutMs} ms`)),
+            () =>
+              reject(
+                new LimiterUnavailableError(
+                  `no answer from Redis within ${this.commandTimeoutMs} ms`,
+                ),
+              ),
             this.commandTimeoutMs,
           );
         }),
@@ -240,7 +273,13 @@ export class Limiter {
     return args;
   }
 
-  private async attempt(ticket: string, cost: Cost, scopes: readonly string[], priority: number, queue: boolean): Promise<Decision> {
+  private async attempt(
+    ticket: string,
+    cost: Cost,
+    scopes: readonly string[],
+    priority: number,
+    queue: boolean,
+  ): Promise<Decision> {
     checkCost(cost);
     if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
       throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
@@ -300,10 +339,17 @@ export class Limiter {
         const dim = LUA_DIM[String(reply[2])] ?? 'tokens';
         const scope = String(reply[1]);
         const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
-        throw new CostExceedsLimitError(scope, dim, Number(reply[3]), limits[dim] ?? Number(reply[4]));
+        throw new CostExceedsLimitError(
+          scope,
+          dim,
+          Number(reply[3]),
+          limits[dim] ?? Number(reply[4]),
+        );
       }
       default:
-        throw new LimiterUnavailableError(`unexpected answer ${JSON.stringify(reply)} from the acquire script`);
+        throw new LimiterUnavailableError(
+          `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
+        );
     }
   }
 
@@ -311,7 +357,10 @@ export class Limiter {
    * One attempt that does not keep a place in line: admitted now, or a denial saying how long
    * to wait. Throws {@link CostExceedsLimitError} when the cost can never fit.
    */
-  tryAcquire(cost: Cost, options: { scopes?: readonly string[]; priority?: number } = {}): Promise<Decision> {
+  tryAcquire(
+    cost: Cost,
+    options: { scopes?: readonly string[]; priority?: number } = {},
+  ): Promise<Decision> {
     return this.attempt(randomUUID(), cost, options.scopes ?? [], options.priority ?? 100, false);
   }
 
@@ -360,7 +409,11 @@ export class Limiter {
   async adjust(reservation: Reservation, cost: Cost): Promise<Reservation> {
     checkCost(cost);
     const k = this.keys;
-    await this.run('adjust', [k.res, k.tot, k.stats], [reservation.id, cost.inputTokens, cost.outputTokens]);
+    await this.run(
+      'adjust',
+      [k.res, k.tot, k.stats],
+      [reservation.id, cost.inputTokens, cost.outputTokens],
+    );
     return { ...reservation, cost: { ...cost, requests: reservation.cost.requests } };
   }
 
@@ -376,7 +429,11 @@ export class Limiter {
   /** Extends the lease of a call in flight; false when the lease was already lost. */
   async renew(reservation: Reservation): Promise<boolean> {
     const k = this.keys;
-    const r = await this.run('renew', [k.log, k.res, k.slots], [this.now(), reservation.id, this.leaseMs]);
+    const r = await this.run(
+      'renew',
+      [k.log, k.res, k.slots],
+      [this.now(), reservation.id, this.leaseMs],
+    );
     return Number(r) > 0;
   }
 
@@ -392,18 +449,41 @@ export class Limiter {
     const r = (await this.run(
       'settle',
       [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
-      [this.now(), reservation.id, mode, input, output, restamp ? '1' : '0', HISTORY_BUCKET_MS, reportedOutput],
+      [
+        this.now(),
+        reservation.id,
+        mode,
+        input,
+        output,
+        restamp ? '1' : '0',
+        HISTORY_BUCKET_MS,
+        reportedOutput,
+      ],
     )) as number[];
-    return { known: Number(r[0]) === 1, inputDelta: Number(r[1] ?? 0), outputDelta: Number(r[2] ?? 0) };
+    return {
+      known: Number(r[0]) === 1,
+      inputDelta: Number(r[1] ?? 0),
+      outputDelta: Number(r[2] ?? 0),
+    };
   }
 
   /**
    * Replaces the estimate with the provider's usage: an underestimate is charged, an
    * overestimate given back. Output is reconciled only under `actual` output accounting.
    */
-  settle(reservation: Reservation, usage: Usage): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
+  settle(
+    reservation: Reservation,
+    usage: Usage,
+  ): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
     const actual = this.outputAccounting === 'actual';
-    return this.end(reservation, 'usage', usage.inputTokens, actual ? usage.outputTokens : -1, actual, usage.outputTokens);
+    return this.end(
+      reservation,
+      'usage',
+      usage.inputTokens,
+      actual ? usage.outputTokens : -1,
+      actual,
+      usage.outputTokens,
+    );
   }
 
   /** The call may have reached the provider but no usage came back: the estimate stays charged. */
@@ -469,8 +549,12 @@ export class Limiter {
         })
       : {};
     const windowMs = this.windowGiven ? this.windowMs : (published.windowMs ?? this.windowMs);
-    const marginMs = this.windowGiven ? this.marginMs : Math.max(this.marginMs, published.windowMarginMs ?? 0);
-    const now = Number(await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + marginMs]));
+    const marginMs = this.windowGiven
+      ? this.marginMs
+      : Math.max(this.marginMs, published.windowMarginMs ?? 0);
+    const now = Number(
+      await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + marginMs]),
+    );
     const [tot, ext, pause, inFlight, waiters, stats, hist] = (await this.redis
       .multi()
       .hgetall(k.tot)
@@ -497,12 +581,17 @@ export class Limiter {
     ];
     const limitsOf = (scope: string): DimensionLimits =>
       scope === GLOBAL_SCOPE
-        ? Object.keys(this.limits).length > 0 ? this.limits : (published.limits ?? {})
+        ? Object.keys(this.limits).length > 0
+          ? this.limits
+          : (published.limits ?? {})
         : (this.scopeLimits[scope] ?? published.scopes?.[scope] ?? {});
     const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(this.scopeLimits)]);
     for (const f of Object.keys(tot)) names.add(f.split('|')[0]!);
     const scopes: ScopeSnapshot[] = [...names].map((scope) => {
-      const dims = {} as Record<Dimension, { used: number; limit: number | undefined; foreign: number }>;
+      const dims = {} as Record<
+        Dimension,
+        { used: number; limit: number | undefined; foreign: number }
+      >;
       for (const [lua, dim] of Object.entries(LUA_DIM)) {
         const f = `${scope}|${lua}`;
         const foreignLive = Number(ext[`${f}|until`] ?? 0) > now;

@@ -3,7 +3,9 @@
  */
 
 /** Headers as the SDK gives them (fetch `Headers`) or as a plain record. */
-export type HeaderSource = { get(name: string): string | null } | Record<string, string | string[] | undefined>;
+export type HeaderSource =
+  | { get(name: string): string | null }
+  | Record<string, string | string[] | undefined>;
 
 export function header(headers: HeaderSource | undefined, name: string): string | undefined {
   if (!headers) return undefined;
@@ -36,7 +38,9 @@ function int(v: string | undefined): number | undefined {
 }
 
 /** Parses `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-*`. */
-export function readRateLimitHeaders(headers: HeaderSource | undefined): Partial<Record<ProviderDimension, ProviderLimitReading>> {
+export function readRateLimitHeaders(
+  headers: HeaderSource | undefined,
+): Partial<Record<ProviderDimension, ProviderLimitReading>> {
   const out: Partial<Record<ProviderDimension, ProviderLimitReading>> = {};
   for (const [dim, name] of Object.entries(HEADER_NAMES) as [ProviderDimension, string][]) {
     const limit = int(header(headers, `anthropic-ratelimit-${name}-limit`));
@@ -53,7 +57,10 @@ export function readRateLimitHeaders(headers: HeaderSource | undefined): Partial
  * The wait a 429 asks for, in ms: `retry-after-ms`, else `retry-after` as seconds or an HTTP
  * date. Undefined when the provider gave none (a spend cap, or an unknown cause).
  */
-export function retryAfterMs(headers: HeaderSource | undefined, nowMs = Date.now()): number | undefined {
+export function retryAfterMs(
+  headers: HeaderSource | undefined,
+  nowMs = Date.now(),
+): number | undefined {
   const ms = header(headers, 'retry-after-ms');
   if (ms !== undefined && Number.isFinite(Number(ms)) && Number(ms) >= 0) return Number(ms);
   const ra = header(headers, 'retry-after');
