@@ -1,0 +1,65 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { resolveConfig } from '../shared/config.ts';
+import { ConfigError } from '../shared/errors.ts';
+
+describe('resolveConfig', () => {
+  it('gives the documented defaults with nothing set', () => {
+    const c = resolveConfig({ env: {} });
+    expect(c).toMatchObject({
+      redisUrl: 'redis://127.0.0.1:6379',
+      queue: 'llmq',
+      prefix: 'llmq',
+      windowS: 60,
+      outputAccounting: 'reserve',
+      concurrency: 10,
+      headroom: 0.01,
+      maxDepth: 10_000,
+    });
+    expect(c.tpm).toBeUndefined();
+    expect(c.anthropicApiKey).toBeUndefined();
+  });
+
+  it('takes a flag over the environment, the environment over the file, the file over the default', () => {
+    const file = { tpm: 1000, itpm: 500, otpm: 300, queue: 'from-file' };
+    const env = { LLMQ_TPM: '2000', LLMQ_ITPM: '600' };
+    const c = resolveConfig({ flags: { tpm: '3000' }, env, file });
+    expect(c.tpm).toBe(3000);
+    expect(c.itpm).toBe(600);
+    expect(c.otpm).toBe(300);
+    expect(c.queue).toBe('from-file');
+  });
+
+  it('reads a JSON config file named by LLMQ_CONFIG', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmq-config-'));
+    const path = join(dir, 'llmq.json');
+    writeFileSync(path, JSON.stringify({ windowS: 10, outputAccounting: 'actual' }));
+    expect(resolveConfig({ env: { LLMQ_CONFIG: path } })).toMatchObject({ windowS: 10, outputAccounting: 'actual' });
+  });
+
+  it('names the source, the bad value and what is expected', () => {
+    expect(() => resolveConfig({ env: { LLMQ_TPM: 'lots' } })).toThrow(
+      'LLMQ_TPM must be a whole number from 1 up, got "lots"',
+    );
+    expect(() => resolveConfig({ flags: { outputAccounting: 'maybe' }, env: {} })).toThrow(
+      '--output-accounting must be reserve or actual, got "maybe"',
+    );
+    expect(() => resolveConfig({ env: { REDIS_URL: 'localhost:6379' } })).toThrow(/REDIS_URL must be a redis:\/\//);
+    expect(() => resolveConfig({ env: {}, file: { concurrency: 0 } })).toThrow(
+      'concurrency in the config file must be a whole number from 1 to 10000, got 0',
+    );
+    expect(() => resolveConfig({ env: {}, file: '/nonexistent/llmq.json' })).toThrow(ConfigError);
+  });
+
+  it('never repeats the provider key in an error', () => {
+    try {
+      resolveConfig({ env: { ANTHROPIC_API_KEY: 'sk-secret', ANTHROPIC_BASE_URL: 'not a url' } });
+      expect.unreachable();
+    } catch (err) {
+      expect((err as Error).message).toContain('ANTHROPIC_BASE_URL');
+      expect((err as Error).message).not.toContain('sk-secret');
+    }
+  });
+});
