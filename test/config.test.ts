@@ -36,7 +36,10 @@ describe('resolveConfig', () => {
     const dir = mkdtempSync(join(tmpdir(), 'llmq-config-'));
     const path = join(dir, 'llmq.json');
     writeFileSync(path, JSON.stringify({ windowS: 10, outputAccounting: 'actual' }));
-    expect(resolveConfig({ env: { LLMQ_CONFIG: path } })).toMatchObject({ windowS: 10, outputAccounting: 'actual' });
+    expect(resolveConfig({ env: { LLMQ_CONFIG: path } })).toMatchObject({
+      windowS: 10,
+      outputAccounting: 'actual',
+    });
   });
 
   it('names the source, the bad value and what is expected', () => {
@@ -46,7 +49,9 @@ describe('resolveConfig', () => {
     expect(() => resolveConfig({ flags: { outputAccounting: 'maybe' }, env: {} })).toThrow(
       '--output-accounting must be reserve or actual, got "maybe"',
     );
-    expect(() => resolveConfig({ env: { REDIS_URL: 'localhost:6379' } })).toThrow(/REDIS_URL must be a redis:\/\//);
+    expect(() => resolveConfig({ env: { REDIS_URL: 'localhost:6379' } })).toThrow(
+      /REDIS_URL must be a redis:\/\//,
+    );
     expect(() => resolveConfig({ env: {}, file: { concurrency: 0 } })).toThrow(
       'concurrency in the config file must be a whole number from 1 to 10000, got 0',
     );

@@ -2,9 +2,15 @@ import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { REDIS_URL } from './helpers.ts';
 
-function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['scripts/llmq.mjs', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['scripts/llmq.mjs', ...args], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -15,7 +21,7 @@ function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number 
 
 describe('llmq demo', () => {
   it('summarizes every bundled document through the mock and exits 0 with its report', async () => {
-    const env = { ...process.env, REDIS_URL };
+    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL };
     delete env['ANTHROPIC_API_KEY'];
     delete env['ANTHROPIC_BASE_URL'];
     const { code, stdout, stderr } = await runCli(['demo'], env);
@@ -30,7 +36,7 @@ describe('llmq demo', () => {
   });
 
   it('starts a private redis-server when nothing answers at REDIS_URL', async () => {
-    const env = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1' };
+    const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: 'redis://127.0.0.1:1' };
     delete env['ANTHROPIC_API_KEY'];
     const { code, stdout } = await runCli(['demo'], env);
     expect(code).toBe(0);

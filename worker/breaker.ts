@@ -12,6 +12,11 @@ export interface BreakerOptions {
   readonly cooldownMs?: number;
   /** How long a trial call may take before another process may try. @default 60_000 */
   readonly trialTtlMs?: number;
+  /**
+   * How long this process trusts a "closed" answer before asking Redis again; a breaker that
+   * another process opened is seen within this time. Saves a round trip per call. @default 200
+   */
+  readonly cacheMs?: number;
 }
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -23,6 +28,11 @@ export class CircuitBreaker {
   private readonly threshold: number;
   private readonly cooldownMs: number;
   private readonly trialTtlMs: number;
+  private readonly cacheMs: number;
+  /** Until when a closed answer with no failures may be reused (process clock, ms). */
+  private closedUntil = 0;
+  /** Whether Redis may hold failures or a non-closed state that a success must clear. */
+  private dirty = true;
 
   constructor(
     private readonly redis: Redis,
@@ -33,6 +43,7 @@ export class CircuitBreaker {
     this.threshold = options.threshold ?? 5;
     this.cooldownMs = options.cooldownMs ?? 10_000;
     this.trialTtlMs = options.trialTtlMs ?? 60_000;
+    this.cacheMs = options.cacheMs ?? 200;
   }
 
   private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number, number]> {
@@ -47,12 +58,23 @@ export class CircuitBreaker {
 
   /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait. */
   async check(): Promise<{ allowed: true; trial: boolean } | { allowed: false; waitMs: number }> {
-    const [ok, n] = await this.op('check');
+    if (Date.now() < this.closedUntil) return { allowed: true, trial: false };
+    const [ok, n, failures] = await this.op('check');
+    if (ok === 1 && n === 0) {
+      this.dirty = failures > 0;
+      if (!this.dirty) this.closedUntil = Date.now() + this.cacheMs;
+    } else {
+      this.dirty = true;
+      this.closedUntil = 0;
+    }
     return ok === 1 ? { allowed: true, trial: n === 1 } : { allowed: false, waitMs: n };
   }
 
+  /** Records a success; a round trip only when Redis may hold failures to clear. */
   async success(): Promise<void> {
+    if (!this.dirty) return;
     await this.op('success');
+    this.dirty = false;
   }
 
   /** Records a provider failure; true when it opened the breaker. */
@@ -67,6 +89,8 @@ export class CircuitBreaker {
    * it happened in an outage.
    */
   async recordFailure(): Promise<{ opened: boolean; whileClosed: boolean }> {
+    this.closedUntil = 0;
+    this.dirty = true;
     const [, opened, whileClosed] = await this.op('failure');
     return { opened: opened === 1, whileClosed: whileClosed === 1 };
   }

@@ -14,7 +14,7 @@
     ARGV[6] trial ttl ms (how long a trial holder may take before another may try)
 
   Output:
-    check:   {1, 0} call allowed; {1, 1} allowed as the trial call; {0, waitMs} not allowed
+    check:   {1, 0, failures} call allowed (closed, with the consecutive failures so far); {1, 1} allowed as the trial call; {0, waitMs} not allowed
     success: {1, 0}
     failure: {1, opened, whileClosed} where opened is 1 when this failure opened the breaker,
              and whileClosed is 1 when the breaker was closed before it and stays closed (a
@@ -37,7 +37,7 @@ local openUntil = tonumber(h[3] or '0')
 local trial, trialUntil = h[4], tonumber(h[5] or '0')
 
 if op == 'check' then
-  if state == 'closed' then return { 1, 0 } end
+  if state == 'closed' then return { 1, 0, failures } end
   if state == 'open' and now < openUntil then return { 0, openUntil - now } end
   -- Cool-down over (or the trial holder vanished): one process makes the trial call.
   if trial == token then return { 1, 1 } end
