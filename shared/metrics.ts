@@ -42,13 +42,22 @@ export async function addMetrics(
   await m.exec();
 }
 
-/** Records one provider call's latency in the histogram (cumulative `le_<ms>` buckets). */
-export async function observeLatency(redis: Redis, names: QueueNames, ms: number): Promise<void> {
+/**
+ * Records one provider call's latency in the histogram (cumulative `le_<ms>` buckets), with
+ * other counters in the same round trip.
+ */
+export async function observeLatency(
+  redis: Redis,
+  names: QueueNames,
+  ms: number,
+  add: Partial<Record<MetricField, number>> = {},
+): Promise<void> {
   const key = metricsKey(names);
   const m = redis.multi();
   for (const le of LATENCY_BUCKETS_MS) if (ms <= le) m.hincrby(key, `le_${le}`, 1);
   m.hincrby(key, 'latency_sum_ms', Math.round(ms));
   m.hincrby(key, 'latency_count', 1);
+  for (const [f, n] of Object.entries(add)) if (n) m.hincrby(key, f, n);
   await m.exec();
 }
 

@@ -158,7 +158,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const until = await limiter.pauseFor(c.retryAfterMs ?? 1_000);
       const returns = (job.data.rateLimitReturns ?? 0) + 1;
       h.push(record('rate_limited', false));
-      await addMetrics(redis, names, { provider_429_retry_after: 1 });
+      await addMetrics(redis, names, { provider_calls: 1, provider_429_retry_after: 1 });
       log.warn('provider rate limit: every worker pauses', {
         job: job.id,
         pausedUntil: new Date(until).toISOString(),
@@ -184,8 +184,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         redis,
         names,
         c.status === 429
-          ? { provider_429_final: 1, dead_lettered: 1 }
-          : { provider_4xx: 1, dead_lettered: 1 },
+          ? { provider_calls: 1, provider_429_final: 1, dead_lettered: 1 }
+          : { provider_calls: 1, provider_4xx: 1, dead_lettered: 1 },
       );
       log.warn('dead-lettered', { job: job.id, reason: c.reason });
       await deadLetter(dlq, job, token, c, h);
@@ -200,7 +200,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await addMetrics(
       redis,
       names,
-      c.status === undefined ? { provider_connection_errors: 1 } : { provider_5xx: 1 },
+      c.status === undefined
+        ? { provider_calls: 1, provider_connection_errors: 1 }
+        : { provider_calls: 1, provider_5xx: 1 },
     );
     const counts = whileClosed && !trial;
     h.push(record('retryable', counts));
@@ -238,7 +240,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       streamMode === 'always' ||
       data.stream === true ||
       data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
-    await addMetrics(redis, names, { provider_calls: 1 });
     let res: ProviderCallResult;
     try {
       res = await callProvider(client, data.request, {
@@ -298,13 +299,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           outputTokens: usage.output_tokens,
         }),
         breaker.success(),
-        addMetrics(redis, names, {
+        observeLatency(redis, names, res.latencyMs, {
+          provider_calls: 1,
           provider_ok: 1,
           completed: 1,
           tokens_in: usage.input_tokens,
           tokens_out: usage.output_tokens,
         }),
-        observeLatency(redis, names, res.latencyMs),
       ]);
       for (const a of after) {
         if (a.status === 'rejected')
