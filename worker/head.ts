@@ -2,6 +2,9 @@ import type { Redis } from 'ioredis';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+
+const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
 /** The job BullMQ would hand out next, as much of it as the gate needs. */
 export interface HeadJob {
@@ -11,8 +14,6 @@ export interface HeadJob {
   readonly scopes: readonly string[];
 }
 
-/** BullMQ's prioritized score: priority · 2^32 + an arrival counter. */
-const PRIORITY_SHIFT = 0x100000000;
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */
 const DELAYED_SHIFT = 0x1000;
 /** Due delayed jobs looked at per peek (BullMQ promotes up to 1000 at once). */
@@ -41,51 +42,16 @@ export class HeadPeeker {
 
   async peek(): Promise<HeadJob | undefined> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
-    const now = this.clock();
-    const [[, fromWait], [, fromPrio], [, due], [, meta], [, active]] = (await this.redis
-      .multi()
-      .lindex(`${this.base}:wait`, -1)
-      .zrange(`${this.base}:prioritized`, '0', '0', 'WITHSCORES')
-      .zrangebyscore(`${this.base}:delayed`, 0, (now + 1) * DELAYED_SHIFT - 1, 'LIMIT', 0, DUE_SCAN)
-      .hmget(`${this.base}:meta`, 'paused', 'concurrency')
-      .llen(`${this.base}:active`)
-      .exec()) as [
-      [unknown, string | null],
-      [unknown, string[]],
-      [unknown, string[]],
-      [unknown, (string | null)[]],
-      [unknown, number],
-    ];
-    // A paused queue (Bull Board's pause button) or one at its global concurrency hands out
-    // nothing: there is no head to reserve budget for.
-    const [paused, cap] = meta;
-    if (paused || (cap && active >= Number(cap))) return undefined;
-    let id: string | undefined = fromWait ?? undefined;
-    if (!id) {
-      id = fromPrio[0];
-      const headPriority =
-        fromPrio[1] !== undefined
-          ? Math.floor(Number(fromPrio[1]) / PRIORITY_SHIFT)
-          : Number.POSITIVE_INFINITY;
-      if (due.length > 0) {
-        const pipe = this.redis.pipeline();
-        for (const d of due) pipe.hget(`${this.base}:${d}`, 'priority');
-        const priorities = ((await pipe.exec()) ?? []).map(([, p]) => Number(p ?? 0));
-        // Promoted in due order, each behind the waiting jobs of its priority: only a more
-        // urgent one goes ahead of the prioritized head.
-        let best = headPriority;
-        due.forEach((d, i) => {
-          const p = priorities[i]!;
-          if (p < best) {
-            best = p;
-            id = d;
-          }
-        });
-      }
-    }
-    if (!id) return undefined;
-    const raw = await this.redis.hget(`${this.base}:${id}`, 'data');
-    if (!raw) return undefined;
+    const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
+    const b = this.base;
+    const reply = (await runLua(
+      this.redis,
+      SCRIPTS['peek']!,
+      [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`],
+      [`${b}:`, dueScore, DUE_SCAN],
+    )) as [string, string] | null;
+    if (!reply) return undefined;
+    const [id, raw] = reply;
     try {
       const data = JSON.parse(raw) as JobData;
       return { id, cost: data.cost, priority: data.priority ?? 100, scopes: data.scopes ?? [] };

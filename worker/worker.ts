@@ -249,13 +249,16 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          await limiter.start(r.reservation).catch((err) =>
-            log.warn('could not stamp the reservation', {
-              job: job.id,
-              error: (err as Error).message,
-            }),
-          );
-          if (feedback) await limiter.observe(headers).catch(() => {});
+          // Both go out at once: one round trip before the body is read.
+          await Promise.all([
+            limiter.start(r.reservation).catch((err) =>
+              log.warn('could not stamp the reservation', {
+                job: job.id,
+                error: (err as Error).message,
+              }),
+            ),
+            feedback ? limiter.observe(headers).catch(() => {}) : undefined,
+          ]);
         },
       });
     } catch (err) {
