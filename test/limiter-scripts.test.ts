@@ -8,8 +8,17 @@ import { Limiter } from '../shared/limiter/limiter.ts';
 import { loadLuaScripts } from '../shared/lua-scripts.ts';
 import { newRedis, testNames } from './helpers.ts';
 
-const DIR = fileURLToPath(new URL('../shared/limiter/lua', import.meta.url));
+/** Every folder of Lua scripts in llmq: the limiter's, the worker's, the producer's. */
+const DIRS = ['../shared/limiter/lua', '../worker/lua', '../producer/lua'].map((d) =>
+  fileURLToPath(new URL(d, import.meta.url)),
+);
+const DIR = DIRS[0]!;
 const files = readdirSync(DIR).filter((f) => f.endsWith('.lua'));
+const allFiles = DIRS.flatMap((dir) =>
+  readdirSync(dir)
+    .filter((f) => f.endsWith('.lua'))
+    .map((f) => [dir.split('/').slice(-2).join('/'), dir, f] as const),
+);
 
 /** CRC16/XMODEM, as Redis Cluster hashes keys. */
 function crc16(s: string): number {
@@ -36,6 +45,30 @@ beforeAll(() => {
 });
 afterAll(() => {
   redis.disconnect();
+});
+
+describe('every Lua script of llmq', () => {
+  it.each(allFiles)(
+    '%s/%s… opens with a KEYS/ARGV/Output header and compiles on Redis',
+    async (_label, dir, file) => {
+      const text = readFileSync(join(dir, file), 'utf8');
+      expect(file).toMatch(/^[A-Za-z]+-\d+\.lua$/);
+      expect(text.startsWith('--[[')).toBe(true);
+      const header = text.slice(0, text.indexOf(']]'));
+      expect(header).toMatch(/Output/);
+      const listed = [...header.matchAll(/^\s*KEYS\[(\d+)\]/gm)].map((m) => Number(m[1]));
+      const numberOfKeys = Number(/-(\d+)\.lua$/.exec(file)?.[1]);
+      expect(listed).toEqual(Array.from({ length: numberOfKeys }, (_, i) => i + 1));
+      const script = loadLuaScripts(dir)[file.replace(/-\d+\.lua$/, '')]!;
+      expect(await redis.script('LOAD', script.lua)).toMatch(/^[0-9a-f]{40}$/);
+    },
+  );
+
+  it('registers each under a distinct, versioned command name', () => {
+    const commands = DIRS.flatMap((d) => Object.values(loadLuaScripts(d)).map((s) => s.command));
+    expect(new Set(commands).size).toBe(commands.length);
+    for (const c of commands) expect(c).toMatch(/^llmq_\d+_\d+_\d+_(limiter|worker|producer)_\w+$/);
+  });
 });
 
 describe('the limiter scripts', () => {
