@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
-import type { Config } from '../shared/config.ts';
+import { type Config, globalLimits, scopeLimitsOf } from '../shared/config.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { Producer, type ProducerOptions } from './producer.ts';
 
@@ -30,12 +30,8 @@ export function createProducer(
     ownsRedis: true,
     redisUrl: config.redisUrl,
     names: { prefix: config.prefix, queue: config.queue },
-    limits: {
-      requests: config.rpm,
-      inputTokens: config.itpm,
-      outputTokens: config.otpm,
-      tokens: config.tpm,
-    },
+    limits: globalLimits(config),
+    scopes: scopeLimitsOf(config),
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     ...(tokenCounter ? { tokenCounter } : {}),

@@ -3,6 +3,7 @@ import { registerDashboardCommand } from '../dashboard/index.ts';
 import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
 import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors.ts';
 import { VERSION } from '../shared/version.ts';
+import { registerBenchCommand } from './bench/index.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
 import { registerStatusCommand } from './commands/status.ts';
@@ -29,6 +30,7 @@ export function buildProgram(): Command {
   registerDashboardCommand(program);
   registerServeCommand(program);
   registerBatchCommand(program);
+  registerBenchCommand(program);
   return program;
 }
 

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
+import type { DimensionLimits } from './limiter/types.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -40,6 +41,20 @@ export interface Config {
   readonly windowMarginMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
+  /**
+   * Limits of nested scopes inside the global one, per window, by scope name:
+   * `{ "tenant:acme": { "tpm": 20000, "rpm": 100 } }` (config file `scopes`, or env LLMQ_SCOPES
+   * as JSON). A job of tenant `acme` is charged to `tenant:acme` too. @default {}
+   */
+  readonly scopes: Readonly<Record<string, ScopeLimits>>;
+}
+
+/** A nested scope's limits, named like the global ones. */
+export interface ScopeLimits {
+  readonly rpm?: number | undefined;
+  readonly tpm?: number | undefined;
+  readonly itpm?: number | undefined;
+  readonly otpm?: number | undefined;
 }
 
 export interface ConfigSources {
@@ -66,6 +81,24 @@ const wholeAtLeast = (min: number) =>
   z.coerce.number().refine((n) => Number.isInteger(n) && n >= min);
 const optionalLimit = wholeAtLeast(1).optional();
 const name = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/);
+
+const scopeLimits = z.strictObject({
+  rpm: wholeAtLeast(1).optional(),
+  tpm: wholeAtLeast(1).optional(),
+  itpm: wholeAtLeast(1).optional(),
+  otpm: wholeAtLeast(1).optional(),
+});
+const scopesSchema = z.preprocess(
+  (v) => {
+    if (typeof v !== 'string') return v;
+    try {
+      return JSON.parse(v);
+    } catch {
+      return v;
+    }
+  },
+  z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits),
+);
 
 const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
@@ -171,6 +204,14 @@ const SETTINGS: Record<Key, Setting> = {
     default: 10_000,
     expect: 'a whole number from 0 (unbounded) up',
   },
+  scopes: {
+    env: 'LLMQ_SCOPES',
+    schema: scopesSchema,
+    default: {},
+    expect:
+      'an object of scope name to limits, such as {"tenant:acme":{"tpm":20000,"rpm":100}} ' +
+      '(names without "|", "," or spaces; limits rpm, tpm, itpm, otpm, whole numbers from 1 up)',
+  },
 };
 
 function loadFile(file: ConfigSources['file']): Record<string, unknown> {
@@ -192,6 +233,25 @@ function loadFile(file: ConfigSources['file']): Record<string, unknown> {
   } catch (err) {
     throw new ConfigError(`config file ${file} is not a JSON object (${(err as Error).message})`);
   }
+}
+
+const truncate = (s: string, max = 120) => (s.length > max ? `${s.slice(0, max)}…` : s);
+
+/** Limits named as in the config (rpm, tpm…) to the limiter's dimensions. */
+export function toDimensionLimits(l: ScopeLimits): DimensionLimits {
+  return { requests: l.rpm, tokens: l.tpm, inputTokens: l.itpm, outputTokens: l.otpm };
+}
+
+/** The global scope's limits of a config. */
+export function globalLimits(c: Config): DimensionLimits {
+  return toDimensionLimits(c);
+}
+
+/** The nested scopes' limits of a config, by scope name. */
+export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
+  return Object.fromEntries(
+    Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
+  );
 }
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';
@@ -225,7 +285,7 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
     }
     const parsed = s.schema.safeParse(raw);
     if (!parsed.success) {
-      const shown = key === 'anthropicApiKey' ? '(hidden)' : JSON.stringify(raw);
+      const shown = key === 'anthropicApiKey' ? '(hidden)' : truncate(JSON.stringify(raw));
       throw new ConfigError(`${from} must be ${s.expect}, got ${shown}`);
     }
     out[key] = parsed.data;

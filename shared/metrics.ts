@@ -14,6 +14,7 @@ export type MetricField =
   | 'provider_connection_errors'
   | 'provider_4xx'
   | 'retries'
+  | 'deferred_by_scope'
   | 'dead_lettered'
   | 'completed'
   | 'latency_sum_ms'

@@ -7,7 +7,7 @@ import { CostExceedsLimitError, LimiterUnavailableError } from '../shared/errors
 import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import type { Reservation } from '../shared/limiter/types.ts';
+import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import { addMetrics, observeLatency } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
@@ -82,6 +82,17 @@ interface Running {
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
 const STREAM_ABOVE_MAX_TOKENS = 16_000;
+
+/** Thrown from the gate's wait when only the head job's own nested scope holds it back. */
+class HeldByOwnScope extends Error {
+  constructor(
+    readonly jobId: string,
+    readonly scope: string,
+    readonly waitMs: number,
+  ) {
+    super(`job ${jobId} waits for scope ${scope}`);
+  }
+}
 
 const sameScopes = (a: readonly string[], b: readonly string[]) =>
   a.length === b.length && a.every((s, i) => s === b[i]);
@@ -360,6 +371,24 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
   }
 
+  /**
+   * Moves a job that only its own scope's budget holds back to the delayed set until that budget
+   * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
+   */
+  async function deferHeldJob(held: HeldByOwnScope): Promise<void> {
+    const token = `${id}:${++tokenCounter}`;
+    const job = await bull.getNextJob(token, { block: false });
+    if (!job) return;
+    if (job.id !== held.jobId) {
+      await job.moveToWait(token);
+      return;
+    }
+    // The wait is an upper bound while the scope's calls are in flight (they free their budget
+    // when they settle, not at a known time): look again within a second.
+    await job.moveToDelayed(Date.now() + Math.min(Math.max(held.waitMs, 10), 1_000), token);
+    await addMetrics(redis, names, { deferred_by_scope: 1 });
+  }
+
   async function gateOnce(): Promise<void> {
     await waitForSlot();
     if (stopper.signal.aborted) return;
@@ -383,6 +412,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         scopes: head.scopes,
         priority: head.priority,
         signal: stopper.signal,
+        // A job held back by its own tenant's (or team's) budget must not hold back everyone
+        // behind it: BullMQ would hand it out first all the same. Step around it instead.
+        onDenied: (d) => {
+          if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE && head) {
+            throw new HeldByOwnScope(head.id, d.scope, d.waitMs);
+          }
+        },
         onWait: async () => {
           const now = await peeker.peek();
           if (!now || now.id === head?.id) return undefined;
@@ -391,6 +427,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         },
       });
     } catch (err) {
+      if (err instanceof HeldByOwnScope) {
+        await deferHeldJob(err);
+        return;
+      }
       if (!(err instanceof CostExceedsLimitError)) throw err;
       // The head job can never fit (the limits shrank after it was enqueued): dead-letter it.
       const job = await bull.getNextJob(`${id}:${++tokenCounter}`, { block: false });

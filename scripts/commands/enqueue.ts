@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { Producer } from '../../producer/producer.ts';
+import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { RequestValidationError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
-import { limitsOf } from './worker.ts';
 
 /** Parses one JSON request, or JSON Lines (one request a line); errors name the line. */
 export function parseRequests(text: string): unknown[] {
@@ -50,7 +50,8 @@ export function registerEnqueueCommand(program: Command): void {
       const producer = new Producer({
         redis,
         names: namesOf(config),
-        limits: limitsOf(config),
+        limits: globalLimits(config),
+        scopes: scopeLimitsOf(config),
         maxDepth: config.maxDepth,
       });
       try {

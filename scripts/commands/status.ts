@@ -1,10 +1,9 @@
 import type { Command } from 'commander';
-import type { Config } from '../../shared/config.ts';
+import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { Dimension } from '../../shared/limiter/types.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
-import { limitsOf } from './worker.ts';
 
 const DIM_LABEL: Record<Dimension, string> = {
   requests: 'requests',
@@ -44,12 +43,18 @@ export function registerStatusCommand(program: Command): void {
     const config: Config = configFrom(flags);
     await withRedis(config, async (redis) => {
       const names = namesOf(config);
-      const configured = Object.values(limitsOf(config)).some((v) => v !== undefined);
+      const configured = Object.values(globalLimits(config)).some((v) => v !== undefined);
+      // Without limits of its own, status shows the window and limits the workers published.
       const limiter = new Limiter({
         redis,
         names,
-        windowMs: config.windowS * 1000,
-        ...(configured ? { limits: limitsOf(config) } : {}),
+        ...(configured
+          ? {
+              limits: globalLimits(config),
+              scopes: scopeLimitsOf(config),
+              windowMs: config.windowS * 1000,
+            }
+          : {}),
       });
       const status = await getQueueStatus(redis, names, limiter);
       process.stdout.write(

@@ -1,16 +1,11 @@
 import { type Command, Option } from 'commander';
-import type { Config } from '../../shared/config.ts';
+import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import type { DimensionLimits } from '../../shared/limiter/types.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker, type WorkerLogger } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
-
-/** The global scope's limits from the config. */
-export function limitsOf(c: Config): DimensionLimits {
-  return { requests: c.rpm, inputTokens: c.itpm, outputTokens: c.otpm, tokens: c.tpm };
-}
 
 /** One line per event on stderr: time, message, fields. Never a secret: fields are chosen. */
 export const stderrLogger: WorkerLogger = {
@@ -75,7 +70,8 @@ export function registerWorkerCommand(program: Command): void {
       }),
       limiter: {
         windowMs: config.windowS * 1000,
-        limits: limitsOf(config),
+        limits: globalLimits(config),
+        scopes: scopeLimitsOf(config),
         concurrency: config.concurrency,
         headroom: config.headroom,
         windowMarginMs: config.windowMarginMs,

@@ -76,6 +76,11 @@ export interface AcquireOptions {
    * Called before each new attempt while waiting; may return a new cost and priority (the
    * worker found another job at the head of the queue).
    */
+  /**
+   * Called after each denial, before sleeping; throw to stop waiting (the worker steps around a
+   * job that only its own tenant's budget holds back). The place in line is given up.
+   */
+  readonly onDenied?: (d: Decision & { ok: false }) => void;
   readonly onWait?: (
     d: Decision & { ok: false },
   ) =>
@@ -380,6 +385,7 @@ export class Limiter {
         options.signal?.throwIfAborted();
         const d = await this.attempt(ticket, current, scopes, priority, true);
         if (d.ok) return d.reservation;
+        options.onDenied?.(d);
         // Waiters behind the first in line wake just after it should have been admitted; a
         // little jitter keeps several processes from arriving at the same instant.
         const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;

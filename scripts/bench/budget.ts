@@ -1,0 +1,148 @@
+/**
+ * The budget's own minimum: the least wall time a token limit allows for a given piece of work,
+ * and how much of the limit a run used.
+ *
+ * ## The minimum
+ *
+ * Closed form, for n identical calls that each cost c tokens at the provider, a limit of L tokens
+ * per sliding window of W, a call latency ℓ and C calls at once: a window admits at most
+ * p = ⌊L / c⌋ calls, so the calls go out in ⌈n / p⌉ waves, each at least W after the one before,
+ * and the last wave (r = n − (⌈n / p⌉ − 1) × p calls) still takes ⌈r / C⌉ latencies:
+ *
+ *     minimum = (⌈n / ⌊L / c⌋⌉ − 1) × W + ⌈r / C⌉ × ℓ
+ *
+ * Published scenario: n = 60, c = 207, L = 4,000, W = 10 s, C = 10: 19 calls a window, 4 waves,
+ * the last of 3 calls, so minimum = 3 × 10 s + ℓ. This holds when a whole wave fits in a window
+ * (⌈p / C⌉ × ℓ ≤ W).
+ *
+ * In general ({@link idealSchedule}), the minimum is the finish of an ideal client that runs the
+ * same calls in the same (first come, first served) order with no overhead at all: each call
+ * starts at the earliest instant at which (a) the call before it has started, (b) fewer than C
+ * calls are in flight, and (c) the provider's sliding window has room for it — counting each
+ * earlier call at its full charge (input + max_tokens) while in flight and, when the provider
+ * gives unused output back (`actual`), at input + actual output once it has ended. The minimum is
+ * when its last call ends. For identical calls it equals the closed form above.
+ *
+ * ## Utilization
+ *
+ * Tokens admitted per window over the limit: the run is cut into consecutive windows [t0 + kW,
+ * t0 + (k+1)W) from its first admission; the windows that end before its last admission (the
+ * client still had work to send) are averaged. The drain at the end, where no client has enough
+ * work left to fill a window, is left out. Against a sliding-window provider no window can exceed
+ * 100%.
+ */
+
+export interface CallShape {
+  /** Input tokens the provider charges. */
+  readonly input: number;
+  readonly maxTokens: number;
+  /** Output tokens produced (what stays charged under `actual` accounting). */
+  readonly output: number;
+  /** How long the provider takes to answer it, ms. */
+  readonly latencyMs: number;
+}
+
+export interface BudgetShape {
+  /** Total-token limit per window. */
+  readonly limit: number;
+  readonly windowMs: number;
+  /** Calls in flight at once. */
+  readonly concurrency: number;
+  readonly accounting: 'reserve' | 'actual';
+}
+
+export interface IdealSchedule {
+  /** Start of each call, ms from the first. */
+  readonly starts: readonly number[];
+  /** When the last call ends, ms from the first start: the budget's own minimum. */
+  readonly minimumMs: number;
+  /** Utilization of the ideal run (see the module comment). */
+  readonly utilization: number;
+}
+
+/** The closed form for identical calls (see the module comment). */
+export function uniformMinimumMs(
+  n: number,
+  cost: number,
+  budget: { limit: number; windowMs: number; concurrency: number },
+  latencyMs: number,
+): number {
+  const perWindow = Math.floor(budget.limit / cost);
+  if (perWindow < 1 || n < 1) return n < 1 ? 0 : Number.POSITIVE_INFINITY;
+  const waves = Math.ceil(n / perWindow);
+  const last = n - (waves - 1) * perWindow;
+  return (waves - 1) * budget.windowMs + Math.ceil(last / budget.concurrency) * latencyMs;
+}
+
+/** The ideal first-come-first-served client's schedule (see the module comment). */
+export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape): IdealSchedule {
+  const W = budget.windowMs;
+  const starts: number[] = [];
+  const ends: number[] = [];
+  const full = (c: CallShape) => c.input + c.maxTokens;
+  const settled = (c: CallShape) => (budget.accounting === 'actual' ? c.input + c.output : full(c));
+  // What call j holds in the provider's window at time t (it entered at starts[j]).
+  const held = (j: number, t: number) => {
+    if (starts[j]! <= t - W) return 0;
+    return t < ends[j]! ? full(calls[j]!) : settled(calls[j]!);
+  };
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!;
+    if (full(call) > budget.limit)
+      throw new RangeError(`call ${i} costs ${full(call)}, above the limit ${budget.limit}`);
+    let t = i === 0 ? 0 : starts[i - 1]!;
+    // (b) a free slot: once fewer than C earlier calls are still running.
+    const running = ends.filter((e) => e > t).sort((a, b) => a - b);
+    if (running.length >= budget.concurrency)
+      t = Math.max(t, running[running.length - budget.concurrency]!);
+    // (c) room in the window. What is held only falls as t grows (nothing new starts meanwhile),
+    // and it falls only when a call leaves the window or ends, so those are the instants to try.
+    const candidates = [t];
+    for (let j = 0; j < i; j++) {
+      if (starts[j]! + W > t) candidates.push(starts[j]! + W);
+      if (budget.accounting === 'actual' && ends[j]! > t) candidates.push(ends[j]!);
+    }
+    candidates.sort((a, b) => a - b);
+    let start = Number.NaN;
+    for (const at of candidates) {
+      let sum = full(call);
+      for (let j = 0; j < i; j++) sum += held(j, at);
+      if (sum <= budget.limit) {
+        start = at;
+        break;
+      }
+    }
+    starts.push(start);
+    ends.push(start + call.latencyMs);
+  }
+  const minimumMs = ends.length > 0 ? Math.max(...ends) : 0;
+  const admissions = calls.map((c, i) => ({ at: starts[i]!, charge: settled(c) }));
+  return { starts, minimumMs, utilization: utilization(admissions, budget.limit, W).mean };
+}
+
+export interface UtilizationReport {
+  /** Share of the limit admitted in each full window. */
+  readonly windows: readonly number[];
+  /** Their mean; NaN when nothing was admitted. */
+  readonly mean: number;
+}
+
+/** Tokens admitted per window over the limit (see the module comment). */
+export function utilization(
+  admissions: readonly { at: number; charge: number }[],
+  limit: number,
+  windowMs: number,
+): UtilizationReport {
+  if (admissions.length === 0) return { windows: [], mean: Number.NaN };
+  const sorted = [...admissions].sort((a, b) => a.at - b.at);
+  const t0 = sorted[0]!.at;
+  const last = sorted[sorted.length - 1]!.at;
+  const full = Math.max(1, Math.floor((last - t0) / windowMs));
+  const sums = new Array<number>(full).fill(0);
+  for (const a of sorted) {
+    const k = Math.floor((a.at - t0) / windowMs);
+    if (k < full) sums[k]! += a.charge;
+  }
+  const windows = sums.map((s) => s / limit);
+  return { windows, mean: windows.reduce((a, b) => a + b, 0) / windows.length };
+}

@@ -1,0 +1,129 @@
+import type { Redis } from 'ioredis';
+import { Producer } from '../../producer/producer.ts';
+import type { QueueNames } from '../../shared/keys.ts';
+import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
+import type { ClientRun } from './clients/run-baseline.ts';
+import { startWorkers, type WorkerChild } from './processes.ts';
+import { benchProviderClient } from './provider-client.ts';
+import { CallRecorder, mergeReports, type RecorderReport } from './recorder.ts';
+import { benchRedis } from './redis-scope.ts';
+import type { WorkerProcessReport } from './worker-protocol.ts';
+import type { BenchRequest } from './workload.ts';
+
+export interface LlmqRunOptions {
+  readonly redisUrl: string;
+  /** A connection for the producer (not owned). */
+  readonly redis: Redis;
+  readonly names: QueueNames;
+  readonly mockUrl: string;
+  readonly requests: readonly BenchRequest[];
+  readonly limiter: WorkerOptions['limiter'];
+  /** Worker pools: `in-process` shares this process; `processes` forks `worker-process.ts`. */
+  readonly workers: { readonly count: number; readonly where: 'in-process' | 'processes' };
+  /** Calls each worker runs at once. */
+  readonly concurrency: number;
+  /** @default true */
+  readonly feedback?: boolean;
+  /** Read output tokens from each response (for `actual` accounting). @default false */
+  readonly recordOutput?: boolean;
+  /** Give up waiting for results after this long. @default 600_000 */
+  readonly timeoutMs?: number;
+}
+
+export interface LlmqRun extends ClientRun {
+  readonly calls: RecorderReport;
+  /** One per worker process (only with `where: 'processes'`). */
+  readonly processes: readonly WorkerProcessReport[];
+}
+
+/**
+ * llmq end to end: workers started first and idle (as a deployed pool would be), then the
+ * producer enqueues every request in one `enqueueMany`, and the run lasts until the last job has
+ * completed (its `completedAt`) or been dead-lettered.
+ */
+export async function runLlmq(options: LlmqRunOptions): Promise<LlmqRun> {
+  const { names, limiter } = options;
+  const record = { mode: 'full', output: options.recordOutput ?? false } as const;
+  const recorders: CallRecorder[] = [];
+  const handles: WorkerHandle[] = [];
+  const connections: Redis[] = [];
+  let children: WorkerChild[] = [];
+  const producer = new Producer({
+    redis: options.redis,
+    names,
+    limits: limiter.limits ?? {},
+    headroom: limiter.headroom ?? 0.01,
+  });
+  try {
+    if (options.workers.where === 'in-process') {
+      for (let i = 0; i < options.workers.count; i++) {
+        const recorder = new CallRecorder(record);
+        const redis = benchRedis(options.redisUrl);
+        recorders.push(recorder);
+        connections.push(redis);
+        handles.push(
+          await startWorker({
+            redis,
+            names,
+            client: benchProviderClient(options.mockUrl, recorder),
+            limiter,
+            concurrency: options.concurrency,
+            feedback: options.feedback ?? true,
+            stream: 'always',
+          }),
+        );
+      }
+    } else {
+      children = await startWorkers(options.workers.count, () => ({
+        mode: 'llmq',
+        redisUrl: options.redisUrl,
+        names,
+        mockUrl: options.mockUrl,
+        concurrency: options.concurrency,
+        limiter,
+        feedback: options.feedback ?? true,
+        record: record.mode,
+        recordOutput: record.output,
+      }));
+      for (const c of children) c.go();
+    }
+
+    const t0 = Date.now();
+    const ids = await producer.enqueueMany(options.requests);
+    let completed = 0;
+    let failed = 0;
+    let last = t0;
+    const errors: Record<string, number> = {};
+    await Promise.all(
+      ids.map((id) =>
+        producer.waitForResult(id, { timeout: options.timeoutMs ?? 600_000 }).then(
+          (result) => {
+            completed++;
+            last = Math.max(last, result.completedAt);
+          },
+          (err: Error) => {
+            failed++;
+            last = Math.max(last, Date.now());
+            const key = `${err.constructor.name}: ${err.message.slice(0, 120)}`;
+            errors[key] = (errors[key] ?? 0) + 1;
+          },
+        ),
+      ),
+    );
+    const wallMs = last - t0;
+    await Promise.all(handles.map((h) => h.stop(5_000)));
+    handles.length = 0;
+    const processes = await Promise.all(children.map((c) => c.stop()));
+    children = [];
+    const calls = mergeReports([
+      ...(await Promise.all(recorders.map((r) => r.report()))),
+      ...processes.map((p) => p.calls),
+    ]);
+    return { completed, failed, wallMs, errors, calls, processes };
+  } finally {
+    await Promise.all(handles.map((h) => h.stop(1_000).catch(() => {})));
+    for (const c of children) c.kill();
+    await producer.close().catch(() => {});
+    await Promise.all(connections.map((c) => c.quit().catch(() => c.disconnect())));
+  }
+}

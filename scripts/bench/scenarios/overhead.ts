@@ -1,0 +1,186 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import { Producer } from '../../../producer/producer.ts';
+import type { QueueNames } from '../../../shared/keys.ts';
+import { openQueue } from '../../../shared/queues.ts';
+import type { CommandCounts } from '../command-counter.ts';
+import { withMock } from '../mock.ts';
+import { WorkerChild } from '../processes.ts';
+import { withBenchScope } from '../redis-scope.ts';
+import type { ScenarioContext, ScenarioResult } from '../report.ts';
+import { count, megabytes, percent, seconds } from '../table.ts';
+import type { WorkerProcessConfig, WorkerProcessReport } from '../worker-protocol.ts';
+import { shortCall } from '../workload.ts';
+
+const CONCURRENCY = 10;
+
+/** Enqueues `jobs` requests with the producer (the same job data in every setup). */
+async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void> {
+  const producer = new Producer({ redis, names });
+  try {
+    const requests = Array.from({ length: jobs }, (_, i) => shortCall(i, 16));
+    for (let i = 0; i < jobs; i += 5_000) await producer.enqueueMany(requests.slice(i, i + 5_000));
+  } finally {
+    await producer.close();
+  }
+}
+
+/** Polls until `jobs` jobs are completed or failed; resolves with the time it took from `t0`. */
+export async function drained(
+  redis: Redis,
+  names: QueueNames,
+  jobs: number,
+  t0: number,
+  timeoutMs: number,
+): Promise<number> {
+  const queue = openQueue(redis, names);
+  queue.on('error', () => {});
+  try {
+    for (;;) {
+      const c = await queue.getJobCounts('completed', 'failed');
+      if ((c['completed'] ?? 0) + (c['failed'] ?? 0) >= jobs) return performance.now() - t0;
+      if (performance.now() - t0 > timeoutMs)
+        throw new Error(`only ${c['completed']} of ${jobs} jobs done after ${timeoutMs} ms`);
+      await sleep(25);
+    }
+  } finally {
+    await queue.close();
+  }
+}
+
+interface Setup {
+  readonly label: string;
+  readonly mode: WorkerProcessConfig['mode'];
+}
+
+export interface OverheadRow {
+  readonly setup: string;
+  readonly jobs: number;
+  readonly wallMs: number;
+  readonly jobsPerSecond: number;
+  readonly peakRssBytes: number;
+  /** RSS of the same process connected and idle, before any job. */
+  readonly idleRssBytes: number;
+  readonly peakHeapBytes: number;
+  readonly cpuMsPerJob: number;
+  readonly redisPerJob: number;
+  readonly roundTripsPerJob: number;
+  readonly commandsPerJob: Readonly<Record<string, number>>;
+}
+
+/**
+ * The gate's cost: the same jobs drained by one worker process at the same concurrency, through
+ * a bare BullMQ worker with a no-op processor, a bare BullMQ worker making llmq's provider call
+ * (no gate), and llmq's worker (gate, call, reconciliation) with an unlimited budget and a
+ * zero-latency mock. Each process counts its own Redis commands.
+ */
+export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const jobs = ctx.quick ? 1_000 : 5_000;
+  const setups: Setup[] = [
+    { label: 'bare BullMQ, no-op processor', mode: 'bare' },
+    { label: 'bare BullMQ + the provider call', mode: 'bare-call' },
+    { label: "llmq's gate (unlimited budget)", mode: 'llmq' },
+  ];
+  const rows: OverheadRow[] = [];
+  await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, async (mock) => {
+    for (const s of setups) {
+      ctx.log(`overhead: ${s.label}`);
+      rows.push(
+        await withBenchScope(ctx.redisUrl, 'overhead', async (redis, names) => {
+          await fill(redis, names, jobs);
+          const child = await WorkerChild.start({
+            mode: s.mode,
+            redisUrl: ctx.redisUrl,
+            names,
+            mockUrl: mock.url,
+            concurrency: CONCURRENCY,
+            limiter: { windowMs: 60_000, limits: {}, concurrency: CONCURRENCY },
+            countCommands: true,
+          });
+          let report: WorkerProcessReport;
+          let wallMs: number;
+          try {
+            const t0 = performance.now();
+            child.go();
+            wallMs = await drained(redis, names, jobs, t0, 600_000);
+            report = await child.stop();
+          } finally {
+            child.kill();
+          }
+          const r: CommandCounts = report.redis ?? { commands: {}, roundTrips: Number.NaN };
+          const total = Object.values(r.commands).reduce((a, b) => a + b, 0);
+          const perJob = Object.fromEntries(
+            Object.entries(r.commands)
+              .sort(([, a], [, b]) => b - a)
+              .map(([k, v]) => [k, Math.round((v / jobs) * 100) / 100]),
+          );
+          return {
+            setup: s.label,
+            jobs,
+            wallMs,
+            jobsPerSecond: jobs / (wallMs / 1000),
+            peakRssBytes: report.peakRssBytes,
+            idleRssBytes: report.idleRssBytes,
+            peakHeapBytes: report.peakHeapBytes,
+            cpuMsPerJob: report.cpuMs / jobs,
+            redisPerJob: total / jobs,
+            roundTripsPerJob: r.roundTrips / jobs,
+            commandsPerJob: perJob,
+          };
+        }),
+      );
+    }
+  });
+  const [bare, call, llmq] = rows as [OverheadRow, OverheadRow, OverheadRow];
+  const vsBare = (r: OverheadRow) => r.jobsPerSecond / bare.jobsPerSecond;
+  return {
+    name: 'overhead',
+    title: `${count(jobs)} jobs through one worker process at concurrency ${CONCURRENCY}`,
+    settings: { jobs, concurrency: CONCURRENCY, mock: { latencyMs: 0 } },
+    headers: [
+      'setup',
+      'jobs',
+      'wall',
+      'jobs/s',
+      'vs bare',
+      'peak RSS',
+      'idle RSS',
+      'peak heap',
+      'CPU ms/job',
+      'Redis cmds/job',
+      'round trips/job',
+    ],
+    rows: rows.map((r) => [
+      r.setup,
+      count(r.jobs),
+      seconds(r.wallMs),
+      count(r.jobsPerSecond),
+      percent(vsBare(r), 0),
+      megabytes(r.peakRssBytes),
+      megabytes(r.idleRssBytes),
+      megabytes(r.peakHeapBytes),
+      r.cpuMsPerJob.toFixed(2),
+      r.redisPerJob.toFixed(1),
+      r.roundTripsPerJob.toFixed(1),
+    ]),
+    figures: rows,
+    targets: [
+      {
+        name: 'llmq at least 85% of bare BullMQ',
+        met: vsBare(llmq) >= 0.85,
+        detail: `${count(llmq.jobsPerSecond)} against ${count(bare.jobsPerSecond)} jobs/s (${percent(vsBare(llmq), 0)}); against BullMQ making the same call: ${percent(llmq.jobsPerSecond / call.jobsPerSecond, 0)}`,
+      },
+    ],
+    notes: [
+      `llmq's Redis commands per job: ${Object.entries(llmq.commandsPerJob)
+        .filter(([, v]) => v >= 0.05)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+      `bare BullMQ's: ${Object.entries(bare.commandsPerJob)
+        .filter(([, v]) => v >= 0.05)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+      'the mock runs in a process of its own with no latency; so does each worker, run through tsx (peak RSS and heap sampled every 100 ms while it works; idle RSS: the same process connected, before its first job)',
+    ],
+  };
+}

@@ -1,0 +1,87 @@
+import type { MockStats } from '../../mock-anthropic/index.ts';
+import { utilization } from '../budget.ts';
+import type { ClientRun } from '../clients/run-baseline.ts';
+import { chargeOf, type RecorderReport } from '../recorder.ts';
+import { count, percent, ratio, seconds } from '../table.ts';
+
+/** The figures of one client in a rate-limit scenario. */
+export interface RateRow {
+  readonly client: string;
+  readonly completed: number;
+  readonly total: number;
+  readonly failed: number;
+  /** 429 responses this client received. */
+  readonly rateLimited: number;
+  /** HTTP attempts this client made. */
+  readonly attempts: number;
+  readonly wallMs: number;
+  /** The mock's worst window (total tokens) and its limit. */
+  readonly worstWindow: number;
+  readonly limit: number;
+  /** Tokens this client had admitted per window over the limit (see budget.ts). */
+  readonly utilization: number;
+  readonly minimumMs: number;
+  readonly wallOverMinimum: number;
+  /** The article's figures for this client, when it has them. */
+  readonly published?: string | undefined;
+  readonly errors: Readonly<Record<string, number>>;
+}
+
+export const RATE_HEADERS = [
+  'client',
+  'completed',
+  '429s',
+  'attempts',
+  'wall',
+  'worst window / limit',
+  'utilization',
+  'wall / minimum',
+  'published',
+] as const;
+
+export interface RateRowInput {
+  readonly client: string;
+  readonly run: ClientRun;
+  readonly calls: RecorderReport;
+  readonly stats: MockStats;
+  readonly total: number;
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly accounting: 'reserve' | 'actual';
+  readonly minimumMs: number;
+  readonly published?: string | undefined;
+}
+
+export function rateRow(i: RateRowInput): RateRow {
+  const admissions = i.calls.admitted.map((c) => ({ at: c.at, charge: chargeOf(c, i.accounting) }));
+  return {
+    client: i.client,
+    completed: i.run.completed,
+    total: i.total,
+    failed: i.run.failed,
+    rateLimited: i.calls.statuses['429'] ?? 0,
+    attempts: i.calls.attempts,
+    wallMs: i.run.wallMs,
+    worstWindow: i.stats.worstWindow.tokens,
+    limit: i.limit,
+    utilization: utilization(admissions, i.limit, i.windowMs).mean,
+    minimumMs: i.minimumMs,
+    wallOverMinimum: i.run.wallMs / i.minimumMs,
+    published: i.published,
+    errors: i.run.errors,
+  };
+}
+
+export function rateCells(r: RateRow): string[] {
+  return [
+    r.client,
+    `${r.completed}/${r.total}`,
+    count(r.rateLimited),
+    count(r.attempts),
+    seconds(r.wallMs),
+    `${count(r.worstWindow)}/${count(r.limit)}`,
+    percent(r.utilization),
+    ratio(r.wallOverMinimum),
+    r.published ?? '',
+  ];
+}

@@ -1,0 +1,145 @@
+import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import { idealSchedule } from '../budget.ts';
+import { runBaselineClient } from '../clients/run-baseline.ts';
+import { SlidingWindow } from '../clients/sliding-window.ts';
+import { runLlmq } from '../llmq-runner.ts';
+import { withMock } from '../mock.ts';
+import { CallRecorder } from '../recorder.ts';
+import { withBenchScope } from '../redis-scope.ts';
+import type { ScenarioContext, ScenarioResult } from '../report.ts';
+import { percent, ratio, seconds } from '../table.ts';
+import { costAtMock, latencyFor, shapesOf, shortCall, windowMsFor } from '../workload.ts';
+import { RATE_HEADERS, type RateRow, rateCells, rateRow } from './rate-rows.ts';
+
+const LIMIT = 4_000;
+const SHARE = 0.2;
+const CONCURRENCY = 10;
+
+/**
+ * The published workload against a provider that gives unused output back when a response ends
+ * (`actual` accounting), with answers a fifth of max_tokens long: the article's best client (a
+ * sliding window that keeps max_tokens reserved) against llmq reconciling each call's usage.
+ */
+export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const windowMs = windowMsFor(ctx.quick);
+  const W = windowMs / 1000;
+  const calls = ctx.quick ? 100 : 150;
+  const latency = latencyFor(ctx.quick);
+  const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
+  const shapes = shapesOf(requests, SHARE, latency);
+  const ideal = idealSchedule(shapes, {
+    limit: LIMIT,
+    windowMs,
+    concurrency: CONCURRENCY,
+    accounting: 'actual',
+  });
+  const mockOptions: MockAnthropicOptions = {
+    windowMs,
+    limits: { tokens: LIMIT },
+    algorithm: 'sliding',
+    outputAccounting: 'actual',
+    latencyMs: latency.baseMs,
+    latencyPerOutputTokenMs: latency.perTokenMs,
+    outputShare: SHARE,
+  };
+  const common = {
+    total: calls,
+    limit: LIMIT,
+    windowMs,
+    accounting: 'actual' as const,
+    minimumMs: ideal.minimumMs,
+  };
+  const rows: RateRow[] = [];
+
+  const swClient = `client sliding window (${LIMIT} / ${W} s), no reconciliation`;
+  await withMock(mockOptions, async (mock) => {
+    ctx.log(`refunds: ${swClient}`);
+    const recorder = new CallRecorder({ output: true });
+    const run = await runBaselineClient({
+      mockUrl: mock.url,
+      requests,
+      limiter: new SlidingWindow(LIMIT, W),
+      recorder,
+    });
+    rows.push(
+      rateRow({
+        ...common,
+        client: swClient,
+        run,
+        calls: await recorder.report(),
+        stats: await mock.stats(),
+      }),
+    );
+    for (const accounting of ['actual', 'reserve'] as const) {
+      const client =
+        accounting === 'actual'
+          ? 'llmq, reconciling usage (outputAccounting actual)'
+          : 'llmq, not reconciling (outputAccounting reserve)';
+      ctx.log(`refunds: ${client}`);
+      await mock.reset();
+      rows.push(
+        await withBenchScope(ctx.redisUrl, 'refunds', async (redis, names) => {
+          const llmqRun = await runLlmq({
+            redisUrl: ctx.redisUrl,
+            redis,
+            names,
+            mockUrl: mock.url,
+            requests,
+            limiter: {
+              windowMs,
+              limits: { tokens: LIMIT },
+              concurrency: CONCURRENCY,
+              outputAccounting: accounting,
+            },
+            workers: { count: 1, where: 'in-process' },
+            concurrency: CONCURRENCY,
+            recordOutput: true,
+          });
+          return rateRow({
+            ...common,
+            client,
+            run: llmqRun,
+            calls: llmqRun.calls,
+            stats: await mock.stats(),
+          });
+        }),
+      );
+    }
+  });
+
+  const [sw, llmq] = rows as [RateRow, RateRow, RateRow];
+  const speedup = sw.wallMs / llmq.wallMs;
+  return {
+    name: 'refunds',
+    title: `${calls} calls of ${costAtMock(requests[0]!)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per sliding ${W} s window, unused output given back`,
+    settings: {
+      mock: mockOptions,
+      calls,
+      concurrency: CONCURRENCY,
+      minimumMs: ideal.minimumMs,
+      idealUtilization: ideal.utilization,
+    },
+    headers: RATE_HEADERS,
+    rows: rows.map(rateCells),
+    figures: rows,
+    targets: [
+      {
+        name: 'llmq reconciling finishes at least 1.5× sooner than the client sliding window',
+        met: speedup >= 1.5,
+        detail: `${seconds(llmq.wallMs)} against ${seconds(sw.wallMs)}: ${ratio(speedup, 2)}`,
+      },
+      {
+        name: 'llmq reconciling draws zero 429s',
+        met: llmq.rateLimited === 0,
+        detail: `${llmq.rateLimited} 429s`,
+      },
+    ],
+    notes: [
+      `minimum: the ideal client (10 at once, first come first served) holding input + max_tokens while a call runs and input + output after it: ${seconds(ideal.minimumMs)} (${percent(ideal.utilization)} utilization); see budget.ts`,
+      `utilization counts what stays charged (input + actual output); mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token`,
+      ...rows
+        .filter((r) => r.failed > 0)
+        .map((r) => `${r.client} failures: ${JSON.stringify(r.errors)}`),
+    ],
+  };
+}

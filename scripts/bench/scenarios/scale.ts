@@ -1,0 +1,335 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from 'ioredis';
+import { Producer } from '../../../producer/producer.ts';
+import { bullPrefix, type QueueNames } from '../../../shared/keys.ts';
+import { Limiter } from '../../../shared/limiter/limiter.ts';
+import type { Reservation } from '../../../shared/limiter/types.ts';
+import { openQueue } from '../../../shared/queues.ts';
+import { withMock } from '../mock.ts';
+import { startWorkers, type WorkerChild } from '../processes.ts';
+import { withBenchScope } from '../redis-scope.ts';
+import type { ScenarioContext, ScenarioResult, Target } from '../report.ts';
+import { count, megabytes, millis, percent, percentile, seconds } from '../table.ts';
+import type { WorkerProcessReport } from '../worker-protocol.ts';
+import { shortCall, windowMsFor } from '../workload.ts';
+
+const WORKERS = 4;
+const CONCURRENCY = 50;
+const LEVELS = [10, 1_000, 10_000] as const;
+
+async function usedMemory(redis: Redis): Promise<number> {
+  const info = await redis.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
+}
+
+/** Entries and bytes (MEMORY USAGE) of the limiter's keys of a queue. */
+async function limiterFootprint(
+  redis: Redis,
+  limiter: Limiter,
+): Promise<{ entries: number; bytes: number }> {
+  const keys = limiter.allKeys;
+  const [log, res] = await Promise.all([
+    redis.zcard(keys.find((k) => k.endsWith(':log'))!),
+    redis.hlen(keys.find((k) => k.endsWith(':res'))!),
+  ]);
+  const sizes = await Promise.all(
+    keys.map((k) => redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') as Promise<number | null>),
+  );
+  return { entries: Math.max(log, res), bytes: sizes.reduce<number>((a, b) => a + (b ?? 0), 0) };
+}
+
+interface AcquireLatency {
+  readonly reservations: number;
+  readonly admittedP50: number;
+  readonly admittedP99: number;
+  readonly deniedP50: number;
+  readonly deniedP99: number;
+}
+
+/**
+ * tryAcquire's latency with 10, 1,000 and 10,000 reservations in the window (a one-hour window,
+ * filled with settled reservations): admitted (the common case), and denied in the worst case, a
+ * request so large that it needs the whole window to clear, so the script walks the log.
+ */
+async function acquireLatency(
+  redis: Redis,
+  names: QueueNames,
+  samples: number,
+): Promise<AcquireLatency[]> {
+  const cost = { requests: 1, inputTokens: 10, outputTokens: 10 };
+  const roomy = new Limiter({
+    redis,
+    names,
+    windowMs: 3_600_000,
+    limits: { tokens: 1_000_000_000 },
+    headroom: 0,
+  });
+  // Same keys, a limit only one call fits: every attempt is denied and must find when the whole
+  // window's worth has left.
+  const full = new Limiter({
+    redis,
+    names,
+    windowMs: 3_600_000,
+    limits: { tokens: cost.inputTokens + cost.outputTokens },
+    headroom: 0,
+  });
+  const out: AcquireLatency[] = [];
+  let filled = 0;
+  for (const level of LEVELS) {
+    while (filled < level) {
+      const batch = Math.min(500, level - filled);
+      await Promise.all(
+        Array.from({ length: batch }, async () => {
+          const d = await roomy.tryAcquire(cost);
+          if (d.ok)
+            await roomy.settle(d.reservation, {
+              inputTokens: cost.inputTokens,
+              outputTokens: cost.outputTokens,
+            });
+        }),
+      );
+      filled += batch;
+    }
+    const admitted: number[] = [];
+    const denied: number[] = [];
+    for (let i = 0; i < samples; i++) {
+      const t0 = performance.now();
+      const d = await roomy.tryAcquire(cost);
+      admitted.push(performance.now() - t0);
+      if (d.ok) await roomy.release(d.reservation as Reservation);
+      const t1 = performance.now();
+      await full.tryAcquire(cost);
+      denied.push(performance.now() - t1);
+    }
+    out.push({
+      reservations: level,
+      admittedP50: percentile(admitted, 50),
+      admittedP99: percentile(admitted, 99),
+      deniedP50: percentile(denied, 50),
+      deniedP99: percentile(denied, 99),
+    });
+  }
+  return out;
+}
+
+/**
+ * Many jobs: enqueue with `enqueueMany`, drain with four worker processes at concurrency 50 under
+ * a generous budget, and what it costs: Redis memory per queued job, the limiter's latency as its
+ * window fills, worker memory, and the limiter's memory staying within one window.
+ */
+export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const jobs = ctx.quick ? 10_000 : 100_000;
+  const windowMs = windowMsFor(ctx.quick);
+  const figures: Record<string, unknown> = {
+    jobs,
+    windowMs,
+    workers: WORKERS,
+    concurrency: CONCURRENCY,
+  };
+  const limiterSettings = {
+    windowMs,
+    limits: { requests: 100_000_000, tokens: 1_000_000_000_000 },
+    concurrency: WORKERS * CONCURRENCY,
+  };
+
+  await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, (mock) =>
+    withBenchScope(ctx.redisUrl, 'scale', async (redis, names) => {
+      ctx.log(`scale: enqueueing ${count(jobs)} jobs`);
+      const producer = new Producer({ redis, names, limits: limiterSettings.limits });
+      const requests = Array.from({ length: jobs }, (_, i) => shortCall(i, 8));
+      const mem0 = await usedMemory(redis);
+      const t0 = performance.now();
+      try {
+        for (let i = 0; i < jobs; i += 10_000)
+          await producer.enqueueMany(requests.slice(i, i + 10_000), { chunkSize: 1_000 });
+      } finally {
+        await producer.close();
+      }
+      const enqueueMs = performance.now() - t0;
+      const mem1 = await usedMemory(redis);
+      // The same, key by key: a sample of job hashes plus the queue's shared structures.
+      const base = `${bullPrefix(names)}:${names.queue}`;
+      const sample = await redis.zrange(`${base}:prioritized`, '0', '99');
+      const jobBytes = await Promise.all(
+        sample.map(
+          (id) => redis.call('MEMORY', 'USAGE', `${base}:${id}`, 'SAMPLES', '0') as Promise<number>,
+        ),
+      );
+      const shared = await Promise.all(
+        ['prioritized', 'events', 'id', 'pc', 'meta'].map(
+          (k) =>
+            redis.call('MEMORY', 'USAGE', `${base}:${k}`, 'SAMPLES', '0') as Promise<number | null>,
+        ),
+      );
+      figures['enqueueMs'] = enqueueMs;
+      figures['enqueuePerSecond'] = jobs / (enqueueMs / 1000);
+      figures['redisBytesPerJob'] = (mem1 - mem0) / jobs;
+      figures['sampledBytesPerJob'] =
+        jobBytes.reduce((a, b) => a + b, 0) / Math.max(1, jobBytes.length) +
+        shared.reduce<number>((a, b) => a + (b ?? 0), 0) / jobs;
+
+      ctx.log(`scale: draining with ${WORKERS} worker processes × ${CONCURRENCY}`);
+      const limiter = new Limiter({ redis, names, ...limiterSettings });
+      let children: WorkerChild[] = [];
+      let reports: WorkerProcessReport[] = [];
+      // The window holds what was admitted in its last windowMs (+ margin) and what is in flight:
+      // at each sample, the jobs finished in that span plus the active ones bound it.
+      const during = { entries: 0, bytes: 0, bound: 0, worstShare: 0 };
+      const history: { at: number; done: number }[] = [];
+      const span = windowMs + 50 + 600;
+      try {
+        children = await startWorkers(WORKERS, () => ({
+          mode: 'llmq',
+          redisUrl: ctx.redisUrl,
+          names,
+          mockUrl: mock.url,
+          concurrency: CONCURRENCY,
+          limiter: limiterSettings,
+          record: 'counts',
+        }));
+        const queue = openQueue(redis, names);
+        queue.on('error', () => {});
+        const t1 = performance.now();
+        for (const c of children) c.go();
+        let lastSample = 0;
+        let failed = 0;
+        try {
+          for (;;) {
+            const c = await queue.getJobCounts('completed', 'failed', 'active');
+            failed = c['failed'] ?? 0;
+            const done = (c['completed'] ?? 0) + failed;
+            const now = performance.now();
+            history.push({ at: now, done });
+            if (now - lastSample > 500) {
+              lastSample = now;
+              const f = await limiterFootprint(redis, limiter);
+              const before = history.find((h) => h.at >= now - span) ?? history[0]!;
+              const bound = done - before.done + (c['active'] ?? 0) + WORKERS;
+              const share = f.entries / Math.max(1, bound);
+              if (share > during.worstShare) Object.assign(during, { worstShare: share, bound });
+              during.entries = Math.max(during.entries, f.entries);
+              during.bytes = Math.max(during.bytes, f.bytes);
+            }
+            if (done >= jobs) break;
+            if (now - t1 > 1_800_000)
+              throw new Error(`scale: only ${done} of ${jobs} jobs drained in 30 minutes`);
+            await sleep(100);
+          }
+        } finally {
+          await queue.close();
+        }
+        const drainMs = performance.now() - t1;
+        figures['drainMs'] = drainMs;
+        figures['drainPerSecond'] = jobs / (drainMs / 1000);
+        figures['failed'] = failed;
+        reports = await Promise.all(children.map((c) => c.stop()));
+        children = [];
+      } finally {
+        for (const c of children) c.kill();
+      }
+      figures['workerPeakRssBytes'] = reports.map((r) => r.peakRssBytes);
+      figures['workerIdleRssBytes'] = reports.map((r) => r.idleRssBytes);
+      figures['workerPeakHeapBytes'] = reports.map((r) => r.peakHeapBytes);
+      figures['workerIdleHeapBytes'] = reports.map((r) => r.idleHeapBytes);
+      figures['http429'] = reports.reduce((a, r) => a + (r.calls.statuses['429'] ?? 0), 0);
+      figures['limiterDuring'] = during;
+      // One window (and its margin) after the last call, the next script run prunes what left.
+      await sleep(windowMs + 200);
+      await limiter.snapshot();
+      figures['limiterAfter'] = await limiterFootprint(redis, limiter);
+    }),
+  );
+
+  ctx.log('scale: acquire latency as the window fills');
+  const samples = ctx.quick ? 100 : 500;
+  figures['acquire'] = await withBenchScope(ctx.redisUrl, 'scale-acquire', (redis, names) =>
+    acquireLatency(redis, names, samples),
+  );
+
+  const f = figures as {
+    enqueuePerSecond: number;
+    drainPerSecond: number;
+    drainMs: number;
+    redisBytesPerJob: number;
+    sampledBytesPerJob: number;
+    workerPeakRssBytes: number[];
+    workerIdleRssBytes: number[];
+    workerPeakHeapBytes: number[];
+    workerIdleHeapBytes: number[];
+    limiterDuring: { entries: number; bytes: number; bound: number; worstShare: number };
+    limiterAfter: { entries: number; bytes: number };
+    acquire: AcquireLatency[];
+    http429: number;
+    failed: number;
+  };
+  const peakRss = Math.max(...f.workerPeakRssBytes);
+  const rows: string[][] = [
+    ['enqueue rate (enqueueMany, chunks of 1,000)', `${count(f.enqueuePerSecond)} jobs/s`, ''],
+    [
+      `drain rate (${WORKERS} workers × ${CONCURRENCY}, generous budget)`,
+      `${count(f.drainPerSecond)} jobs/s`,
+      `${seconds(f.drainMs, 1)} for ${count(jobs)}`,
+    ],
+    [
+      'Redis memory per queued job (INFO used_memory delta)',
+      `${count(f.redisBytesPerJob)} B`,
+      `sampled MEMORY USAGE: ${count(f.sampledBytesPerJob)} B`,
+    ],
+    ...f.acquire.map((a) => [
+      `tryAcquire with ${count(a.reservations)} reservations in the window`,
+      `p50 ${millis(a.admittedP50)}, p99 ${millis(a.admittedP99)}`,
+      `denied, whole-window scan: p50 ${millis(a.deniedP50)}, p99 ${millis(a.deniedP99)}`,
+    ]),
+    [
+      `worker peak RSS at concurrency ${CONCURRENCY}`,
+      megabytes(peakRss),
+      `each ${f.workerPeakRssBytes.map(megabytes).join(', ')}; idle before work ${megabytes(Math.max(...f.workerIdleRssBytes))}; heap idle ${megabytes(Math.max(...f.workerIdleHeapBytes))}, peak ${megabytes(Math.max(...f.workerPeakHeapBytes))}`,
+    ],
+    [
+      'limiter keys during the drain (peak)',
+      `${count(f.limiterDuring.entries)} reservations, ${megabytes(f.limiterDuring.bytes)}`,
+      `at most ${percent(f.limiterDuring.worstShare, 0)} of one window's admissions + calls in flight (${count(f.limiterDuring.bound)} then)`,
+    ],
+    [
+      'limiter keys one window after the drain',
+      `${count(f.limiterAfter.entries)} reservations, ${megabytes(f.limiterAfter.bytes)}`,
+      '',
+    ],
+  ];
+  const targets: Target[] = [
+    {
+      name: 'worker RSS at concurrency 50 under 150 MB',
+      met: peakRss < 150 * 1024 * 1024,
+      detail: `${megabytes(peakRss)} (the same process idle, modules loaded through tsx: ${megabytes(Math.max(...f.workerIdleRssBytes))})`,
+    },
+    {
+      name: "the limiter's Redis memory is bounded by one window's reservations",
+      met: f.limiterDuring.worstShare <= 1.1 && f.limiterAfter.entries === 0,
+      detail: `peak ${count(f.limiterDuring.entries)} reservations, at most ${percent(f.limiterDuring.worstShare, 0)} of the window's admissions + calls in flight; ${count(f.limiterAfter.entries)} one window after the drain`,
+    },
+    {
+      name: 'every job drained without a 429',
+      met: f.http429 === 0 && f.failed === 0,
+      detail: `${f.http429} 429s, ${f.failed} failed`,
+    },
+  ];
+  return {
+    name: 'scale',
+    title: `${count(jobs)} small jobs, ${WORKERS} worker processes × ${CONCURRENCY}, ${windowMs / 1000} s window`,
+    settings: {
+      jobs,
+      windowMs,
+      workers: WORKERS,
+      concurrency: CONCURRENCY,
+      limiter: limiterSettings,
+    },
+    headers: ['measure', 'value', 'detail'],
+    rows,
+    figures: [figures],
+    targets,
+    notes: [
+      'Redis is shared: the INFO delta includes whatever else wrote meanwhile; the sampled figure is this queue’s keys alone',
+      `tryAcquire latency: ${samples} sequential attempts from this process per level, each admitted one released again`,
+    ],
+  };
+}

@@ -1,0 +1,62 @@
+import type { QueueNames } from '../../shared/keys.ts';
+import type { WorkerOptions } from '../../worker/worker.ts';
+import type { CommandCounts } from './command-counter.ts';
+import type { RecorderReport } from './recorder.ts';
+
+/**
+ * What a bench worker process runs (`scripts/bench/worker-process.ts`), given as JSON in the
+ * `LLMQ_BENCH_WORKER` environment variable or as the first argument.
+ */
+export interface WorkerProcessConfig {
+  /**
+   * `llmq`: llmq's worker (`startWorker`); `bare`: a BullMQ Worker with a no-op processor;
+   * `bare-call`: a BullMQ Worker whose processor makes the same provider call llmq makes (streamed,
+   * through the SDK), with no gate: the difference to `llmq` is the gate's own cost.
+   */
+  readonly mode: 'llmq' | 'bare' | 'bare-call';
+  readonly redisUrl: string;
+  readonly names: QueueNames;
+  /** The mock's URL (for `llmq` and `bare-call`). */
+  readonly mockUrl?: string;
+  /** Jobs this process runs at once. */
+  readonly concurrency: number;
+  /** llmq's limiter settings (`llmq` mode). */
+  readonly limiter?: WorkerOptions['limiter'];
+  /** Feed the provider's headers to the limiter (`llmq` mode). @default true */
+  readonly feedback?: boolean;
+  /** What the call recorder keeps. @default 'counts' */
+  readonly record?: 'counts' | 'full';
+  /** Read each response's output tokens (for `actual` accounting). @default false */
+  readonly recordOutput?: boolean;
+  /** Count the Redis commands this process sends while it works. @default false */
+  readonly countCommands?: boolean;
+}
+
+/** Parent to child. */
+export type ToWorker =
+  | { readonly type: 'go' }
+  | { readonly type: 'stop'; readonly graceMs?: number };
+
+/** What a worker process reports when it stops. */
+export interface WorkerProcessReport {
+  readonly pid: number;
+  readonly calls: RecorderReport;
+  /** Largest RSS sampled every 100 ms while it worked, bytes. */
+  readonly peakRssBytes: number;
+  /** RSS once connected and idle, before any work (the runtime and its modules), bytes. */
+  readonly idleRssBytes: number;
+  /** Heap used once connected and idle, after a full GC, bytes. */
+  readonly idleHeapBytes: number;
+  /** Largest heap used sampled while it worked, bytes. */
+  readonly peakHeapBytes: number;
+  /** CPU time while it worked, ms (user + system). */
+  readonly cpuMs: number;
+  /** Redis commands sent while it worked (with `countCommands`). */
+  readonly redis?: CommandCounts | undefined;
+}
+
+/** Child to parent. */
+export type FromWorker =
+  | { readonly type: 'ready' }
+  | { readonly type: 'report'; readonly report: WorkerProcessReport }
+  | { readonly type: 'error'; readonly message: string };

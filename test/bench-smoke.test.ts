@@ -1,0 +1,67 @@
+import { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { registerBenchCommand, runBench } from '../scripts/bench/index.ts';
+import { ConfigError } from '../shared/errors.ts';
+import { REDIS_URL } from './helpers.ts';
+
+describe('llmq bench', () => {
+  it('runs the published scenario and prints one table with every client side by side', async () => {
+    const printed: string[] = [];
+    const report = await runBench({
+      scenarios: ['published'],
+      smoke: true,
+      redisUrl: REDIS_URL,
+      print: (t) => printed.push(t),
+      log: () => {},
+    });
+    const text = printed.join('\n');
+    for (const header of [
+      'client',
+      'completed',
+      '429s',
+      'attempts',
+      'wall',
+      'worst window / limit',
+      'utilization',
+      'wall / minimum',
+    ]) {
+      expect(text).toContain(header);
+    }
+    for (const client of [
+      'Semaphore(10) only',
+      'token bucket, full start',
+      'token bucket sized',
+      'client sliding window',
+      'llmq (1 worker, concurrency 10)',
+    ]) {
+      expect(text).toContain(client);
+    }
+    // The article's figures are printed beside the measured ones.
+    expect(text).toContain('36/60, 82, 15.4 s');
+    const [scenario] = report.scenarios;
+    expect(scenario?.name).toBe('published');
+    expect(scenario?.rows).toHaveLength(5);
+    expect(scenario?.figures).toHaveLength(5);
+    for (const row of scenario!.figures as {
+      completed: number;
+      attempts: number;
+      total: number;
+    }[]) {
+      expect(row.total).toBeGreaterThan(0);
+      expect(row.attempts).toBeGreaterThanOrEqual(row.completed);
+    }
+    expect(scenario?.targets.map((t) => t.name)).toContain(
+      "llmq within 2% of the budget's minimum",
+    );
+  });
+
+  it('refuses an unknown scenario with a message naming the choices', async () => {
+    const program = new Command('llmq').exitOverride();
+    registerBenchCommand(program);
+    const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
+    await expect(run).rejects.toBeInstanceOf(ConfigError);
+    await expect(run).rejects.toThrow(
+      /--scenario must be one of published, refunds, fleet, neighbour, overhead, scale, got "nope"/,
+    );
+  });
+});
