@@ -106,7 +106,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const id = randomUUID();
   const log = options.logger ?? silent;
   const { redis, names, client } = options;
-  const limiter = new Limiter({ redis, names, ...options.limiter });
+  // Its own connection in subscriber mode: the gate wakes when any process frees budget.
+  const subscriber = redis.duplicate();
+  subscriber.on('error', () => {});
+  const limiter = new Limiter({ redis, names, subscriber, ...options.limiter });
   const breaker = new CircuitBreaker(redis, names, options.breaker);
   const peeker = new HeadPeeker(redis, names);
   const dlq: DeadLetterQueue = openDeadLetterQueue(redis, names);
@@ -517,6 +520,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         await bull.close();
         await dlq.close();
         await (bull.opts.connection as Redis).quit().catch(() => {});
+        await limiter.close();
+        await subscriber.quit().catch(() => subscriber.disconnect());
       })();
       return stopping;
     },

@@ -64,6 +64,12 @@ export interface LimiterOptions {
   readonly maxPollMs?: number;
   /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
   readonly commandTimeoutMs?: number;
+  /**
+   * A connection of its own (it enters subscriber mode) on which the limiter hears every
+   * settle and release of any process, so a waiter wakes as soon as budget or a slot comes back
+   * instead of at its next poll. Not owned: close it after {@link Limiter.close}.
+   */
+  readonly subscriber?: Redis;
 }
 
 export interface AcquireOptions {
@@ -158,6 +164,14 @@ export class Limiter {
   private readonly clock: (() => number) | undefined;
   private readonly maxPollMs: number;
   private readonly commandTimeoutMs: number;
+  private readonly wakeChannel: string;
+  private readonly subscriber: Redis | undefined;
+  private readonly sleepers = new Set<() => void>();
+  private readonly onMessage = (channel: string) => {
+    if (channel !== this.wakeChannel) return;
+    for (const wake of this.sleepers) wake();
+  };
+  private subscribed: Promise<unknown> | undefined;
   /** Whether the window was given; when not, snapshots use the window workers published. */
   private readonly windowGiven: boolean;
 
@@ -186,6 +200,8 @@ export class Limiter {
     }
     for (const name of Object.keys(this.scopeLimits)) checkScopeName(name);
     const k = (part: string) => llmqKey(options.names, 'limiter', part);
+    this.wakeChannel = k('wake');
+    this.subscriber = options.subscriber;
     this.keys = {
       log: k('log'),
       res: k('res'),
@@ -390,7 +406,8 @@ export class Limiter {
         // little jitter keeps several processes from arriving at the same instant.
         const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;
         const wait = Math.min(Math.max(d.waitMs, 1) + jitter, this.maxPollMs);
-        await sleep(wait, undefined, options.signal ? { signal: options.signal } : undefined);
+        // A pause ends at a known time; budget and slots may come back sooner, at a settle.
+        await this.sleepOrWake(wait, d.reason !== 'paused', options.signal);
         const change = await options.onWait?.(d);
         if (change?.cost) current = change.cost;
         if (change?.priority) priority = change.priority;
@@ -402,6 +419,45 @@ export class Limiter {
       // as when aborted between two attempts.
       throw options.signal?.aborted ? options.signal.reason : err;
     }
+  }
+
+  /** Sleeps `ms`, or less when a settle or release anywhere frees budget (with a subscriber). */
+  private async sleepOrWake(
+    ms: number,
+    wakeable: boolean,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    if (!this.subscriber || !wakeable) {
+      await sleep(ms, undefined, signal ? { signal } : undefined);
+      return;
+    }
+    if (!this.subscribed) {
+      this.subscriber.on('message', this.onMessage);
+      this.subscribed = this.subscriber.subscribe(this.wakeChannel).catch(() => {
+        this.subscribed = undefined;
+      });
+    }
+    const timer = new AbortController();
+    const onAbort = () => timer.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    // Several waiters of one process must not all hit Redis at the same instant.
+    const wake = () => setTimeout(() => timer.abort(), Math.random() * 5);
+    this.sleepers.add(wake);
+    try {
+      await sleep(ms, undefined, { signal: timer.signal }).catch(() => {});
+      signal?.throwIfAborted();
+    } finally {
+      this.sleepers.delete(wake);
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Stops listening for wake-ups (the subscriber connection stays the caller's to close). */
+  async close(): Promise<void> {
+    if (!this.subscriber || !this.subscribed) return;
+    this.subscriber.off('message', this.onMessage);
+    await this.subscriber.unsubscribe(this.wakeChannel).catch(() => {});
+    this.subscribed = undefined;
   }
 
   private async cancel(ticket: string): Promise<void> {
@@ -464,6 +520,7 @@ export class Limiter {
         restamp ? '1' : '0',
         HISTORY_BUCKET_MS,
         reportedOutput,
+        this.wakeChannel,
       ],
     )) as number[];
     return {

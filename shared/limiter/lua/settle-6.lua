@@ -25,6 +25,7 @@
     ARGV[8] output tokens the provider reported, for the counters only (-1 unknown); under
             'reserve' accounting the charge stays max_tokens but the estimate's accuracy
             is still worth knowing
+    ARGV[9] channel to PUBLISH on when budget or a slot comes back (waiters wake), or ''
 
   Output:
     {1, inputDelta, outputDelta}   settled (deltas: actual minus reserved)
@@ -37,9 +38,16 @@ local now = now_ms(ARGV[1])
 local id = ARGV[2]
 local mode = ARGV[3]
 
-redis.call('ZREM', slotsKey, id)
+local freedSlot = redis.call('ZREM', slotsKey, id)
+local channel = ARGV[9] or ''
+local function wake()
+  if channel ~= '' then redis.call('PUBLISH', channel, '1') end
+end
 local enc = redis.call('HGET', resKey, id)
-if not enc then return { 0 } end
+if not enc then
+  if freedSlot == 1 then wake() end
+  return { 0 }
+end
 local r = decode(enc)
 
 if mode == 'release' then
@@ -50,6 +58,7 @@ if mode == 'release' then
   -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY refuses as not an integer.
   redis.call('HINCRBY', statsKey, 'reserved_in', 0 - r.inp)
   redis.call('HINCRBY', statsKey, 'reserved_out', 0 - r.out)
+  wake()
   return { 1, 0 - r.inp, 0 - r.out }
 end
 
@@ -90,4 +99,5 @@ redis.call('HINCRBY', statsKey, 'actual_in', r.inp)
 redis.call('HINCRBY', statsKey, 'actual_out', reportedOut)
 redis.call('HINCRBY', statsKey, 'settled_reserved_in', r.inp - dIn)
 redis.call('HINCRBY', statsKey, 'settled_reserved_out', r.out - dOut)
+if freedSlot == 1 or dIn < 0 or dOut < 0 then wake() end
 return { 1, dIn, dOut }

@@ -1,0 +1,62 @@
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Limiter } from '../shared/limiter/limiter.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let other: Redis;
+let subscriber: Redis;
+let names: ReturnType<typeof testNames>;
+
+beforeEach(() => {
+  redis = newRedis();
+  other = newRedis();
+  subscriber = newRedis();
+  names = testNames('wake');
+});
+afterEach(async () => {
+  await deleteKeys(redis, names.prefix);
+  for (const c of [redis, other, subscriber]) c.disconnect();
+});
+
+const cost = { requests: 1, inputTokens: 10, outputTokens: 10 };
+
+describe('waking waiters', () => {
+  it('admits a waiter as soon as another process releases its slot, not at the next poll', async () => {
+    // Two limiters on two connections stand for two processes; only the waiter listens.
+    const holder = new Limiter({ redis: other, names, concurrency: 1, windowMs: 10_000 });
+    const waiter = new Limiter({
+      redis,
+      names,
+      concurrency: 1,
+      windowMs: 10_000,
+      maxPollMs: 4_000,
+      subscriber,
+    });
+    const held = await holder.acquire(cost);
+    const admitted = waiter.acquire(cost).then(() => performance.now());
+    await new Promise((r) => setTimeout(r, 300));
+    const releasedAt = performance.now();
+    await holder.settle(held, { inputTokens: 10, outputTokens: 10 });
+    // Without the wake-up the waiter would sleep its full 4 s poll.
+    expect((await admitted) - releasedAt).toBeLessThan(1_500);
+    await waiter.close();
+  });
+
+  it('still waits out its poll without a subscriber (the wake-up is what makes it prompt)', async () => {
+    const holder = new Limiter({ redis: other, names, concurrency: 1, windowMs: 10_000 });
+    const waiter = new Limiter({
+      redis,
+      names,
+      concurrency: 1,
+      windowMs: 10_000,
+      maxPollMs: 2_000,
+    });
+    const held = await holder.acquire(cost);
+    const start = performance.now();
+    const admitted = waiter.acquire(cost).then(() => performance.now());
+    await new Promise((r) => setTimeout(r, 200));
+    await holder.settle(held, { inputTokens: 10, outputTokens: 10 });
+    expect((await admitted) - start).toBeGreaterThanOrEqual(1_900);
+  });
+});
