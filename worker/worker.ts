@@ -112,7 +112,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const limiter = new Limiter({ redis, names, subscriber, ...options.limiter });
   const breaker = new CircuitBreaker(redis, names, options.breaker);
   const peeker = new HeadPeeker(redis, names);
-  const dlq: DeadLetterQueue = openDeadLetterQueue(redis, names);
+  // BullMQ defines some 60 scripts on a connection it uses, and ioredis copies them into every
+  // MULTI on that connection: the dead letters and the counters get connections of their own.
+  const dlqRedis = redis.duplicate();
+  const metricsRedis = redis.duplicate();
+  for (const c of [dlqRedis, metricsRedis]) c.on('error', () => {});
+  const dlq: DeadLetterQueue = openDeadLetterQueue(dlqRedis, names);
   const localConcurrency = options.concurrency ?? (limiter.concurrency || 10);
   const streamMode = options.stream ?? 'always';
   const lockDurationMs = options.lockDurationMs ?? 30_000;
@@ -172,7 +177,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const until = await limiter.pauseFor(c.retryAfterMs ?? 1_000);
       const returns = (job.data.rateLimitReturns ?? 0) + 1;
       h.push(record('rate_limited', false));
-      await addMetrics(redis, names, { provider_calls: 1, provider_429_retry_after: 1 });
+      await addMetrics(metricsRedis, names, { provider_calls: 1, provider_429_retry_after: 1 });
       log.warn('provider rate limit: every worker pauses', {
         job: job.id,
         pausedUntil: new Date(until).toISOString(),
@@ -185,7 +190,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           { ...c, reason: `rate limited ${returns} times: ${c.reason}` },
           h,
         );
-        await addMetrics(redis, names, { dead_lettered: 1 });
+        await addMetrics(metricsRedis, names, { dead_lettered: 1 });
         return;
       }
       await job.updateData({ ...job.data, history: h, rateLimitReturns: returns });
@@ -234,12 +239,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         },
         h,
       );
-      await addMetrics(redis, names, { dead_lettered: 1 });
+      await addMetrics(metricsRedis, names, { dead_lettered: 1 });
       log.warn('dead-lettered', { job: job.id, reason: c.reason, attempts: used });
       return;
     }
     const delay = counts ? fullJitterBackoff(used, options.backoff) : 0;
-    await addMetrics(redis, names, { retries: 1 });
+    await addMetrics(metricsRedis, names, { retries: 1 });
     await job.updateData({ ...job.data, history: h });
     await job.moveToDelayed(Date.now() + delay, token);
   }
@@ -316,7 +321,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           outputTokens: usage.output_tokens,
         }),
         breaker.success(),
-        observeLatency(redis, names, res.latencyMs, {
+        observeLatency(metricsRedis, names, res.latencyMs, {
           provider_calls: 1,
           provider_ok: 1,
           completed: 1,
@@ -389,7 +394,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // The wait is an upper bound while the scope's calls are in flight (they free their budget
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(held.waitMs, 10), 1_000), token);
-    await addMetrics(redis, names, { deferred_by_scope: 1 });
+    await addMetrics(metricsRedis, names, { deferred_by_scope: 1 });
   }
 
   async function gateOnce(): Promise<void> {
@@ -447,7 +452,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             { reason: err.message, errorClass: 'CostExceedsLimitError' },
             history(job),
           );
-          await addMetrics(redis, names, { dead_lettered: 1 });
+          await addMetrics(metricsRedis, names, { dead_lettered: 1 });
         } else {
           await job.moveToWait(token);
         }
@@ -519,6 +524,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         clearInterval(renewer);
         await bull.close();
         await dlq.close();
+        for (const c of [dlqRedis, metricsRedis]) await c.quit().catch(() => c.disconnect());
         await (bull.opts.connection as Redis).quit().catch(() => {});
         await limiter.close();
         await subscriber.quit().catch(() => subscriber.disconnect());
