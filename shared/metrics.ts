@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { llmqKey, type QueueNames } from './keys.ts';
+import { loadLuaScripts, runLua } from './lua-scripts.ts';
 
 /**
  * Counters every worker process adds to in Redis, so one dashboard (and `/metrics`) sees the
@@ -31,21 +32,26 @@ export function metricsKey(names: QueueNames): string {
   return llmqKey(names, 'metrics');
 }
 
-/** Adds to counters in one round trip. */
+const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
+
+function pairs(add: Partial<Record<MetricField, number>>): (string | number)[] {
+  return Object.entries(add).flatMap(([f, n]) => (n ? [f, n] : []));
+}
+
+/** Adds to counters in one command. */
 export async function addMetrics(
   redis: Redis,
   names: QueueNames,
   add: Partial<Record<MetricField, number>>,
 ): Promise<void> {
-  const key = metricsKey(names);
-  const m = redis.multi();
-  for (const [f, n] of Object.entries(add)) if (n) m.hincrby(key, f, n);
-  await m.exec();
+  const args = pairs(add);
+  if (args.length === 0) return;
+  await runLua(redis, SCRIPTS['count']!, [metricsKey(names)], [-1, '', ...args]);
 }
 
 /**
  * Records one provider call's latency in the histogram (cumulative `le_<ms>` buckets), with
- * other counters in the same round trip.
+ * other counters, in one command.
  */
 export async function observeLatency(
   redis: Redis,
@@ -53,13 +59,12 @@ export async function observeLatency(
   ms: number,
   add: Partial<Record<MetricField, number>> = {},
 ): Promise<void> {
-  const key = metricsKey(names);
-  const m = redis.multi();
-  for (const le of LATENCY_BUCKETS_MS) if (ms <= le) m.hincrby(key, `le_${le}`, 1);
-  m.hincrby(key, 'latency_sum_ms', Math.round(ms));
-  m.hincrby(key, 'latency_count', 1);
-  for (const [f, n] of Object.entries(add)) if (n) m.hincrby(key, f, n);
-  await m.exec();
+  await runLua(
+    redis,
+    SCRIPTS['count']!,
+    [metricsKey(names)],
+    [Math.max(0, ms), LATENCY_BUCKETS_MS.join(','), ...pairs(add)],
+  );
 }
 
 export async function readMetrics(

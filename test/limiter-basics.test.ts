@@ -57,3 +57,21 @@ describe('limiter basics', () => {
     });
   });
 });
+
+describe('limiter memory', () => {
+  it('holds no reservation once the window has passed, however many there were', async () => {
+    const lim = make({ limits: { tokens: 10_000_000 } });
+    const pipeline = [];
+    for (let i = 0; i < 1_200; i++) pipeline.push(lim.tryAcquire(cost(1, 1)));
+    for (const d of await Promise.all(pipeline)) {
+      if (!d.ok) throw new Error('expected admission');
+      await lim.settle(d.reservation, { inputTokens: 1, outputTokens: 1 });
+    }
+    expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(1_200);
+    t += 10_001;
+    const snap = await lim.snapshot();
+    expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
+    expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(0);
+    expect(await redis.hlen(`${names.prefix}:{${names.queue}}:limiter:res`)).toBe(0);
+  });
+});

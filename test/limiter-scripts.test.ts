@@ -9,8 +9,8 @@ import { loadLuaScripts } from '../shared/lua-scripts.ts';
 import { newRedis, testNames } from './helpers.ts';
 
 /** Every folder of Lua scripts in llmq: the limiter's, the worker's, the producer's. */
-const DIRS = ['../shared/limiter/lua', '../worker/lua', '../producer/lua'].map((d) =>
-  fileURLToPath(new URL(d, import.meta.url)),
+const DIRS = ['../shared/limiter/lua', '../worker/lua', '../producer/lua', '../shared/lua'].map(
+  (d) => fileURLToPath(new URL(d, import.meta.url)),
 );
 const DIR = DIRS[0]!;
 const files = readdirSync(DIR).filter((f) => f.endsWith('.lua'));
@@ -67,7 +67,8 @@ describe('every Lua script of llmq', () => {
   it('registers each under a distinct, versioned command name', () => {
     const commands = DIRS.flatMap((d) => Object.values(loadLuaScripts(d)).map((s) => s.command));
     expect(new Set(commands).size).toBe(commands.length);
-    for (const c of commands) expect(c).toMatch(/^llmq_\d+_\d+_\d+_(limiter|worker|producer)_\w+$/);
+    for (const c of commands)
+      expect(c).toMatch(/^llmq_\d+_\d+_\d+_(limiter|worker|producer|shared)_\w+$/);
   });
 });
 

@@ -409,6 +409,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     let head = await peeker.peek();
     if (!head) {
+      // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
+      if (Date.now() - lastPrune > 1_000) {
+        lastPrune = Date.now();
+        await limiter.prune();
+      }
       await sleep(idleMs, undefined, { signal: stopper.signal });
       idleMs = Math.min(idleMs * 2, 200);
       return;
@@ -489,6 +494,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
 
   let idleMs = 5;
+  let lastPrune = 0;
   const loop = (async () => {
     while (!stopper.signal.aborted) {
       try {

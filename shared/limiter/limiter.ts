@@ -598,6 +598,23 @@ export class Limiter {
     );
   }
 
+  /**
+   * Drops every reservation that has left the window and every lapsed lease (each script call
+   * drops at most 500, so it loops). Acquires prune as they go; an idle worker calls this so the
+   * limiter's keys shrink to nothing one window after the last call. Resolves with Redis time.
+   */
+  async prune(windowPlusMarginMs: number = this.windowArg): Promise<number> {
+    const k = this.keys;
+    for (let i = 0; ; i++) {
+      const [now, dropped] = (await this.run(
+        'prune',
+        [k.log, k.res, k.slots, k.tot],
+        [this.now(), windowPlusMarginMs],
+      )) as [number, number];
+      if (Number(dropped) < 500 || i >= 1_000) return Number(now);
+    }
+  }
+
   /** The current use of every scope, the pause, slots in flight and counters. */
   async snapshot(): Promise<LimiterSnapshot> {
     const k = this.keys;
@@ -615,9 +632,7 @@ export class Limiter {
     const marginMs = this.windowGiven
       ? this.marginMs
       : Math.max(this.marginMs, published.windowMarginMs ?? 0);
-    const now = Number(
-      await this.run('prune', [k.log, k.res, k.slots, k.tot], [this.now(), windowMs + marginMs]),
-    );
+    const now = await this.prune(windowMs + marginMs);
     const [tot, ext, pause, inFlight, waiters, stats, hist] = (await this.redis
       .multi()
       .hgetall(k.tot)

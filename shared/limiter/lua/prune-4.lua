@@ -10,11 +10,12 @@
     ARGV[1] now ms, or '' for Redis TIME
     ARGV[2] window ms
 
-  Output: now (ms), the time the snapshot is taken at
+  Output: {now (ms), reservations dropped}; at most 500 a call, so call again while it
+          drops 500
 ]]
 --- @include "reservations"
 
 local now = now_ms(ARGV[1])
 expire_slots(KEYS[3], now)
-expire_log(KEYS[1], KEYS[2], KEYS[4], now, tonumber(ARGV[2]))
-return now
+local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, tonumber(ARGV[2]))
+return { now, dropped }

@@ -49,6 +49,7 @@ local function expire_log(logKey, resKey, totKey, now, windowMs)
     end
     redis.call('ZREM', logKey, id)
   end
+  return #ids
 end
 
 -- Frees the concurrency slots whose lease ran out (their holder died or hung).
