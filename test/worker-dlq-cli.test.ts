@@ -94,4 +94,24 @@ describe('llmq dlq', () => {
     expect((await pool.job(id))!.returnvalue.attempts).toBe(1);
     expect(await listDeadLetters(pool.dlq)).toEqual([]);
   });
+
+  it('does not add a second job for a letter whose job was already retried another way (Bull Board)', async () => {
+    pool = await openPool('dlqtwice', { faults: { overloaded: 1 } });
+    await pool.worker({
+      breaker: { threshold: 1_000 },
+      limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
+    });
+    const id = await pool.producer.enqueue(request('Retried from the board.'), { attempts: 1 });
+    await failed(pool, id);
+    pool.mock.setFaults({});
+    await (await pool.job(id))!.retry('failed');
+    await allCompleted(pool, [id], 15_000);
+
+    expect(await retryDeadLetter(pool.dlq, pool.queue, id)).toBe(id);
+    expect(await listDeadLetters(pool.dlq)).toEqual([]);
+    const counts = await pool.counts();
+    expect(
+      counts.completed + counts.prioritized + counts.wait + counts.active + counts.delayed,
+    ).toBe(1);
+  });
 });

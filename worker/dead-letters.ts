@@ -102,13 +102,17 @@ export async function retryDeadLetter(
     await original.updateData(data);
     await original.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     runId = original.id!;
+  } else if (original) {
+    // Already back in the queue (retried from Bull Board, say) or done: a second job would run
+    // the same request twice. The letter is settled; the job under its id is the answer.
+    runId = original.id!;
   } else {
     // The original is gone (removed, or aged out of the failed set): add it again under its own
-    // id when that id is free, so whoever holds the id still finds the job.
+    // id, so whoever holds the id still finds the job.
     const added = await queue.add(JOB_NAME, data, {
-      ...(original ? {} : { jobId: id }),
+      jobId: id,
       priority: data.priority,
-      attempts: original?.opts.attempts ?? 5,
+      attempts: 5,
     });
     runId = added.id!;
   }
