@@ -46,7 +46,9 @@ export class CircuitBreaker {
     this.cacheMs = options.cacheMs ?? 200;
   }
 
-  private async op(op: 'check' | 'success' | 'failure'): Promise<[number, number, number]> {
+  private async op(
+    op: 'check' | 'success' | 'failure' | 'abandon',
+  ): Promise<[number, number, number]> {
     const r = (await runLua(
       this.redis,
       SCRIPTS['breaker']!,
@@ -75,6 +77,11 @@ export class CircuitBreaker {
     if (!this.dirty) return;
     await this.op('success');
     this.dirty = false;
+  }
+
+  /** Gives up the trial call this process holds, if any (it is stopping). */
+  async abandonTrial(): Promise<void> {
+    await this.op('abandon');
   }
 
   /** Records a provider failure; true when it opened the breaker. */

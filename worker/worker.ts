@@ -532,6 +532,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         await dlq.close();
         for (const c of [dlqRedis, metricsRedis]) await c.quit().catch(() => c.disconnect());
         await (bull.opts.connection as Redis).quit().catch(() => {});
+        await breaker.abandonTrial().catch(() => {});
         await limiter.close();
         await subscriber.quit().catch(() => subscriber.disconnect());
       })();

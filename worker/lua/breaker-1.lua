@@ -7,7 +7,8 @@
     KEYS[1] breaker  HASH state ('closed' | 'open' | 'half_open'), failures, open_until,
                      trial (holder token), trial_until
     ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] op: 'check' | 'success' | 'failure'
+    ARGV[2] op: 'check' | 'success' | 'failure' | 'abandon' (the trial holder stops without
+            calling: another process may make the trial at once)
     ARGV[3] holder token (a process's id)
     ARGV[4] threshold (consecutive failures that open it)
     ARGV[5] cool-down ms
@@ -16,6 +17,7 @@
   Output:
     check:   {1, 0, failures} call allowed (closed, with the consecutive failures so far); {1, 1} allowed as the trial call; {0, waitMs} not allowed
     success: {1, 0}
+    abandon: {1, 1} when this process held the trial and gave it up, else {1, 0}
     failure: {1, opened, whileClosed} where opened is 1 when this failure opened the breaker,
              and whileClosed is 1 when the breaker was closed before it and stays closed (a
              failure of a call still under way when another opened it, or of a trial, is 0)
@@ -44,6 +46,15 @@ if op == 'check' then
   if trial and trialUntil > now then return { 0, math.min(trialUntil - now, 1000) } end
   redis.call('HSET', key, 'state', 'half_open', 'trial', token, 'trial_until', now + trialTtl)
   return { 1, 1 }
+end
+
+if op == 'abandon' then
+  if trial == token and state == 'half_open' then
+    redis.call('HSET', key, 'state', 'open', 'open_until', now)
+    redis.call('HDEL', key, 'trial', 'trial_until')
+    return { 1, 1 }
+  end
+  return { 1, 0 }
 end
 
 if op == 'success' then
