@@ -78,6 +78,8 @@ interface ModelRes extends Amounts {
   readonly admittedAt: number;
   stamp: number;
   started: boolean;
+  /** The provider's response began (start was called), stamped or not. */
+  begun: boolean;
   /** Still in Redis's log (not yet pruned or released). */
   inLog: boolean;
   slot: number | null;
@@ -136,6 +138,16 @@ class Model {
     let sum = 0;
     for (const r of this.res) {
       if (r.inLog && r.stamp > this.now - this.windowArg && r.scopes.includes(scope))
+        sum += amount(r, d);
+    }
+    return sum;
+  }
+
+  /** Open reservations whose response has not begun: the provider has not counted them. */
+  unseen(scope: string, d: Dim): number {
+    let sum = 0;
+    for (const r of this.res) {
+      if (r.inLog && !r.started && !r.begun && r.stamp > this.now && r.scopes.includes(scope))
         sum += amount(r, d);
     }
     return sum;
@@ -216,6 +228,7 @@ class Model {
       admittedAt: this.now,
       stamp: this.now + LEASE,
       started: false,
+      begun: false,
       inLog: true,
       slot: this.now + LEASE,
       ended: false,
@@ -223,8 +236,10 @@ class Model {
   }
 
   start(r: ModelRes): void {
+    if (!r.inLog || r.started) return;
+    r.begun = true;
     // Under 'actual' accounting the output is produced until the end: the call stays open.
-    if (this.cfg.accounting === 'actual' || !r.inLog || r.started) return;
+    if (this.cfg.accounting === 'actual') return;
     r.started = true;
     r.stamp = this.now;
   }
@@ -271,7 +286,7 @@ class Model {
     this.pruneLog();
     for (const { dim, limit, remaining, reset } of dims) {
       const field = `${scope}|${dim}`;
-      const foreign = limit - remaining - this.used(scope, dim);
+      const foreign = limit - remaining - (this.used(scope, dim) - this.unseen(scope, dim));
       if (foreign > 0) {
         let until = this.now + this.windowArg;
         if (reset !== null && reset > this.now && reset < until) until = reset;

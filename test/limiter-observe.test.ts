@@ -61,6 +61,21 @@ const foreign = async (lim: Limiter) =>
   (await lim.snapshot()).scopes.find((s) => s.scope === 'global')?.dimensions.tokens.foreign;
 
 describe('observing the provider’s rate-limit headers', () => {
+  it('does not let our calls still on their way hide another client’s spend', async () => {
+    const lim = make();
+    await spend(lim, 200, 100);
+    // Admitted here, but no response has begun: the provider has not counted it yet.
+    const onTheWay = await lim.tryAcquire(cost(100, 200));
+    expect(onTheWay.ok).toBe(true);
+    // The provider counts 300 of ours and 250 of someone else's: 450 left.
+    await lim.observe(tokenHeaders(1_000, 450, t + 5_000));
+    expect(await foreign(lim)).toBe(250);
+    // Once its response has begun, the same reading means no foreign spend beyond ours.
+    if (onTheWay.ok) await lim.start(onTheWay.reservation);
+    await lim.observe(tokenHeaders(1_000, 400, t + 5_000));
+    expect(await foreign(lim)).toBe(0);
+  });
+
   it('headers that agree with our own spend change nothing', async () => {
     const lim = make();
     await spend(lim, 200, 100);

@@ -483,9 +483,9 @@ export class Limiter {
   async start(reservation: Reservation): Promise<void> {
     // Under `actual` accounting the provider charges output until the end: the reservation
     // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
-    // longer than the window would leave it before it is settled.
-    if (this.outputAccounting === 'actual') return;
-    await this.run('start', [this.keys.log, this.keys.res], [this.now(), reservation.id]);
+    // longer than the window would leave it before it is settled. It is only marked as begun.
+    const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
+    await this.run('start', [this.keys.log, this.keys.res], [this.now(), reservation.id, mode]);
   }
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */

@@ -4,7 +4,9 @@
   spend until the provider's reset time (at most one window).
 
   Our spend is what is inside the window now: what has left it is dropped first, or a call the
-  window no longer holds would pass for ours and hide the same amount of another client's.
+  window no longer holds would pass for ours and hide the same amount of another client's. Calls
+  still on their way (admitted here, no response begun) are left out too: the provider has not
+  counted them yet, and counting them as ours would hide as much of another client's spend.
 
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
@@ -26,6 +28,24 @@ local now = now_ms(ARGV[1])
 local windowMs = tonumber(ARGV[2])
 local scope = ARGV[3]
 expire_log(KEYS[4], KEYS[5], KEYS[1], now, windowMs)
+
+-- Open reservations (stamped at a future lease expiry) whose response has not begun.
+local unseen = { req = 0, ['in'] = 0, out = 0, tok = 0 }
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')) do
+  local enc = redis.call('HGET', KEYS[5], id)
+  if enc then
+    local r = decode(enc)
+    if r.flags == '' then
+      for _, s in ipairs(r.scopes) do
+        if s == scope then
+          for _, d in ipairs(DIMS) do unseen[d] = unseen[d] + amount(r, d) end
+          break
+        end
+      end
+    end
+  end
+end
+
 local out = {}
 for i, d in ipairs(DIMS) do
   local b = 3 + (i - 1) * 3
@@ -33,7 +53,7 @@ for i, d in ipairs(DIMS) do
   local field = scope .. '|' .. d
   local foreign = 0
   if limit >= 0 and remaining >= 0 then
-    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0') - unseen[d]
     foreign = (limit - remaining) - used
     if foreign > 0 then
       local untilMs = now + windowMs

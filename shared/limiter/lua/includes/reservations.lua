@@ -1,5 +1,6 @@
 -- Shared helpers of the limiter scripts. A reservation is stored in the res hash as
--- "requests|input|output|flags|scope1,scope2" where flags is "s" once its stamp is final.
+-- "requests|input|output|flags|scope1,scope2" where flags is "s" once its stamp is final, "b"
+-- once the provider's response began but the reservation stays open (actual accounting).
 local DIMS = { 'req', 'in', 'out', 'tok' }
 
 local function now_ms(arg)
