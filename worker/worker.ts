@@ -49,6 +49,11 @@ export interface WorkerOptions {
   readonly maxRateLimitReturns?: number;
   /** BullMQ lock of an active job; a killed worker's job is recovered after it. @default 30_000 */
   readonly lockDurationMs?: number;
+  /**
+   * Times a job may be recovered from a dead worker before it is given up (and dead-lettered:
+   * a job that kills its worker every time should not run forever). @default 10
+   */
+  readonly maxStalledCount?: number;
   /** How often this process looks for stalled jobs of dead workers. @default 15_000 */
   readonly stalledIntervalMs?: number;
   /**
@@ -129,7 +134,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     autorun: false,
     lockDuration: lockDurationMs,
     stalledInterval: options.stalledIntervalMs ?? 15_000,
-    maxStalledCount: 10,
+    maxStalledCount: options.maxStalledCount ?? 10,
   });
   bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
   await registerQueue(redis, names);
@@ -474,6 +479,24 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       await limiter.release(reservation);
       await sleep(idleMs, undefined, { signal: stopper.signal });
       idleMs = Math.min(idleMs * 2, 200);
+      return;
+    }
+    if (job.deferredFailure) {
+      // BullMQ's stalled check gave this job up (its workers died with it more than
+      // maxStalledCount times) and left the failing to whoever takes it next: dead-letter it.
+      await limiter.release(reservation);
+      await deadLetter(
+        dlq,
+        job,
+        token,
+        {
+          reason: `its worker died with it too many times (${job.deferredFailure})`,
+          errorClass: 'StalledJobError',
+        },
+        history(job),
+      );
+      await addMetrics(metricsRedis, names, { dead_lettered: 1 });
+      log.warn('dead-lettered', { job: job.id, reason: job.deferredFailure });
       return;
     }
     if (job.id !== head.id) {
