@@ -12,7 +12,7 @@ import {
   redisServerInstalled,
   startPrivateRedis,
 } from '../shared/private-redis.ts';
-import { assertRedis, connectRedis } from '../shared/redis.ts';
+import { assertRedis, connectRedis, deleteKeysMatching } from '../shared/redis.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from './mock-anthropic/index.ts';
@@ -162,25 +162,12 @@ export async function runDemo(
   } finally {
     await worker.stop(5_000);
     await producer.close();
-    await deleteDemoKeys(redis, names.prefix, names.queue).catch(() => {});
+    await deleteKeysMatching(redis, `${names.prefix}:{${names.queue}}:*`).catch(() => {});
+    await redis.srem(`${names.prefix}:queues`, names.queue).catch(() => {});
     await redis.quit().catch(() => redis.disconnect());
     await mock?.close();
     await privateRedis?.stop();
   }
-}
-
-async function deleteDemoKeys(
-  redis: ReturnType<typeof connectRedis>,
-  prefix: string,
-  queue: string,
-): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:{${queue}}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.del(...keys);
-  } while (cursor !== '0');
-  await redis.srem(`${prefix}:queues`, queue);
 }
 
 export function registerDemoCommand(program: Command): void {

@@ -40,3 +40,18 @@ export async function assertRedis(url: string, timeoutMs = 2_000): Promise<void>
     probe.disconnect();
   }
 }
+
+/**
+ * Deletes every key matching a pattern with SCAN + UNLINK (never FLUSHDB: a shared Redis holds
+ * other people's keys); resolves with how many were deleted.
+ */
+export async function deleteKeysMatching(redis: Redis, pattern: string): Promise<number> {
+  let cursor = '0';
+  let deleted = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) deleted += await redis.unlink(...keys);
+  } while (cursor !== '0');
+  return deleted;
+}

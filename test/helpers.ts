@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { QueueNames } from '../shared/keys.ts';
+import { deleteKeysMatching } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -16,15 +17,8 @@ export function newRedis(): Redis {
 }
 
 /** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */
-export async function deleteKeys(redis: Redis, prefix: string): Promise<number> {
-  let cursor = '0';
-  let deleted = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) deleted += await redis.del(...keys);
-  } while (cursor !== '0');
-  return deleted;
+export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+  return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { QueueNames } from '../../shared/keys.ts';
-import { connectRedis } from '../../shared/redis.ts';
+import { connectRedis, deleteKeysMatching } from '../../shared/redis.ts';
 
 /**
  * Every bench run writes under a prefix of its own on the shared Redis and deletes exactly those
@@ -13,15 +13,8 @@ export function benchNames(label: string): QueueNames {
 }
 
 /** Deletes every key under `prefix:` and the prefix's queue registry; resolves with the count. */
-export async function deleteKeys(redis: Redis, prefix: string): Promise<number> {
-  let cursor = '0';
-  let deleted = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) deleted += await redis.unlink(...keys);
-  } while (cursor !== '0');
-  return deleted;
+export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+  return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
 /** A connection for the bench (BullMQ needs `maxRetriesPerRequest: null`); errors are logged once. */
