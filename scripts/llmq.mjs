@@ -1,7 +1,16 @@
 #!/usr/bin/env node
-// The `llmq` command. llmq runs its TypeScript directly through tsx: no build step to forget.
-import { register } from 'tsx/esm/api';
+// The `llmq` command. It runs the compiled JavaScript in dist/ (`npm run build`, done by
+// `npm ci`) while that build matches the sources, and the TypeScript itself through tsx
+// otherwise, so an edit is never hidden behind an old build. LLMQ_FROM_SOURCE=1 forces tsx.
+import { buildIsCurrent } from './build-stamp.mjs';
 
-register();
-const { main } = await import('./cli.ts');
+const root = new URL('../', import.meta.url).pathname;
+let main;
+if (process.env.LLMQ_FROM_SOURCE !== '1' && buildIsCurrent(root)) {
+  ({ main } = await import('../dist/scripts/cli.js'));
+} else {
+  const { register } = await import('tsx/esm/api');
+  register();
+  ({ main } = await import('./cli.ts'));
+}
 process.exitCode = await main(process.argv);

@@ -18,7 +18,7 @@ const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
 async function scriptNames(): Promise<Map<string, string>> {
   const names = new Map<string, string>();
   const root = new URL('../../', import.meta.url).pathname;
-  for (const dir of ['shared/limiter/lua', 'worker/lua', 'producer/lua']) {
+  for (const dir of ['shared/lua', 'shared/limiter/lua', 'worker/lua', 'producer/lua']) {
     try {
       for (const s of Object.values(loadLuaScripts(join(root, dir))))
         names.set(sha1(s.lua), `llmq:${s.name}`);

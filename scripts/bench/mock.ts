@@ -2,10 +2,9 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import type { MockAnthropicOptions, MockStats } from '../mock-anthropic/index.ts';
-import { trackChild } from './processes.ts';
+import { benchChildEntry, trackChild } from './processes.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const MOCK_PROCESS = new URL('./mock-process.ts', import.meta.url).pathname;
 
 /** The project's mock server, run in a process of its own for one scenario. */
 export interface BenchMock {
@@ -23,7 +22,8 @@ export async function startBenchMock(
   options: MockAnthropicOptions,
   timeoutMs = 30_000,
 ): Promise<BenchMock> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MOCK_PROCESS], {
+  const entry = benchChildEntry('mock-process');
+  const child = spawn(process.execPath, [...entry.execArgv, entry.path], {
     cwd: ROOT,
     env: {
       ...process.env,

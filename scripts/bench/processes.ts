@@ -7,7 +7,18 @@ import type {
 } from './worker-protocol.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const WORKER_PROCESS = new URL('./worker-process.ts', import.meta.url).pathname;
+
+/**
+ * How to run a module of this folder in a child process: its compiled `.js` when the bench itself
+ * runs compiled (dist/, as `llmq bench` does after `npm run build`), else its `.ts` through tsx.
+ */
+export function benchChildEntry(name: string): { path: string; execArgv: string[] } {
+  const compiled = import.meta.url.endsWith('.js');
+  return {
+    path: new URL(`./${name}.${compiled ? 'js' : 'ts'}`, import.meta.url).pathname,
+    execArgv: compiled ? [] : ['--import', 'tsx'],
+  };
+}
 
 /** Every child still alive; all are killed when this process exits, whatever the reason. */
 const alive = new Set<ChildProcess>();
@@ -35,7 +46,7 @@ export function killAllChildren(): void {
 }
 
 /**
- * A worker process of the bench (`worker-process.ts`, run through tsx with an IPC channel). It
+ * A worker process of the bench (`worker-process`, compiled or through tsx, with an IPC channel). It
  * connects and reports ready, pulls jobs after {@link go}, and reports on {@link stop}.
  */
 export class WorkerChild {
@@ -46,12 +57,13 @@ export class WorkerChild {
 
   private constructor(config: WorkerProcessConfig) {
     hookExit();
-    this.child = fork(WORKER_PROCESS, [], {
+    const entry = benchChildEntry('worker-process');
+    this.child = fork(entry.path, [], {
       cwd: ROOT,
       // LLMQ_BENCH_CPU_PROF=DIR writes a V8 CPU profile of every worker process into DIR.
       execArgv: [
-        '--import',
-        'tsx',
+        ...entry.execArgv,
+        ...(config.nodeOptions ?? []),
         ...(process.env['LLMQ_BENCH_CPU_PROF']
           ? ['--cpu-prof', `--cpu-prof-dir=${process.env['LLMQ_BENCH_CPU_PROF']}`]
           : []),

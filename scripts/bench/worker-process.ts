@@ -127,6 +127,7 @@ function stop(graceMs = 30_000): Promise<void> {
       calls: await recorder.report(),
       peakRssBytes: peakRss,
       idleRssBytes: idleRss,
+      compiled: import.meta.url.endsWith('.js'),
       idleHeapBytes: idleHeap,
       peakHeapBytes: peakHeap,
       cpuMs: (cpu.user + cpu.system) / 1000,

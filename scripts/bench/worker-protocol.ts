@@ -30,6 +30,8 @@ export interface WorkerProcessConfig {
   readonly recordOutput?: boolean;
   /** Count the Redis commands this process sends while it works. @default false */
   readonly countCommands?: boolean;
+  /** Node.js options for the process (`--max-old-space-size=128`, say). @default none */
+  readonly nodeOptions?: readonly string[];
 }
 
 /** Parent to child. */
@@ -51,6 +53,8 @@ export interface WorkerProcessReport {
   readonly peakHeapBytes: number;
   /** CPU time while it worked, ms (user + system). */
   readonly cpuMs: number;
+  /** Whether it ran llmq compiled (dist/) rather than its TypeScript through tsx. */
+  readonly compiled: boolean;
   /** Redis commands sent while it worked (with `countCommands`). */
   readonly redis?: CommandCounts | undefined;
 }

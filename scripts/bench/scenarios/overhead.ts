@@ -66,6 +66,7 @@ export interface OverheadRow {
   readonly redisPerJob: number;
   readonly roundTripsPerJob: number;
   readonly commandsPerJob: Readonly<Record<string, number>>;
+  readonly compiled: boolean;
 }
 
 /**
@@ -126,6 +127,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
             redisPerJob: total / jobs,
             roundTripsPerJob: r.roundTrips / jobs,
             commandsPerJob: perJob,
+            compiled: report.compiled,
           };
         }),
       );
@@ -180,7 +182,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
         .filter(([, v]) => v >= 0.05)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
-      'the mock runs in a process of its own with no latency; so does each worker, run through tsx (peak RSS and heap sampled every 100 ms while it works; idle RSS: the same process connected, before its first job)',
+      `the mock runs in a process of its own with no latency; so does each worker, running ${llmq.compiled ? 'compiled JavaScript (dist/)' : 'TypeScript through tsx'} with Node's defaults (peak RSS and heap sampled every 100 ms while it works; idle RSS: the same process connected, before its first job)`,
     ],
   };
 }
