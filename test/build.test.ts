@@ -15,8 +15,9 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const ROOT = new URL('../', import.meta.url).pathname;
-const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string })
-  .version;
+const VERSION = (
+  JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }
+).version;
 
 /** `llmq` in the copy, with LLMQ_FROM_SOURCE cleared so the bin chooses for itself. */
 function llmq(dir: string, args: string[]) {
