@@ -87,6 +87,11 @@ interface ModelRes extends Amounts {
 }
 
 /** A call the provider may have admitted at any time in [lo, hi], charging `amounts`. */
+interface Step {
+  readonly amount: number;
+  readonly until: number;
+}
+
 interface ProviderCall extends Amounts {
   readonly lo: number;
   readonly hi: number;
@@ -105,7 +110,8 @@ class Model {
   now: number;
   pausedUntil = 0;
   readonly res: ModelRes[] = [];
-  readonly ext = new Map<string, { amount: number; until: number }>();
+  /** Foreign spend per "scope|dim": the held reading and the highest one since it. */
+  readonly ext = new Map<string, { held?: Step; next?: Step }>();
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
 
@@ -153,9 +159,18 @@ class Model {
     return sum;
   }
 
-  foreign(scope: string, d: Dim): number {
+  /** The live steps of the foreign spend, in time order: the amount now is the first's. */
+  steps(scope: string, d: Dim): Step[] {
     const e = this.ext.get(`${scope}|${d}`);
-    return e && e.until > this.now ? e.amount : 0;
+    const out: Step[] = [];
+    if (e?.held && e.held.until > this.now) out.push(e.held);
+    if (e?.next && e.next.until > this.now && (out.length === 0 || e.next.until > out[0]!.until))
+      out.push(e.next);
+    return out;
+  }
+
+  foreign(scope: string, d: Dim): number {
+    return this.steps(scope, d)[0]?.amount ?? 0;
   }
 
   inFlight(): ModelRes[] {
@@ -205,14 +220,14 @@ class Model {
    */
   budgetWait(scope: string, d: Dim, need: number): number {
     const mine = this.res.filter((r) => r.inLog && r.scopes.includes(scope));
-    const ext = this.ext.get(`${scope}|${d}`);
-    const foreign = ext && ext.until > this.now ? ext : undefined;
+    const steps = this.steps(scope, d);
+    const foreignAt = (at: number) => steps.find((st) => st.until > at)?.amount ?? 0;
     const moments = [
       ...mine.map((r) => r.stamp + this.windowArg + 1),
-      ...(foreign ? [foreign.until] : []),
+      ...steps.map((st) => st.until),
     ];
     for (const at of moments.sort((a, b) => a - b)) {
-      let freed = foreign && foreign.until <= at ? foreign.amount : 0;
+      let freed = this.foreign(scope, d) - foreignAt(at);
       for (const r of mine) if (r.stamp + this.windowArg + 1 <= at) freed += amount(r, d);
       if (freed >= need) return Math.max(at - this.now, 1);
     }
@@ -286,13 +301,20 @@ class Model {
     this.pruneLog();
     for (const { dim, limit, remaining, reset } of dims) {
       const field = `${scope}|${dim}`;
-      const foreign = limit - remaining - (this.used(scope, dim) - this.unseen(scope, dim));
-      if (foreign > 0) {
-        let until = this.now + this.windowArg;
-        if (reset !== null && reset > this.now && reset < until) until = reset;
-        this.ext.set(field, { amount: foreign, until });
+      const foreign = Math.max(
+        limit - remaining - (this.used(scope, dim) - this.unseen(scope, dim)),
+        0,
+      );
+      let until = this.now + this.windowArg;
+      if (reset !== null && reset > this.now && reset < until) until = reset;
+      const [first, second] = this.steps(scope, dim);
+      if (!first || foreign >= first.amount) {
+        // A new highest reading, held from now.
+        this.ext.set(field, foreign > 0 ? { held: { amount: foreign, until } } : {});
+      } else if (foreign > 0 && (!second || foreign >= second.amount)) {
+        this.ext.set(field, { held: first, next: { amount: foreign, until } });
       } else {
-        this.ext.delete(field);
+        this.ext.set(field, second ? { held: first, next: second } : { held: first });
       }
     }
   }

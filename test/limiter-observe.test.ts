@@ -70,10 +70,43 @@ describe('observing the provider’s rate-limit headers', () => {
     // The provider counts 300 of ours and 250 of someone else's: 450 left.
     await lim.observe(tokenHeaders(1_000, 450, t + 5_000));
     expect(await foreign(lim)).toBe(250);
-    // Once its response has begun, the same reading means no foreign spend beyond ours.
+    // Once its response has begun the provider counts it as ours: 300 more used, the same 250
+    // of someone else's, not 550.
     if (onTheWay.ok) await lim.start(onTheWay.reservation);
-    await lim.observe(tokenHeaders(1_000, 400, t + 5_000));
+    await lim.observe(tokenHeaders(1_000, 150, t + 5_000));
+    expect(await foreign(lim)).toBe(250);
+  });
+
+  it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {
+    const lim = make();
+    const t0 = t;
+    // Another client holds 600 of the window, until +5 s.
+    await lim.observe(tokenHeaders(1_000, 400, t0 + 5_000));
+    expect(await foreign(lim)).toBe(600);
+    // Its oldest call left the provider's window; it will most likely send another.
+    t = t0 + 1_000;
+    await lim.observe(tokenHeaders(1_000, 700, t0 + 6_000));
+    expect(await foreign(lim)).toBe(600);
+    // 600 + 500 is 100 too much: enough is free when the 600 steps down to the 300 seen since.
+    expect(await lim.tryAcquire(cost(300, 200))).toMatchObject({ ok: false, waitMs: 4_000 });
+    t = t0 + 2_000;
+    await lim.observe(tokenHeaders(1_000, 900, t0 + 7_000));
+    expect(await foreign(lim)).toBe(600);
+    // The held reading lapses: the highest since (300, until +6 s) takes over, not the latest.
+    t = t0 + 5_000;
+    expect(await foreign(lim)).toBe(300);
+    expect(await lim.tryAcquire(cost(300, 200))).toMatchObject({ ok: true });
+    t = t0 + 6_000;
     expect(await foreign(lim)).toBe(0);
+  });
+
+  it('a reading above the held one replaces it at once', async () => {
+    const lim = make();
+    await lim.observe(tokenHeaders(1_000, 700, t + 5_000));
+    t += 1_000;
+    await lim.observe(tokenHeaders(1_000, 200, t + 5_000));
+    expect(await foreign(lim)).toBe(800);
+    expect(await lim.tryAcquire(cost(100, 150))).toMatchObject({ ok: false, waitMs: 5_000 });
   });
 
   it('headers that agree with our own spend change nothing', async () => {

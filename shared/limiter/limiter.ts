@@ -99,6 +99,16 @@ function effective(limit: number | undefined, headroom: number): number {
   return Math.max(1, Math.floor(limit * (1 - headroom)));
 }
 
+/**
+ * Another client's spend held now for `field` of the ext hash: the held reading while it lasts,
+ * then the one that follows it (`foreign_steps` in the Lua include).
+ */
+function foreignNow(ext: Record<string, string>, field: string, now: number): number {
+  if (Number(ext[`${field}|until`] ?? 0) > now) return Number(ext[field] ?? 0);
+  if (Number(ext[`${field}|next|until`] ?? 0) > now) return Number(ext[`${field}|next`] ?? 0);
+  return 0;
+}
+
 function checkScopeName(name: string): void {
   if (!/^[^|,\s]{1,200}$/.test(name)) {
     throw new TypeError(
@@ -568,6 +578,8 @@ export class Limiter {
   /**
    * Takes the provider's rate-limit headers: when they report less room than the window
    * believes, the difference is counted as another client's spend until the provider's reset.
+   * The highest such reading is held until then, and the highest since takes over after it
+   * (`observe-5.lua` says why).
    */
   async observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
     const reading = readRateLimitHeaders(headers);
@@ -672,11 +684,10 @@ export class Limiter {
       >;
       for (const [lua, dim] of Object.entries(LUA_DIM)) {
         const f = `${scope}|${lua}`;
-        const foreignLive = Number(ext[`${f}|until`] ?? 0) > now;
         dims[dim] = {
           used: Number(tot[f] ?? 0),
           limit: limitsOf(scope)[dim],
-          foreign: foreignLive ? Number(ext[f] ?? 0) : 0,
+          foreign: foreignNow(ext, f, now),
         };
       }
       return { scope, dimensions: dims };

@@ -15,7 +15,8 @@
     KEYS[7]  pause    STRING shared pause, until ms
     KEYS[8]  tot      HASH "scope|dim" -> spend inside the window
     KEYS[9]  ext      HASH "scope|dim" -> spend the provider reported and we did not make,
-                      "scope|dim|until" -> when that report lapses
+                      "scope|dim|until" -> when that report lapses; "|next", "|next|until":
+                      what follows it (see observe)
     KEYS[10] stats    HASH counters and the first waiter's next retry time
 
     ARGV[1]  now ms, or '' for Redis TIME
@@ -130,7 +131,7 @@ if pausedUntil > now then
 end
 
 -- How long until `need` of scope/dim has left the window: walk the log from its oldest stamp.
--- The provider-reported foreign spend lapses at its own time.
+-- The provider-reported foreign spend steps down at its own times (foreign_steps).
 local function in_scope(r, scope)
   for _, s in ipairs(r.scopes) do
     if s == scope then return true end
@@ -138,34 +139,46 @@ local function in_scope(r, scope)
   return false
 end
 
-local function wait_for(scope, dim, need, extAmount, extUntil)
-  local best = nil
-  if extAmount > 0 and extAmount >= need then best = extUntil - now end
+-- How much of the foreign spend held now has lapsed `at` ms from now.
+local function foreign_freed(steps, at)
+  if steps[1] == nil then return 0 end
+  for _, st in ipairs(steps) do
+    if st[1] - now > at then return steps[1][2] - st[2] end
+  end
+  return steps[1][2]
+end
+
+local function wait_for(scope, dim, need, steps)
+  local m = 1
   local freed = 0
   local entries = redis.call('ZRANGE', logKey, 0, 1999, 'WITHSCORES')
   for i = 1, #entries, 2 do
     local at = tonumber(entries[i + 1]) + windowMs - now + 1
-    -- Entries leave in stamp order: none after this one frees room sooner than the best yet.
-    if best ~= nil and at >= best then return math.max(best, 1) end
+    -- A step of the foreign spend before this entry leaves may be enough with what left before.
+    while steps[m] ~= nil and steps[m][1] - now <= at do
+      local t = steps[m][1] - now
+      if freed + foreign_freed(steps, t) >= need then return math.max(t, 1) end
+      m = m + 1
+    end
     local enc = redis.call('HGET', resKey, entries[i])
     if enc then
       local r = decode(enc)
       if in_scope(r, scope) then
         freed = freed + amount(r, dim)
-        if freed >= need then return math.max(at, 1) end
-        -- Enough once the foreign spend lapses too; a later entry may still free it sooner.
-        if best == nil and extAmount > 0 and freed + extAmount >= need then
-          best = math.max(at, extUntil - now)
-        end
+        if freed + foreign_freed(steps, at) >= need then return math.max(at, 1) end
       end
     end
   end
   -- Not enough within the scanned part of a long log: look again when its last entry has left.
   if #entries >= 4000 then
-    local lastAt = tonumber(entries[#entries]) + windowMs - now + 1
-    if best == nil or lastAt < best then best = lastAt end
+    return math.max(tonumber(entries[#entries]) + windowMs - now + 1, 1)
   end
-  return math.max(best or windowMs, 1)
+  while steps[m] ~= nil do
+    local t = steps[m][1] - now
+    if freed + foreign_freed(steps, t) >= need then return math.max(t, 1) end
+    m = m + 1
+  end
+  return math.max(windowMs, 1)
 end
 
 for _, s in ipairs(scopes) do
@@ -174,17 +187,11 @@ for _, s in ipairs(scopes) do
     if limit > 0 then
       local field = s.name .. '|' .. d
       local used = tonumber(redis.call('HGET', totKey, field) or '0')
-      local extAmount = 0
-      local extUntil = 0
-      local ext = redis.call('HMGET', extKey, field, field .. '|until')
-      if ext[1] and tonumber(ext[2]) > now then
-        extAmount = tonumber(ext[1])
-        extUntil = tonumber(ext[2])
-      end
-      local need = used + extAmount + amount(cost, d) - limit
+      local steps = foreign_steps(extKey, field, now)
+      local need = used + (steps[1] and steps[1][2] or 0) + amount(cost, d) - limit
       if need > 0 then
         redis.call('HINCRBY', statsKey, 'denied_budget', 1)
-        return wait_as_head(3, wait_for(s.name, d, need, extAmount, extUntil), s.name, d)
+        return wait_as_head(3, wait_for(s.name, d, need, steps), s.name, d)
       end
     end
   end

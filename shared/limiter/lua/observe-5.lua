@@ -3,6 +3,11 @@
   window believes (another client spends from the same key), the difference counts as foreign
   spend until the provider's reset time (at most one window).
 
+  The highest reading is held until then, even when a later one is lower: another client's
+  spend falls as its old calls leave the window, just before it sends new ones, and taking that
+  room at once is what collides with its next call. The highest reading since the held one
+  takes over when the held one lapses, so the estimate steps down, never to nothing at once.
+
   Our spend is what is inside the window now: what has left it is dropped first, or a call the
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
   still on their way (admitted here, no response begun) are left out too: the provider has not
@@ -10,7 +15,8 @@
 
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
-    KEYS[2] ext    HASH "scope|dim" -> foreign spend, "scope|dim|until" -> when it lapses
+    KEYS[2] ext    HASH "scope|dim" -> foreign spend held, "scope|dim|until" -> when it lapses,
+                   "scope|dim|next", "scope|dim|next|until": the highest reading since
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
     KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes"
@@ -20,7 +26,7 @@
     ARGV[4..] per dimension (req, in, out, tok): provider limit, remaining, reset ms
               (-1 where the header was absent)
 
-  Output: {foreign req, foreign in, foreign out, foreign tok} as now recorded
+  Output: {foreign req, foreign in, foreign out, foreign tok} as now held
 ]]
 --- @include "reservations"
 
@@ -51,20 +57,37 @@ for i, d in ipairs(DIMS) do
   local b = 3 + (i - 1) * 3
   local limit, remaining, reset = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local field = scope .. '|' .. d
-  local foreign = 0
+  local held = 0
   if limit >= 0 and remaining >= 0 then
     local used = tonumber(redis.call('HGET', KEYS[1], field) or '0') - unseen[d]
-    foreign = (limit - remaining) - used
-    if foreign > 0 then
-      local untilMs = now + windowMs
-      if reset > now and reset < untilMs then untilMs = reset end
-      redis.call('HSET', KEYS[2], field, foreign, field .. '|until', untilMs)
-      redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1)
+    local foreign = math.max((limit - remaining) - used, 0)
+    local untilMs = now + windowMs
+    if reset > now and reset < untilMs then untilMs = reset end
+    if foreign > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end
+    local steps = foreign_steps(KEYS[2], field, now)
+    local first, second = steps[1], steps[2]
+    if first == nil or foreign >= first[2] then
+      -- A new highest reading: held from now, and nothing below it matters.
+      held = foreign
+      if foreign > 0 then
+        redis.call('HSET', KEYS[2], field, foreign, field .. '|until', untilMs)
+      else
+        redis.call('HDEL', KEYS[2], field, field .. '|until')
+      end
+      redis.call('HDEL', KEYS[2], field .. '|next', field .. '|next|until')
     else
-      foreign = 0
-      redis.call('HDEL', KEYS[2], field, field .. '|until')
+      -- Below the held reading (which may be the former next, its predecessor lapsed).
+      held = first[2]
+      redis.call('HSET', KEYS[2], field, first[2], field .. '|until', first[1])
+      if foreign > 0 and (second == nil or foreign >= second[2]) then
+        redis.call('HSET', KEYS[2], field .. '|next', foreign, field .. '|next|until', untilMs)
+      elseif second ~= nil then
+        redis.call('HSET', KEYS[2], field .. '|next', second[2], field .. '|next|until', second[1])
+      else
+        redis.call('HDEL', KEYS[2], field .. '|next', field .. '|next|until')
+      end
     end
   end
-  out[i] = foreign
+  out[i] = held
 end
 return out

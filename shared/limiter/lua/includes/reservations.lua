@@ -59,3 +59,18 @@ local function expire_slots(slotsKey, now)
   for _, id in ipairs(ids) do redis.call('ZREM', slotsKey, id) end
   return #ids
 end
+
+-- Another client's spend, as the provider's headers showed it (see observe): the highest reading
+-- is held until its own time, then the highest reading since it until that one's. Returns the
+-- live steps in time order, each { until ms, amount }: the amount now is the first step's.
+local function foreign_steps(extKey, field, now)
+  local e = redis.call('HMGET', extKey, field, field .. '|until', field .. '|next', field .. '|next|until')
+  local steps = {}
+  local peakUntil = tonumber(e[2] or '0')
+  if e[1] and peakUntil > now then steps[1] = { peakUntil, tonumber(e[1]) } end
+  local nextUntil = tonumber(e[4] or '0')
+  if e[3] and nextUntil > now and (steps[1] == nil or nextUntil > peakUntil) then
+    steps[#steps + 1] = { nextUntil, tonumber(e[3]) }
+  end
+  return steps
+end
