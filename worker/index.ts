@@ -9,5 +9,11 @@ export {
   retryDeadLetter,
   showDeadLetter,
 } from './dead-letters.ts';
-export { callProvider, createProviderClient } from './provider.ts';
+export {
+  callProvider,
+  createProviderClient,
+  type ProviderCaller,
+  type ProviderCallOptions,
+  type ProviderCallResult,
+} from './provider.ts';
 export { startWorker, type WorkerHandle, type WorkerLogger, type WorkerOptions } from './worker.ts';

@@ -50,6 +50,17 @@ function store(m: Anthropic.Message): StoredMessage {
   };
 }
 
+/**
+ * One provider call as the worker makes it. The default is {@link callProvider} with the SDK
+ * client; another (a gateway of your own, a test double, the bench's zero-latency stand-in) must
+ * call `onStart` once the provider has admitted the call, and throw errors that
+ * `classifyProviderError` understands (the SDK's, or any with a `status` and `headers`).
+ */
+export type ProviderCaller = (
+  request: MessagesRequest,
+  options: ProviderCallOptions,
+) => Promise<ProviderCallResult>;
+
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
 export async function callProvider(
   client: Anthropic,

@@ -15,7 +15,7 @@ import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import { type Classified, classifyProviderError } from './classify.ts';
 import { deadLetter } from './dead-letters.ts';
 import { HeadPeeker } from './head.ts';
-import { callProvider, type ProviderCallResult } from './provider.ts';
+import { callProvider, type ProviderCaller, type ProviderCallResult } from './provider.ts';
 
 /** Where the worker reports what it does; the CLI prints these, tests collect them. */
 export interface WorkerLogger {
@@ -30,7 +30,12 @@ export interface WorkerOptions {
   readonly redis: Redis;
   readonly names: QueueNames;
   /** The provider client, built with `createProviderClient` (SDK retries off). */
-  readonly client: Anthropic;
+  readonly client?: Anthropic;
+  /**
+   * How a call is made, when not through `client`: see {@link ProviderCaller}. One of `client`
+   * and `provider` is required.
+   */
+  readonly provider?: ProviderCaller;
   /** The shared budget: limits, window, global concurrency cap, headroom, accounting. */
   readonly limiter: Omit<LimiterOptions, 'redis' | 'names'>;
   /** Calls this process runs at once. @default the limiter's concurrency, else 10 */
@@ -111,6 +116,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const id = randomUUID();
   const log = options.logger ?? silent;
   const { redis, names, client } = options;
+  if (!client && !options.provider)
+    throw new TypeError('startWorker needs a provider client (`client`) or a `provider` function');
+  const call: ProviderCaller =
+    options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o));
   // Its own connection in subscriber mode: the gate wakes when any process frees budget.
   const subscriber = redis.duplicate();
   subscriber.on('error', () => {});
@@ -266,7 +275,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
     let res: ProviderCallResult;
     try {
-      res = await callProvider(client, data.request, {
+      res = await call(data.request, {
         stream,
         timeoutMs: data.timeoutMs ?? options.timeoutMs ?? 600_000,
         signal: r.abort.signal,

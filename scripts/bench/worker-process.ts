@@ -16,6 +16,7 @@ import { connectRedis } from '../../shared/redis.ts';
 import { callProvider } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { countRedisCommands } from './command-counter.ts';
+import { instantProvider } from './instant-provider.ts';
 import { benchProviderClient } from './provider-client.ts';
 import { CallRecorder } from './recorder.ts';
 import type {
@@ -68,12 +69,14 @@ async function go(): Promise<void> {
   };
   sample();
   sampler = setInterval(sample, 100);
-  if (config.mode === 'llmq') {
-    if (!client || !config.limiter) throw new Error('llmq mode needs mockUrl and limiter');
+  if (config.mode === 'llmq' || config.mode === 'llmq-instant') {
+    const instant = config.mode === 'llmq-instant';
+    if ((!client && !instant) || !config.limiter)
+      throw new Error('llmq mode needs mockUrl and limiter');
     const handle = await startWorker({
       redis,
       names: config.names,
-      client,
+      ...(instant ? { provider: instantProvider() } : { client }),
       limiter: config.limiter,
       concurrency: config.concurrency,
       feedback: config.feedback ?? true,

@@ -9,11 +9,12 @@ import type { RecorderReport } from './recorder.ts';
  */
 export interface WorkerProcessConfig {
   /**
-   * `llmq`: llmq's worker (`startWorker`); `bare`: a BullMQ Worker with a no-op processor;
-   * `bare-call`: a BullMQ Worker whose processor makes the same provider call llmq makes (streamed,
-   * through the SDK), with no gate: the difference to `llmq` is the gate's own cost.
+   * `llmq`: llmq's worker (`startWorker`) calling the mock; `llmq-instant`: the same worker with
+   * a zero-latency in-process provider (`instant-provider.ts`); `bare`: a BullMQ Worker with a
+   * no-op processor; `bare-call`: a BullMQ Worker whose processor makes the same provider call
+   * llmq makes (streamed, through the SDK), with no gate.
    */
-  readonly mode: 'llmq' | 'bare' | 'bare-call';
+  readonly mode: 'llmq' | 'llmq-instant' | 'bare' | 'bare-call';
   readonly redisUrl: string;
   readonly names: QueueNames;
   /** The mock's URL (for `llmq` and `bare-call`). */

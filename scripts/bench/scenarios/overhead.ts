@@ -70,17 +70,19 @@ export interface OverheadRow {
 }
 
 /**
- * The gate's cost: the same jobs drained by one worker process at the same concurrency, through
- * a bare BullMQ worker with a no-op processor, a bare BullMQ worker making llmq's provider call
- * (no gate), and llmq's worker (gate, call, reconciliation) with an unlimited budget and a
- * zero-latency mock. Each process counts its own Redis commands.
+ * The gate's cost: the same jobs drained by one worker process at the same concurrency. First
+ * without the network: a bare BullMQ worker with a no-op processor against llmq's worker (gate,
+ * stamping, settling) with an unlimited budget and a zero-latency in-process provider. Then with
+ * the real call: a bare BullMQ worker making llmq's streamed SDK call to the mock (no latency)
+ * against llmq's worker making it. Each process counts its own Redis commands.
  */
 export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const jobs = ctx.quick ? 1_000 : 5_000;
   const setups: Setup[] = [
     { label: 'bare BullMQ, no-op processor', mode: 'bare' },
-    { label: 'bare BullMQ + the provider call', mode: 'bare-call' },
-    { label: "llmq's gate (unlimited budget)", mode: 'llmq' },
+    { label: 'llmq, zero-latency provider', mode: 'llmq-instant' },
+    { label: 'bare BullMQ + the SDK call to the mock', mode: 'bare-call' },
+    { label: 'llmq + the SDK call to the mock', mode: 'llmq' },
   ];
   const rows: OverheadRow[] = [];
   await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, async (mock) => {
@@ -133,8 +135,10 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       );
     }
   });
-  const [bare, call, llmq] = rows as [OverheadRow, OverheadRow, OverheadRow];
-  const vsBare = (r: OverheadRow) => r.jobsPerSecond / bare.jobsPerSecond;
+  const [bare, instant, call, llmq] = rows as [OverheadRow, OverheadRow, OverheadRow, OverheadRow];
+  // Each llmq row against the bare BullMQ row of the same kind of call.
+  const vsBare = (r: OverheadRow) =>
+    r.jobsPerSecond / (r === llmq || r === call ? call : bare).jobsPerSecond;
   return {
     name: 'overhead',
     title: `${count(jobs)} jobs through one worker process at concurrency ${CONCURRENCY}`,
@@ -144,7 +148,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       'jobs',
       'wall',
       'jobs/s',
-      'vs bare',
+      'vs bare BullMQ',
       'peak RSS',
       'idle RSS',
       'peak heap',
@@ -168,13 +172,14 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
     figures: rows,
     targets: [
       {
-        name: 'llmq at least 85% of bare BullMQ',
-        met: vsBare(llmq) >= 0.85,
-        detail: `${count(llmq.jobsPerSecond)} against ${count(bare.jobsPerSecond)} jobs/s (${percent(vsBare(llmq), 0)}); against BullMQ making the same call: ${percent(llmq.jobsPerSecond / call.jobsPerSecond, 0)}`,
+        name: "llmq's throughput at least 85% of bare BullMQ's (zero-latency provider against a no-op processor)",
+        met: vsBare(instant) >= 0.85,
+        detail: `${count(instant.jobsPerSecond)} against ${count(bare.jobsPerSecond)} jobs/s (${percent(vsBare(instant), 0)}); with the SDK call to the mock on both sides: ${count(llmq.jobsPerSecond)} against ${count(call.jobsPerSecond)} (${percent(vsBare(llmq), 0)})`,
       },
     ],
     notes: [
-      `llmq's Redis commands per job: ${Object.entries(llmq.commandsPerJob)
+      `'vs bare BullMQ': each llmq row against the bare row of the same kind (no-op, or the same SDK call)`,
+      `llmq's Redis commands per job: ${Object.entries(instant.commandsPerJob)
         .filter(([, v]) => v >= 0.05)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
