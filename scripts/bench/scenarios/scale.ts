@@ -123,7 +123,7 @@ async function acquireLatency(
  * window fills, worker memory, and the limiter's memory staying within one window.
  */
 export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const jobs = ctx.quick ? 10_000 : 100_000;
+  const jobs = ctx.quick ? 3_000 : 100_000;
   const windowMs = windowMsFor(ctx.quick);
   const figures: Record<string, unknown> = {
     jobs,
