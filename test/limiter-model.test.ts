@@ -110,8 +110,11 @@ class Model {
   now: number;
   pausedUntil = 0;
   readonly res: ModelRes[] = [];
-  /** Foreign spend per "scope|dim": the held reading and the highest one since it. */
-  readonly ext = new Map<string, { held?: Step; next?: Step }>();
+  /**
+   * Foreign spend per "scope|dim": the held reading of what was certainly foreign, the highest
+   * one since it, and the latest reading of what may have been foreign.
+   */
+  readonly ext = new Map<string, { held?: Step; next?: Step; last?: Step }>();
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
 
@@ -169,8 +172,15 @@ class Model {
     return out;
   }
 
+  /** The foreign spend counted at `at`, as things stand now. */
+  foreignAt(scope: string, d: Dim, at: number): number {
+    const held = this.steps(scope, d).find((st) => st.until > at)?.amount ?? 0;
+    const last = this.ext.get(`${scope}|${d}`)?.last;
+    return Math.max(held, last && last.until > this.now && last.until > at ? last.amount : 0);
+  }
+
   foreign(scope: string, d: Dim): number {
-    return this.steps(scope, d)[0]?.amount ?? 0;
+    return this.foreignAt(scope, d, this.now);
   }
 
   inFlight(): ModelRes[] {
@@ -220,14 +230,14 @@ class Model {
    */
   budgetWait(scope: string, d: Dim, need: number): number {
     const mine = this.res.filter((r) => r.inLog && r.scopes.includes(scope));
-    const steps = this.steps(scope, d);
-    const foreignAt = (at: number) => steps.find((st) => st.until > at)?.amount ?? 0;
+    const last = this.ext.get(`${scope}|${d}`)?.last;
     const moments = [
       ...mine.map((r) => r.stamp + this.windowArg + 1),
-      ...steps.map((st) => st.until),
+      ...this.steps(scope, d).map((st) => st.until),
+      ...(last && last.until > this.now ? [last.until] : []),
     ];
     for (const at of moments.sort((a, b) => a - b)) {
-      let freed = this.foreign(scope, d) - foreignAt(at);
+      let freed = this.foreign(scope, d) - this.foreignAt(scope, d, at);
       for (const r of mine) if (r.stamp + this.windowArg + 1 <= at) freed += amount(r, d);
       if (freed >= need) return Math.max(at - this.now, 1);
     }
@@ -301,21 +311,26 @@ class Model {
     this.pruneLog();
     for (const { dim, limit, remaining, reset } of dims) {
       const field = `${scope}|${dim}`;
-      const foreign = Math.max(
+      // Certainly foreign: every call of ours counted as seen; possibly: unbegun ones not.
+      const certain = Math.max(limit - remaining - this.used(scope, dim), 0);
+      const possible = Math.max(
         limit - remaining - (this.used(scope, dim) - this.unseen(scope, dim)),
         0,
       );
       let until = this.now + this.windowArg;
       if (reset !== null && reset > this.now && reset < until) until = reset;
       const [first, second] = this.steps(scope, dim);
-      if (!first || foreign >= first.amount) {
+      let e: { held?: Step; next?: Step; last?: Step };
+      if (!first || certain >= first.amount) {
         // A new highest reading, held from now.
-        this.ext.set(field, foreign > 0 ? { held: { amount: foreign, until } } : {});
-      } else if (foreign > 0 && (!second || foreign >= second.amount)) {
-        this.ext.set(field, { held: first, next: { amount: foreign, until } });
+        e = certain > 0 ? { held: { amount: certain, until } } : {};
+      } else if (certain > 0 && (!second || certain >= second.amount)) {
+        e = { held: first, next: { amount: certain, until } };
       } else {
-        this.ext.set(field, second ? { held: first, next: second } : { held: first });
+        e = second ? { held: first, next: second } : { held: first };
       }
+      if (possible > certain) e.last = { amount: possible, until };
+      this.ext.set(field, e);
     }
   }
 

@@ -77,6 +77,20 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await foreign(lim)).toBe(250);
   });
 
+  it('what may have been our own calls racing their headers counts only until the next reading', async () => {
+    const lim = make();
+    // Admitted here, its response not begun: the provider's 700 left may or may not count it.
+    const racing = await lim.tryAcquire(cost(100, 200));
+    expect(racing.ok).toBe(true);
+    await lim.observe(tokenHeaders(1_000, 700, t + 9_000));
+    expect(await foreign(lim)).toBe(300);
+    // Its response begins: the same 700 left is all ours, and nothing is held back.
+    if (racing.ok) await lim.start(racing.reservation);
+    await lim.observe(tokenHeaders(1_000, 700, t + 9_000));
+    expect(await foreign(lim)).toBe(0);
+    expect(await lim.tryAcquire(cost(400, 300))).toMatchObject({ ok: true });
+  });
+
   it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {
     const lim = make();
     const t0 = t;

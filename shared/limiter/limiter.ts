@@ -100,13 +100,14 @@ function effective(limit: number | undefined, headroom: number): number {
 }
 
 /**
- * Another client's spend held now for `field` of the ext hash: the held reading while it lasts,
- * then the one that follows it (`foreign_steps` in the Lua include).
+ * Another client's spend counted now for `field` of the ext hash: the held reading while it
+ * lasts, then the one that follows it, or the latest reading when that is higher (`foreign_of`
+ * in the Lua include).
  */
 function foreignNow(ext: Record<string, string>, field: string, now: number): number {
-  if (Number(ext[`${field}|until`] ?? 0) > now) return Number(ext[field] ?? 0);
-  if (Number(ext[`${field}|next|until`] ?? 0) > now) return Number(ext[`${field}|next`] ?? 0);
-  return 0;
+  const live = (f: string) => (Number(ext[`${f}|until`] ?? 0) > now ? Number(ext[f] ?? 0) : 0);
+  const held = Number(ext[`${field}|until`] ?? 0) > now ? live(field) : live(`${field}|next`);
+  return Math.max(held, live(`${field}|last`));
 }
 
 function checkScopeName(name: string): void {
@@ -578,8 +579,9 @@ export class Limiter {
   /**
    * Takes the provider's rate-limit headers: when they report less room than the window
    * believes, the difference is counted as another client's spend until the provider's reset.
-   * The highest such reading is held until then, and the highest since takes over after it
-   * (`observe-5.lua` says why).
+   * What was certainly another client's is held until then (the highest reading, then the
+   * highest since); what may have been our own calls racing their headers counts only until
+   * the next reading (`observe-5.lua` says why).
    */
   async observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
     const reading = readRateLimitHeaders(headers);

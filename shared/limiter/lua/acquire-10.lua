@@ -15,8 +15,8 @@
     KEYS[7]  pause    STRING shared pause, until ms
     KEYS[8]  tot      HASH "scope|dim" -> spend inside the window
     KEYS[9]  ext      HASH "scope|dim" -> spend the provider reported and we did not make,
-                      "scope|dim|until" -> when that report lapses; "|next", "|next|until":
-                      what follows it (see observe)
+                      "scope|dim|until" -> when that report lapses; "|next", "|last" and
+                      their "|until": what follows it, and the latest reading (see observe)
     KEYS[10] stats    HASH counters and the first waiter's next retry time
 
     ARGV[1]  now ms, or '' for Redis TIME
@@ -131,7 +131,7 @@ if pausedUntil > now then
 end
 
 -- How long until `need` of scope/dim has left the window: walk the log from its oldest stamp.
--- The provider-reported foreign spend steps down at its own times (foreign_steps).
+-- The provider-reported foreign spend steps down at its own times (foreign_of).
 local function in_scope(r, scope)
   for _, s in ipairs(r.scopes) do
     if s == scope then return true end
@@ -139,25 +139,18 @@ local function in_scope(r, scope)
   return false
 end
 
--- How much of the foreign spend held now has lapsed `at` ms from now.
-local function foreign_freed(steps, at)
-  if steps[1] == nil then return 0 end
-  for _, st in ipairs(steps) do
-    if st[1] - now > at then return steps[1][2] - st[2] end
-  end
-  return steps[1][2]
-end
-
-local function wait_for(scope, dim, need, steps)
+local function wait_for(scope, dim, need, f)
+  local held = foreign_at(f, now, 0)
+  local moments = foreign_moments(f, now)
   local m = 1
   local freed = 0
   local entries = redis.call('ZRANGE', logKey, 0, 1999, 'WITHSCORES')
   for i = 1, #entries, 2 do
     local at = tonumber(entries[i + 1]) + windowMs - now + 1
     -- A step of the foreign spend before this entry leaves may be enough with what left before.
-    while steps[m] ~= nil and steps[m][1] - now <= at do
-      local t = steps[m][1] - now
-      if freed + foreign_freed(steps, t) >= need then return math.max(t, 1) end
+    while moments[m] ~= nil and moments[m] <= at do
+      local t = moments[m]
+      if freed + held - foreign_at(f, now, t) >= need then return math.max(t, 1) end
       m = m + 1
     end
     local enc = redis.call('HGET', resKey, entries[i])
@@ -165,7 +158,7 @@ local function wait_for(scope, dim, need, steps)
       local r = decode(enc)
       if in_scope(r, scope) then
         freed = freed + amount(r, dim)
-        if freed + foreign_freed(steps, at) >= need then return math.max(at, 1) end
+        if freed + held - foreign_at(f, now, at) >= need then return math.max(at, 1) end
       end
     end
   end
@@ -173,9 +166,9 @@ local function wait_for(scope, dim, need, steps)
   if #entries >= 4000 then
     return math.max(tonumber(entries[#entries]) + windowMs - now + 1, 1)
   end
-  while steps[m] ~= nil do
-    local t = steps[m][1] - now
-    if freed + foreign_freed(steps, t) >= need then return math.max(t, 1) end
+  while moments[m] ~= nil do
+    local t = moments[m]
+    if freed + held - foreign_at(f, now, t) >= need then return math.max(t, 1) end
     m = m + 1
   end
   return math.max(windowMs, 1)
@@ -187,11 +180,11 @@ for _, s in ipairs(scopes) do
     if limit > 0 then
       local field = s.name .. '|' .. d
       local used = tonumber(redis.call('HGET', totKey, field) or '0')
-      local steps = foreign_steps(extKey, field, now)
-      local need = used + (steps[1] and steps[1][2] or 0) + amount(cost, d) - limit
+      local f = foreign_of(extKey, field, now)
+      local need = used + foreign_at(f, now, 0) + amount(cost, d) - limit
       if need > 0 then
         redis.call('HINCRBY', statsKey, 'denied_budget', 1)
-        return wait_as_head(3, wait_for(s.name, d, need, steps), s.name, d)
+        return wait_as_head(3, wait_for(s.name, d, need, f), s.name, d)
       end
     end
   end

@@ -3,10 +3,14 @@
   window believes (another client spends from the same key), the difference counts as foreign
   spend until the provider's reset time (at most one window).
 
-  The highest reading is held until then, even when a later one is lower: another client's
-  spend falls as its old calls leave the window, just before it sends new ones, and taking that
-  room at once is what collides with its next call. The highest reading since the held one
-  takes over when the held one lapses, so the estimate steps down, never to nothing at once.
+  What was certainly another client's (counting every call of ours as counted by the provider)
+  is held: the highest reading until then, even when a later one is lower, because another
+  client's spend falls as its old calls leave the window just before it sends new ones, and
+  taking that room at once is what collides with its next call; the highest reading since takes
+  over when the held one lapses, so the estimate steps down, never to nothing at once. What may
+  have been ours (calls admitted here whose response had not begun: the provider may or may not
+  have counted them yet) counts only until the next reading, so our own calls racing their
+  headers never hold budget back for a whole window.
 
   Our spend is what is inside the window now: what has left it is dropped first, or a call the
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
@@ -16,7 +20,8 @@
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
     KEYS[2] ext    HASH "scope|dim" -> foreign spend held, "scope|dim|until" -> when it lapses,
-                   "scope|dim|next", "scope|dim|next|until": the highest reading since
+                   "scope|dim|next", "scope|dim|next|until": the highest reading since,
+                   "scope|dim|last", "scope|dim|last|until": the latest reading, at its highest
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
     KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes"
@@ -26,7 +31,7 @@
     ARGV[4..] per dimension (req, in, out, tok): provider limit, remaining, reset ms
               (-1 where the header was absent)
 
-  Output: {foreign req, foreign in, foreign out, foreign tok} as now held
+  Output: {foreign req, foreign in, foreign out, foreign tok} as now counted
 ]]
 --- @include "reservations"
 
@@ -59,18 +64,19 @@ for i, d in ipairs(DIMS) do
   local field = scope .. '|' .. d
   local held = 0
   if limit >= 0 and remaining >= 0 then
-    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0') - unseen[d]
-    local foreign = math.max((limit - remaining) - used, 0)
+    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+    local certain = math.max((limit - remaining) - used, 0)
+    local possible = math.max((limit - remaining) - (used - unseen[d]), 0)
     local untilMs = now + windowMs
     if reset > now and reset < untilMs then untilMs = reset end
-    if foreign > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end
-    local steps = foreign_steps(KEYS[2], field, now)
-    local first, second = steps[1], steps[2]
-    if first == nil or foreign >= first[2] then
+    if possible > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end
+    local f = foreign_of(KEYS[2], field, now)
+    local first, second = f.steps[1], f.steps[2]
+    if first == nil or certain >= first[2] then
       -- A new highest reading: held from now, and nothing below it matters.
-      held = foreign
-      if foreign > 0 then
-        redis.call('HSET', KEYS[2], field, foreign, field .. '|until', untilMs)
+      held = certain
+      if certain > 0 then
+        redis.call('HSET', KEYS[2], field, certain, field .. '|until', untilMs)
       else
         redis.call('HDEL', KEYS[2], field, field .. '|until')
       end
@@ -79,14 +85,20 @@ for i, d in ipairs(DIMS) do
       -- Below the held reading (which may be the former next, its predecessor lapsed).
       held = first[2]
       redis.call('HSET', KEYS[2], field, first[2], field .. '|until', first[1])
-      if foreign > 0 and (second == nil or foreign >= second[2]) then
-        redis.call('HSET', KEYS[2], field .. '|next', foreign, field .. '|next|until', untilMs)
+      if certain > 0 and (second == nil or certain >= second[2]) then
+        redis.call('HSET', KEYS[2], field .. '|next', certain, field .. '|next|until', untilMs)
       elseif second ~= nil then
         redis.call('HSET', KEYS[2], field .. '|next', second[2], field .. '|next|until', second[1])
       else
         redis.call('HDEL', KEYS[2], field .. '|next', field .. '|next|until')
       end
     end
+    if possible > certain then
+      redis.call('HSET', KEYS[2], field .. '|last', possible, field .. '|last|until', untilMs)
+    else
+      redis.call('HDEL', KEYS[2], field .. '|last', field .. '|last|until')
+    end
+    if possible > held then held = possible end
   end
   out[i] = held
 end
