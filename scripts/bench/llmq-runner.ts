@@ -6,15 +6,14 @@ import type { ClientRun } from './clients/run-baseline.ts';
 import { startWorkers, type WorkerChild } from './processes.ts';
 import { benchProviderClient } from './provider-client.ts';
 import { CallRecorder, mergeReports, type RecorderReport } from './recorder.ts';
-import { benchRedis } from './redis-scope.ts';
+import { benchRedis, withBenchScope } from './redis-scope.ts';
 import type { WorkerProcessReport } from './worker-protocol.ts';
 import type { BenchRequest } from './workload.ts';
 
 export interface LlmqRunOptions {
   readonly redisUrl: string;
-  /** A connection for the producer (not owned). */
-  readonly redis: Redis;
-  readonly names: QueueNames;
+  /** Label of the run's Redis scope: a queue and key prefix of its own, deleted after. */
+  readonly scope: string;
   readonly mockUrl: string;
   readonly requests: readonly BenchRequest[];
   readonly limiter: WorkerOptions['limiter'];
@@ -37,19 +36,30 @@ export interface LlmqRun extends ClientRun {
 }
 
 /**
- * llmq end to end: workers started first and idle (as a deployed pool would be), then the
- * producer enqueues every request in one `enqueueMany`, and the run lasts until the last job has
- * completed (its `completedAt`) or been dead-lettered.
+ * llmq end to end, in a Redis scope of its own (`withBenchScope`): workers started first and
+ * idle (as a deployed pool would be), then the producer enqueues every request in one
+ * `enqueueMany`, and the run lasts until the last job has completed (its `completedAt`) or been
+ * dead-lettered.
  */
-export async function runLlmq(options: LlmqRunOptions): Promise<LlmqRun> {
-  const { names, limiter } = options;
+export function runLlmq(options: LlmqRunOptions): Promise<LlmqRun> {
+  return withBenchScope(options.redisUrl, options.scope, (redis, names) =>
+    runInScope(options, redis, names),
+  );
+}
+
+async function runInScope(
+  options: LlmqRunOptions,
+  redis: Redis,
+  names: QueueNames,
+): Promise<LlmqRun> {
+  const { limiter } = options;
   const record = { mode: 'full', output: options.recordOutput ?? false } as const;
   const recorders: CallRecorder[] = [];
   const handles: WorkerHandle[] = [];
   const connections: Redis[] = [];
   let children: WorkerChild[] = [];
   const producer = new Producer({
-    redis: options.redis,
+    redis,
     names,
     limits: limiter.limits ?? {},
     headroom: limiter.headroom ?? 0.01,
@@ -58,12 +68,12 @@ export async function runLlmq(options: LlmqRunOptions): Promise<LlmqRun> {
     if (options.workers.where === 'in-process') {
       for (let i = 0; i < options.workers.count; i++) {
         const recorder = new CallRecorder(record);
-        const redis = benchRedis(options.redisUrl);
+        const connection = benchRedis(options.redisUrl);
         recorders.push(recorder);
-        connections.push(redis);
+        connections.push(connection);
         handles.push(
           await startWorker({
-            redis,
+            redis: connection,
             names,
             client: benchProviderClient(options.mockUrl, recorder),
             limiter,

@@ -5,7 +5,6 @@ import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
-import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, megabytes, percent, seconds } from '../table.ts';
 import { costAtMock, latencyFor, mixedCalls, shapesOf, windowMsFor } from '../workload.ts';
@@ -92,27 +91,22 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     }
     ctx.log(`fleet: ${client}`);
     await mock.reset();
-    rows.push(
-      await withBenchScope(ctx.redisUrl, 'fleet', async (redis, names) => {
-        const run = await runLlmq({
-          redisUrl: ctx.redisUrl,
-          redis,
-          names,
-          mockUrl: mock.url,
-          requests,
-          limiter: {
-            windowMs,
-            limits: { tokens: LIMIT },
-            concurrency: CONCURRENCY,
-            outputAccounting: 'reserve',
-          },
-          workers: { count: PROCESSES, where: 'processes' },
-          concurrency: CONCURRENCY / PROCESSES,
-        });
-        peakRss = Math.max(...run.processes.map((p) => p.peakRssBytes));
-        return rateRow({ ...common, client, run, calls: run.calls, stats: await mock.stats() });
-      }),
-    );
+    const run = await runLlmq({
+      redisUrl: ctx.redisUrl,
+      scope: 'fleet',
+      mockUrl: mock.url,
+      requests,
+      limiter: {
+        windowMs,
+        limits: { tokens: LIMIT },
+        concurrency: CONCURRENCY,
+        outputAccounting: 'reserve',
+      },
+      workers: { count: PROCESSES, where: 'processes' },
+      concurrency: CONCURRENCY / PROCESSES,
+    });
+    peakRss = Math.max(...run.processes.map((p) => p.peakRssBytes));
+    rows.push(rateRow({ ...common, client, run, calls: run.calls, stats: await mock.stats() }));
   });
 
   const llmq = rows[rows.length - 1]!;

@@ -5,7 +5,6 @@ import { idealSchedule } from '../budget.ts';
 import { runLlmq } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder, type RecorderReport } from '../recorder.ts';
-import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, percent, seconds } from '../table.ts';
 import {
@@ -116,45 +115,39 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
       const client = feedback ? 'llmq with provider feedback' : 'llmq without feedback';
       ctx.log(`neighbour: ${client}`);
       await mock.reset();
-      await withBenchScope(ctx.redisUrl, 'neighbour', async (redis, names) => {
-        const stop = new AbortController();
-        const neighbour = runNeighbour(mock.url, windowMs, stop.signal);
-        // Let the neighbour take its share first, as a client that was already there.
-        await sleep(windowMs / 2);
-        const run = await runLlmq({
-          redisUrl: ctx.redisUrl,
-          redis,
-          names,
-          mockUrl: mock.url,
-          requests,
-          limiter: {
-            windowMs,
-            limits: { tokens: LIMIT },
-            concurrency: CONCURRENCY,
-            outputAccounting: 'reserve',
-          },
-          workers: { count: 1, where: 'in-process' },
+      const stop = new AbortController();
+      const neighbour = runNeighbour(mock.url, windowMs, stop.signal);
+      // Let the neighbour take its share first, as a client that was already there.
+      await sleep(windowMs / 2);
+      const run = await runLlmq({
+        redisUrl: ctx.redisUrl,
+        scope: 'neighbour',
+        mockUrl: mock.url,
+        requests,
+        limiter: {
+          windowMs,
+          limits: { tokens: LIMIT },
           concurrency: CONCURRENCY,
-          feedback,
-        }).finally(() => stop.abort());
-        const n = await neighbour;
-        const stats = await mock.stats();
-        const common = { limit: LIMIT, windowMs, accounting: 'reserve' as const, stats };
-        const nb = rateRow({
-          ...common,
-          client: '  the neighbour meanwhile',
-          run: { completed: n.completed, failed: n.failed, wallMs: n.wallMs, errors: {} },
-          calls: n.calls,
-          total: n.sent,
-          minimumMs: Number.NaN,
-        });
-        const minimumMs = minimumOn(nb.utilization);
-        minimums.push(minimumMs);
-        rows.push(
-          rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs }),
-          nb,
-        );
+          outputAccounting: 'reserve',
+        },
+        workers: { count: 1, where: 'in-process' },
+        concurrency: CONCURRENCY,
+        feedback,
+      }).finally(() => stop.abort());
+      const n = await neighbour;
+      const stats = await mock.stats();
+      const common = { limit: LIMIT, windowMs, accounting: 'reserve' as const, stats };
+      const nb = rateRow({
+        ...common,
+        client: '  the neighbour meanwhile',
+        run: { completed: n.completed, failed: n.failed, wallMs: n.wallMs, errors: {} },
+        calls: n.calls,
+        total: n.sent,
+        minimumMs: Number.NaN,
       });
+      const minimumMs = minimumOn(nb.utilization);
+      minimums.push(minimumMs);
+      rows.push(rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs }), nb);
     }
   });
 

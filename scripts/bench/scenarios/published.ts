@@ -7,7 +7,6 @@ import { TokenBucket } from '../clients/token-bucket.ts';
 import { runLlmq } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
-import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { percent, ratio, seconds } from '../table.ts';
 import { costAtMock, latencyFor, shapesOf, shortCall, windowMsFor } from '../workload.ts';
@@ -117,31 +116,22 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     }
     ctx.log('published: llmq');
     await mock.reset();
+    const run = await runLlmq({
+      redisUrl: ctx.redisUrl,
+      scope: 'published',
+      mockUrl: mock.url,
+      requests,
+      limiter: {
+        windowMs,
+        limits: { tokens: LIMIT },
+        concurrency: CONCURRENCY,
+        outputAccounting: 'reserve',
+      },
+      workers: { count: 1, where: 'in-process' },
+      concurrency: CONCURRENCY,
+    });
     rows.push(
-      await withBenchScope(ctx.redisUrl, 'published', async (redis, names) => {
-        const run = await runLlmq({
-          redisUrl: ctx.redisUrl,
-          redis,
-          names,
-          mockUrl: mock.url,
-          requests,
-          limiter: {
-            windowMs,
-            limits: { tokens: LIMIT },
-            concurrency: CONCURRENCY,
-            outputAccounting: 'reserve',
-          },
-          workers: { count: 1, where: 'in-process' },
-          concurrency: CONCURRENCY,
-        });
-        return rateRow({
-          ...common,
-          client: llmqClient,
-          run,
-          calls: run.calls,
-          stats: await mock.stats(),
-        });
-      }),
+      rateRow({ ...common, client: llmqClient, run, calls: run.calls, stats: await mock.stats() }),
     );
   });
 

@@ -5,7 +5,6 @@ import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
-import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { percent, ratio, seconds } from '../table.ts';
 import { costAtMock, latencyFor, shapesOf, shortCall, windowMsFor } from '../workload.ts';
@@ -77,33 +76,22 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
           : 'llmq, not reconciling (outputAccounting reserve)';
       ctx.log(`refunds: ${client}`);
       await mock.reset();
-      rows.push(
-        await withBenchScope(ctx.redisUrl, 'refunds', async (redis, names) => {
-          const llmqRun = await runLlmq({
-            redisUrl: ctx.redisUrl,
-            redis,
-            names,
-            mockUrl: mock.url,
-            requests,
-            limiter: {
-              windowMs,
-              limits: { tokens: LIMIT },
-              concurrency: CONCURRENCY,
-              outputAccounting: accounting,
-            },
-            workers: { count: 1, where: 'in-process' },
-            concurrency: CONCURRENCY,
-            recordOutput: true,
-          });
-          return rateRow({
-            ...common,
-            client,
-            run: llmqRun,
-            calls: llmqRun.calls,
-            stats: await mock.stats(),
-          });
-        }),
-      );
+      const run = await runLlmq({
+        redisUrl: ctx.redisUrl,
+        scope: 'refunds',
+        mockUrl: mock.url,
+        requests,
+        limiter: {
+          windowMs,
+          limits: { tokens: LIMIT },
+          concurrency: CONCURRENCY,
+          outputAccounting: accounting,
+        },
+        workers: { count: 1, where: 'in-process' },
+        concurrency: CONCURRENCY,
+        recordOutput: true,
+      });
+      rows.push(rateRow({ ...common, client, run, calls: run.calls, stats: await mock.stats() }));
     }
   });
 
