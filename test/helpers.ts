@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import { deleteKeysMatching } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
@@ -19,6 +21,35 @@ export function newRedis(): Redis {
 /** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */
 export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
   return deleteKeysMatching(redis, `${prefix}:*`);
+}
+
+/**
+ * Gives each test of the file a Redis connection and names of its own: `use` receives them
+ * before the test; after it, the test's keys are deleted and the connection closed.
+ */
+export function eachTestRedis(label: string, use: (redis: Redis, names: QueueNames) => void): void {
+  let redis: Redis | undefined;
+  let names: QueueNames | undefined;
+  beforeEach(() => {
+    redis = newRedis();
+    names = testNames(label);
+    use(redis, names);
+  });
+  afterEach(async () => {
+    if (!redis || !names) return;
+    await deleteKeys(redis, names.prefix);
+    redis.disconnect();
+  });
+}
+
+/**
+ * A limiter for a test: no headroom and no margin on the window, so the numbers a test writes
+ * are the numbers the scripts see; a 10 s window unless told.
+ */
+export function testLimiter(
+  options: Omit<LimiterOptions, 'windowMs'> & { windowMs?: number },
+): Limiter {
+  return new Limiter({ windowMs: 10_000, headroom: 0, windowMarginMs: 0, ...options });
 }
 
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */

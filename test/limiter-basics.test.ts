@@ -1,29 +1,25 @@
 import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { LimiterOptions } from '../shared/limiter/limiter.ts';
+import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
-let names: ReturnType<typeof testNames>;
+let names: QueueNames;
 let t: number;
 
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('lim');
-  t = 1_700_000_000_000;
+eachTestRedis('lim', (r, n) => {
+  redis = r;
+  names = n;
 });
-afterEach(async () => {
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+beforeEach(() => {
+  t = 1_700_000_000_000;
 });
 
 const make = (o: Partial<LimiterOptions> = {}) =>
-  new Limiter({
+  testLimiter({
     redis,
     names,
-    windowMs: 10_000,
-    headroom: 0,
-    windowMarginMs: 0,
     clock: () => t,
     ...o,
   });

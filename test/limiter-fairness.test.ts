@@ -1,8 +1,9 @@
 import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Limiter } from '../shared/limiter/limiter.ts';
+import { describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { deleteKeys, newRedis, testNames, until } from './helpers.ts';
+import { eachTestRedis, testLimiter, until } from './helpers.ts';
 
 /*
  * Real waiting (Redis's clock, no injected one) on a short window: the line decides who goes
@@ -10,25 +11,19 @@ import { deleteKeys, newRedis, testNames, until } from './helpers.ts';
  */
 
 let redis: Redis;
-let names: ReturnType<typeof testNames>;
+let names: QueueNames;
 
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('limfair');
-});
-afterEach(async () => {
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+eachTestRedis('limfair', (r, n) => {
+  redis = r;
+  names = n;
 });
 
 const WINDOW = 1_500;
 const make = () =>
-  new Limiter({
+  testLimiter({
     redis,
     names,
     windowMs: WINDOW,
-    windowMarginMs: 0,
-    headroom: 0,
     limits: { tokens: 1_000 },
     maxPollMs: 50,
   });

@@ -1,31 +1,28 @@
 import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
-let names: ReturnType<typeof testNames>;
+let names: QueueNames;
 let t: number;
 
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('limobs');
-  t = 1_700_000_000_000;
+eachTestRedis('limobs', (r, n) => {
+  redis = r;
+  names = n;
 });
-afterEach(async () => {
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+beforeEach(() => {
+  t = 1_700_000_000_000;
 });
 
 const W = 10_000;
 const make = (o: Partial<LimiterOptions> = {}) =>
-  new Limiter({
+  testLimiter({
     redis,
     names,
     windowMs: W,
-    headroom: 0,
-    windowMarginMs: 0,
     clock: () => t,
     maxPollMs: 10,
     limits: { tokens: 1_000 },

@@ -1,30 +1,26 @@
 import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Dimension, Reservation } from '../shared/limiter/types.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
-let names: ReturnType<typeof testNames>;
+let names: QueueNames;
 let t: number;
 
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('limsettle');
-  t = 1_700_000_000_000;
+eachTestRedis('limsettle', (r, n) => {
+  redis = r;
+  names = n;
 });
-afterEach(async () => {
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+beforeEach(() => {
+  t = 1_700_000_000_000;
 });
 
 const make = (o: Partial<LimiterOptions> = {}) =>
-  new Limiter({
+  testLimiter({
     redis,
     names,
-    windowMs: 10_000,
-    headroom: 0,
-    windowMarginMs: 0,
     clock: () => t,
     limits: { inputTokens: 1_000, outputTokens: 1_000, tokens: 2_000 },
     ...o,

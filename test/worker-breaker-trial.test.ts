@@ -1,17 +1,14 @@
 import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
 import { CircuitBreaker } from '../worker/breaker.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { eachTestRedis } from './helpers.ts';
 
 let redis: Redis;
-let names: ReturnType<typeof testNames>;
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('trial');
-});
-afterEach(async () => {
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+let names: QueueNames;
+eachTestRedis('trial', (r, n) => {
+  redis = r;
+  names = n;
 });
 
 describe('the breaker’s trial call', () => {

@@ -1,7 +1,6 @@
 import { type Command, Option } from 'commander';
-import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
-import type { DimensionLimits } from '../../shared/limiter/types.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker, type WorkerLogger } from '../../worker/worker.ts';
