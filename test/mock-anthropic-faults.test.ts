@@ -1,21 +1,9 @@
 import Anthropic, { APIConnectionError, APIError } from '@anthropic-ai/sdk';
-import { afterEach, describe, expect, it } from 'vitest';
-import {
-  type MockAnthropicHandle,
-  type MockAnthropicOptions,
-  startMockAnthropic,
-} from '../scripts/mock-anthropic/index.ts';
+import { describe, expect, it } from 'vitest';
+import type { MockAnthropicHandle } from '../scripts/mock-anthropic/index.ts';
+import { eachTestMocks } from './fixtures/mock-servers.ts';
 
-const open: MockAnthropicHandle[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((mock) => mock.close()));
-});
-
-async function start(options?: MockAnthropicOptions): Promise<MockAnthropicHandle> {
-  const mock = await startMockAnthropic(options);
-  open.push(mock);
-  return mock;
-}
+const start = eachTestMocks();
 
 function sdk(mock: MockAnthropicHandle): Anthropic {
   return new Anthropic({ apiKey: 'test-key', baseURL: mock.url, maxRetries: 0 });

@@ -1,28 +1,15 @@
 import Anthropic, { RateLimitError } from '@anthropic-ai/sdk';
-import { afterEach, describe, expect, it } from 'vitest';
-import {
-  countMockTokens,
-  type MockAnthropicHandle,
-  type MockAnthropicOptions,
-  startMockAnthropic,
-} from '../scripts/mock-anthropic/index.ts';
+import { describe, expect, it } from 'vitest';
+import { countMockTokens, type MockAnthropicHandle } from '../scripts/mock-anthropic/index.ts';
 import {
   type Charge,
   createSlidingWindowLimiter,
   createTokenBucketLimiter,
 } from '../scripts/mock-anthropic/rate-limits.ts';
 import { worstWindow } from '../scripts/mock-anthropic/stats.ts';
+import { eachTestMocks } from './fixtures/mock-servers.ts';
 
-const open: MockAnthropicHandle[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((mock) => mock.close()));
-});
-
-async function start(options?: MockAnthropicOptions): Promise<MockAnthropicHandle> {
-  const mock = await startMockAnthropic(options);
-  open.push(mock);
-  return mock;
-}
+const start = eachTestMocks();
 
 function sdk(mock: MockAnthropicHandle, maxRetries = 0): Anthropic {
   return new Anthropic({ apiKey: 'test-key', baseURL: mock.url, maxRetries });

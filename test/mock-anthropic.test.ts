@@ -1,24 +1,15 @@
 import Anthropic, { type APIError, NotFoundError, RateLimitError } from '@anthropic-ai/sdk';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   countMockTokens,
   countTextTokens,
   type MockAnthropicHandle,
-  type MockAnthropicOptions,
   type MockStats,
   startMockAnthropic,
 } from '../scripts/mock-anthropic/index.ts';
+import { eachTestMocks } from './fixtures/mock-servers.ts';
 
-const open: MockAnthropicHandle[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((mock) => mock.close()));
-});
-
-async function start(options?: MockAnthropicOptions): Promise<MockAnthropicHandle> {
-  const mock = await startMockAnthropic(options);
-  open.push(mock);
-  return mock;
-}
+const start = eachTestMocks();
 
 function sdk(mock: MockAnthropicHandle, apiKey = 'test-key'): Anthropic {
   return new Anthropic({ apiKey, baseURL: mock.url, maxRetries: 0 });
