@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { resolveConfig } from '../shared/config.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { assertRedis } from '../shared/redis.ts';
+import { untilStopSignal } from '../shared/signals.ts';
 import { dashboardAuthFromEnv } from './auth.ts';
 import { type DashboardOptions, startDashboard } from './server.ts';
 
@@ -121,15 +122,7 @@ export function registerDashboardCommand(program: Command): void {
           `prefix ${options.prefix}; limiter at ${dashboard.baseUrl}/limiter; metrics at ${dashboard.baseUrl}/metrics; ` +
           `access: ${access}${options.readOnly ? '; read-only' : ''}\n`,
       );
-      await new Promise<void>((resolve) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          resolve();
-        };
-        process.on('SIGINT', stop);
-        process.on('SIGTERM', stop);
-      });
+      await untilStopSignal();
       await dashboard.close();
     });
 }

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
+import { untilStopSignal } from '../../shared/signals.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { startHttpApi } from './server.ts';
 
@@ -58,14 +59,7 @@ export function registerServeCommand(program: Command): Command {
       process.stderr.write(
         `llmq serve: queue "${config.queue}", ${keys.size} API key(s); Ctrl-C stops\n`,
       );
-      await new Promise<void>((resolve) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          void api.close().then(resolve);
-        };
-        process.on('SIGINT', stop);
-        process.on('SIGTERM', stop);
-      });
+      await untilStopSignal();
+      await api.close();
     });
 }

@@ -6,6 +6,7 @@
 
 import type { Command } from 'commander';
 import { ConfigError } from '../../shared/errors.ts';
+import { untilStopSignal } from '../../shared/signals.ts';
 import {
   type MockAnthropicOptions,
   type OptionLabel,
@@ -71,15 +72,7 @@ export function registerMockAnthropicCommand(program: Command): void {
       const options = resolveMockAnthropicFlags(flags);
       const mock = await listen(options);
       process.stdout.write(`${mock.url}\n${summarize(parseMockAnthropicOptions(options))}\n`);
-      await new Promise<void>((resolve) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          resolve();
-        };
-        process.on('SIGINT', stop);
-        process.on('SIGTERM', stop);
-      });
+      await untilStopSignal();
       await mock.close();
     });
 }
