@@ -81,21 +81,25 @@ for i, d in ipairs(DIMS) do
         redis.call('HDEL', KEYS[2], field, field .. '|until')
       end
       redis.call('HDEL', KEYS[2], field .. '|next', field .. '|next|until')
-    else
-      -- Below the held reading (which may be the former next, its predecessor lapsed).
+    elseif f.promoted then
+      -- Below the former next, now held: it moves up, and this reading follows it.
       held = first[2]
       redis.call('HSET', KEYS[2], field, first[2], field .. '|until', first[1])
-      if certain > 0 and (second == nil or certain >= second[2]) then
+      if certain > 0 then
         redis.call('HSET', KEYS[2], field .. '|next', certain, field .. '|next|until', untilMs)
-      elseif second ~= nil then
-        redis.call('HSET', KEYS[2], field .. '|next', second[2], field .. '|next|until', second[1])
       else
         redis.call('HDEL', KEYS[2], field .. '|next', field .. '|next|until')
+      end
+    else
+      -- Below the held reading: it follows the held one when it is the highest since.
+      held = first[2]
+      if certain > 0 and (second == nil or certain >= second[2]) then
+        redis.call('HSET', KEYS[2], field .. '|next', certain, field .. '|next|until', untilMs)
       end
     end
     if possible > certain then
       redis.call('HSET', KEYS[2], field .. '|last', possible, field .. '|last|until', untilMs)
-    else
+    elseif f.last then
       redis.call('HDEL', KEYS[2], field .. '|last', field .. '|last|until')
     end
     if possible > held then held = possible end
