@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { UnrecoverableError, Worker } from 'bullmq';
+import { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Progress } from '../producer/batch/progress.ts';
@@ -11,11 +11,11 @@ import { ResultsFile } from '../producer/batch/results-file.ts';
 import { type BatchReport, runBatchSummarize } from '../producer/batch/summarize.ts';
 import { Producer } from '../producer/producer.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
-import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { openDeadLetterQueue } from '../shared/queues.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
+import { type FakeWorker, startFakeWorker } from './fixtures/fake-worker.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 let redis: Redis;
@@ -83,50 +83,24 @@ async function realPath(
   return mock;
 }
 
-/** A real BullMQ worker that dead-letters "POISON" documents as llmq's worker does, and summarizes the rest. */
-function fakeWorker(): Worker<JobData, JobResult> {
-  const dlq = openDeadLetterQueue(redis, names);
-  const worker = new Worker<JobData, JobResult>(
-    names.queue,
-    async (job) => {
-      const text = job.data.request.messages[0]!.content as string;
-      if (text.startsWith('POISON')) {
-        const letter: DeadLetter = {
-          jobId: job.id!,
-          queue: names.queue,
-          data: job.data,
-          reason: '400 invalid_request_error: the document was refused',
-          errorClass: 'BadRequestError',
-          status: 400,
-          attempts: [],
-          deadAt: Date.now(),
-        };
-        await dlq.add('dead', letter, { jobId: job.id! });
-        throw new UnrecoverableError(letter.reason);
-      }
-      return {
-        message: {
-          id: `msg_${job.id}`,
-          model: job.data.request.model,
-          role: 'assistant',
-          content: [{ type: 'text', text: `A summary of ${text.length} characters.` }],
-          stop_reason: 'end_turn',
-          stop_sequence: null,
+/** A stand-in for llmq's worker: dead-letters "POISON" documents, summarizes the rest. */
+function fakeWorker(): FakeWorker {
+  const w = startFakeWorker(redis, names, (prompt) =>
+    prompt.startsWith('POISON')
+      ? {
+          deadLetter: {
+            reason: '400 invalid_request_error: the document was refused',
+            errorClass: 'BadRequestError',
+            status: 400,
+          },
+        }
+      : {
+          text: `A summary of ${prompt.length} characters.`,
           usage: { input_tokens: 40, output_tokens: 9 },
         },
-        latencyMs: 1,
-        requestId: 'req_fake',
-        attempts: 1,
-        completedAt: Date.now(),
-      };
-    },
-    { connection: redis.duplicate(), prefix: bullPrefix(names), concurrency: 4 },
   );
-  closers.push(async () => {
-    await worker.close();
-    await dlq.close();
-  });
-  return worker;
+  closers.push(() => w.close());
+  return w;
 }
 
 function sink(isTTY = false) {

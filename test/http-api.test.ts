@@ -1,14 +1,12 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { UnrecoverableError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
-import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { openDeadLetterQueue } from '../shared/queues.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import { startFakeWorker } from './fixtures/fake-worker.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 const ACME_KEY = 'sk-acme-0123456789-secret';
@@ -90,59 +88,28 @@ async function call(
 const post = (body: unknown, key?: string | null) =>
   call('POST', '/v1/jobs', { body, ...(key !== undefined ? { key } : {}) });
 
-function fakeResult(text: string): JobResult {
-  return {
-    message: {
-      id: 'msg_1',
-      model: 'claude-test',
-      role: 'assistant',
-      content: [{ type: 'text', text: `echo: ${text}` }],
-      stop_reason: 'end_turn',
-      stop_sequence: null,
-      usage: { input_tokens: 12, output_tokens: 4 },
-    },
-    latencyMs: 3,
-    requestId: 'req_1',
-    attempts: 1,
-    completedAt: Date.now(),
-  };
-}
-
-/** A real BullMQ worker: holds "hold" jobs until released, dead-letters "fail" jobs, completes the rest. */
-function startFakeWorker() {
+/** A stand-in for llmq's worker: holds "hold" jobs until released, dead-letters "fail" jobs, echoes the rest. */
+function startEchoWorker() {
   let release: () => void = () => {};
   const held = new Promise<void>((r) => (release = r));
-  const dlq = openDeadLetterQueue(redis, names);
-  const worker = new Worker<JobData, JobResult>(
-    names.queue,
-    async (job) => {
-      const text = job.data.request.messages[0]!.content as string;
-      if (text === 'hold') await held;
-      if (text === 'fail') {
-        const letter: DeadLetter = {
-          jobId: job.id!,
-          queue: names.queue,
-          data: job.data,
-          reason: '429 rate_limit_error without retry-after: spend cap reached',
-          errorClass: 'RateLimitError',
-          status: 429,
-          attempts: [],
-          deadAt: Date.now(),
-        };
-        await dlq.add('dead', letter, { jobId: job.id! });
-        throw new UnrecoverableError(letter.reason);
-      }
-      return fakeResult(text);
-    },
-    { connection: redis.duplicate(), prefix: bullPrefix(names), concurrency: 4 },
-  );
+  const w = startFakeWorker(redis, names, async (prompt) => {
+    if (prompt === 'hold') await held;
+    return prompt === 'fail'
+      ? {
+          deadLetter: {
+            reason: '429 rate_limit_error without retry-after: spend cap reached',
+            errorClass: 'RateLimitError',
+            status: 429,
+          },
+        }
+      : { text: `echo: ${prompt}`, usage: { input_tokens: 12, output_tokens: 4 } };
+  });
   return {
-    worker,
+    worker: w.worker,
     release,
     close: async () => {
       release();
-      await worker.close();
-      await dlq.close();
+      await w.close();
     },
   };
 }
@@ -311,7 +278,7 @@ describe('HTTP API: jobs', () => {
 
     const waiting = call('GET', `/v1/jobs/${body.id}/wait?timeout=8`);
     await new Promise((r) => setTimeout(r, 100));
-    const w = startFakeWorker();
+    const w = startEchoWorker();
     try {
       const done = await waiting;
       expect(done.status).toBe(200);
@@ -349,7 +316,7 @@ describe('HTTP API: jobs', () => {
 
     const held = await post({ request: message('hold') });
     const done = await post({ request: message('quick') });
-    const w = startFakeWorker();
+    const w = startEchoWorker();
     try {
       await until(async () => (await api.producer.queue.getJobState(held.body.id)) === 'active');
       await until(async () => (await api.producer.queue.getJobState(done.body.id)) === 'completed');

@@ -1,11 +1,9 @@
-import { type Job, UnrecoverableError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from '../producer/errors.ts';
 import { Producer } from '../producer/producer.ts';
-import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { openDeadLetterQueue } from '../shared/queues.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import { type FakeWorker, startFakeWorker } from './fixtures/fake-worker.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;
@@ -31,64 +29,34 @@ const request = (text: string) => ({
   messages: [{ role: 'user', content: text }],
 });
 
-function fakeResult(job: Job<JobData>): JobResult {
-  const content = job.data.request.messages[0]!.content as string;
-  return {
-    message: {
-      id: `msg_${job.id}`,
-      model: job.data.request.model,
-      role: 'assistant',
-      content: [{ type: 'text', text: `echo: ${content}` }],
-      stop_reason: 'end_turn',
-      stop_sequence: null,
-      usage: { input_tokens: 10, output_tokens: 5 },
-    },
-    latencyMs: 1,
-    requestId: 'req_test',
-    attempts: 1,
-    completedAt: Date.now(),
-  };
-}
-
 /**
- * A real BullMQ worker on the test's queue: completes jobs with a fake result, or dead-letters
- * those whose text starts with "fail" the way llmq's worker does (dead letter first, then failed).
+ * A stand-in for llmq's worker on the test's queue: echoes each prompt, and dead-letters those
+ * that start with "fail".
  */
-function startFakeWorker(): Worker<JobData, JobResult> {
-  const dlq = openDeadLetterQueue(redis, names);
-  const worker = new Worker<JobData, JobResult>(
-    names.queue,
-    async (job) => {
-      const text = job.data.request.messages[0]!.content as string;
-      if (text.startsWith('fail')) {
-        const letter: DeadLetter = {
-          jobId: job.id!,
-          queue: names.queue,
-          data: job.data,
-          reason: '400 invalid_request_error: prompt is too long',
-          errorClass: 'BadRequestError',
-          status: 400,
-          attempts: [],
-          deadAt: Date.now(),
-        };
-        await dlq.add('dead', letter, { jobId: job.id! });
-        throw new UnrecoverableError(letter.reason);
-      }
-      return fakeResult(job);
-    },
-    { connection: redis.duplicate(), prefix: bullPrefix(names), concurrency: 20 },
+function startEchoWorker(): FakeWorker {
+  const w = startFakeWorker(
+    redis,
+    names,
+    (prompt) =>
+      prompt.startsWith('fail')
+        ? {
+            deadLetter: {
+              reason: '400 invalid_request_error: prompt is too long',
+              errorClass: 'BadRequestError',
+              status: 400,
+            },
+          }
+        : { text: `echo: ${prompt}`, usage: { input_tokens: 10, output_tokens: 5 } },
+    { concurrency: 20, requestId: 'req_test' },
   );
-  closers.push(async () => {
-    await worker.close();
-    await dlq.close();
-  });
-  return worker;
+  closers.push(() => w.close());
+  return w;
 }
 
 describe('waitForResult', () => {
   it('resolves with the result once a worker completes the job', async () => {
     const id = await producer.enqueue(request('hello'));
-    startFakeWorker();
+    startEchoWorker();
     const result = await producer.waitForResult(id, { timeout: 10_000 });
     expect(result.message.content).toEqual([{ type: 'text', text: 'echo: hello' }]);
     expect(result.message.usage.output_tokens).toBe(5);
@@ -96,7 +64,7 @@ describe('waitForResult', () => {
 
   it('resolves at once for a job that finished before anyone waited', async () => {
     const id = await producer.enqueue(request('early'));
-    const worker = startFakeWorker();
+    const { worker } = startEchoWorker();
     await new Promise<void>((resolve) => worker.on('completed', () => resolve()));
     const fresh = new Producer({ redis, names });
     closers.push(() => fresh.close());
@@ -107,7 +75,7 @@ describe('waitForResult', () => {
 
   it('rejects with the dead letter reason when the job is dead-lettered', async () => {
     const id = await producer.enqueue(request('fail please'));
-    startFakeWorker();
+    startEchoWorker();
     const err = await producer.waitForResult(id, { timeout: 10_000 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(JobFailedError);
     expect(err).toMatchObject({
@@ -147,7 +115,7 @@ describe('waitForResult', () => {
     const outcomes = Promise.allSettled(
       ids.map((id) => producer.waitForResult(id, { timeout: 20_000 })),
     );
-    startFakeWorker();
+    startEchoWorker();
     const settled = await outcomes;
     expect(settled.filter((s) => s.status === 'fulfilled')).toHaveLength(294);
     const failed = settled.filter((s): s is PromiseRejectedResult => s.status === 'rejected');
