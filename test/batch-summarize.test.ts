@@ -16,7 +16,7 @@ import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
 import { type FakeWorker, startFakeWorker } from './fixtures/fake-worker.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -377,13 +377,8 @@ describe('llmq batch summarize', () => {
       await program.parseAsync(process.argv.slice(1), { from: 'user' });
     `;
     const child = spawn(
-      'node',
-      [
-        '--import',
-        'tsx',
-        '--input-type=module',
-        '-e',
-        script,
+      process.execPath,
+      tsxEval(script, [
         'batch',
         'summarize',
         join(dir, 'docs'),
@@ -391,7 +386,7 @@ describe('llmq batch summarize', () => {
         out,
         '--max-tokens',
         '40',
-      ],
+      ]),
       {
         cwd: process.cwd(),
         env: {

@@ -52,6 +52,14 @@ export function testLimiter(
   return new Limiter({ windowMs: 10_000, headroom: 0, windowMarginMs: 0, ...options });
 }
 
+/**
+ * Node's arguments to run TypeScript given as text (`script`, an ES module, resolved from the
+ * working directory) through tsx, with `args` after it in `process.argv`.
+ */
+export function tsxEval(script: string, args: readonly string[] = []): string[] {
+  return ['--import', 'tsx', '--input-type=module', '-e', script, ...args];
+}
+
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
 export async function until(
   check: () => boolean | Promise<boolean>,

@@ -7,7 +7,7 @@ import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { startFakeWorker } from './fixtures/fake-worker.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
 
 const ACME_KEY = 'sk-acme-0123456789-secret';
 const BETA_KEY = 'sk-beta-9876543210-secret';
@@ -345,19 +345,8 @@ describe('llmq serve', () => {
       await program.parseAsync(process.argv.slice(1), { from: 'user' });
     `;
     const child = spawn(
-      'node',
-      [
-        '--import',
-        'tsx',
-        '--input-type=module',
-        '-e',
-        script,
-        'serve',
-        '--port',
-        '0',
-        '--queue',
-        names.queue,
-      ],
+      process.execPath,
+      tsxEval(script, ['serve', '--port', '0', '--queue', names.queue]),
       {
         cwd: process.cwd(),
         env: { ...process.env, REDIS_URL, LLMQ_PREFIX: names.prefix, LLMQ_API_KEYS: API_KEYS },
@@ -387,7 +376,7 @@ describe('llmq serve', () => {
       registerServeCommand(program);
       try { await program.parseAsync(['serve', '--port', '0'], { from: 'user' }); } catch (e) { console.error(e.message); process.exit(2); }
     `;
-    const child = spawn('node', ['--import', 'tsx', '--input-type=module', '-e', script], {
+    const child = spawn(process.execPath, tsxEval(script), {
       cwd: process.cwd(),
       env: { ...process.env, REDIS_URL, LLMQ_API_KEYS: '' },
     });

@@ -11,6 +11,7 @@ import {
   startMockAnthropic,
 } from '../scripts/mock-anthropic/index.ts';
 import { ConfigError } from '../shared/errors.ts';
+import { tsxEval } from './helpers.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -23,7 +24,7 @@ function runCommand(args: string[]) {
     'registerMockAnthropicCommand(program);',
     `await program.parseAsync(${JSON.stringify(['mock-anthropic', ...args])}, { from: 'user' });`,
   ].join('\n');
-  return spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+  return spawn(process.execPath, tsxEval(code), {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -8,7 +8,7 @@ import { Producer, type ProducerOptions } from '../producer/producer.ts';
 import { QueueFullError } from '../shared/errors.ts';
 import type { JobData } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
 
 const run = promisify(execFile);
 
@@ -113,18 +113,8 @@ describe('bounded depth', () => {
     const forMs = 2_000;
     const spawn = () =>
       run(
-        'node',
-        [
-          '--import',
-          'tsx',
-          '--input-type=module',
-          '-e',
-          child,
-          JSON.stringify(names),
-          String(bound),
-          String(at),
-          String(forMs),
-        ],
+        process.execPath,
+        tsxEval(child, [JSON.stringify(names), String(bound), String(at), String(forMs)]),
         {
           cwd: process.cwd(),
           env: { ...process.env, REDIS_URL },

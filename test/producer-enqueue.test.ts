@@ -10,7 +10,7 @@ import { jobIdForKey } from '../producer/idempotency.ts';
 import { Producer, type ProducerOptions } from '../producer/producer.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval } from './helpers.ts';
 
 const run = promisify(execFile);
 
@@ -214,23 +214,10 @@ describe('idempotency keys', () => {
     `;
     const at = Date.now() + 2_500;
     const spawn = () =>
-      run(
-        'node',
-        [
-          '--import',
-          'tsx',
-          '--input-type=module',
-          '-e',
-          child,
-          JSON.stringify(names),
-          'order-42',
-          String(at),
-        ],
-        {
-          cwd: process.cwd(),
-          env: { ...process.env, REDIS_URL },
-        },
-      );
+      run(process.execPath, tsxEval(child, [JSON.stringify(names), 'order-42', String(at)]), {
+        cwd: process.cwd(),
+        env: { ...process.env, REDIS_URL },
+      });
     const [a, b] = await Promise.all([spawn(), spawn()]);
     const results = [...JSON.parse(a.stdout), ...JSON.parse(b.stdout)] as {
       id: string;
