@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { Batcher } from './batcher.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
 
@@ -46,7 +47,7 @@ export async function addMetrics(
 ): Promise<void> {
   const args = pairs(add);
   if (args.length === 0) return;
-  await runLua(redis, SCRIPTS['count']!, [metricsKey(names)], [-1, '', ...args]);
+  await runLua(redis, SCRIPTS['count']!, [metricsKey(names)], ['', '', ...args]);
 }
 
 /**
@@ -63,8 +64,53 @@ export async function observeLatency(
     redis,
     SCRIPTS['count']!,
     [metricsKey(names)],
-    [Math.max(0, ms), LATENCY_BUCKETS_MS.join(','), ...pairs(add)],
+    [String(Math.max(0, ms)), LATENCY_BUCKETS_MS.join(','), ...pairs(add)],
   );
+}
+
+/**
+ * A worker's counters on their way to Redis: what is added in the same turn of the event loop
+ * (calls that ended together) goes in one command. Each promise settles when its part is
+ * written.
+ */
+export class MetricsWriter {
+  private readonly batcher: Batcher<
+    { latencyMs: number | undefined; add: Partial<Record<MetricField, number>> },
+    void
+  >;
+
+  constructor(redis: Redis, names: QueueNames) {
+    const key = metricsKey(names);
+    this.batcher = new Batcher<
+      { latencyMs: number | undefined; add: Partial<Record<MetricField, number>> },
+      void
+    >(async (items) => {
+      const sums: Partial<Record<MetricField, number>> = {};
+      const latencies: number[] = [];
+      for (const { latencyMs, add } of items) {
+        if (latencyMs !== undefined) latencies.push(Math.max(0, latencyMs));
+        for (const [f, n] of Object.entries(add) as [MetricField, number][])
+          sums[f] = (sums[f] ?? 0) + n;
+      }
+      await runLua(
+        redis,
+        SCRIPTS['count']!,
+        [key],
+        [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)],
+      );
+      return [];
+    });
+  }
+
+  /** Adds to counters. */
+  add(add: Partial<Record<MetricField, number>>): Promise<void> {
+    return this.batcher.push({ latencyMs: undefined, add });
+  }
+
+  /** Records one provider call's latency in the histogram, with other counters. */
+  latency(ms: number, add: Partial<Record<MetricField, number>> = {}): Promise<void> {
+    return this.batcher.push({ latencyMs: ms, add });
+  }
 }
 
 export async function readMetrics(

@@ -100,10 +100,11 @@ describe('the gate takes budget before it pulls a job', () => {
     // At most what the budget admits ran at once.
     expect(Math.max(...samples.map((s) => s.active))).toBeLessThanOrEqual(2);
 
-    // The urgent job, enqueued last, started before every older job that had not started.
+    // The urgent job, enqueued last, started before every older job that had not started (or
+    // in the same millisecond: the gate fills free slots in one round trip, the head first).
     const urgentStart = (await pool.job(urgent))!.processedOn!;
     for (const id of notStarted)
-      expect((await pool.job(id))!.processedOn!).toBeGreaterThan(urgentStart);
+      expect((await pool.job(id))!.processedOn!).toBeGreaterThanOrEqual(urgentStart);
 
     // The provider never refused: the window and the provider's agree.
     const stats = pool.mock.stats();

@@ -41,6 +41,14 @@ export class HeadPeeker {
   }
 
   async peek(): Promise<HeadJob | undefined> {
+    return (await this.peekMany(1))[0];
+  }
+
+  /**
+   * The next `n` jobs at most, in the order BullMQ hands them out; fewer when a due delayed job
+   * is about to be promoted (only the first is certain then) or the queue holds fewer.
+   */
+  async peekMany(n: number): Promise<HeadJob[]> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
     const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
     const b = this.base;
@@ -48,15 +56,22 @@ export class HeadPeeker {
       this.redis,
       SCRIPTS['peek']!,
       [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`],
-      [`${b}:`, dueScore, DUE_SCAN],
-    )) as [string, string] | null;
-    if (!reply) return undefined;
-    const [id, raw] = reply;
-    try {
-      const data = JSON.parse(raw) as JobData;
-      return { id, cost: data.cost, priority: data.priority ?? 100, scopes: data.scopes ?? [] };
-    } catch {
-      return undefined;
+      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n))],
+    )) as string[] | null;
+    const heads: HeadJob[] = [];
+    for (let i = 0; reply && i + 1 < reply.length; i += 2) {
+      try {
+        const data = JSON.parse(reply[i + 1]!) as JobData;
+        heads.push({
+          id: reply[i]!,
+          cost: data.cost,
+          priority: data.priority ?? 100,
+          scopes: data.scopes ?? [],
+        });
+      } catch {
+        break;
+      }
     }
+    return heads;
   }
 }

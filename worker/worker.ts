@@ -8,13 +8,13 @@ import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
-import { addMetrics, observeLatency } from '../shared/metrics.ts';
+import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
 import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import { type Classified, classifyProviderError } from './classify.ts';
 import { deadLetter } from './dead-letters.ts';
-import { HeadPeeker } from './head.ts';
+import { type HeadJob, HeadPeeker } from './head.ts';
 import { callProvider, type ProviderCaller, type ProviderCallResult } from './provider.ts';
 
 /** Where the worker reports what it does; the CLI prints these, tests collect them. */
@@ -132,6 +132,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const metricsRedis = redis.duplicate();
   for (const c of [dlqRedis, metricsRedis]) c.on('error', () => {});
   const dlq: DeadLetterQueue = openDeadLetterQueue(dlqRedis, names);
+  const metrics = new MetricsWriter(metricsRedis, names);
   const localConcurrency = options.concurrency ?? (limiter.concurrency || 10);
   const streamMode = options.stream ?? 'always';
   const lockDurationMs = options.lockDurationMs ?? 30_000;
@@ -191,7 +192,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const until = await limiter.pauseFor(c.retryAfterMs ?? 1_000);
       const returns = (job.data.rateLimitReturns ?? 0) + 1;
       h.push(record('rate_limited', false));
-      await addMetrics(metricsRedis, names, { provider_calls: 1, provider_429_retry_after: 1 });
+      await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
       log.warn('provider rate limit: every worker pauses', {
         job: job.id,
         pausedUntil: new Date(until).toISOString(),
@@ -204,7 +205,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           { ...c, reason: `rate limited ${returns} times: ${c.reason}` },
           h,
         );
-        await addMetrics(metricsRedis, names, { dead_lettered: 1 });
+        await metrics.add({ dead_lettered: 1 });
         return;
       }
       await job.updateData({ ...job.data, history: h, rateLimitReturns: returns });
@@ -213,9 +214,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     if (c.kind === 'final') {
       h.push(record('final', true));
-      await addMetrics(
-        redis,
-        names,
+      await metrics.add(
         c.status === 429
           ? { provider_calls: 1, provider_429_final: 1, dead_lettered: 1 }
           : { provider_calls: 1, provider_4xx: 1, dead_lettered: 1 },
@@ -230,9 +229,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const { opened, whileClosed } = await breaker.recordFailure();
     if (opened)
       log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
-    await addMetrics(
-      redis,
-      names,
+    await metrics.add(
       c.status === undefined
         ? { provider_calls: 1, provider_connection_errors: 1 }
         : { provider_calls: 1, provider_5xx: 1 },
@@ -253,12 +250,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         },
         h,
       );
-      await addMetrics(metricsRedis, names, { dead_lettered: 1 });
+      await metrics.add({ dead_lettered: 1 });
       log.warn('dead-lettered', { job: job.id, reason: c.reason, attempts: used });
       return;
     }
     const delay = counts ? fullJitterBackoff(used, options.backoff) : 0;
-    await addMetrics(metricsRedis, names, { retries: 1 });
+    await metrics.add({ retries: 1 });
     await job.updateData({ ...job.data, history: h });
     await job.moveToDelayed(Date.now() + delay, token);
   }
@@ -335,7 +332,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           outputTokens: usage.output_tokens,
         }),
         breaker.success(),
-        observeLatency(metricsRedis, names, res.latencyMs, {
+        metrics.latency(res.latencyMs, {
           provider_calls: 1,
           provider_ok: 1,
           completed: 1,
@@ -408,7 +405,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // The wait is an upper bound while the scope's calls are in flight (they free their budget
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(held.waitMs, 10), 1_000), token);
-    await addMetrics(metricsRedis, names, { deferred_by_scope: 1 });
+    await metrics.add({ deferred_by_scope: 1 });
   }
 
   async function gateOnce(): Promise<void> {
@@ -421,7 +418,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       });
       return;
     }
-    let head = await peeker.peek();
+    // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
+    // reserved in the head's round trip and fetched together. A trial call goes alone.
+    const free = b.trial ? 1 : localConcurrency - running.size;
+    let heads = await peeker.peekMany(free);
+    let head = heads[0];
     if (!head) {
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
       if (Date.now() - lastPrune > 1_000) {
@@ -433,11 +434,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       return;
     }
     idleMs = 5;
-    let reservation: Reservation;
+    let behind = followers(heads);
+    let reservations: Reservation[];
     try {
-      reservation = await limiter.acquire(head.cost, {
+      reservations = await limiter.acquireMany(head.cost, {
         scopes: head.scopes,
         priority: head.priority,
+        more: behind.map((h) => h.cost),
         signal: stopper.signal,
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
@@ -447,10 +450,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           }
         },
         onWait: async () => {
-          const now = await peeker.peek();
-          if (!now || now.id === head?.id) return undefined;
-          head = now;
-          return { cost: now.cost, priority: now.priority, scopes: now.scopes };
+          const now = await peeker.peekMany(free);
+          if (!now[0] || now[0].id === head?.id) return undefined;
+          heads = now;
+          head = now[0];
+          behind = followers(now);
+          return {
+            cost: head.cost,
+            priority: head.priority,
+            scopes: head.scopes,
+            more: behind.map((h) => h.cost),
+          };
         },
       });
     } catch (err) {
@@ -471,58 +481,109 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             { reason: err.message, errorClass: 'CostExceedsLimitError' },
             history(job),
           );
-          await addMetrics(metricsRedis, names, { dead_lettered: 1 });
+          await metrics.add({ dead_lettered: 1 });
         } else {
           await job.moveToWait(token);
         }
       }
       return;
     }
-    const token = `${id}:${++tokenCounter}`;
-    const job = (await bull.getNextJob(token, { block: false })) as
-      | Job<JobData, JobResult>
-      | undefined;
-    if (!job) {
-      // Another worker took it, or BullMQ holds the queue: give the budget back and look again
-      // a little later rather than reserving and releasing in a tight loop.
-      await limiter.release(reservation);
+    await takeJobs([head, ...behind.slice(0, reservations.length - 1)], reservations, b.trial);
+  }
+
+  /** The jobs behind the head that may share its round trip: those charged to its scopes. */
+  function followers(heads: readonly HeadJob[]): HeadJob[] {
+    const [first, ...rest] = heads;
+    const out: HeadJob[] = [];
+    for (const h of rest) {
+      if (!first || !sameScopes(h.scopes, first.scopes)) break;
+      out.push(h);
+    }
+    return out;
+  }
+
+  /**
+   * Moves as many jobs to active as there are reservations and starts them. A job arrives with
+   * the reservation made for it; one that another worker's take put in its place uses a spare
+   * reservation that covers it (same scopes, no larger), else goes back to wait. What is left
+   * unused is released.
+   */
+  async function takeJobs(
+    wanted: readonly HeadJob[],
+    reservations: readonly Reservation[],
+    trial: boolean,
+  ): Promise<void> {
+    const spare = new Map<string, { head: HeadJob; reservation: Reservation }>();
+    wanted.forEach((h, i) => {
+      spare.set(h.id, { head: h, reservation: reservations[i]! });
+    });
+    const tokens = wanted.map(() => `${id}:${++tokenCounter}`);
+    const taken = await Promise.allSettled(
+      tokens.map(
+        (t) => bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>,
+      ),
+    );
+    let failure: unknown;
+    let got = 0;
+    const strangers: { job: Job<JobData, JobResult>; token: string }[] = [];
+    for (const [i, t] of taken.entries()) {
+      if (t.status === 'rejected') {
+        failure ??= t.reason;
+        continue;
+      }
+      const job = t.value;
+      if (!job) continue;
+      got++;
+      const token = tokens[i]!;
+      if (job.deferredFailure) {
+        // BullMQ's stalled check gave this job up (its workers died with it more than
+        // maxStalledCount times) and left the failing to whoever takes it next: dead-letter it.
+        await deadLetter(
+          dlq,
+          job,
+          token,
+          {
+            reason: `its worker died with it too many times (${job.deferredFailure})`,
+            errorClass: 'StalledJobError',
+          },
+          history(job),
+        );
+        await metrics.add({ dead_lettered: 1 });
+        log.warn('dead-lettered', { job: job.id, reason: job.deferredFailure });
+        continue;
+      }
+      const mine = spare.get(job.id!);
+      if (mine) {
+        spare.delete(job.id!);
+        launch(job, token, mine.reservation, trial);
+      } else {
+        strangers.push({ job, token });
+      }
+    }
+    for (const { job, token } of strangers) {
+      const c = job.data.cost;
+      const fit = [...spare.values()].find(
+        ({ head, reservation }) =>
+          c.inputTokens <= reservation.cost.inputTokens &&
+          c.outputTokens <= reservation.cost.outputTokens &&
+          sameScopes(job.data.scopes ?? [], head.scopes),
+      );
+      if (!fit) {
+        // Another worker took a job we reserved for and this one needs more: it goes back.
+        await job.moveToWait(token);
+        continue;
+      }
+      spare.delete(fit.head.id);
+      launch(job, token, await limiter.adjust(fit.reservation, c), trial);
+    }
+    await Promise.all([...spare.values()].map(({ reservation }) => limiter.release(reservation)));
+    if (failure) throw failure;
+    if (got === 0) {
+      // Another worker took them, or BullMQ holds the queue: look again a little later rather
+      // than reserving and releasing in a tight loop.
       await sleep(idleMs, undefined, { signal: stopper.signal });
       idleMs = Math.min(idleMs * 2, 200);
-      return;
     }
-    if (job.deferredFailure) {
-      // BullMQ's stalled check gave this job up (its workers died with it more than
-      // maxStalledCount times) and left the failing to whoever takes it next: dead-letter it.
-      await limiter.release(reservation);
-      await deadLetter(
-        dlq,
-        job,
-        token,
-        {
-          reason: `its worker died with it too many times (${job.deferredFailure})`,
-          errorClass: 'StalledJobError',
-        },
-        history(job),
-      );
-      await addMetrics(metricsRedis, names, { dead_lettered: 1 });
-      log.warn('dead-lettered', { job: job.id, reason: job.deferredFailure });
-      return;
-    }
-    if (job.id !== head.id) {
-      const c = job.data.cost;
-      const fits =
-        c.inputTokens <= reservation.cost.inputTokens &&
-        c.outputTokens <= reservation.cost.outputTokens &&
-        sameScopes(job.data.scopes ?? [], head.scopes);
-      if (!fits) {
-        // Another worker took the job we reserved for and this one needs more: give both back.
-        await limiter.release(reservation);
-        await job.moveToWait(token);
-        return;
-      }
-      reservation = await limiter.adjust(reservation, c);
-    }
-    launch(job, token, reservation, b.trial);
   }
 
   let idleMs = 5;

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Redis, ReplyError } from 'ioredis';
+import { Batcher } from '../batcher.ts';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import { llmqKey, type QueueNames } from '../keys.ts';
 import { loadLuaScripts, runLua } from '../lua-scripts.ts';
@@ -90,8 +91,36 @@ export interface AcquireOptions {
   readonly onWait?: (
     d: Decision & { ok: false },
   ) =>
-    | Promise<{ cost?: Cost; priority?: number; scopes?: readonly string[] } | undefined>
+    | Promise<
+        | { cost?: Cost; priority?: number; scopes?: readonly string[]; more?: readonly Cost[] }
+        | undefined
+      >
     | undefined;
+}
+
+/** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
+export interface AcquireManyOptions extends AcquireOptions {
+  /**
+   * The costs of the calls queued behind this one, charged to the same scopes. Once this one
+   * is admitted, they are admitted in the same round trip, in order, while each fits at once
+   * and nobody else waits in line.
+   */
+  readonly more?: readonly Cost[];
+}
+
+interface EndItem {
+  readonly id: string;
+  readonly mode: 'usage' | 'keep' | 'release';
+  readonly input: number;
+  readonly output: number;
+  readonly restamp: boolean;
+  readonly reportedOutput: number;
+}
+
+interface EndResult {
+  readonly known: boolean;
+  readonly inputDelta: number;
+  readonly outputDelta: number;
 }
 
 function effective(limit: number | undefined, headroom: number): number {
@@ -185,6 +214,9 @@ export class Limiter {
   private subscribed: Promise<unknown> | undefined;
   /** Whether the window was given; when not, snapshots use the window workers published. */
   private readonly windowGiven: boolean;
+  /** Stamps, and settles, of calls that begin, or end, in the same turn: one command each. */
+  private readonly stamps: Batcher<string, void>;
+  private readonly ends: Batcher<EndItem, EndResult>;
 
   constructor(options: LimiterOptions) {
     this.redis = options.redis;
@@ -227,6 +259,30 @@ export class Limiter {
       hist: k('hist'),
       config: k('config'),
     };
+    this.stamps = new Batcher<string, void>(async (ids) => {
+      // Under `actual` accounting the provider charges output until the end: the reservation
+      // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
+      // longer than the window would leave it before it is settled. It is only marked as begun.
+      const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
+      await this.run('start', [this.keys.log, this.keys.res], [this.now(), mode, ...ids]);
+      return [];
+    });
+    this.ends = new Batcher(async (items) => {
+      const k = this.keys;
+      const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
+      for (const e of items)
+        args.push(e.id, e.mode, e.input, e.output, e.restamp ? '1' : '0', e.reportedOutput);
+      const r = (await this.run(
+        'settle',
+        [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
+        args,
+      )) as number[];
+      return items.map((_, i) => ({
+        known: Number(r[i * 3]) === 1,
+        inputDelta: Number(r[i * 3 + 1] ?? 0),
+        outputDelta: Number(r[i * 3 + 2] ?? 0),
+      }));
+    });
   }
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */
@@ -311,8 +367,10 @@ export class Limiter {
     scopes: readonly string[],
     priority: number,
     queue: boolean,
-  ): Promise<Decision> {
+    more: readonly { ticket: string; cost: Cost }[] = [],
+  ): Promise<Decision & { more?: Reservation[] }> {
     checkCost(cost);
+    for (const m of more) checkCost(m.cost);
     if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
       throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
     }
@@ -333,26 +391,36 @@ export class Limiter {
         cost.inputTokens,
         cost.outputTokens,
         ...this.scopeArgs(scopes),
+        more.length,
+        ...more.flatMap((m) => [
+          m.ticket,
+          m.cost.requests,
+          m.cost.inputTokens,
+          m.cost.outputTokens,
+        ]),
       ],
       {
         name: 'abandon',
         keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp],
-        args: [ticket],
+        args: [ticket, ...more.map((m) => m.ticket)],
       },
     )) as (number | string)[];
     const code = Number(reply[0]);
     switch (code) {
-      case 0:
+      case 0: {
+        const reservation = (id: string, c: Cost): Reservation => ({
+          id,
+          cost: c,
+          scopes: scopeList(scopes),
+          admittedAt: Number(reply[1]),
+          leaseExpiresAt: Number(reply[2]),
+        });
         return {
           ok: true,
-          reservation: {
-            id: ticket,
-            cost,
-            scopes: scopeList(scopes),
-            admittedAt: Number(reply[1]),
-            leaseExpiresAt: Number(reply[2]),
-          },
+          reservation: reservation(ticket, cost),
+          more: more.slice(0, Number(reply[3] ?? 0)).map((m) => reservation(m.ticket, m.cost)),
         };
+      }
       case 1:
         return { ok: false, reason: 'queued', waitMs: Number(reply[1]) };
       case 2:
@@ -403,15 +471,27 @@ export class Limiter {
    * Redis cannot answer (nothing is reserved then), and the signal's reason when aborted.
    */
   async acquire(cost: Cost, options: AcquireOptions = {}): Promise<Reservation> {
+    const [first] = await this.acquireMany(cost, options);
+    return first as Reservation;
+  }
+
+  /**
+   * {@link acquire}, and in the same round trip as many of the calls queued behind it
+   * (`options.more`) as fit at once: resolves with this call's reservation first, then one for
+   * each of the first k of `more` admitted (possibly none).
+   */
+  async acquireMany(cost: Cost, options: AcquireManyOptions = {}): Promise<Reservation[]> {
     const ticket = randomUUID();
     let current = cost;
     let priority = options.priority ?? 100;
     let scopes = options.scopes ?? [];
+    let more = options.more ?? [];
     try {
       for (;;) {
         options.signal?.throwIfAborted();
-        const d = await this.attempt(ticket, current, scopes, priority, true);
-        if (d.ok) return d.reservation;
+        const tickets = more.map((c) => ({ ticket: randomUUID(), cost: c }));
+        const d = await this.attempt(ticket, current, scopes, priority, true, tickets);
+        if (d.ok) return [d.reservation, ...(d.more ?? [])];
         options.onDenied?.(d);
         // Waiters behind the first in line wake just after it should have been admitted; a
         // little jitter keeps several processes from arriving at the same instant.
@@ -423,6 +503,7 @@ export class Limiter {
         if (change?.cost) current = change.cost;
         if (change?.priority) priority = change.priority;
         if (change?.scopes) scopes = change.scopes;
+        if (change?.more) more = change.more;
       }
     } catch (err) {
       await this.cancel(ticket).catch(() => {});
@@ -490,13 +571,12 @@ export class Limiter {
     return { ...reservation, cost: { ...cost, requests: reservation.cost.requests } };
   }
 
-  /** Stamps the reservation when the provider's response begins (it was admitted by then). */
-  async start(reservation: Reservation): Promise<void> {
-    // Under `actual` accounting the provider charges output until the end: the reservation
-    // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
-    // longer than the window would leave it before it is settled. It is only marked as begun.
-    const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
-    await this.run('start', [this.keys.log, this.keys.res], [this.now(), reservation.id, mode]);
+  /**
+   * Stamps the reservation when the provider's response begins (it was admitted by then).
+   * Stamps of calls that begin in the same turn of the event loop go in one command.
+   */
+  start(reservation: Reservation): Promise<void> {
+    return this.stamps.push(reservation.id);
   }
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */
@@ -510,35 +590,16 @@ export class Limiter {
     return Number(r) > 0;
   }
 
-  private async end(
+  /** Ends a call; ends in the same turn of the event loop go in one command. */
+  private end(
     reservation: Reservation,
     mode: 'usage' | 'keep' | 'release',
     input: number,
     output: number,
     restamp: boolean,
     reportedOutput = -1,
-  ) {
-    const k = this.keys;
-    const r = (await this.run(
-      'settle',
-      [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
-      [
-        this.now(),
-        reservation.id,
-        mode,
-        input,
-        output,
-        restamp ? '1' : '0',
-        HISTORY_BUCKET_MS,
-        reportedOutput,
-        this.wakeChannel,
-      ],
-    )) as number[];
-    return {
-      known: Number(r[0]) === 1,
-      inputDelta: Number(r[1] ?? 0),
-      outputDelta: Number(r[2] ?? 0),
-    };
+  ): Promise<EndResult> {
+    return this.ends.push({ id: reservation.id, mode, input, output, restamp, reportedOutput });
   }
 
   /**

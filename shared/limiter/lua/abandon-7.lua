@@ -13,24 +13,28 @@
     KEYS[5] stats    HASH counters
     KEYS[6] waiters  ZSET ticket -> rank
     KEYS[7] waitexp  ZSET ticket -> heartbeat expiry
-    ARGV[1] ticket
+    ARGV[1] the acquire's ticket; ARGV[2..] the tickets of its extras
 
-  Output: 1 when an admission was undone, else 0
+  Output: how many admissions were undone
 ]]
 --- @include "reservations"
 
-local id = ARGV[1]
-redis.call('ZREM', KEYS[6], id)
-redis.call('ZREM', KEYS[7], id)
-redis.call('ZREM', KEYS[3], id)
-local enc = redis.call('HGET', KEYS[2], id)
-if not enc then return 0 end
-local r = decode(enc)
-add_totals(KEYS[4], r, -1)
-redis.call('HDEL', KEYS[2], id)
-redis.call('ZREM', KEYS[1], id)
-redis.call('HINCRBY', KEYS[5], 'admitted', -1)
-redis.call('HINCRBY', KEYS[5], 'reserved_in', 0 - r.inp)
-redis.call('HINCRBY', KEYS[5], 'reserved_out', 0 - r.out)
-redis.call('HINCRBY', KEYS[5], 'abandoned', 1)
-return 1
+local undone = 0
+for _, id in ipairs(ARGV) do
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('ZREM', KEYS[7], id)
+  redis.call('ZREM', KEYS[3], id)
+  local enc = redis.call('HGET', KEYS[2], id)
+  if enc then
+    local r = decode(enc)
+    add_totals(KEYS[4], r, -1)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HINCRBY', KEYS[5], 'admitted', -1)
+    redis.call('HINCRBY', KEYS[5], 'reserved_in', 0 - r.inp)
+    redis.call('HINCRBY', KEYS[5], 'reserved_out', 0 - r.out)
+    redis.call('HINCRBY', KEYS[5], 'abandoned', 1)
+    undone = undone + 1
+  end
+end
+return undone

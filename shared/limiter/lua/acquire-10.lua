@@ -30,9 +30,16 @@
     ARGV[9]  requests   ARGV[10] input tokens   ARGV[11] output tokens
     ARGV[12] number of scopes n, then per scope: name, limits of req, in, out, tok
              (0 = unlimited; headroom already taken off)
+    then     number of extras m, then per extra: ticket, requests, input, output tokens.
+             Extras are the calls queued behind this one, charged to the same scopes: once
+             this one is admitted they are admitted too, in order, while each fits at once and
+             nobody else stands in line (they never wait, never take a place in line, and the
+             first that does not fit ends the run). A worker fills several free slots in one
+             round trip this way.
 
   Output:
-    {0, now, leaseExpiry}               admitted (again, for a ticket admitted already)
+    {0, now, leaseExpiry, k}            admitted (again, for a ticket admitted already), with
+                                        the first k extras
     {1, waitMs}                         another waiter is first in line
     {2, waitMs}                         the shared pause holds
     {3, waitMs, scope, dim}             not enough budget in scope/dim yet
@@ -62,6 +69,13 @@ for i = 1, nScopes do
   scopes[i] = s
   cost.scopes[i] = s.name
 end
+local extrasAt = 12 + nScopes * 5 + 1
+local nExtras = tonumber(ARGV[extrasAt] or '0')
+local function extra(i)
+  local b = extrasAt + (i - 1) * 4
+  return ARGV[b + 1], { req = tonumber(ARGV[b + 2]), inp = tonumber(ARGV[b + 3]), out = tonumber(ARGV[b + 4]),
+    flags = '', scopes = cost.scopes }
+end
 
 local function leave_line()
   redis.call('ZREM', waitersKey, ticket)
@@ -72,7 +86,9 @@ end
 -- run's answer lost. Answer the same again rather than charge it twice.
 if redis.call('HEXISTS', resKey, ticket) == 1 then
   local lease = tonumber(redis.call('ZSCORE', slotsKey, ticket) or now)
-  return { 0, lease - leaseMs, lease }
+  local k = 0
+  while k < nExtras and redis.call('HEXISTS', resKey, (extra(k + 1))) == 1 do k = k + 1 end
+  return { 0, lease - leaseMs, lease, k }
 end
 
 -- A cost that can never fit is refused at once, whatever the line looks like.
@@ -200,13 +216,42 @@ end
 
 -- Admit: an open reservation whose stamp is its lease expiry until the call settles.
 local leaseExpiry = now + leaseMs
-redis.call('ZADD', logKey, leaseExpiry, ticket)
-redis.call('HSET', resKey, ticket, encode(cost))
-add_totals(totKey, cost, 1)
-redis.call('ZADD', slotsKey, leaseExpiry, ticket)
+local function admit(id, c)
+  redis.call('ZADD', logKey, leaseExpiry, id)
+  redis.call('HSET', resKey, id, encode(c))
+  add_totals(totKey, c, 1)
+  redis.call('ZADD', slotsKey, leaseExpiry, id)
+  redis.call('HINCRBY', statsKey, 'admitted', 1)
+  redis.call('HINCRBY', statsKey, 'reserved_in', c.inp)
+  redis.call('HINCRBY', statsKey, 'reserved_out', c.out)
+end
+admit(ticket, cost)
 leave_line()
 redis.call('HDEL', statsKey, 'head_retry_at')
-redis.call('HINCRBY', statsKey, 'admitted', 1)
-redis.call('HINCRBY', statsKey, 'reserved_in', cost.inp)
-redis.call('HINCRBY', statsKey, 'reserved_out', cost.out)
-return { 0, now, leaseExpiry }
+
+-- The extras: only while the line is empty (they would overtake whoever stands in it) and each
+-- fits every dimension and a slot right now. Cost that can never fit stops the run too.
+local admitted = 0
+if redis.call('ZCARD', waitersKey) == 0 then
+  for i = 1, nExtras do
+    local id, c = extra(i)
+    if redis.call('HEXISTS', resKey, id) == 1 then break end
+    if maxSlots > 0 and redis.call('ZCARD', slotsKey) >= maxSlots then break end
+    local fits = true
+    for _, s in ipairs(scopes) do
+      for _, d in ipairs(DIMS) do
+        local limit = s.limits[d]
+        if fits and limit > 0 then
+          local field = s.name .. '|' .. d
+          local used = tonumber(redis.call('HGET', totKey, field) or '0')
+          local f = foreign_of(extKey, field, now)
+          if used + foreign_at(f, now, 0) + amount(c, d) > limit then fits = false end
+        end
+      end
+    end
+    if not fits then break end
+    admit(id, c)
+    admitted = i
+  end
+end
+return { 0, now, leaseExpiry, admitted }

@@ -1,0 +1,113 @@
+import { type Job, Queue, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Producer } from '../producer/producer.ts';
+import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { HeadPeeker } from '../worker/head.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
+
+let redis: Redis;
+let names: QueueNames;
+let producer: Producer;
+let worker: Worker;
+let queue: Queue;
+
+beforeEach(() => {
+  redis = newRedis();
+  names = testNames('head');
+  producer = new Producer({ redis, names });
+  worker = new Worker(names.queue, null, {
+    connection: redis.duplicate(),
+    prefix: bullPrefix(names),
+    autorun: false,
+  });
+  queue = new Queue(names.queue, { connection: redis.duplicate(), prefix: bullPrefix(names) });
+});
+afterEach(async () => {
+  await producer.close();
+  await worker.close();
+  await queue.close();
+  await (worker.opts.connection as Redis).quit();
+  await (queue.opts.connection as Redis).quit();
+  await deleteKeys(redis, names.prefix);
+  redis.disconnect();
+});
+
+const request = (text: string) => ({
+  model: 'claude-test',
+  max_tokens: 16,
+  messages: [{ role: 'user', content: text }],
+});
+
+/** The ids BullMQ itself hands out next, taking `n` jobs. */
+async function takeOrder(n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const job = (await worker.getNextJob(`t${i}`, { block: false })) as Job | undefined;
+    if (!job) break;
+    ids.push(job.id!);
+  }
+  return ids;
+}
+
+describe('peeking at the jobs BullMQ hands out next', () => {
+  it('gives them in BullMQ order: priority first, then arrival', async () => {
+    const a = await producer.enqueue(request('a'), { priority: 'batch' });
+    const b = await producer.enqueue(request('b'), { priority: 'interactive' });
+    const c = await producer.enqueue(request('c'), { priority: 'batch' });
+    const d = await producer.enqueue(request('d'), { priority: 'interactive' });
+    const peeker = new HeadPeeker(redis, names);
+    const heads = await peeker.peekMany(3);
+    expect(heads.map((h) => h.id)).toEqual([b, d, a]);
+    expect(heads[0]).toMatchObject({ priority: expect.any(Number), scopes: [] });
+    expect(heads[0]!.cost.outputTokens).toBe(16);
+    // Peeking took nothing, and BullMQ agrees on the order.
+    expect(await takeOrder(4)).toEqual([b, d, a, c]);
+    expect(await peeker.peekMany(3)).toEqual([]);
+  });
+
+  it('gives only the first when a due delayed job is about to be promoted', async () => {
+    await producer.enqueue(request('a'), { priority: 'batch' });
+    await producer.enqueue(request('b'), { priority: 'batch' });
+    const late = await queue.add(
+      'llmq',
+      {
+        request: request('late'),
+        cost: { requests: 1, inputTokens: 5, outputTokens: 16 },
+        priority: 1,
+      },
+      { delay: 1, priority: 1 },
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    const heads = await new HeadPeeker(redis, names).peekMany(3);
+    // The delayed job is more urgent: it goes first once promoted, and only it is certain.
+    expect(heads.map((h) => h.id)).toEqual([late.id]);
+    expect((await takeOrder(1))[0]).toBe(late.id);
+  });
+
+  it('stops at the first when a due delayed job would be promoted in between', async () => {
+    const a = await producer.enqueue(request('a'), { priority: 10 });
+    const b = await producer.enqueue(request('b'), { priority: 100 });
+    const mid = await queue.add(
+      'llmq',
+      {
+        request: request('mid'),
+        cost: { requests: 1, inputTokens: 5, outputTokens: 16 },
+        priority: 50,
+      },
+      { delay: 1, priority: 50 },
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    expect((await new HeadPeeker(redis, names).peekMany(3)).map((h) => h.id)).toEqual([a]);
+    // Not [a, b]: BullMQ promotes the delayed job between them.
+    expect(await takeOrder(3)).toEqual([a, mid.id, b]);
+  });
+
+  it('gives none while the queue is paused', async () => {
+    await producer.enqueue(request('a'));
+    await queue.pause();
+    expect(await new HeadPeeker(redis, names).peekMany(5)).toEqual([]);
+    await queue.resume();
+    expect(await new HeadPeeker(redis, names).peekMany(5)).toHaveLength(1);
+  });
+});
