@@ -17,6 +17,7 @@ export type MetricField =
   | 'provider_4xx'
   | 'retries'
   | 'deferred_by_scope'
+  | 'backfilled'
   | 'dead_lettered'
   | 'completed'
   | 'latency_sum_ms'

@@ -89,23 +89,27 @@ describe('settles, releases and stamps of calls that end together', () => {
     expect(c).toBeDefined();
     // Once, so that Redis knows the script and the calls below are one EVALSHA each.
     await lim.release(warm!);
-    // Every command this connection sends while the three end, as MONITOR shows them.
-    const monitor = await redis.monitor();
-    const mine = `127.0.0.1:${(redis as unknown as { stream: { localPort: number } }).stream.localPort}`;
+    // Every command the limiter's connection sends while the three end (counted on their way to
+    // Redis, which runs them as usual).
     const sent: string[] = [];
-    monitor.on('monitor', (_time: string, args: string[], source: string) => {
-      if (source === mine) sent.push(String(args[0]).toLowerCase());
-    });
-    await new Promise((r) => setTimeout(r, 20));
-    const [sa, sb, sc] = await Promise.all([
-      lim.settle(a!, { inputTokens: 120, outputTokens: 50 }),
-      lim.settle(b!, { inputTokens: 100, outputTokens: 500 }),
-      lim.release(c!),
-    ]);
-    await redis.ping();
-    await new Promise((r) => setTimeout(r, 20));
-    monitor.disconnect();
-    expect(sent.filter((c) => c.startsWith('eval'))).toEqual(['evalsha']);
+    const conn = redis as unknown as { sendCommand: (c: { name: string }) => unknown };
+    const send = conn.sendCommand;
+    conn.sendCommand = function (this: unknown, c: { name: string }) {
+      sent.push(c.name);
+      return send.apply(this, [c] as never);
+    };
+    let answers: unknown[];
+    try {
+      answers = await Promise.all([
+        lim.settle(a!, { inputTokens: 120, outputTokens: 50 }),
+        lim.settle(b!, { inputTokens: 100, outputTokens: 500 }),
+        lim.release(c!),
+      ]);
+    } finally {
+      conn.sendCommand = send;
+    }
+    const [sa, sb, sc] = answers;
+    expect(sent).toEqual(['evalsha']);
     expect(sa).toEqual({ known: true, inputDelta: 20, outputDelta: -450 });
     expect(sb).toEqual({ known: true, inputDelta: 0, outputDelta: 0 });
     expect(sc).toBeUndefined();
@@ -138,5 +142,92 @@ describe('settles, releases and stamps of calls that end together', () => {
     t += 10_100;
     const d = await lim.tryAcquire(cost(500, 500));
     expect(d.ok).toBe(true);
+  });
+});
+
+describe('backfill: calls behind a head that waits for budget', () => {
+  /** One attempt of acquireMany for `head` with `more` behind it; what went ahead, by index. */
+  async function attemptOnce(
+    lim: ReturnType<typeof make>,
+    head: ReturnType<typeof cost>,
+    more: ReturnType<typeof cost>[],
+    backfill: number,
+  ) {
+    const stop = new AbortController();
+    const ahead: number[] = [];
+    const outcome = await lim
+      .acquireMany(head, {
+        more,
+        backfill,
+        signal: stop.signal,
+        onBackfill: async (_rs, indexes) => {
+          ahead.push(...indexes);
+        },
+        onDenied: () => stop.abort(),
+      })
+      .then(
+        () => 'admitted',
+        () => 'waiting',
+      );
+    return { outcome, ahead };
+  }
+
+  /** 700 stamped at t0 and 200 at t0 + 1 s: 900 of 1,000 used, the 700 leaves at t0 + 10 s. */
+  async function spent(lim: ReturnType<typeof make>, first: number, second: number) {
+    const a = await lim.tryAcquire(cost(0, first));
+    if (a.ok) await lim.settle(a.reservation, { inputTokens: 0, outputTokens: first });
+    t += 1_000;
+    const b = await lim.tryAcquire(cost(0, second));
+    if (b.ok) await lim.settle(b.reservation, { inputTokens: 0, outputTokens: second });
+  }
+
+  it('lets a small call go ahead when the head still starts as early', async () => {
+    const lim = make({ limits: { tokens: 1_000 } });
+    await spent(lim, 700, 200);
+    // The head (600) starts at t0 + 10 s, when the 700 leaves: then 200 + 600 are used, so 100
+    // started now (still in the window then) fits beside it. A second 100 does not fit now.
+    const r = await attemptOnce(lim, cost(0, 600), [cost(0, 100), cost(0, 100)], 5);
+    expect(r).toEqual({ outcome: 'waiting', ahead: [0] });
+    const snap = await lim.snapshot();
+    expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(1_000);
+    // And the head does start at t0 + 10 s.
+    t += 9_000;
+    expect((await attemptOnce(lim, cost(0, 600), [], 0)).outcome).toBe('admitted');
+  });
+
+  it('lets nothing go ahead that would make the head start later', async () => {
+    const lim = make({ limits: { tokens: 1_000 } });
+    await spent(lim, 600, 300);
+    // The head (700) starts at t0 + 10 s with exactly 300 + 700: a 100 started now fits now
+    // (1,000) but would push the head to t0 + 11 s.
+    const r = await attemptOnce(lim, cost(0, 700), [cost(0, 100), cost(0, 50)], 5);
+    expect(r).toEqual({ outcome: 'waiting', ahead: [] });
+    expect((await lim.snapshot()).inFlight).toBe(0);
+  });
+
+  it('skips a call that does not fit for one behind it that does, up to the number allowed', async () => {
+    const lim = make({ limits: { tokens: 1_000 } });
+    await spent(lim, 800, 0);
+    // 800 used; the head (900) starts when the 800 leaves, with room for 100 beside it.
+    const more = [cost(0, 150), cost(0, 60), cost(0, 30), cost(0, 10)];
+    const r = await attemptOnce(lim, cost(0, 900), more, 2);
+    expect(r).toEqual({ outcome: 'waiting', ahead: [1, 2] });
+  });
+
+  it('keeps a concurrency slot for the head', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, concurrency: 2 });
+    await spent(lim, 800, 0);
+    const r = await attemptOnce(lim, cost(0, 900), [cost(0, 10), cost(0, 10)], 5);
+    // Two slots, none in use: one for a call ahead, one kept for the head.
+    expect(r).toEqual({ outcome: 'waiting', ahead: [0] });
+  });
+
+  it('is off unless asked for', async () => {
+    const lim = make({ limits: { tokens: 1_000 } });
+    await spent(lim, 800, 0);
+    expect(await attemptOnce(lim, cost(0, 900), [cost(0, 10)], 0)).toEqual({
+      outcome: 'waiting',
+      ahead: [],
+    });
   });
 });

@@ -74,4 +74,19 @@ export class HeadPeeker {
     }
     return heads;
   }
+
+  /**
+   * Moves waiting jobs to where BullMQ takes its next job from, in this order, so the next
+   * moveToActive calls hand out exactly these; resolves with the ids still waiting (moved).
+   */
+  async moveToFront(ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const b = this.base;
+    return (await runLua(
+      this.redis,
+      SCRIPTS['front']!,
+      [`${b}:wait`, `${b}:prioritized`],
+      [...ids],
+    )) as string[];
+  }
 }

@@ -66,6 +66,14 @@ export interface WorkerOptions {
    * client of the same key counts too. @default true
    */
   readonly feedback?: boolean;
+  /**
+   * Backfill: while the job at the head of the queue waits for budget, jobs behind it that fit
+   * now start ahead of it, but only when the head would start no later for them (their spend
+   * fits beside it when its room comes) and a slot stays free for it. Fuller use of the budget
+   * with a mix of small and large requests; a strict first-come-first-served start order when
+   * off. @default false
+   */
+  readonly backfill?: boolean;
   readonly logger?: WorkerLogger;
 }
 
@@ -279,16 +287,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          // Both go out at once: one round trip before the body is read.
-          await Promise.all([
-            limiter.start(r.reservation).catch((err) =>
-              log.warn('could not stamp the reservation', {
-                job: job.id,
-                error: (err as Error).message,
-              }),
-            ),
-            feedback ? limiter.observe(headers).catch(() => {}) : undefined,
-          ]);
+          // The provider's reading goes after the stamp: `observe` takes this call for ours only
+          // once it is stamped (or marked begun), else its tokens look like another client's.
+          await limiter.start(r.reservation).catch((err) =>
+            log.warn('could not stamp the reservation', {
+              job: job.id,
+              error: (err as Error).message,
+            }),
+          );
+          if (feedback) await limiter.observe(headers).catch(() => {});
         },
       });
     } catch (err) {
@@ -435,12 +442,29 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     idleMs = 5;
     let behind = followers(heads);
+    // Backfill goes by the slots free now, keeping one for the head.
+    const backfillRoom = () =>
+      options.backfill && !b.trial ? Math.max(0, localConcurrency - running.size - 1) : 0;
     let reservations: Reservation[];
     try {
       reservations = await limiter.acquireMany(head.cost, {
         scopes: head.scopes,
         priority: head.priority,
         more: behind.map((h) => h.cost),
+        backfill: backfillRoom(),
+        onBackfill: async (rs, indexes) => {
+          const ahead = indexes.map((i) => behind[i]!);
+          const moved = new Set(await peeker.moveToFront(ahead.map((h) => h.id)));
+          const take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
+          // Reservations for jobs no longer waiting (another worker took them) go back.
+          await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => limiter.release(r)));
+          await takeJobs(
+            take.map((i) => ahead[i]!),
+            take.map((i) => rs[i]!),
+            false,
+          );
+          await metrics.add({ backfilled: take.length });
+        },
         signal: stopper.signal,
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
@@ -450,8 +474,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           }
         },
         onWait: async () => {
-          const now = await peeker.peekMany(free);
-          if (!now[0] || now[0].id === head?.id) return undefined;
+          // Look again: the head may have changed (a more urgent job), and so may the jobs
+          // behind it (some went ahead) and the slots free for them.
+          const now = await peeker.peekMany(Math.max(1, localConcurrency - running.size));
+          if (!now[0]) return undefined;
           heads = now;
           head = now[0];
           behind = followers(now);
@@ -460,6 +486,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             priority: head.priority,
             scopes: head.scopes,
             more: behind.map((h) => h.cost),
+            backfill: backfillRoom(),
           };
         },
       });

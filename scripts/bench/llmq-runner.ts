@@ -1,3 +1,4 @@
+import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
@@ -23,6 +24,10 @@ export interface LlmqRunOptions {
   readonly concurrency: number;
   /** @default true */
   readonly feedback?: boolean;
+  /** The worker's backfill option. @default false */
+  readonly backfill?: boolean;
+  /** Count input tokens with the mock's count_tokens at enqueue (`exactCount`). @default false */
+  readonly exactCount?: boolean;
   /** Read output tokens from each response (for `actual` accounting). @default false */
   readonly recordOutput?: boolean;
   /** Give up waiting for results after this long. @default 600_000 */
@@ -63,6 +68,9 @@ async function runInScope(
     names,
     limits: limiter.limits ?? {},
     headroom: limiter.headroom ?? 0.01,
+    ...(options.exactCount
+      ? { tokenCounter: new Anthropic({ apiKey: 'bench-key', baseURL: options.mockUrl }) }
+      : {}),
   });
   try {
     if (options.workers.where === 'in-process') {
@@ -79,6 +87,7 @@ async function runInScope(
             limiter,
             concurrency: options.concurrency,
             feedback: options.feedback ?? true,
+            backfill: options.backfill ?? false,
             stream: 'always',
           }),
         );
@@ -92,6 +101,7 @@ async function runInScope(
         concurrency: options.concurrency,
         limiter,
         feedback: options.feedback ?? true,
+        backfill: options.backfill ?? false,
         record: record.mode,
         recordOutput: record.output,
       }));
@@ -99,7 +109,9 @@ async function runInScope(
     }
 
     const t0 = Date.now();
-    const ids = await producer.enqueueMany(options.requests);
+    const ids = await producer.enqueueMany(options.requests, {
+      exactCount: options.exactCount ?? false,
+    });
     let completed = 0;
     let failed = 0;
     let last = t0;

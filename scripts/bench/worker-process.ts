@@ -80,6 +80,7 @@ async function go(): Promise<void> {
       limiter: config.limiter,
       concurrency: config.concurrency,
       feedback: config.feedback ?? true,
+      backfill: config.backfill ?? false,
       stream: 'always',
     });
     stopFn = (graceMs) => handle.stop(graceMs);

@@ -44,6 +44,10 @@ export function registerWorkerCommand(program: Command): void {
           .choices(['always', 'auto'])
           .default('always'),
       )
+      .option(
+        '--backfill',
+        'while the head job waits for budget, start jobs behind it that fit now, if the head would start no later',
+      )
       .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
@@ -78,6 +82,7 @@ export function registerWorkerCommand(program: Command): void {
       },
       concurrency: config.concurrency,
       stream: flags['stream'] as 'always' | 'auto',
+      backfill: flags['backfill'] === true,
       logger: stderrLogger,
     });
     await new Promise<void>((resolve) => {

@@ -88,11 +88,15 @@ export interface AcquireOptions {
    * job that only its own tenant's budget holds back). The place in line is given up.
    */
   readonly onDenied?: (d: Decision & { ok: false }) => void;
-  readonly onWait?: (
-    d: Decision & { ok: false },
-  ) =>
+  readonly onWait?: (d: Decision & { ok: false }) =>
     | Promise<
-        | { cost?: Cost; priority?: number; scopes?: readonly string[]; more?: readonly Cost[] }
+        | {
+            cost?: Cost;
+            priority?: number;
+            scopes?: readonly string[];
+            more?: readonly Cost[];
+            backfill?: number;
+          }
         | undefined
       >
     | undefined;
@@ -106,6 +110,18 @@ export interface AcquireManyOptions extends AcquireOptions {
    * and nobody else waits in line.
    */
   readonly more?: readonly Cost[];
+  /**
+   * Backfill: while this call waits for budget, up to this many of `more` may go ahead of it,
+   * each only when it fits now and this call would start no later for it (its spend must fit
+   * beside this call's when this call's room comes), and a slot stays free for this call.
+   * @default 0
+   */
+  readonly backfill?: number;
+  /**
+   * Takes the reservations made for calls of `more` that go ahead (`indexes` into `more`);
+   * awaited before the next attempt. Required with `backfill`.
+   */
+  readonly onBackfill?: (reservations: Reservation[], indexes: number[]) => Promise<void>;
 }
 
 interface EndItem {
@@ -162,6 +178,16 @@ function lostConnection(redis: Redis): boolean {
   if (s === 'reconnecting' || s === 'end' || s === 'close') return true;
   const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
   return (s === 'connecting' || s === 'connect') && retries > 0;
+}
+
+function reservationOf(
+  id: string,
+  cost: Cost,
+  scopes: readonly string[],
+  admittedAt: number,
+  leaseMs: number,
+): Reservation {
+  return { id, cost, scopes, admittedAt, leaseExpiresAt: admittedAt + leaseMs };
 }
 
 function checkCost(cost: Cost): void {
@@ -368,7 +394,8 @@ export class Limiter {
     priority: number,
     queue: boolean,
     more: readonly { ticket: string; cost: Cost }[] = [],
-  ): Promise<Decision & { more?: Reservation[] }> {
+    backfill = 0,
+  ): Promise<Decision & { more?: Reservation[]; backfilled?: number[] }> {
     checkCost(cost);
     for (const m of more) checkCost(m.cost);
     if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
@@ -398,6 +425,7 @@ export class Limiter {
           m.cost.inputTokens,
           m.cost.outputTokens,
         ]),
+        backfill,
       ],
       {
         name: 'abandon',
@@ -406,15 +434,10 @@ export class Limiter {
       },
     )) as (number | string)[];
     const code = Number(reply[0]);
+    const reservation = (id: string, c: Cost) =>
+      reservationOf(id, c, scopeList(scopes), Number(reply[1]), this.leaseMs);
     switch (code) {
       case 0: {
-        const reservation = (id: string, c: Cost): Reservation => ({
-          id,
-          cost: c,
-          scopes: scopeList(scopes),
-          admittedAt: Number(reply[1]),
-          leaseExpiresAt: Number(reply[2]),
-        });
         return {
           ok: true,
           reservation: reservation(ticket, cost),
@@ -432,6 +455,8 @@ export class Limiter {
           waitMs: Number(reply[1]),
           scope: String(reply[2]),
           dimension: LUA_DIM[String(reply[3])] ?? 'tokens',
+          // Extras that went ahead (backfill), as indexes into `more`; only when there are any.
+          ...(reply.length > 4 ? { backfilled: reply.slice(4).map((i) => Number(i) - 1) } : {}),
         };
       case 4:
         return { ok: false, reason: 'concurrency', waitMs: Number(reply[1]) };
@@ -486,12 +511,30 @@ export class Limiter {
     let priority = options.priority ?? 100;
     let scopes = options.scopes ?? [];
     let more = options.more ?? [];
+    let backfillMax = options.backfill ?? 0;
     try {
       for (;;) {
         options.signal?.throwIfAborted();
         const tickets = more.map((c) => ({ ticket: randomUUID(), cost: c }));
-        const d = await this.attempt(ticket, current, scopes, priority, true, tickets);
+        const backfill = options.onBackfill ? backfillMax : 0;
+        const d = await this.attempt(ticket, current, scopes, priority, true, tickets, backfill);
         if (d.ok) return [d.reservation, ...(d.more ?? [])];
+        if (d.backfilled && d.backfilled.length > 0) {
+          // Redis time is not in a denial's answer: admittedAt is only informative here.
+          const now = Date.now();
+          await options.onBackfill?.(
+            d.backfilled.map((i) =>
+              reservationOf(
+                tickets[i]!.ticket,
+                tickets[i]!.cost,
+                scopeList(scopes),
+                now,
+                this.leaseMs,
+              ),
+            ),
+            d.backfilled,
+          );
+        }
         options.onDenied?.(d);
         // Waiters behind the first in line wake just after it should have been admitted; a
         // little jitter keeps several processes from arriving at the same instant.
@@ -504,6 +547,7 @@ export class Limiter {
         if (change?.priority) priority = change.priority;
         if (change?.scopes) scopes = change.scopes;
         if (change?.more) more = change.more;
+        if (change?.backfill !== undefined) backfillMax = change.backfill;
       }
     } catch (err) {
       await this.cancel(ticket).catch(() => {});

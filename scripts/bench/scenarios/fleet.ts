@@ -64,7 +64,12 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
       published: '0 429s',
     },
   ];
-  const client = `llmq, ${PROCESSES} worker processes × ${CONCURRENCY / PROCESSES}`;
+  const pool = `${PROCESSES} worker processes × ${CONCURRENCY / PROCESSES}`;
+  const llmqClients = [
+    { client: `llmq, ${pool}`, backfill: false, exactCount: false },
+    { client: `llmq --backfill, ${pool}`, backfill: true, exactCount: false },
+    { client: `llmq --backfill, exact counts, ${pool}`, backfill: true, exactCount: true },
+  ];
   let peakRss = 0;
   await withMock(mockOptions, async (mock) => {
     for (const b of baselines) {
@@ -89,27 +94,33 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         }),
       );
     }
-    ctx.log(`fleet: ${client}`);
-    await mock.reset();
-    const run = await runLlmq({
-      redisUrl: ctx.redisUrl,
-      scope: 'fleet',
-      mockUrl: mock.url,
-      requests,
-      limiter: {
-        windowMs,
-        limits: { tokens: LIMIT },
-        concurrency: CONCURRENCY,
-        outputAccounting: 'reserve',
-      },
-      workers: { count: PROCESSES, where: 'processes' },
-      concurrency: CONCURRENCY / PROCESSES,
-    });
-    peakRss = Math.max(...run.processes.map((p) => p.peakRssBytes));
-    rows.push(rateRow({ ...common, client, run, calls: run.calls, stats: await mock.stats() }));
+    for (const { client, backfill, exactCount } of llmqClients) {
+      ctx.log(`fleet: ${client}`);
+      await mock.reset();
+      const run = await runLlmq({
+        redisUrl: ctx.redisUrl,
+        scope: 'fleet',
+        mockUrl: mock.url,
+        requests,
+        limiter: {
+          windowMs,
+          limits: { tokens: LIMIT },
+          concurrency: CONCURRENCY,
+          outputAccounting: 'reserve',
+        },
+        workers: { count: PROCESSES, where: 'processes' },
+        concurrency: CONCURRENCY / PROCESSES,
+        backfill,
+        exactCount,
+      });
+      peakRss = Math.max(peakRss, ...run.processes.map((p) => p.peakRssBytes));
+      rows.push(rateRow({ ...common, client, run, calls: run.calls, stats: await mock.stats() }));
+    }
   });
 
-  const llmq = rows[rows.length - 1]!;
+  const llmqRows = rows.slice(-llmqClients.length);
+  const [fcfs, backfilled, exact] = llmqRows as [RateRow, RateRow, RateRow];
+  const best = llmqRows.reduce((a, b) => (b.utilization > a.utilization ? b : a));
   return {
     name: 'fleet',
     title: `${requests.length} requests of 100 to 8,000 tokens (${count(totalTokens)} in all, ${(totalTokens / LIMIT).toFixed(1)} windows' worth), ${LIMIT} tokens per sliding ${W} s window, 20 at once`,
@@ -129,18 +140,24 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     targets: [
       {
         name: 'llmq with several worker processes draws zero 429s',
-        met: llmq.rateLimited === 0 && llmq.completed === requests.length,
-        detail: `${llmq.rateLimited} 429s, ${llmq.completed}/${requests.length} completed`,
+        met: llmqRows.every((r) => r.rateLimited === 0 && r.completed === requests.length),
+        detail: llmqRows
+          .map(
+            (r) =>
+              `${r.client}: ${r.rateLimited} 429s, ${r.completed}/${requests.length} completed`,
+          )
+          .join('; '),
       },
       {
         name: 'llmq uses at least 97% of the budget',
-        met: llmq.utilization >= 0.97,
-        detail: `${percent(llmq.utilization)} (the ideal first-come-first-served client: ${percent(ideal.utilization)}, so llmq reached ${percent(llmq.utilization / ideal.utilization)} of what that order allows)`,
+        met: best.utilization >= 0.97,
+        detail: `${percent(exact.utilization)} with --backfill and exact counts; ${percent(backfilled.utilization)} with --backfill and estimates; ${percent(fcfs.utilization)} first come first served, where the ideal client of that order reaches ${percent(ideal.utilization)}`,
       },
     ],
     notes: [
       `mix: 60% of 100–600 tokens, 30% of 600–3,000, 10% of 3,000–8,000 (a tenth of each input, the rest max_tokens), fixed seed; answers half of max_tokens; mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token`,
-      `minimum: the ideal client (20 at once, first come first served, no overhead) ${seconds(ideal.minimumMs)}; a large request at the head of the line waits for room while smaller ones behind it could have used it, so even that client averages ${percent(ideal.utilization)} per window`,
+      `minimum: the ideal client (20 at once, first come first served, no overhead) ${seconds(ideal.minimumMs)}; a large request at the head of the line waits for room while smaller ones behind it could have used it, so even that client averages ${percent(ideal.utilization)} per window; with --backfill they do, when the head would start no later for them`,
+      `estimates: input tokens estimated from the text, erring high (about twice what the mock counts here; the surplus comes back at settle); exact counts: the producer's exactCount, one count_tokens call per request at enqueue (the bench's t0 is before it)`,
       `baselines: the article's LLMGateway in one process (tokens first, then a Semaphore(20) slot), SDK default retries; llmq worker peak RSS ${megabytes(peakRss)}`,
       ...rows
         .filter((r) => r.failed > 0)

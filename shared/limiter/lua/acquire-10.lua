@@ -36,13 +36,17 @@
              nobody else stands in line (they never wait, never take a place in line, and the
              first that does not fit ends the run). A worker fills several free slots in one
              round trip this way.
+    then     backfill: how many extras at most may go ahead of this call while it waits for
+             budget (0: none), each only if it fits now and this call would start no later
+             for it (see below)
 
   Output:
     {0, now, leaseExpiry, k}            admitted (again, for a ticket admitted already), with
                                         the first k extras
     {1, waitMs}                         another waiter is first in line
     {2, waitMs}                         the shared pause holds
-    {3, waitMs, scope, dim}             not enough budget in scope/dim yet
+    {3, waitMs, scope, dim, i...}       not enough budget in scope/dim yet; extras i... were
+                                        admitted to go ahead of it (backfill)
     {4, waitMs}                         every concurrency slot is taken
     {5, scope, dim, cost, limit}        the cost can never fit that limit
 ]]
@@ -71,6 +75,7 @@ for i = 1, nScopes do
 end
 local extrasAt = 12 + nScopes * 5 + 1
 local nExtras = tonumber(ARGV[extrasAt] or '0')
+local backfill = tonumber(ARGV[extrasAt + nExtras * 4 + 1] or '0')
 local function extra(i)
   local b = extrasAt + (i - 1) * 4
   return ARGV[b + 1], { req = tonumber(ARGV[b + 2]), inp = tonumber(ARGV[b + 3]), out = tonumber(ARGV[b + 4]),
@@ -190,17 +195,80 @@ local function wait_for(scope, dim, need, f)
   return math.max(windowMs, 1)
 end
 
+-- What `c` lacks in scope s, dimension d, now (0 or less: it fits), and the foreign spend.
+local function need_of(s, d, c)
+  local field = s.name .. '|' .. d
+  local used = tonumber(redis.call('HGET', totKey, field) or '0')
+  local f = foreign_of(extKey, field, now)
+  return used + foreign_at(f, now, 0) + amount(c, d) - s.limits[d], f
+end
+
+local leaseExpiry = now + leaseMs
+-- An open reservation whose stamp is its lease expiry until the call starts or settles.
+local function admit(id, c)
+  redis.call('ZADD', logKey, leaseExpiry, id)
+  redis.call('HSET', resKey, id, encode(c))
+  add_totals(totKey, c, 1)
+  redis.call('ZADD', slotsKey, leaseExpiry, id)
+  redis.call('HINCRBY', statsKey, 'admitted', 1)
+  redis.call('HINCRBY', statsKey, 'reserved_in', c.inp)
+  redis.call('HINCRBY', statsKey, 'reserved_out', c.out)
+end
+
+-- Whether c fits every dimension of every scope and a slot right now, leaving `spareSlots`.
+local function fits_now(c, spareSlots)
+  if maxSlots > 0 and redis.call('ZCARD', slotsKey) + 1 + spareSlots > maxSlots then return false end
+  for _, s in ipairs(scopes) do
+    for _, d in ipairs(DIMS) do
+      if s.limits[d] > 0 and need_of(s, d, c) > 0 then return false end
+    end
+  end
+  return true
+end
+
+-- When this call could start at the earliest if nothing else started before it: the latest of
+-- its dimensions' waits (0 when it fits now), with `extra` more spend in the window.
+local function start_of(extra)
+  local t = 0
+  for _, s in ipairs(scopes) do
+    for _, d in ipairs(DIMS) do
+      if s.limits[d] > 0 then
+        local need, f = need_of(s, d, cost)
+        need = need + amount(extra, d)
+        if need > 0 then t = math.max(t, wait_for(s.name, d, need, f)) end
+      end
+    end
+  end
+  return t
+end
+
 for _, s in ipairs(scopes) do
   for _, d in ipairs(DIMS) do
-    local limit = s.limits[d]
-    if limit > 0 then
-      local field = s.name .. '|' .. d
-      local used = tonumber(redis.call('HGET', totKey, field) or '0')
-      local f = foreign_of(extKey, field, now)
-      local need = used + foreign_at(f, now, 0) + amount(cost, d) - limit
+    if s.limits[d] > 0 then
+      local need, f = need_of(s, d, cost)
       if need > 0 then
         redis.call('HINCRBY', statsKey, 'denied_budget', 1)
-        return wait_as_head(3, wait_for(s.name, d, need, f), s.name, d)
+        local waitMs = wait_for(s.name, d, need, f)
+        -- Backfill: the calls behind this one that fit now and would not make it start any later
+        -- (their spend is still in the window when it starts, so it must fit beside it then),
+        -- leaving it a slot. Its start is the latest of its dimensions' (start_of).
+        local filled = {}
+        if backfill > 0 and queue then
+          local none = { req = 0, inp = 0, out = 0 }
+          local startAt = start_of(none)
+          for i = 1, nExtras do
+            if #filled >= backfill then break end
+            local id, c = extra(i)
+            if redis.call('HEXISTS', resKey, id) == 0 and fits_now(c, 1) and start_of(c) <= startAt then
+              admit(id, c)
+              redis.call('HINCRBY', statsKey, 'backfilled', 1)
+              filled[#filled + 1] = i
+            end
+          end
+        end
+        local reply = wait_as_head(3, waitMs, s.name, d)
+        for _, i in ipairs(filled) do reply[#reply + 1] = i end
+        return reply
       end
     end
   end
@@ -214,42 +282,16 @@ if maxSlots > 0 and redis.call('ZCARD', slotsKey) >= maxSlots then
   return wait_as_head(4, waitMs)
 end
 
--- Admit: an open reservation whose stamp is its lease expiry until the call settles.
-local leaseExpiry = now + leaseMs
-local function admit(id, c)
-  redis.call('ZADD', logKey, leaseExpiry, id)
-  redis.call('HSET', resKey, id, encode(c))
-  add_totals(totKey, c, 1)
-  redis.call('ZADD', slotsKey, leaseExpiry, id)
-  redis.call('HINCRBY', statsKey, 'admitted', 1)
-  redis.call('HINCRBY', statsKey, 'reserved_in', c.inp)
-  redis.call('HINCRBY', statsKey, 'reserved_out', c.out)
-end
+-- Admit, then the extras: only while the line is empty (they would overtake whoever stands in
+-- it) and each fits every dimension and a slot right now; the first that does not ends the run.
 admit(ticket, cost)
 leave_line()
 redis.call('HDEL', statsKey, 'head_retry_at')
-
--- The extras: only while the line is empty (they would overtake whoever stands in it) and each
--- fits every dimension and a slot right now. Cost that can never fit stops the run too.
 local admitted = 0
 if redis.call('ZCARD', waitersKey) == 0 then
   for i = 1, nExtras do
     local id, c = extra(i)
-    if redis.call('HEXISTS', resKey, id) == 1 then break end
-    if maxSlots > 0 and redis.call('ZCARD', slotsKey) >= maxSlots then break end
-    local fits = true
-    for _, s in ipairs(scopes) do
-      for _, d in ipairs(DIMS) do
-        local limit = s.limits[d]
-        if fits and limit > 0 then
-          local field = s.name .. '|' .. d
-          local used = tonumber(redis.call('HGET', totKey, field) or '0')
-          local f = foreign_of(extKey, field, now)
-          if used + foreign_at(f, now, 0) + amount(c, d) > limit then fits = false end
-        end
-      end
-    end
-    if not fits then break end
+    if redis.call('HEXISTS', resKey, id) == 1 or not fits_now(c, 0) then break end
     admit(id, c)
     admitted = i
   end
