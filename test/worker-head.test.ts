@@ -39,6 +39,17 @@ const request = (text: string) => ({
   messages: [{ role: 'user', content: text }],
 });
 
+/** A job added straight to BullMQ's delayed set (as a retry is), due in 1 ms. */
+async function addDelayed(text: string, priority: number): Promise<string> {
+  const job = await queue.add(
+    'llmq',
+    { request: request(text), cost: { requests: 1, inputTokens: 5, outputTokens: 16 }, priority },
+    { delay: 1, priority },
+  );
+  await new Promise((r) => setTimeout(r, 20));
+  return job.id!;
+}
+
 /** The ids BullMQ itself hands out next, taking `n` jobs. */
 async function takeOrder(n: number): Promise<string[]> {
   const ids: string[] = [];
@@ -69,38 +80,20 @@ describe('peeking at the jobs BullMQ hands out next', () => {
   it('gives only the first when a due delayed job is about to be promoted', async () => {
     await producer.enqueue(request('a'), { priority: 'batch' });
     await producer.enqueue(request('b'), { priority: 'batch' });
-    const late = await queue.add(
-      'llmq',
-      {
-        request: request('late'),
-        cost: { requests: 1, inputTokens: 5, outputTokens: 16 },
-        priority: 1,
-      },
-      { delay: 1, priority: 1 },
-    );
-    await new Promise((r) => setTimeout(r, 20));
+    const late = await addDelayed('late', 1);
     const heads = await new HeadPeeker(redis, names).peekMany(3);
     // The delayed job is more urgent: it goes first once promoted, and only it is certain.
-    expect(heads.map((h) => h.id)).toEqual([late.id]);
-    expect((await takeOrder(1))[0]).toBe(late.id);
+    expect(heads.map((h) => h.id)).toEqual([late]);
+    expect((await takeOrder(1))[0]).toBe(late);
   });
 
   it('stops at the first when a due delayed job would be promoted in between', async () => {
     const a = await producer.enqueue(request('a'), { priority: 10 });
     const b = await producer.enqueue(request('b'), { priority: 100 });
-    const mid = await queue.add(
-      'llmq',
-      {
-        request: request('mid'),
-        cost: { requests: 1, inputTokens: 5, outputTokens: 16 },
-        priority: 50,
-      },
-      { delay: 1, priority: 50 },
-    );
-    await new Promise((r) => setTimeout(r, 20));
+    const mid = await addDelayed('mid', 50);
     expect((await new HeadPeeker(redis, names).peekMany(3)).map((h) => h.id)).toEqual([a]);
     // Not [a, b]: BullMQ promotes the delayed job between them.
-    expect(await takeOrder(3)).toEqual([a, mid.id, b]);
+    expect(await takeOrder(3)).toEqual([a, mid, b]);
   });
 
   it('gives none while the queue is paused', async () => {
