@@ -14,7 +14,7 @@ export interface WorkerProcessConfig {
    * no-op processor; `bare-call`: a BullMQ Worker whose processor makes the same provider call
    * llmq makes (streamed, through the SDK), with no gate.
    */
-  readonly mode: 'llmq' | 'llmq-instant' | 'bare' | 'bare-call';
+  readonly mode: 'llmq' | 'llmq-instant' | 'bare' | 'bare-script' | 'bare-call';
   readonly redisUrl: string;
   readonly names: QueueNames;
   /** The mock's URL (for `llmq` and `bare-call`). */
