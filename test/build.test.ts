@@ -59,7 +59,7 @@ describe('npm run build', () => {
       'dist/scripts/cli.js',
       'dist/worker/worker.js',
       'dist/shared/limiter/lua/acquire-10.lua',
-      'dist/worker/lua/peek-5.lua',
+      'dist/worker/lua/peek-6.lua',
       'dist/producer/lua/reserveDepth-6.lua',
       'dist/shared/lua/count-1.lua',
     ])

@@ -77,23 +77,40 @@ describe('peeking at the jobs BullMQ hands out next', () => {
     expect(await peeker.peekMany(3)).toEqual([]);
   });
 
-  it('gives only the first when a due delayed job is about to be promoted', async () => {
-    await producer.enqueue(request('a'), { priority: 'batch' });
-    await producer.enqueue(request('b'), { priority: 'batch' });
+  it('puts a due delayed job where its promotion will: ahead of less urgent ones', async () => {
+    const a = await producer.enqueue(request('a'), { priority: 'batch' });
+    const b = await producer.enqueue(request('b'), { priority: 'batch' });
     const late = await addDelayed('late', 1);
-    const heads = await new HeadPeeker(redis, names).peekMany(3);
-    // The delayed job is more urgent: it goes first once promoted, and only it is certain.
-    expect(heads.map((h) => h.id)).toEqual([late]);
-    expect((await takeOrder(1))[0]).toBe(late);
+    expect((await new HeadPeeker(redis, names).peekMany(3)).map((h) => h.id)).toEqual([late, a, b]);
+    expect(await takeOrder(3)).toEqual([late, a, b]);
   });
 
-  it('stops at the first when a due delayed job would be promoted in between', async () => {
+  it('puts a due delayed job between jobs of higher and lower priority, behind its peers', async () => {
     const a = await producer.enqueue(request('a'), { priority: 10 });
     const b = await producer.enqueue(request('b'), { priority: 100 });
+    const peer = await producer.enqueue(request('peer'), { priority: 50 });
     const mid = await addDelayed('mid', 50);
-    expect((await new HeadPeeker(redis, names).peekMany(3)).map((h) => h.id)).toEqual([a]);
-    // Not [a, b]: BullMQ promotes the delayed job between them.
-    expect(await takeOrder(3)).toEqual([a, mid, b]);
+    const order = [a, peer, mid, b];
+    expect((await new HeadPeeker(redis, names).peekMany(4)).map((h) => h.id)).toEqual(order);
+    expect(await takeOrder(4)).toEqual(order);
+  });
+
+  it('gives only the first job when more delayed jobs are due than one peek looks at', async () => {
+    const first = await producer.enqueue(request('first'), { priority: 1 });
+    await producer.enqueue(request('second'), { priority: 1 });
+    await queue.addBulk(
+      Array.from({ length: 100 }, (_, i) => ({
+        name: 'llmq',
+        data: {
+          request: request(`d${i}`),
+          cost: { requests: 1, inputTokens: 5, outputTokens: 16 },
+          priority: 100,
+        },
+        opts: { delay: 1, priority: 100 },
+      })),
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    expect((await new HeadPeeker(redis, names).peekMany(5)).map((h) => h.id)).toEqual([first]);
   });
 
   it('gives none while the queue is paused', async () => {

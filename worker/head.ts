@@ -45,8 +45,9 @@ export class HeadPeeker {
   }
 
   /**
-   * The next `n` jobs at most, in the order BullMQ hands them out; fewer when a due delayed job
-   * is about to be promoted (only the first is certain then) or the queue holds fewer.
+   * The next `n` jobs at most, in the order BullMQ hands them out (due delayed jobs where their
+   * promotion will put them); fewer when the queue holds fewer, and only the first when more
+   * delayed jobs are due than one peek looks at.
    */
   async peekMany(n: number): Promise<HeadJob[]> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
@@ -55,7 +56,7 @@ export class HeadPeeker {
     const reply = (await runLua(
       this.redis,
       SCRIPTS['peek']!,
-      [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`],
+      [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`, `${b}:pc`],
       [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n))],
     )) as string[] | null;
     const heads: HeadJob[] = [];

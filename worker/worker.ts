@@ -454,16 +454,23 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         backfill: backfillRoom(),
         onBackfill: async (rs, indexes) => {
           const ahead = indexes.map((i) => behind[i]!);
-          const moved = new Set(await peeker.moveToFront(ahead.map((h) => h.id)));
-          const take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
+          let take: number[];
+          try {
+            const moved = new Set(await peeker.moveToFront(ahead.map((h) => h.id)));
+            take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
+          } catch (err) {
+            await Promise.all(rs.map((r) => limiter.release(r).catch(() => {})));
+            throw err;
+          }
           // Reservations for jobs no longer waiting (another worker took them) go back.
           await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => limiter.release(r)));
           await takeJobs(
             take.map((i) => ahead[i]!),
             take.map((i) => rs[i]!),
             false,
+            false,
           );
-          await metrics.add({ backfilled: take.length });
+          metrics.add({ backfilled: take.length }).catch(() => {});
         },
         signal: stopper.signal,
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
@@ -476,8 +483,16 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onWait: async () => {
           // Look again: the head may have changed (a more urgent job), and so may the jobs
           // behind it (some went ahead) and the slots free for them.
-          const now = await peeker.peekMany(Math.max(1, localConcurrency - running.size));
-          if (!now[0]) return undefined;
+          // A trial call goes alone, however long it waits.
+          const now = await peeker.peekMany(
+            b.trial ? 1 : Math.max(1, localConcurrency - running.size),
+          );
+          if (!now[0]) {
+            // Nothing to see (paused, or another worker took the head): no jobs behind either,
+            // rather than the ones seen before, which may have started since.
+            behind = [];
+            return { more: [], backfill: 0 };
+          }
           heads = now;
           head = now[0];
           behind = followers(now);
@@ -539,6 +554,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     wanted: readonly HeadJob[],
     reservations: readonly Reservation[],
     trial: boolean,
+    pauseWhenNone = true,
   ): Promise<void> {
     const spare = new Map<string, { head: HeadJob; reservation: Reservation }>();
     wanted.forEach((h, i) => {
@@ -551,61 +567,78 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       ),
     );
     let failure: unknown;
-    let got = 0;
-    const strangers: { job: Job<JobData, JobResult>; token: string }[] = [];
+    const fetched: { job: Job<JobData, JobResult>; token: string }[] = [];
     for (const [i, t] of taken.entries()) {
-      if (t.status === 'rejected') {
-        failure ??= t.reason;
-        continue;
+      if (t.status === 'rejected') failure ??= t.reason;
+      else if (t.value) fetched.push({ job: t.value, token: tokens[i]! });
+    }
+    // Each fetched job is launched, dead-lettered or put back; each reservation is used or
+    // released, whatever fails on the way (a job left active would wait for the stalled check).
+    const handled = new Set<Job<JobData, JobResult>>();
+    try {
+      const strangers: typeof fetched = [];
+      for (const f of fetched) {
+        const mine = spare.get(f.job.id!);
+        if (f.job.deferredFailure) strangers.unshift(f);
+        else if (mine) {
+          spare.delete(f.job.id!);
+          handled.add(f.job);
+          launch(f.job, f.token, mine.reservation, trial);
+        } else strangers.push(f);
       }
-      const job = t.value;
-      if (!job) continue;
-      got++;
-      const token = tokens[i]!;
-      if (job.deferredFailure) {
-        // BullMQ's stalled check gave this job up (its workers died with it more than
-        // maxStalledCount times) and left the failing to whoever takes it next: dead-letter it.
-        await deadLetter(
-          dlq,
-          job,
-          token,
-          {
-            reason: `its worker died with it too many times (${job.deferredFailure})`,
-            errorClass: 'StalledJobError',
-          },
-          history(job),
+      for (const { job, token } of strangers) {
+        if (job.deferredFailure) {
+          // BullMQ's stalled check gave this job up (its workers died with it more than
+          // maxStalledCount times) and left the failing to whoever takes it next.
+          await deadLetter(
+            dlq,
+            job,
+            token,
+            {
+              reason: `its worker died with it too many times (${job.deferredFailure})`,
+              errorClass: 'StalledJobError',
+            },
+            history(job),
+          );
+          handled.add(job);
+          metrics.add({ dead_lettered: 1 }).catch(() => {});
+          log.warn('dead-lettered', { job: job.id, reason: job.deferredFailure });
+          continue;
+        }
+        const c = job.data.cost;
+        const fit = [...spare.values()].find(
+          ({ head, reservation }) =>
+            c.inputTokens <= reservation.cost.inputTokens &&
+            c.outputTokens <= reservation.cost.outputTokens &&
+            sameScopes(job.data.scopes ?? [], head.scopes),
         );
-        await metrics.add({ dead_lettered: 1 });
-        log.warn('dead-lettered', { job: job.id, reason: job.deferredFailure });
-        continue;
+        if (!fit) {
+          // Another worker took a job we reserved for and this one needs more: it goes back.
+          await job.moveToWait(token);
+          handled.add(job);
+          continue;
+        }
+        // Used or not, this reservation is not spare any more: released here if adjust fails.
+        spare.delete(fit.head.id);
+        const adjusted = await limiter.adjust(fit.reservation, c).catch(async (err: unknown) => {
+          await limiter.release(fit.reservation).catch(() => {});
+          throw err;
+        });
+        handled.add(job);
+        launch(job, token, adjusted, trial);
       }
-      const mine = spare.get(job.id!);
-      if (mine) {
-        spare.delete(job.id!);
-        launch(job, token, mine.reservation, trial);
-      } else {
-        strangers.push({ job, token });
-      }
+    } finally {
+      await Promise.all([
+        ...[...spare.values()].map(({ reservation }) =>
+          limiter.release(reservation).catch(() => {}),
+        ),
+        ...fetched
+          .filter(({ job }) => !handled.has(job))
+          .map(({ job, token }) => job.moveToWait(token).catch(() => {})),
+      ]);
     }
-    for (const { job, token } of strangers) {
-      const c = job.data.cost;
-      const fit = [...spare.values()].find(
-        ({ head, reservation }) =>
-          c.inputTokens <= reservation.cost.inputTokens &&
-          c.outputTokens <= reservation.cost.outputTokens &&
-          sameScopes(job.data.scopes ?? [], head.scopes),
-      );
-      if (!fit) {
-        // Another worker took a job we reserved for and this one needs more: it goes back.
-        await job.moveToWait(token);
-        continue;
-      }
-      spare.delete(fit.head.id);
-      launch(job, token, await limiter.adjust(fit.reservation, c), trial);
-    }
-    await Promise.all([...spare.values()].map(({ reservation }) => limiter.release(reservation)));
     if (failure) throw failure;
-    if (got === 0) {
+    if (fetched.length === 0 && pauseWhenNone) {
       // Another worker took them, or BullMQ holds the queue: look again a little later rather
       // than reserving and releasing in a tight loop.
       await sleep(idleMs, undefined, { signal: stopper.signal });

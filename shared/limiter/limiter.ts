@@ -519,6 +519,9 @@ export class Limiter {
         const backfill = options.onBackfill ? backfillMax : 0;
         const d = await this.attempt(ticket, current, scopes, priority, true, tickets, backfill);
         if (d.ok) return [d.reservation, ...(d.more ?? [])];
+        // Time spent taking the jobs that go ahead comes off the wait, so the head's next
+        // attempt is not late for it.
+        const deniedAt = performance.now();
         if (d.backfilled && d.backfilled.length > 0) {
           // Redis time is not in a denial's answer: admittedAt is only informative here.
           const now = Date.now();
@@ -539,7 +542,8 @@ export class Limiter {
         // Waiters behind the first in line wake just after it should have been admitted; a
         // little jitter keeps several processes from arriving at the same instant.
         const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;
-        const wait = Math.min(Math.max(d.waitMs, 1) + jitter, this.maxPollMs);
+        const spent = performance.now() - deniedAt;
+        const wait = Math.min(Math.max(d.waitMs - spent, 1) + jitter, this.maxPollMs);
         // A pause ends at a known time; budget and slots may come back sooner, at a settle.
         await this.sleepOrWake(wait, d.reason !== 'paused', options.signal);
         const change = await options.onWait?.(d);

@@ -259,7 +259,11 @@ for _, s in ipairs(scopes) do
           for i = 1, nExtras do
             if #filled >= backfill then break end
             local id, c = extra(i)
-            if redis.call('HEXISTS', resKey, id) == 0 and fits_now(c, 1) and start_of(c) <= startAt then
+            if redis.call('HEXISTS', resKey, id) == 1 then
+              -- Tickets are new at every attempt: admitted already means by this very command,
+              -- its first run's answer lost and ioredis sending it again.
+              filled[#filled + 1] = i
+            elseif fits_now(c, 1) and start_of(c) <= startAt then
               admit(id, c)
               redis.call('HINCRBY', statsKey, 'backfilled', 1)
               filled[#filled + 1] = i

@@ -1,0 +1,81 @@
+--[[
+  Peeks at the jobs BullMQ's moveToActive would hand out next, without taking them. moveToActive
+  first promotes the due delayed jobs (in the delayed set's order: those without a priority to
+  the far end of the wait list, the others into the prioritized set behind the jobs of their
+  priority, each with the next value of the priority counter), then takes the wait list's tail,
+  then the prioritized set's lowest score. This works out that same order. A paused queue, or
+  one at its global concurrency, has no head.
+
+  Input:
+    KEYS[1] wait         LIST
+    KEYS[2] prioritized  ZSET priority * 2^32 + counter
+    KEYS[3] delayed      ZSET due ms * 2^12 + counter
+    KEYS[4] meta         HASH paused, concurrency
+    KEYS[5] active       LIST
+    KEYS[6] pc           STRING the priority counter
+    ARGV[1] job key prefix (`<prefix>:<queue>:`), in the same hash tag
+    ARGV[2] the highest delayed score that is due now
+    ARGV[3] how many due delayed jobs to look at
+    ARGV[4] how many jobs to give at most
+
+  Output: {jobId, data JSON, jobId, data JSON, ...} in the order BullMQ hands them out, or false
+  when there is nothing to hand out. When more delayed jobs are due than it looks at, only the
+  first job is given (what the others would do to the order is unknown).
+]]
+local SHIFT = 4294967296
+local want = tonumber(ARGV[4] or '1')
+local meta = redis.call('HMGET', KEYS[4], 'paused', 'concurrency')
+if meta[1] then return false end
+if meta[2] then
+  want = math.min(want, tonumber(meta[2]) - redis.call('LLEN', KEYS[5]))
+  if want < 1 then return false end
+end
+local scan = tonumber(ARGV[3])
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], 0, ARGV[2], 'LIMIT', 0, scan)
+if #due >= scan then want = 1 end
+
+-- The wait list hands out from its tail; due jobs without a priority come after it.
+local heads = {}
+local ids = redis.call('LRANGE', KEYS[1], 0 - want, -1)
+for i = #ids, 1, -1 do heads[#heads + 1] = ids[i] end
+
+-- The prioritized set as it will be once the due jobs are promoted: theirs, with the counters
+-- they will get, merged with the lowest scores already there.
+local promoted = {}
+local pc = tonumber(redis.call('GET', KEYS[6]) or '0')
+for _, d in ipairs(due) do
+  local p = tonumber(redis.call('HGET', ARGV[1] .. d, 'priority') or '0')
+  if p == 0 then
+    heads[#heads + 1] = d
+  else
+    pc = pc + 1
+    promoted[#promoted + 1] = { d, p * SHIFT + pc % SHIFT }
+  end
+end
+if #heads < want then
+  local top = redis.call('ZRANGE', KEYS[2], 0, want - #heads - 1, 'WITHSCORES')
+  local i, j = 1, 1
+  while #heads < want and (i <= #top or j <= #promoted) do
+    local a = top[i] and tonumber(top[i + 1])
+    local b = promoted[j] and promoted[j][2]
+    if a and (not b or a <= b) then
+      heads[#heads + 1] = top[i]
+      i = i + 2
+    else
+      heads[#heads + 1] = promoted[j][1]
+      j = j + 1
+    end
+  end
+end
+
+local out = {}
+for k = 1, math.min(#heads, want) do
+  local id = heads[k]
+  local data = redis.call('HGET', ARGV[1] .. id, 'data')
+  -- A job whose hash is gone ends the list: BullMQ would stumble on it first.
+  if not data then break end
+  out[#out + 1] = id
+  out[#out + 1] = data
+end
+if #out == 0 then return false end
+return out
