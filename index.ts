@@ -26,7 +26,12 @@ export {
 export { type Cost, estimateCost, estimateInputTokens } from './shared/estimate.ts';
 export type { AttemptRecord, DeadLetter, JobData, JobResult, StoredMessage } from './shared/job.ts';
 export { bullPrefix, deadLetterQueueName, type QueueNames } from './shared/keys.ts';
-export { type AcquireOptions, Limiter, type LimiterOptions } from './shared/limiter/limiter.ts';
+export {
+  type AcquireManyOptions,
+  type AcquireOptions,
+  Limiter,
+  type LimiterOptions,
+} from './shared/limiter/limiter.ts';
 export { readRateLimitHeaders, retryAfterMs } from './shared/limiter/provider-headers.ts';
 export type {
   Decision,
