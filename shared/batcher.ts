@@ -29,7 +29,11 @@ export class Batcher<I, O> {
     });
   }
 
-  private flush(): void {
+  /**
+   * Sends what is gathered now instead of at the end of the turn. The command is written before
+   * this returns, so a command sent after it on the same connection runs after it.
+   */
+  flush(): void {
     this.scheduled = false;
     const batch = this.pending;
     if (batch.length === 0) return;

@@ -40,34 +40,10 @@ function pairs(add: Partial<Record<MetricField, number>>): (string | number)[] {
   return Object.entries(add).flatMap(([f, n]) => (n ? [f, n] : []));
 }
 
-/** Adds to counters in one command. */
-export async function addMetrics(
-  redis: Redis,
-  names: QueueNames,
-  add: Partial<Record<MetricField, number>>,
-): Promise<void> {
-  const args = pairs(add);
-  if (args.length === 0) return;
-  await runLua(redis, SCRIPTS['count']!, [metricsKey(names)], ['', '', ...args]);
-}
-
-/**
- * Records one provider call's latency in the histogram (cumulative `le_<ms>` buckets), with
- * other counters, in one command.
- */
-export async function observeLatency(
-  redis: Redis,
-  names: QueueNames,
-  ms: number,
-  add: Partial<Record<MetricField, number>> = {},
-): Promise<void> {
-  await runLua(
-    redis,
-    SCRIPTS['count']!,
-    [metricsKey(names)],
-    [String(Math.max(0, ms)), LATENCY_BUCKETS_MS.join(','), ...pairs(add)],
-  );
-}
+type MetricsItem = {
+  readonly latencyMs: number | undefined;
+  readonly add: Partial<Record<MetricField, number>>;
+};
 
 /**
  * A worker's counters on their way to Redis: what is added in the same turn of the event loop
@@ -75,17 +51,11 @@ export async function observeLatency(
  * written.
  */
 export class MetricsWriter {
-  private readonly batcher: Batcher<
-    { latencyMs: number | undefined; add: Partial<Record<MetricField, number>> },
-    void
-  >;
+  private readonly batcher: Batcher<MetricsItem, void>;
 
   constructor(redis: Redis, names: QueueNames) {
     const key = metricsKey(names);
-    this.batcher = new Batcher<
-      { latencyMs: number | undefined; add: Partial<Record<MetricField, number>> },
-      void
-    >(async (items) => {
+    this.batcher = new Batcher<MetricsItem, void>(async (items) => {
       const sums: Partial<Record<MetricField, number>> = {};
       const latencies: number[] = [];
       for (const { latencyMs, add } of items) {

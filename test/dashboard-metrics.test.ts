@@ -4,7 +4,7 @@ import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { addMetrics, observeLatency } from '../shared/metrics.ts';
+import { MetricsWriter } from '../shared/metrics.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 /** What a scrape held: samples by `name{label="v",…}` (labels sorted) and the family types. */
@@ -226,16 +226,19 @@ describe('/metrics', () => {
       outputTokens: 6_000,
     });
     expect(tooBig).toMatchObject({ ok: false, reason: 'budget' });
-    await addMetrics(redis, names, {
-      provider_calls: 3,
-      provider_ok: 1,
-      provider_429_retry_after: 1,
-      provider_429_final: 1,
-      tokens_in: 240,
-      tokens_out: 500,
-      completed: 1,
-    });
-    await observeLatency(redis, names, 1_200);
+    const metrics = new MetricsWriter(redis, names);
+    await Promise.all([
+      metrics.add({
+        provider_calls: 3,
+        provider_ok: 1,
+        provider_429_retry_after: 1,
+        provider_429_final: 1,
+        tokens_in: 240,
+        tokens_out: 500,
+        completed: 1,
+      }),
+      metrics.latency(1_200),
+    ]);
     await producer.enqueue({
       model: 'claude-sonnet-4-5',
       max_tokens: 100,

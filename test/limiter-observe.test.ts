@@ -88,6 +88,20 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await lim.tryAcquire(cost(400, 300))).toMatchObject({ ok: true });
   });
 
+  it('takes a call stamped in the same moment as the reading for ours', async () => {
+    const lim = make();
+    const call = await lim.tryAcquire(cost(100, 200));
+    expect(call.ok).toBe(true);
+    // The response begins: the stamp and the reading go out together, as the worker sends them.
+    // The provider counts the 300 as ours and nothing else: no foreign spend.
+    if (call.ok)
+      await Promise.all([
+        lim.start(call.reservation),
+        lim.observe(tokenHeaders(1_000, 700, t + 9_000)),
+      ]);
+    expect(await foreign(lim)).toBe(0);
+  });
+
   it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {
     const lim = make();
     const t0 = t;

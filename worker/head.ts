@@ -40,10 +40,6 @@ export class HeadPeeker {
     this.base = `${bullPrefix(names)}:${names.queue}`;
   }
 
-  async peek(): Promise<HeadJob | undefined> {
-    return (await this.peekMany(1))[0];
-  }
-
   /**
    * The next `n` jobs at most, in the order BullMQ hands them out (due delayed jobs where their
    * promotion will put them); fewer when the queue holds fewer, and only the first when more

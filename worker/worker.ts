@@ -287,15 +287,16 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          // The provider's reading goes after the stamp: `observe` takes this call for ours only
-          // once it is stamped (or marked begun), else its tokens look like another client's.
-          await limiter.start(r.reservation).catch((err) =>
-            log.warn('could not stamp the reservation', {
-              job: job.id,
-              error: (err as Error).message,
-            }),
-          );
-          if (feedback) await limiter.observe(headers).catch(() => {});
+          // Both go out at once (observe sends the stamp first): one round trip before the body.
+          await Promise.all([
+            limiter.start(r.reservation).catch((err) =>
+              log.warn('could not stamp the reservation', {
+                job: job.id,
+                error: (err as Error).message,
+              }),
+            ),
+            feedback ? limiter.observe(headers).catch(() => {}) : undefined,
+          ]);
         },
       });
     } catch (err) {
@@ -427,8 +428,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
     // reserved in the head's round trip and fetched together. A trial call goes alone.
-    const free = b.trial ? 1 : localConcurrency - running.size;
-    let heads = await peeker.peekMany(free);
+    const room = () => (b.trial ? 1 : Math.max(1, localConcurrency - running.size));
+    const heads = await peeker.peekMany(room());
     let head = heads[0];
     if (!head) {
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
@@ -443,8 +444,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     idleMs = 5;
     let behind = followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
-    const backfillRoom = () =>
-      options.backfill && !b.trial ? Math.max(0, localConcurrency - running.size - 1) : 0;
+    const backfillRoom = () => (options.backfill && !b.trial ? room() - 1 : 0);
     let reservations: Reservation[];
     try {
       reservations = await limiter.acquireMany(head.cost, {
@@ -482,18 +482,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         },
         onWait: async () => {
           // Look again: the head may have changed (a more urgent job), and so may the jobs
-          // behind it (some went ahead) and the slots free for them.
-          // A trial call goes alone, however long it waits.
-          const now = await peeker.peekMany(
-            b.trial ? 1 : Math.max(1, localConcurrency - running.size),
-          );
+          // behind it (some went ahead) and the slots free for them (a trial still goes alone).
+          const now = await peeker.peekMany(room());
           if (!now[0]) {
             // Nothing to see (paused, or another worker took the head): no jobs behind either,
             // rather than the ones seen before, which may have started since.
             behind = [];
             return { more: [], backfill: 0 };
           }
-          heads = now;
           head = now[0];
           behind = followers(now);
           return {

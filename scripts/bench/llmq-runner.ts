@@ -40,6 +40,16 @@ export interface LlmqRun extends ClientRun {
   readonly processes: readonly WorkerProcessReport[];
 }
 
+/** The rate scenarios' budget: `limit` tokens per sliding window, `concurrency` calls at once. */
+export function tokenBudget(
+  windowMs: number,
+  limit: number,
+  concurrency: number,
+  outputAccounting: 'reserve' | 'actual' = 'reserve',
+): WorkerOptions['limiter'] {
+  return { windowMs, limits: { tokens: limit }, concurrency, outputAccounting };
+}
+
 /**
  * llmq end to end, in a Redis scope of its own (`withBenchScope`): workers started first and
  * idle (as a deployed pool would be), then the producer enqueues every request in one

@@ -89,8 +89,8 @@ async function go(): Promise<void> {
   // `bare-script`: one trivial script per job on a connection of its own, the least any gate
   // that decides each call in Redis adds.
   const scriptKey = `${bullPrefix(config.names)}:bench-one`;
-  const one = redis.duplicate();
-  one.defineCommand('benchOne', { numberOfKeys: 1, lua: "return redis.call('INCR', KEYS[1])" });
+  const one = config.mode === 'bare-script' ? redis.duplicate() : undefined;
+  one?.defineCommand('benchOne', { numberOfKeys: 1, lua: "return redis.call('INCR', KEYS[1])" });
   const processor =
     config.mode === 'bare'
       ? async () => null
@@ -122,7 +122,7 @@ async function go(): Promise<void> {
   );
   stopFn = async () => {
     await worker.close();
-    await one.quit().catch(() => one.disconnect());
+    await one?.quit().catch(() => one.disconnect());
     await (worker.opts.connection as typeof redis).quit().catch(() => {});
   };
 }

@@ -702,6 +702,9 @@ export class Limiter {
       args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
     }
     const k = this.keys;
+    // A reading counts as ours only the calls stamped (or marked begun) before it: stamps still
+    // gathered for this turn go first, on the same connection, so Redis runs them first.
+    this.stamps.flush();
     await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], args);
   }
 

@@ -2,7 +2,7 @@ import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
 import { idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
-import { runLlmq } from '../llmq-runner.ts';
+import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
@@ -102,12 +102,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         scope: 'fleet',
         mockUrl: mock.url,
         requests,
-        limiter: {
-          windowMs,
-          limits: { tokens: LIMIT },
-          concurrency: CONCURRENCY,
-          outputAccounting: 'reserve',
-        },
+        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: PROCESSES, where: 'processes' },
         concurrency: CONCURRENCY / PROCESSES,
         backfill,

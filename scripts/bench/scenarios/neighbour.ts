@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Anthropic from '@anthropic-ai/sdk';
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
 import { idealSchedule } from '../budget.ts';
-import { runLlmq } from '../llmq-runner.ts';
+import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder, type RecorderReport } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
@@ -124,12 +124,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         scope: 'neighbour',
         mockUrl: mock.url,
         requests,
-        limiter: {
-          windowMs,
-          limits: { tokens: LIMIT },
-          concurrency: CONCURRENCY,
-          outputAccounting: 'reserve',
-        },
+        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
         feedback,

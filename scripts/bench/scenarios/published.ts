@@ -4,7 +4,7 @@ import type { TokenLimiter } from '../clients/primitives.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { TokenBucket } from '../clients/token-bucket.ts';
-import { runLlmq } from '../llmq-runner.ts';
+import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
@@ -121,12 +121,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
       scope: 'published',
       mockUrl: mock.url,
       requests,
-      limiter: {
-        windowMs,
-        limits: { tokens: LIMIT },
-        concurrency: CONCURRENCY,
-        outputAccounting: 'reserve',
-      },
+      limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
       workers: { count: 1, where: 'in-process' },
       concurrency: CONCURRENCY,
     });

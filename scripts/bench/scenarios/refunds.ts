@@ -2,7 +2,7 @@ import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
 import { idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
-import { runLlmq } from '../llmq-runner.ts';
+import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
@@ -81,12 +81,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         scope: 'refunds',
         mockUrl: mock.url,
         requests,
-        limiter: {
-          windowMs,
-          limits: { tokens: LIMIT },
-          concurrency: CONCURRENCY,
-          outputAccounting: accounting,
-        },
+        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY, accounting),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
         recordOutput: true,
