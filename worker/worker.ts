@@ -287,16 +287,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          // Both go out at once (observe sends the stamp first): one round trip before the body.
-          await Promise.all([
-            limiter.start(r.reservation).catch((err) =>
-              log.warn('could not stamp the reservation', {
-                job: job.id,
-                error: (err as Error).message,
-              }),
-            ),
-            feedback ? limiter.observe(headers).catch(() => {}) : undefined,
-          ]);
+          // The reading goes once the stamp is answered, so that the calls which began in the
+          // same moment (their stamps share its command) also count as ours when it is read.
+          await limiter.start(r.reservation).catch((err) =>
+            log.warn('could not stamp the reservation', {
+              job: job.id,
+              error: (err as Error).message,
+            }),
+          );
+          if (feedback) await limiter.observe(headers).catch(() => {});
         },
       });
     } catch (err) {
