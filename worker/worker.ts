@@ -96,6 +96,8 @@ interface Running {
   reservation: Reservation;
   readonly abort: AbortController;
   readonly done: Promise<void>;
+  /** The call has ended and the job only waits to be stored: its slot is free for the gate. */
+  ended?: boolean;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -111,6 +113,32 @@ class HeldByOwnScope extends Error {
     super(`job ${jobId} waits for scope ${scope}`);
   }
 }
+
+/**
+ * BullMQ's worker, opened up for one thing its own run loop does: a job's completion that brings
+ * the next job back in the same command (`moveToCompleted` with `fetchNext`) is turned into a
+ * job the way `getNextJob` turns one.
+ */
+class GateWorker extends Worker<JobData, JobResult> {
+  async jobFrom(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
+    if (!Array.isArray(raw) || !raw[0]) return undefined;
+    return this.nextJobFromJobData(raw[0], raw[1] as string, token);
+  }
+}
+
+/**
+ * A job whose call succeeded, waiting for the gate to reserve budget for the next job so that its
+ * completion fetches that job in the same command. Waits at most {@link HANDOFF_WAIT_MS}.
+ */
+interface Carrier {
+  readonly r: Running;
+  readonly result: JobResult;
+  readonly timer: NodeJS.Timeout;
+  readonly done: (err?: unknown) => void;
+}
+
+/** The longest a successful job's completion waits for the gate's next reservation. */
+const HANDOFF_WAIT_MS = 25;
 
 const sameScopes = (a: readonly string[], b: readonly string[]) =>
   a.length === b.length && a.every((s, i) => s === b[i]);
@@ -146,7 +174,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const lockDurationMs = options.lockDurationMs ?? 30_000;
   const maxReturns = options.maxRateLimitReturns ?? 20;
   const feedback = options.feedback ?? true;
-  const bull = new Worker<JobData, JobResult>(names.queue, null, {
+  const bull = new GateWorker(names.queue, null, {
     connection: redis.duplicate(),
     prefix: bullPrefix(names),
     autorun: false,
@@ -160,6 +188,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   await bull.startStalledCheckTimer();
 
   const running = new Map<string, Running>();
+  // Jobs in `running` whose call has ended and whose slot is free again for the gate.
+  let ended = 0;
+  let carriers: Carrier[] = [];
+  const busy = () => running.size - ended;
   const stopper = new AbortController();
   let slotFreed: (() => void) | undefined;
   let trialInFlight = false;
@@ -274,6 +306,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const startedAt = Date.now();
     const t0 = performance.now();
     let begun = false;
+    let begunBookkeeping: Promise<void> | undefined;
     const stream =
       streamMode === 'always' ||
       data.stream === true ||
@@ -289,17 +322,21 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
           // The reading goes once the stamp is answered, so that the calls which began in the
           // same moment (their stamps share its command) also count as ours when it is read.
-          await limiter.start(r.reservation).catch((err) =>
-            log.warn('could not stamp the reservation', {
-              job: job.id,
-              error: (err as Error).message,
-            }),
-          );
-          if (feedback) await limiter.observe(headers).catch(() => {});
+          // The response is read meanwhile: what comes after (settle) is sent after the stamp.
+          begunBookkeeping = limiter
+            .start(r.reservation)
+            .catch((err) =>
+              log.warn('could not stamp the reservation', {
+                job: job.id,
+                error: (err as Error).message,
+              }),
+            )
+            .then(() => (feedback ? limiter.observe(headers).catch(() => {}) : undefined));
         },
       });
     } catch (err) {
       const latencyMs = performance.now() - t0;
+      await begunBookkeeping;
       if (r.abort.signal.aborted) {
         // Shutdown past its grace period: the call may have reached the provider.
         await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(
@@ -315,10 +352,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       await finishFailure(r, c, startedAt, latencyMs, trial);
       return;
     }
-    // The call succeeded and was paid for: store the result first. What follows is bookkeeping,
-    // and a failure there (the limiter fails fast while Redis reconnects) must not turn a
-    // successful call into a retry that calls, and pays, again. The slot is freed only once the
-    // job has left active.
+    // The call succeeded and was paid for. The budget goes back now (settling is batched, and
+    // the gate's next reservation is sent after it); the result is stored by the job's
+    // completion, which brings the next job along when the gate has reserved for one. A failure
+    // in the bookkeeping (the limiter fails fast while Redis reconnects) must not turn a
+    // successful call into a retry that calls, and pays, again.
     const usage = res.message.usage;
     const h = history(job);
     h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
@@ -329,25 +367,26 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       attempts: attemptsUsed(h),
       completedAt: Date.now(),
     };
+    const bookkeeping = Promise.allSettled([
+      begunBookkeeping,
+      // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
+      limiter.settle(r.reservation, {
+        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+        outputTokens: usage.output_tokens,
+      }),
+      breaker.success(),
+      metrics.latency(res.latencyMs, {
+        provider_calls: 1,
+        provider_ok: 1,
+        completed: 1,
+        tokens_in: usage.input_tokens,
+        tokens_out: usage.output_tokens,
+      }),
+    ]);
     try {
-      await job.moveToCompleted(result, token, false);
+      await complete(r, result);
     } finally {
-      const after = await Promise.allSettled([
-        // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
-        limiter.settle(r.reservation, {
-          inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
-          outputTokens: usage.output_tokens,
-        }),
-        breaker.success(),
-        metrics.latency(res.latencyMs, {
-          provider_calls: 1,
-          provider_ok: 1,
-          completed: 1,
-          tokens_in: usage.input_tokens,
-          tokens_out: usage.output_tokens,
-        }),
-      ]);
-      for (const a of after) {
+      for (const a of await bookkeeping) {
         if (a.status === 'rejected')
           log.warn('bookkeeping after a successful call failed', {
             job: job.id,
@@ -355,6 +394,68 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           });
       }
     }
+  }
+
+  /**
+   * Stores a successful job's result. While the gate is running, the job waits (a few ms at
+   * most) for the gate's next reservation, and its completion fetches the job that reservation
+   * is for in the same command; its slot counts as free meanwhile.
+   */
+  function complete(r: Running, result: JobResult): Promise<void> {
+    if (stopper.signal.aborted) return r.job.moveToCompleted(result, r.token, false).then(() => {});
+    return new Promise<void>((resolve, reject) => {
+      r.ended = true;
+      ended++;
+      const carrier: Carrier = {
+        r,
+        result,
+        timer: setTimeout(() => completeAlone([carrier]), HANDOFF_WAIT_MS),
+        done: (err) => {
+          if (err === undefined) resolve();
+          else reject(err);
+        },
+      };
+      carriers.push(carrier);
+      slotFreed?.();
+    });
+  }
+
+  /** Takes up to `n` waiting completions for the gate to fetch with. */
+  function claimCarriers(n: number): Carrier[] {
+    const claimed = carriers.slice(0, n);
+    carriers = carriers.slice(claimed.length);
+    for (const c of claimed) clearTimeout(c.timer);
+    return claimed;
+  }
+
+  /** Completes jobs without fetching: the gate will not reserve for their slots soon. */
+  function completeAlone(which: readonly Carrier[] = carriers): void {
+    const set = new Set(which);
+    carriers = carriers.filter((c) => !set.has(c));
+    for (const c of which) {
+      clearTimeout(c.timer);
+      c.r.job.moveToCompleted(c.result, c.r.token, false).then(
+        () => c.done(),
+        (err: unknown) => c.done(err),
+      );
+    }
+  }
+
+  /**
+   * Completes a waiting job and fetches the next one in the same command, locked with the same
+   * token. Resolves with the job fetched, if any; a failed completion is the carrier's own error
+   * (its job is recovered as stalled), not the gate's.
+   */
+  async function fetchVia(c: Carrier): Promise<Job<JobData, JobResult> | undefined> {
+    let raw: unknown;
+    try {
+      raw = await c.r.job.moveToCompleted(c.result, c.r.token, true);
+    } catch (err) {
+      c.done(err);
+      return undefined;
+    }
+    c.done();
+    return bull.jobFrom(raw, c.r.token);
   }
 
   function launch(
@@ -374,7 +475,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         }),
       )
       .finally(() => {
-        running.delete(job.id!);
+        if (running.get(job.id!) === entry) running.delete(job.id!);
+        if (entry.ended) ended--;
         if (trial) trialInFlight = false;
         slotFreed?.();
       });
@@ -382,7 +484,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
 
   async function waitForSlot() {
-    while (running.size >= localConcurrency && !stopper.signal.aborted) {
+    while (busy() >= localConcurrency && !stopper.signal.aborted) {
       await new Promise<void>((resolve) => {
         // One listener at a time: the pool waits here every time it is full, for as long as
         // the process lives.
@@ -419,6 +521,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await waitForSlot();
     if (stopper.signal.aborted) return;
     const b = await breaker.check();
+    // Not now, or a trial call, which goes alone: the jobs waiting to be stored do not wait.
+    if (!b.allowed || b.trial) completeAlone();
     if (!b.allowed || (b.trial && trialInFlight)) {
       await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, {
         signal: stopper.signal,
@@ -427,10 +531,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
     // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
     // reserved in the head's round trip and fetched together. A trial call goes alone.
-    const room = () => (b.trial ? 1 : Math.max(1, localConcurrency - running.size));
+    const room = () => (b.trial ? 1 : Math.max(1, localConcurrency - busy()));
     const heads = await peeker.peekMany(room());
     let head = heads[0];
     if (!head) {
+      completeAlone();
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
       if (Date.now() - lastPrune > 1_000) {
         lastPrune = Date.now();
@@ -475,6 +580,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
         onDenied: (d) => {
+          // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
+          completeAlone();
           if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE && head) {
             throw new HeldByOwnScope(head.id, d.scope, d.waitMs);
           }
@@ -501,6 +608,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         },
       });
     } catch (err) {
+      completeAlone();
       if (err instanceof HeldByOwnScope) {
         await deferHeldJob(err);
         return;
@@ -555,10 +663,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     wanted.forEach((h, i) => {
       spare.set(h.id, { head: h, reservation: reservations[i]! });
     });
-    const tokens = wanted.map(() => `${id}:${++tokenCounter}`);
+    // Jobs waiting to be stored fetch first, each in its own completion's command.
+    const via = claimCarriers(wanted.length);
+    const tokens = wanted.map((_, i) => via[i]?.r.token ?? `${id}:${++tokenCounter}`);
     const taken = await Promise.allSettled(
-      tokens.map(
-        (t) => bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>,
+      tokens.map((t, i) =>
+        via[i]
+          ? fetchVia(via[i])
+          : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>),
       ),
     );
     let failure: unknown;
@@ -633,6 +745,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       ]);
     }
     if (failure) throw failure;
+    if (fetched.length === 0) completeAlone();
     if (fetched.length === 0 && pauseWhenNone) {
       // Another worker took them, or BullMQ holds the queue: look again a little later rather
       // than reserving and releasing in a tight loop.
@@ -648,6 +761,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       try {
         await gateOnce();
       } catch (err) {
+        completeAlone();
         if (stopper.signal.aborted) break;
         const msg =
           err instanceof LimiterUnavailableError
@@ -664,11 +778,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     id,
     limiter,
     breaker,
-    inFlight: () => running.size,
+    inFlight: busy,
     stop(graceMs = 30_000) {
       stopping ??= (async () => {
         stopper.abort();
         await loop;
+        completeAlone();
         const all = Promise.all([...running.values()].map((r) => r.done));
         const timer = setTimeout(() => {
           for (const r of running.values()) r.abort.abort();

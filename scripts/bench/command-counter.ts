@@ -42,9 +42,14 @@ async function scriptNames(): Promise<Map<string, string>> {
 
 /**
  * Counts every command every ioredis connection of this process sends, from now on, by patching
- * `Redis.prototype.sendCommand` (pipelines and MULTI go through it too). For the bench only.
+ * `Redis.prototype.sendCommand` (pipelines and MULTI go through it too). For the bench and tests.
  */
-export async function countRedisCommands(): Promise<{ snapshot(): CommandCounts; reset(): void }> {
+export async function countRedisCommands(): Promise<{
+  snapshot(): CommandCounts;
+  reset(): void;
+  /** Stops counting: `sendCommand` is what it was. */
+  restore(): void;
+}> {
   const names = await scriptNames();
   let commands: Record<string, number> = {};
   let roundTrips = 0;
@@ -76,6 +81,9 @@ export async function countRedisCommands(): Promise<{ snapshot(): CommandCounts;
     reset: () => {
       commands = {};
       roundTrips = 0;
+    },
+    restore: () => {
+      proto.sendCommand = original;
     },
   };
 }

@@ -402,6 +402,9 @@ export class Limiter {
       throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
     }
     const k = this.keys;
+    // Calls ended in this turn give their budget and slots back first (same connection, so Redis
+    // runs them first): a worker that reserves for its next job as the last one ends finds them.
+    this.ends.flush();
     const reply = (await this.run(
       'acquire',
       [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.ext, k.stats],

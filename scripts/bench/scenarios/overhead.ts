@@ -12,7 +12,7 @@ import { count, megabytes, percent, seconds } from '../table.ts';
 import type { WorkerProcessConfig, WorkerProcessReport } from '../worker-protocol.ts';
 import { shortCall } from '../workload.ts';
 
-const CONCURRENCY = 10;
+const CONCURRENCY = Number(process.env['OVC'] ?? 10);
 
 /** Enqueues `jobs` requests with the producer (the same job data in every setup). */
 async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void> {

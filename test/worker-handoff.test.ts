@@ -1,0 +1,58 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { type CommandCounts, countRedisCommands } from '../scripts/bench/command-counter.ts';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+
+let pool: Pool | undefined;
+let counter: { snapshot(): CommandCounts; restore(): void } | undefined;
+afterEach(async () => {
+  counter?.restore();
+  counter = undefined;
+  await pool?.cleanup();
+  pool = undefined;
+});
+
+describe('a finished job hands its slot to the next', () => {
+  it('stores the result and takes the next job in one BullMQ command, never before the budget admits it', async () => {
+    pool = await openPool('handoff', { latencyMs: 30 });
+    const ids: string[] = [];
+    for (let i = 0; i < 24; i++) ids.push(await pool.producer.enqueue(request(`Item ${i}.`)));
+    counter = await countRedisCommands();
+    const worker = await pool.worker({
+      concurrency: 3,
+      limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 }, concurrency: 3 },
+    });
+    let most = 0;
+    const timer = setInterval(() => {
+      most = Math.max(most, worker.inFlight());
+    }, 2);
+    await allCompleted(pool, ids, 20_000);
+    clearInterval(timer);
+    const commands = counter.snapshot().commands;
+
+    // Each job was stored once; only the first few were fetched on their own (moveToActive):
+    // the rest came with the completion of the job before them.
+    expect(commands['evalsha:bullmq:moveToFinished']).toBe(24);
+    expect(commands['evalsha:bullmq:moveToActive'] ?? 0).toBeLessThanOrEqual(6);
+    // Every job had its reservation first, and the pool kept to its concurrency.
+    const snap = await worker.limiter.snapshot();
+    expect(snap.counters.admitted).toBe(24);
+    expect(most).toBeLessThanOrEqual(3);
+    expect(pool.mock.stats().attempts).toBe(24);
+    for (const id of ids) expect((await pool.job(id))!.attemptsStarted).toBe(1);
+  });
+
+  it('does not keep a result waiting while the pool waits for budget', async () => {
+    // One job's worth of tokens a 3 s window: the second job waits about 3 s for budget.
+    const windowMs = 3_000;
+    pool = await openPool('handoffwait', { latencyMs: 20 });
+    const first = await pool.producer.enqueue(request('First.', 300));
+    const second = await pool.producer.enqueue(request('Second.', 300));
+    await pool.worker({ concurrency: 2, limiter: { windowMs, limits: { tokens: 500 } } });
+    await allCompleted(pool, [first, second], 15_000);
+    const a = (await pool.job(first))!;
+    const b = (await pool.job(second))!;
+    // The first result was stored as soon as its call ended, not when the next job could start.
+    expect(a.finishedOn! - a.processedOn!).toBeLessThan(1_000);
+    expect(b.processedOn! - a.finishedOn!).toBeGreaterThan(1_500);
+  });
+});
