@@ -73,3 +73,17 @@ export async function until(
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
+
+/** Samples `read()` every `everyMs` until `stop()`, which returns the highest value seen. */
+export function watchHighest(read: () => number, everyMs = 2): { stop(): number } {
+  let most = read();
+  const timer = setInterval(() => {
+    most = Math.max(most, read());
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return Math.max(most, read());
+    },
+  };
+}

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type CommandCounts, countRedisCommands } from '../scripts/bench/command-counter.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { watchHighest } from './helpers.ts';
 
 let pool: Pool | undefined;
 let counter: { snapshot(): CommandCounts; restore(): void } | undefined;
@@ -21,12 +22,9 @@ describe('a finished job hands its slot to the next', () => {
       concurrency: 3,
       limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 }, concurrency: 3 },
     });
-    let most = 0;
-    const timer = setInterval(() => {
-      most = Math.max(most, worker.inFlight());
-    }, 2);
+    const inFlight = watchHighest(() => worker.inFlight());
     await allCompleted(pool, ids, 20_000);
-    clearInterval(timer);
+    const most = inFlight.stop();
     const commands = counter.snapshot().commands;
 
     // Each job was stored once; only the first few were fetched on their own (moveToActive):

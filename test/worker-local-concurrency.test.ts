@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { watchHighest } from './helpers.ts';
 
 let pool: Pool | undefined;
 const warnings: string[] = [];
@@ -20,12 +21,9 @@ describe('a worker’s own concurrency', () => {
       concurrency: 2,
       limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 } },
     });
-    let most = 0;
-    const timer = setInterval(() => {
-      most = Math.max(most, worker.inFlight());
-    }, 2);
+    const inFlight = watchHighest(() => worker.inFlight());
     await allCompleted(pool, ids, 20_000);
-    clearInterval(timer);
+    const most = inFlight.stop();
 
     expect(most).toBe(2);
     expect(pool.mock.stats().attempts).toBe(16);

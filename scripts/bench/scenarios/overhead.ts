@@ -12,7 +12,7 @@ import { count, megabytes, percent, seconds } from '../table.ts';
 import type { WorkerProcessConfig, WorkerProcessReport } from '../worker-protocol.ts';
 import { shortCall } from '../workload.ts';
 
-const CONCURRENCY = Number(process.env['OVC'] ?? 10);
+const CONCURRENCY = 10;
 
 /** Enqueues `jobs` requests with the producer (the same job data in every setup). */
 async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void> {
@@ -186,7 +186,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
     ],
     notes: [
       `'vs bare BullMQ': each llmq row against the bare row of the same kind (no-op, or the same SDK call)`,
-      `a gate that decides each call in Redis adds at least one command a job: bare BullMQ with one trivial script per job (an INCR, on a connection of its own) keeps ${percent(vsBare(oneScript), 0)} of the no-op's rate`,
+      `what one more Redis command a job costs on this machine: bare BullMQ with one trivial script per job (an INCR, on a connection of its own) keeps ${percent(vsBare(oneScript), 0)} of the no-op's rate`,
       `llmq's Redis commands per job: ${Object.entries(instant.commandsPerJob)
         .filter(([, v]) => v >= 0.05)
         .map(([k, v]) => `${k} ${v}`)
