@@ -21,6 +21,8 @@ describe('a finished job hands its slot to the next', () => {
     const worker = await pool.worker({
       concurrency: 3,
       limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 }, concurrency: 3 },
+      // However slow the machine, no result gives up on the gate's next reservation here.
+      handoffWaitMs: 2_000,
     });
     const inFlight = watchHighest(() => worker.inFlight());
     await allCompleted(pool, ids, 20_000);

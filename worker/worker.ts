@@ -74,6 +74,12 @@ export interface WorkerOptions {
    * off. @default false
    */
   readonly backfill?: boolean;
+  /**
+   * The longest a successful job's result waits for the gate's next reservation, so that
+   * storing it also fetches the next job (one BullMQ command instead of two). It never waits
+   * while the gate waits for budget. @default 25
+   */
+  readonly handoffWaitMs?: number;
   readonly logger?: WorkerLogger;
 }
 
@@ -128,7 +134,7 @@ class GateWorker extends Worker<JobData, JobResult> {
 
 /**
  * A job whose call succeeded, waiting for the gate to reserve budget for the next job so that its
- * completion fetches that job in the same command. Waits at most {@link HANDOFF_WAIT_MS}.
+ * completion fetches that job in the same command. Waits at most `handoffWaitMs`.
  */
 interface Carrier {
   readonly r: Running;
@@ -136,9 +142,6 @@ interface Carrier {
   readonly timer: NodeJS.Timeout;
   readonly done: (err?: unknown) => void;
 }
-
-/** The longest a successful job's completion waits for the gate's next reservation. */
-const HANDOFF_WAIT_MS = 25;
 
 const sameScopes = (a: readonly string[], b: readonly string[]) =>
   a.length === b.length && a.every((s, i) => s === b[i]);
@@ -174,6 +177,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const lockDurationMs = options.lockDurationMs ?? 30_000;
   const maxReturns = options.maxRateLimitReturns ?? 20;
   const feedback = options.feedback ?? true;
+  const handoffWaitMs = options.handoffWaitMs ?? 25;
   const bull = new GateWorker(names.queue, null, {
     connection: redis.duplicate(),
     prefix: bullPrefix(names),
@@ -409,7 +413,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       const carrier: Carrier = {
         r,
         result,
-        timer: setTimeout(() => completeAlone([carrier]), HANDOFF_WAIT_MS),
+        timer: setTimeout(() => completeAlone([carrier]), handoffWaitMs),
         done: (err) => {
           if (err === undefined) resolve();
           else reject(err);
