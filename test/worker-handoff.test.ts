@@ -25,7 +25,18 @@ describe('a finished job hands its slot to the next', () => {
       handoffWaitMs: 2_000,
     });
     const inFlight = watchHighest(() => worker.inFlight());
+    // BullMQ's own count of active jobs, stored or not, sampled from Redis meanwhile.
+    let mostActive = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        mostActive = Math.max(mostActive, (await pool!.counts()).active);
+        await new Promise((r) => setTimeout(r, 3));
+      }
+    })();
     await allCompleted(pool, ids, 20_000);
+    sampling = false;
+    await sampler;
     const most = inFlight.stop();
     const commands = counter.snapshot().commands;
 
@@ -37,6 +48,8 @@ describe('a finished job hands its slot to the next', () => {
     const snap = await worker.limiter.snapshot();
     expect(snap.counters.admitted).toBe(24);
     expect(most).toBeLessThanOrEqual(3);
+    expect(mostActive).toBeGreaterThan(0);
+    expect(mostActive).toBeLessThanOrEqual(3);
     expect(pool.mock.stats().attempts).toBe(24);
     for (const id of ids) expect((await pool.job(id))!.attemptsStarted).toBe(1);
   });
@@ -47,12 +60,42 @@ describe('a finished job hands its slot to the next', () => {
     pool = await openPool('handoffwait', { latencyMs: 20 });
     const first = await pool.producer.enqueue(request('First.', 300));
     const second = await pool.producer.enqueue(request('Second.', 300));
-    await pool.worker({ concurrency: 2, limiter: { windowMs, limits: { tokens: 500 } } });
+    await pool.worker({
+      concurrency: 2,
+      limiter: { windowMs, limits: { tokens: 500 } },
+      // Longer than the wait for budget: only the gate letting go of it when denied stores it.
+      handoffWaitMs: 10_000,
+    });
     await allCompleted(pool, [first, second], 15_000);
     const a = (await pool.job(first))!;
     const b = (await pool.job(second))!;
     // The first result was stored as soon as its call ended, not when the next job could start.
     expect(a.finishedOn! - a.processedOn!).toBeLessThan(1_000);
     expect(b.processedOn! - a.finishedOn!).toBeGreaterThan(1_500);
+  });
+
+  it("reads the provider's headers before its own refund: a worker alone on a key sees no other client", async () => {
+    // Unused output comes back at settle; the headers, taken at admission, still count it. Read
+    // after the settle, they would look like another client's spend.
+    const limiter = { windowMs: 60_000, outputAccounting: 'actual' as const };
+    pool = await openPool('handoffobserve', {
+      ...limiter,
+      outputShare: 0.1,
+      latencyMs: 0,
+      limits: { outputTokens: 1_000_000 },
+    });
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) ids.push(await pool.producer.enqueue(request(`Item ${i}.`, 1000)));
+    // Not streamed: the body arrives with the headers, so the settle is ready at once.
+    const worker = await pool.worker({
+      concurrency: 1,
+      stream: 'auto',
+      limiter: { ...limiter, limits: { outputTokens: 1_000_000 } },
+    });
+    await allCompleted(pool, ids, 20_000);
+    const snap = await worker.limiter.snapshot();
+    const output = snap.scopes[0]!.dimensions.outputTokens!;
+    expect(output.foreign).toBe(0);
+    expect(pool.mock.stats().attempts).toBe(6);
   });
 });

@@ -7,6 +7,7 @@ import { CostExceedsLimitError, LimiterUnavailableError } from '../shared/errors
 import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { hasRateLimitReading } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
@@ -191,7 +192,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   await limiter.publishConfig();
   await bull.startStalledCheckTimer();
 
-  const running = new Map<string, Running>();
+  // One entry a launch: a job fetched again while its earlier entry still finishes is another.
+  const running = new Set<Running>();
   // Jobs in `running` whose call has ended and whose slot is free again for the gate.
   let ended = 0;
   let carriers: Carrier[] = [];
@@ -204,7 +206,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   // Keep locks and leases alive while calls run; a dead process stops renewing and both lapse.
   const renewEvery = Math.min(lockDurationMs / 3, (options.limiter.leaseMs ?? 30_000) / 3);
   const renewer = setInterval(() => {
-    for (const r of running.values()) {
+    for (const r of running) {
       r.job.extendLock(r.token, lockDurationMs).catch(() => {});
       limiter.renew(r.reservation).catch(() => {});
     }
@@ -311,6 +313,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const t0 = performance.now();
     let begun = false;
     let begunBookkeeping: Promise<void> | undefined;
+    let reading: Promise<void> | undefined;
     const stream =
       streamMode === 'always' ||
       data.stream === true ||
@@ -324,18 +327,21 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         onStart: async (headers) => {
           begun = true;
           // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-          // The reading goes once the stamp is answered, so that the calls which began in the
-          // same moment (their stamps share its command) also count as ours when it is read.
-          // The response is read meanwhile: what comes after (settle) is sent after the stamp.
-          begunBookkeeping = limiter
-            .start(r.reservation)
-            .catch((err) =>
-              log.warn('could not stamp the reservation', {
-                job: job.id,
-                error: (err as Error).message,
-              }),
-            )
-            .then(() => (feedback ? limiter.observe(headers).catch(() => {}) : undefined));
+          // The response is read meanwhile. The provider's reading goes once the stamp is
+          // answered, so that the calls which began in the same moment (their stamps share its
+          // command) also count as ours when it is read; and before this call's settle, whose
+          // refund the reading (taken at admission) does not know of.
+          const stamped = limiter.start(r.reservation).catch((err) =>
+            log.warn('could not stamp the reservation', {
+              job: job.id,
+              error: (err as Error).message,
+            }),
+          );
+          begunBookkeeping = stamped;
+          if (feedback && hasRateLimitReading(headers)) {
+            reading = stamped.then(() => limiter.observe(headers).catch(() => {}));
+            begunBookkeeping = reading;
+          }
         },
       });
     } catch (err) {
@@ -356,12 +362,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       await finishFailure(r, c, startedAt, latencyMs, trial);
       return;
     }
-    // The call succeeded and was paid for. The budget goes back now (settling is batched, and
-    // the gate's next reservation is sent after it); the result is stored by the job's
-    // completion, which brings the next job along when the gate has reserved for one. A failure
-    // in the bookkeeping (the limiter fails fast while Redis reconnects) must not turn a
-    // successful call into a retry that calls, and pays, again.
+    // The call succeeded and was paid for. The budget goes back now, after the provider's
+    // reading (settling is batched, and the gate's next reservation is sent after it); the
+    // result is stored by the job's completion, which brings the next job along when the gate
+    // has reserved for one. A failure in the bookkeeping (the limiter fails fast while Redis
+    // reconnects) must not turn a successful call into a retry that calls, and pays, again.
     const usage = res.message.usage;
+    await reading;
     const h = history(job);
     h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
     const result: JobResult = {
@@ -479,12 +486,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         }),
       )
       .finally(() => {
-        if (running.get(job.id!) === entry) running.delete(job.id!);
+        running.delete(entry);
         if (entry.ended) ended--;
         if (trial) trialInFlight = false;
         slotFreed?.();
       });
-    running.set(job.id!, entry);
+    running.add(entry);
   }
 
   async function waitForSlot() {
@@ -788,9 +795,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         stopper.abort();
         await loop;
         completeAlone();
-        const all = Promise.all([...running.values()].map((r) => r.done));
+        const all = Promise.all([...running].map((r) => r.done));
         const timer = setTimeout(() => {
-          for (const r of running.values()) r.abort.abort();
+          for (const r of running) r.abort.abort();
         }, graceMs);
         await all;
         clearTimeout(timer);

@@ -53,6 +53,13 @@ export function readRateLimitHeaders(
   return out;
 }
 
+/** Whether the headers carry any `anthropic-ratelimit-*-remaining` figure to read. */
+export function hasRateLimitReading(headers: HeaderSource | undefined): boolean {
+  return Object.values(HEADER_NAMES).some(
+    (name) => header(headers, `anthropic-ratelimit-${name}-remaining`) !== undefined,
+  );
+}
+
 /**
  * The wait a 429 asks for, in ms: `retry-after-ms`, else `retry-after` as seconds or an HTTP
  * date. Undefined when the provider gave none (a spend cap, or an unknown cause).
