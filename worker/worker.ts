@@ -408,9 +408,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   }
 
   /**
-   * Stores a successful job's result. While the gate is running, the job waits (a few ms at
-   * most) for the gate's next reservation, and its completion fetches the job that reservation
-   * is for in the same command; its slot counts as free meanwhile.
+   * Stores a successful job's result. While the gate is running, the job waits (`handoffWaitMs`
+   * at most, and not while the gate waits for budget) for the gate's next reservation, and its
+   * completion fetches the job that reservation is for in the same command; its slot counts as
+   * free meanwhile.
    */
   function complete(r: Running, result: JobResult): Promise<void> {
     if (stopper.signal.aborted) return r.job.moveToCompleted(result, r.token, false).then(() => {});
