@@ -32,7 +32,11 @@ export {
   Limiter,
   type LimiterOptions,
 } from './shared/limiter/limiter.ts';
-export { readRateLimitHeaders, retryAfterMs } from './shared/limiter/provider-headers.ts';
+export {
+  type ProviderReading,
+  readRateLimitHeaders,
+  retryAfterMs,
+} from './shared/limiter/provider-headers.ts';
 export type {
   Decision,
   Dimension,

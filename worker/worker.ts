@@ -7,7 +7,7 @@ import { CostExceedsLimitError, LimiterUnavailableError } from '../shared/errors
 import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import { hasRateLimitReading } from '../shared/limiter/provider-headers.ts';
+import { readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
@@ -194,10 +194,13 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   // One entry a launch: a job fetched again while its earlier entry still finishes is another.
   const running = new Set<Running>();
-  // Jobs in `running` whose call has ended and whose slot is free again for the gate.
-  let ended = 0;
   let carriers: Carrier[] = [];
-  const busy = () => running.size - ended;
+  // The slots taken: calls in flight, not the jobs that only wait to be stored.
+  const busy = () => {
+    let n = 0;
+    for (const r of running) if (!r.ended) n++;
+    return n;
+  };
   const stopper = new AbortController();
   let slotFreed: (() => void) | undefined;
   let trialInFlight = false;
@@ -338,8 +341,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             }),
           );
           begunBookkeeping = stamped;
-          if (feedback && hasRateLimitReading(headers)) {
-            reading = stamped.then(() => limiter.observe(headers).catch(() => {}));
+          const figures = feedback ? readRateLimitHeaders(headers) : {};
+          if (Object.keys(figures).length > 0) {
+            reading = stamped.then(() => limiter.observeReading(figures).catch(() => {}));
             begunBookkeeping = reading;
           }
         },
@@ -417,7 +421,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     if (stopper.signal.aborted) return r.job.moveToCompleted(result, r.token, false).then(() => {});
     return new Promise<void>((resolve, reject) => {
       r.ended = true;
-      ended++;
       const carrier: Carrier = {
         r,
         result,
@@ -442,6 +445,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   /** Completes jobs without fetching: the gate will not reserve for their slots soon. */
   function completeAlone(which: readonly Carrier[] = carriers): void {
+    if (which.length === 0) return;
     const set = new Set(which);
     carriers = carriers.filter((c) => !set.has(c));
     for (const c of which) {
@@ -488,7 +492,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       )
       .finally(() => {
         running.delete(entry);
-        if (entry.ended) ended--;
         if (trial) trialInFlight = false;
         slotFreed?.();
       });

@@ -8,6 +8,7 @@ import { loadLuaScripts, runLua } from '../lua-scripts.ts';
 import {
   type HeaderSource,
   type ProviderDimension,
+  type ProviderReading,
   readRateLimitHeaders,
 } from './provider-headers.ts';
 import {
@@ -695,8 +696,12 @@ export class Limiter {
    * highest since); what may have been our own calls racing their headers counts only until
    * the next reading (`observe-5.lua` says why).
    */
-  async observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
-    const reading = readRateLimitHeaders(headers);
+  observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
+    return this.observeReading(readRateLimitHeaders(headers), scope);
+  }
+
+  /** {@link observe} with the headers already read (`readRateLimitHeaders`). */
+  async observeReading(reading: ProviderReading, scope: string = GLOBAL_SCOPE): Promise<void> {
     const order: ProviderDimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
     if (!order.some((d) => reading[d])) return;
     const args: (string | number)[] = [this.now(), this.windowArg, scope];

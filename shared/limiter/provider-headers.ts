@@ -37,11 +37,12 @@ function int(v: string | undefined): number | undefined {
   return Number(v.trim());
 }
 
+/** What the provider's rate-limit headers say, by dimension (those it gave figures for). */
+export type ProviderReading = Partial<Record<ProviderDimension, ProviderLimitReading>>;
+
 /** Parses `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-*`. */
-export function readRateLimitHeaders(
-  headers: HeaderSource | undefined,
-): Partial<Record<ProviderDimension, ProviderLimitReading>> {
-  const out: Partial<Record<ProviderDimension, ProviderLimitReading>> = {};
+export function readRateLimitHeaders(headers: HeaderSource | undefined): ProviderReading {
+  const out: ProviderReading = {};
   for (const [dim, name] of Object.entries(HEADER_NAMES) as [ProviderDimension, string][]) {
     const limit = int(header(headers, `anthropic-ratelimit-${name}-limit`));
     const remaining = int(header(headers, `anthropic-ratelimit-${name}-remaining`));
@@ -51,13 +52,6 @@ export function readRateLimitHeaders(
     out[dim] = { limit, remaining, resetMs: Number.isFinite(reset) ? reset : undefined };
   }
   return out;
-}
-
-/** Whether the headers carry any `anthropic-ratelimit-*-remaining` figure to read. */
-export function hasRateLimitReading(headers: HeaderSource | undefined): boolean {
-  return Object.values(HEADER_NAMES).some(
-    (name) => header(headers, `anthropic-ratelimit-${name}-remaining`) !== undefined,
-  );
 }
 
 /**
