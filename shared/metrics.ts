@@ -46,39 +46,53 @@ type MetricsItem = {
 };
 
 /**
- * A worker's counters on their way to Redis: what is added in the same turn of the event loop
- * (calls that ended together) goes in one command. Each promise settles when its part is
- * written.
+ * How long a successful call's counters wait for others before they are written: a worker
+ * finishing hundreds of calls a second writes its counters some ten times a second, not once
+ * for every few calls. The dashboard's figures are that much later.
+ */
+export const METRICS_FLUSH_MS = 100;
+
+/**
+ * A worker's counters on their way to Redis, gathered into one command: a successful call's
+ * for up to {@link METRICS_FLUSH_MS}, anything else (failures, retries, dead letters: rare, and
+ * read by whoever watches them happen) to the end of the turn of the event loop, taking what
+ * waits along. Each promise settles when its part is written.
  */
 export class MetricsWriter {
   private readonly batcher: Batcher<MetricsItem, void>;
 
   constructor(redis: Redis, names: QueueNames) {
     const key = metricsKey(names);
-    this.batcher = new Batcher<MetricsItem, void>(async (items) => {
-      const sums: Partial<Record<MetricField, number>> = {};
-      const latencies: number[] = [];
-      for (const { latencyMs, add } of items) {
-        if (latencyMs !== undefined) latencies.push(Math.max(0, latencyMs));
-        for (const [f, n] of Object.entries(add) as [MetricField, number][])
-          sums[f] = (sums[f] ?? 0) + n;
-      }
-      await runLua(
-        redis,
-        SCRIPTS['count']!,
-        [key],
-        [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)],
-      );
-      return [];
-    });
+    this.batcher = new Batcher<MetricsItem, void>(
+      async (items) => {
+        const sums: Partial<Record<MetricField, number>> = {};
+        const latencies: number[] = [];
+        for (const { latencyMs, add } of items) {
+          if (latencyMs !== undefined) latencies.push(Math.max(0, latencyMs));
+          for (const [f, n] of Object.entries(add) as [MetricField, number][])
+            sums[f] = (sums[f] ?? 0) + n;
+        }
+        await runLua(
+          redis,
+          SCRIPTS['count']!,
+          [key],
+          [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)],
+        );
+        return [];
+      },
+      { delayMs: METRICS_FLUSH_MS },
+    );
   }
 
   /** Adds to counters. */
   add(add: Partial<Record<MetricField, number>>): Promise<void> {
-    return this.batcher.push({ latencyMs: undefined, add });
+    return this.batcher.push({ latencyMs: undefined, add }, true);
   }
 
-  /** Records one provider call's latency in the histogram, with other counters. */
+  /**
+   * Records one provider call's latency in the histogram, with other counters; written within
+   * {@link METRICS_FLUSH_MS}.
+   */
   latency(ms: number, add: Partial<Record<MetricField, number>> = {}): Promise<void> {
     return this.batcher.push({ latencyMs: ms, add });
   }

@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
-import type { LimiterOptions } from '../shared/limiter/limiter.ts';
+import { LAZY_STAMP_MS, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
@@ -142,6 +143,76 @@ describe('settles, releases and stamps of calls that end together', () => {
     t += 10_100;
     const d = await lim.tryAcquire(cost(500, 500));
     expect(d.ok).toBe(true);
+  });
+});
+
+describe('lazy stamps: a call with no reading to follow', () => {
+  let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
+  afterEach(() => {
+    counter?.restore();
+    counter = undefined;
+  });
+  const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
+
+  it('a call that ends before its stamp is sent is stamped by its settle, in the same command', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
+    const [a] = await lim.acquireMany(cost(300, 300));
+    counter = await countRedisCommands();
+    t += 1_000;
+    const stamped = lim.start(a!, { lazy: true });
+    const settled = lim.settle(a!, { inputTokens: 300, outputTokens: 300 });
+    await Promise.all([stamped, settled]);
+    expect(sent('start')).toBe(0);
+    expect(sent('settle')).toBe(1);
+    // Stamped at t0 + 1 s by the settle, it leaves the window at t0 + 11 s, not at its lease's
+    // end (t0 + 40 s), as an unstamped call would.
+    t += 9_900;
+    expect(await lim.tryAcquire(cost(500, 500))).toMatchObject({ ok: false, reason: 'budget' });
+    t += 200;
+    expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
+  });
+
+  it('stamps of calls that begin in different turns go in one command, sent after the wait', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
+    const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
+    counter = await countRedisCommands();
+    t += 1_000;
+    const began = performance.now();
+    const first = lim.start(got[0]!, { lazy: true });
+    // The next turn of the event loop: a stamp that is not lazy would have gone already.
+    await new Promise((r) => setImmediate(r));
+    const rest = got.slice(1).map((r) => lim.start(r, { lazy: true }));
+    await Promise.all([first, ...rest]);
+    expect(performance.now() - began).toBeLessThan(LAZY_STAMP_MS + 1_000);
+    expect(sent('start')).toBe(1);
+    // All three were stamped at t0 + 1 s: the window is free at t0 + 11 s.
+    t += 10_100;
+    expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
+  });
+
+  it('a stamp not sent yet when the call is given back is never sent, and the budget comes back', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
+    const [a] = await lim.acquireMany(cost(400, 400));
+    counter = await countRedisCommands();
+    const stamped = lim.start(a!, { lazy: true });
+    await Promise.all([stamped, lim.release(a!)]);
+    await new Promise((r) => setTimeout(r, LAZY_STAMP_MS * 3));
+    expect(sent('start')).toBe(0);
+    expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
+  });
+
+  it('a stamp that is not lazy goes at the end of the turn, not after the wait', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
+    const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    counter = await countRedisCommands();
+    // A lazy stamp waiting goes along with it.
+    const lazy = lim.start(a!, { lazy: true });
+    const now = lim.start(b!);
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(sent('start')).toBe(1);
+    await Promise.all([lazy, now]);
+    expect(sent('start')).toBe(1);
   });
 });
 

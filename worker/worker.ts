@@ -334,15 +334,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           // answered, so that the calls which began in the same moment (their stamps share its
           // command) also count as ours when it is read; and before this call's settle, whose
           // refund the reading (taken at admission) does not know of.
-          const stamped = limiter.start(r.reservation).catch((err) =>
+          const figures = feedback ? readRateLimitHeaders(headers) : {};
+          const hasReading = Object.keys(figures).length > 0;
+          // Without a reading to follow, the stamp may wait for others, or for this call's settle.
+          const stamped = limiter.start(r.reservation, { lazy: !hasReading }).catch((err) =>
             log.warn('could not stamp the reservation', {
               job: job.id,
               error: (err as Error).message,
             }),
           );
           begunBookkeeping = stamped;
-          const figures = feedback ? readRateLimitHeaders(headers) : {};
-          if (Object.keys(figures).length > 0) {
+          if (hasReading) {
             reading = stamped.then(() => limiter.observeReading(figures).catch(() => {}));
             begunBookkeeping = reading;
           }

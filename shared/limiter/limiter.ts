@@ -36,6 +36,9 @@ const LUA_DIM: Record<string, Dimension> = {
 };
 const HISTORY_BUCKET_MS = 10_000;
 
+/** The longest a lazy stamp ({@link Limiter.start}) waits for others. */
+export const LAZY_STAMP_MS = 10;
+
 export interface LimiterOptions {
   /** A connection of its own is best; commands fail fast when it is not ready. */
   readonly redis: Redis;
@@ -286,14 +289,17 @@ export class Limiter {
       hist: k('hist'),
       config: k('config'),
     };
-    this.stamps = new Batcher<string, void>(async (ids) => {
-      // Under `actual` accounting the provider charges output until the end: the reservation
-      // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
-      // longer than the window would leave it before it is settled. It is only marked as begun.
-      const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
-      await this.run('start', [this.keys.log, this.keys.res], [this.now(), mode, ...ids]);
-      return [];
-    });
+    this.stamps = new Batcher<string, void>(
+      async (ids) => {
+        // Under `actual` accounting the provider charges output until the end: the reservation
+        // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
+        // longer than the window would leave it before it is settled. It is only marked as begun.
+        const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
+        await this.run('start', [this.keys.log, this.keys.res], [this.now(), mode, ...ids]);
+        return [];
+      },
+      { delayMs: LAZY_STAMP_MS },
+    );
     this.ends = new Batcher(async (items) => {
       const k = this.keys;
       const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
@@ -625,10 +631,13 @@ export class Limiter {
 
   /**
    * Stamps the reservation when the provider's response begins (it was admitted by then).
-   * Stamps of calls that begin in the same turn of the event loop go in one command.
+   * Stamps of calls that begin in the same turn of the event loop go in one command. A `lazy`
+   * stamp waits up to {@link LAZY_STAMP_MS} for others (a stamp may come late, never early: the
+   * window keeps the call a little longer); a call that ends meanwhile is stamped by its settle,
+   * in the same command. Not lazy when a provider's reading follows, which must find it stamped.
    */
-  start(reservation: Reservation): Promise<void> {
-    return this.stamps.push(reservation.id);
+  start(reservation: Reservation, options: { readonly lazy?: boolean } = {}): Promise<void> {
+    return this.stamps.push(reservation.id, !options.lazy);
   }
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */
@@ -651,7 +660,21 @@ export class Limiter {
     restamp: boolean,
     reportedOutput = -1,
   ): Promise<EndResult> {
-    return this.ends.push({ id: reservation.id, mode, input, output, restamp, reportedOutput });
+    const ended = this.ends.push({
+      id: reservation.id,
+      mode,
+      input,
+      output,
+      restamp,
+      reportedOutput,
+    });
+    // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
+    // given back, nobody's.
+    this.stamps.withdraw(
+      (id) => id === reservation.id,
+      () => ended.then(() => undefined),
+    );
+    return ended;
   }
 
   /**

@@ -44,9 +44,11 @@ export type ProviderReading = Partial<Record<ProviderDimension, ProviderLimitRea
 export function readRateLimitHeaders(headers: HeaderSource | undefined): ProviderReading {
   const out: ProviderReading = {};
   for (const [dim, name] of Object.entries(HEADER_NAMES) as [ProviderDimension, string][]) {
+    // The limit first: a dimension the provider does not report costs one lookup, not three.
     const limit = int(header(headers, `anthropic-ratelimit-${name}-limit`));
+    if (limit === undefined) continue;
     const remaining = int(header(headers, `anthropic-ratelimit-${name}-remaining`));
-    if (limit === undefined || remaining === undefined) continue;
+    if (remaining === undefined) continue;
     const resetRaw = header(headers, `anthropic-ratelimit-${name}-reset`);
     const reset = resetRaw ? Date.parse(resetRaw) : Number.NaN;
     out[dim] = { limit, remaining, resetMs: Number.isFinite(reset) ? reset : undefined };

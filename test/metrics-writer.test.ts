@@ -1,0 +1,69 @@
+import type { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { countRedisCommands } from '../scripts/bench/command-counter.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import { METRICS_FLUSH_MS, MetricsWriter, readMetrics } from '../shared/metrics.ts';
+import { eachTestRedis } from './helpers.ts';
+
+let redis: Redis;
+let names: QueueNames;
+eachTestRedis('metrics', (r, n) => {
+  redis = r;
+  names = n;
+});
+
+let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
+/** Counts from here on, once connected (a command sent while connecting is sent, and counted, twice). */
+async function countFromNow() {
+  await redis.ping();
+  counter = await countRedisCommands();
+}
+afterEach(() => {
+  counter?.restore();
+  counter = undefined;
+});
+const writes = () => counter?.snapshot().commands['evalsha:llmq:count'] ?? 0;
+const nextTurn = () => new Promise((r) => setImmediate(r));
+
+describe("a worker's counters on their way to Redis", () => {
+  it('the counters of calls that succeed in different turns go in one command, within the flush interval', async () => {
+    const metrics = new MetricsWriter(redis, names);
+    await countFromNow();
+    const began = performance.now();
+    const written: Promise<void>[] = [];
+    for (let i = 0; i < 5; i++) {
+      written.push(metrics.latency(100 * (i + 1), { provider_ok: 1, completed: 1, tokens_in: 10 }));
+      await nextTurn();
+    }
+    expect(writes()).toBe(0);
+    await Promise.all(written);
+    expect(performance.now() - began).toBeLessThan(METRICS_FLUSH_MS + 1_000);
+    expect(writes()).toBe(1);
+    expect(await readMetrics(redis, names)).toMatchObject({
+      provider_ok: 5,
+      completed: 5,
+      tokens_in: 50,
+      latency_count: 5,
+      latency_sum_ms: 1_500,
+    });
+  });
+
+  it('a failure is counted at the end of its turn and takes the waiting counters along', async () => {
+    const metrics = new MetricsWriter(redis, names);
+    await countFromNow();
+    const ok = metrics.latency(200, { provider_ok: 1, completed: 1 });
+    await nextTurn();
+    const retried = metrics.add({ provider_calls: 1, provider_5xx: 1, retries: 1 });
+    await nextTurn();
+    await nextTurn();
+    expect(writes()).toBe(1);
+    await Promise.all([ok, retried]);
+    expect(writes()).toBe(1);
+    expect(await readMetrics(redis, names)).toMatchObject({
+      provider_ok: 1,
+      completed: 1,
+      retries: 1,
+      provider_5xx: 1,
+    });
+  });
+});
