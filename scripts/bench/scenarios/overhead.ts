@@ -67,6 +67,60 @@ export interface OverheadRow {
   readonly roundTripsPerJob: number;
   readonly commandsPerJob: Readonly<Record<string, number>>;
   readonly compiled: boolean;
+  /** jobs/s of every run of this setup, in order (the row is the median run). */
+  readonly runsJobsPerSecond?: readonly number[];
+}
+
+/** One run of one setup: `jobs` enqueued, then drained by a worker process of that setup. */
+function runSetup(
+  ctx: ScenarioContext,
+  s: Setup,
+  jobs: number,
+  mockUrl: string,
+): Promise<OverheadRow> {
+  return withBenchScope(ctx.redisUrl, 'overhead', async (redis, names) => {
+    await fill(redis, names, jobs);
+    const child = await WorkerChild.start({
+      mode: s.mode,
+      redisUrl: ctx.redisUrl,
+      names,
+      mockUrl,
+      concurrency: CONCURRENCY,
+      limiter: { windowMs: 60_000, limits: {}, concurrency: CONCURRENCY },
+      countCommands: true,
+    });
+    let report: WorkerProcessReport;
+    let wallMs: number;
+    try {
+      const t0 = performance.now();
+      child.go();
+      wallMs = await drained(redis, names, jobs, t0, 600_000);
+      report = await child.stop();
+    } finally {
+      child.kill();
+    }
+    const r: CommandCounts = report.redis ?? { commands: {}, roundTrips: Number.NaN };
+    const total = Object.values(r.commands).reduce((a, b) => a + b, 0);
+    const perJob = Object.fromEntries(
+      Object.entries(r.commands)
+        .sort(([, a], [, b]) => b - a)
+        .map(([k, v]) => [k, Math.round((v / jobs) * 100) / 100]),
+    );
+    return {
+      setup: s.label,
+      jobs,
+      wallMs,
+      jobsPerSecond: jobs / (wallMs / 1000),
+      peakRssBytes: report.peakRssBytes,
+      idleRssBytes: report.idleRssBytes,
+      peakHeapBytes: report.peakHeapBytes,
+      cpuMsPerJob: report.cpuMs / jobs,
+      redisPerJob: total / jobs,
+      roundTripsPerJob: r.roundTrips / jobs,
+      commandsPerJob: perJob,
+      compiled: report.compiled,
+    };
+  });
 }
 
 /**
@@ -85,56 +139,22 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
     { label: 'bare BullMQ + the SDK call to the mock', mode: 'bare-call' },
     { label: 'llmq + the SDK call to the mock', mode: 'llmq' },
   ];
-  const rows: OverheadRow[] = [];
+  // Every setup runs `repeats` times, the setups taking turns, so that a slow spell of a shared
+  // machine falls on both sides of a comparison; each row is the run with the median rate.
+  const repeats = ctx.quick ? 1 : 3;
+  const runs: OverheadRow[][] = setups.map(() => []);
   await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, async (mock) => {
-    for (const s of setups) {
-      ctx.log(`overhead: ${s.label}`);
-      rows.push(
-        await withBenchScope(ctx.redisUrl, 'overhead', async (redis, names) => {
-          await fill(redis, names, jobs);
-          const child = await WorkerChild.start({
-            mode: s.mode,
-            redisUrl: ctx.redisUrl,
-            names,
-            mockUrl: mock.url,
-            concurrency: CONCURRENCY,
-            limiter: { windowMs: 60_000, limits: {}, concurrency: CONCURRENCY },
-            countCommands: true,
-          });
-          let report: WorkerProcessReport;
-          let wallMs: number;
-          try {
-            const t0 = performance.now();
-            child.go();
-            wallMs = await drained(redis, names, jobs, t0, 600_000);
-            report = await child.stop();
-          } finally {
-            child.kill();
-          }
-          const r: CommandCounts = report.redis ?? { commands: {}, roundTrips: Number.NaN };
-          const total = Object.values(r.commands).reduce((a, b) => a + b, 0);
-          const perJob = Object.fromEntries(
-            Object.entries(r.commands)
-              .sort(([, a], [, b]) => b - a)
-              .map(([k, v]) => [k, Math.round((v / jobs) * 100) / 100]),
-          );
-          return {
-            setup: s.label,
-            jobs,
-            wallMs,
-            jobsPerSecond: jobs / (wallMs / 1000),
-            peakRssBytes: report.peakRssBytes,
-            idleRssBytes: report.idleRssBytes,
-            peakHeapBytes: report.peakHeapBytes,
-            cpuMsPerJob: report.cpuMs / jobs,
-            redisPerJob: total / jobs,
-            roundTripsPerJob: r.roundTrips / jobs,
-            commandsPerJob: perJob,
-            compiled: report.compiled,
-          };
-        }),
-      );
+    for (let round = 1; round <= repeats; round++) {
+      for (const [i, s] of setups.entries()) {
+        ctx.log(`overhead: ${s.label}${repeats > 1 ? ` (run ${round} of ${repeats})` : ''}`);
+        runs[i]!.push(await runSetup(ctx, s, jobs, mock.url));
+      }
     }
+  });
+  const rows: OverheadRow[] = runs.map((r) => {
+    const sorted = [...r].sort((a, b) => a.jobsPerSecond - b.jobsPerSecond);
+    const median = sorted[Math.floor((sorted.length - 1) / 2)] as OverheadRow;
+    return { ...median, runsJobsPerSecond: r.map((x) => x.jobsPerSecond) };
   });
   const [bare, instant, oneScript, call, llmq] = rows as [
     OverheadRow,
@@ -144,6 +164,9 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
     OverheadRow,
   ];
   // Each llmq row against the bare BullMQ row of the same kind of call.
+  // Run by run: each llmq run against the bare run just before it.
+  const pairs = (l: number, b: number) =>
+    runs[l]!.map((x, i) => percent(x.jobsPerSecond / runs[b]![i]!.jobsPerSecond, 0)).join(', ');
   const vsBare = (r: OverheadRow) =>
     r.jobsPerSecond / (r === llmq || r === call ? call : bare).jobsPerSecond;
   return {
@@ -155,6 +178,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       'jobs',
       'wall',
       'jobs/s',
+      'each run',
       'vs bare BullMQ',
       'peak RSS',
       'idle RSS',
@@ -168,6 +192,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       count(r.jobs),
       seconds(r.wallMs),
       count(r.jobsPerSecond),
+      (r.runsJobsPerSecond ?? []).map((x) => count(x)).join(' '),
       percent(vsBare(r), 0),
       megabytes(r.peakRssBytes),
       megabytes(r.idleRssBytes),
@@ -185,7 +210,8 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       },
     ],
     notes: [
-      `'vs bare BullMQ': each llmq row against the bare row of the same kind (no-op, or the same SDK call)`,
+      `each setup ran ${repeats} time${repeats === 1 ? '' : 's'}, the setups taking turns; a row is its median run ('each run': jobs/s of every run, in order)`,
+      `'vs bare BullMQ': each llmq row's median against the bare row's of the same kind (no-op, or the same SDK call)${repeats > 1 ? `; run by run, the zero-latency provider kept ${pairs(1, 0)} and the SDK call ${pairs(4, 3)}` : ''}`,
       `what one more Redis command a job costs on this machine: bare BullMQ with one trivial script per job (an INCR, on a connection of its own) keeps ${percent(vsBare(oneScript), 0)} of the no-op's rate`,
       `llmq's Redis commands per job: ${Object.entries(instant.commandsPerJob)
         .filter(([, v]) => v >= 0.05)
