@@ -683,33 +683,38 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Jobs waiting to be stored fetch first, each in its own completion's command.
     const via = claimCarriers(wanted.length);
     const tokens = wanted.map((_, i) => via[i]?.r.token ?? `${id}:${++tokenCounter}`);
-    const taken = await Promise.allSettled(
-      tokens.map((t, i) =>
-        via[i]
-          ? fetchVia(via[i])
-          : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>),
-      ),
-    );
     let failure: unknown;
     const fetched: { job: Job<JobData, JobResult>; token: string }[] = [];
-    for (const [i, t] of taken.entries()) {
-      if (t.status === 'rejected') failure ??= t.reason;
-      else if (t.value) fetched.push({ job: t.value, token: tokens[i]! });
-    }
     // Each fetched job is launched, dead-lettered or put back; each reservation is used or
     // released, whatever fails on the way (a job left active would wait for the stalled check).
     const handled = new Set<Job<JobData, JobResult>>();
+    await Promise.all(
+      tokens.map((t, i) =>
+        (via[i]
+          ? fetchVia(via[i])
+          : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>)
+        ).then(
+          (job) => {
+            if (!job) return;
+            fetched.push({ job, token: t });
+            // A job that comes with the reservation made for it starts at once, its call under
+            // way while Redis still answers the other fetches.
+            const mine = job.deferredFailure ? undefined : spare.get(job.id!);
+            if (!mine) return;
+            spare.delete(job.id!);
+            handled.add(job);
+            launch(job, t, mine.reservation, trial);
+          },
+          (err: unknown) => {
+            failure ??= err;
+          },
+        ),
+      ),
+    );
     try {
-      const strangers: typeof fetched = [];
-      for (const f of fetched) {
-        const mine = spare.get(f.job.id!);
-        if (f.job.deferredFailure) strangers.unshift(f);
-        else if (mine) {
-          spare.delete(f.job.id!);
-          handled.add(f.job);
-          launch(f.job, f.token, mine.reservation, trial);
-        } else strangers.push(f);
-      }
+      // What is left: jobs another worker's take put in place of ours, and jobs to fail.
+      const strangers = fetched.filter(({ job }) => !handled.has(job));
+      strangers.sort((a, b) => Number(!!b.job.deferredFailure) - Number(!!a.job.deferredFailure));
       for (const { job, token } of strangers) {
         if (job.deferredFailure) {
           // BullMQ's stalled check gave this job up (its workers died with it more than
