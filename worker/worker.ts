@@ -693,8 +693,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         (via[i]
           ? fetchVia(via[i])
           : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>)
-        ).then(
-          (job) => {
+        )
+          .then((job) => {
             if (!job) return;
             fetched.push({ job, token: t });
             // A job that comes with the reservation made for it starts at once, its call under
@@ -704,11 +704,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             spare.delete(job.id!);
             handled.add(job);
             launch(job, t, mine.reservation, trial);
-          },
-          (err: unknown) => {
+          })
+          .catch((err: unknown) => {
             failure ??= err;
-          },
-        ),
+          }),
       ),
     );
     try {
