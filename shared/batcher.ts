@@ -5,8 +5,8 @@
  * part of the answer, or with the command's error.
  *
  * By default a batch is sent at the end of the turn of the event loop. With `delayMs`, items
- * wait up to that long for company (counters, which nobody waits for); `push(item, true)` still
- * asks for the end of this turn, and takes what waits along.
+ * wait up to that long for company (counters, or stamps that may come late); `push(item, true)`
+ * still asks for the end of this turn, and takes what waits along.
  */
 export class Batcher<I, O> {
   private pending: { item: I; resolve: (o: O) => void; reject: (e: unknown) => void }[] = [];
@@ -55,7 +55,7 @@ export class Batcher<I, O> {
   }
 
   /**
-   * Sends what is gathered now instead of at the end of the turn. The command is written before
+   * Sends what is gathered now instead of at the end of the turn or after the delay. The command is written before
    * this returns, so a command sent after it on the same connection runs after it.
    */
   flush(): void {

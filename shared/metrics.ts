@@ -61,7 +61,8 @@ export const METRICS_FLUSH_MS = 100;
 export class MetricsWriter {
   private readonly batcher: Batcher<MetricsItem, void>;
 
-  constructor(redis: Redis, names: QueueNames) {
+  /** @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS */
+  constructor(redis: Redis, names: QueueNames, options: { readonly flushMs?: number } = {}) {
     const key = metricsKey(names);
     this.batcher = new Batcher<MetricsItem, void>(
       async (items) => {
@@ -80,7 +81,7 @@ export class MetricsWriter {
         );
         return [];
       },
-      { delayMs: METRICS_FLUSH_MS },
+      { delayMs: options.flushMs ?? METRICS_FLUSH_MS },
     );
   }
 

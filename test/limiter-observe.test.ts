@@ -102,6 +102,21 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await foreign(lim)).toBe(0);
   });
 
+  it('takes a call that ended before its lazy stamp went for ours, when a reading comes before its settle', async () => {
+    const lim = make();
+    const [ended, other] = await lim.acquireMany(cost(100, 200), { more: [cost(100, 200)] });
+    // The first call began and ended within the lazy stamp's wait: its settle will stamp it, and
+    // waits for the end of the turn. The other call began too, and its reading goes at once,
+    // ahead of that settle.
+    const stamped = lim.start(ended!, { lazy: true });
+    const otherStamped = lim.start(other!);
+    const settled = lim.settle(ended!, { inputTokens: 100, outputTokens: 200 });
+    const reading = lim.observe(tokenHeaders(1_000, 400, t + 9_000));
+    await Promise.all([stamped, otherStamped, settled, reading]);
+    // The provider counts both calls (600 used, 400 left): all ours, nothing foreign.
+    expect(await foreign(lim)).toBe(0);
+  });
+
   it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {
     const lim = make();
     const t0 = t;

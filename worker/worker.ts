@@ -352,7 +352,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       });
     } catch (err) {
       const latencyMs = performance.now() - t0;
-      await begunBookkeeping;
+      // The reading, if any, goes first; a stamp not sent yet is taken back by the end below.
+      await reading;
       if (r.abort.signal.aborted) {
         // Shutdown past its grace period: the call may have reached the provider.
         await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(
@@ -701,9 +702,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             // way while Redis still answers the other fetches.
             const mine = job.deferredFailure ? undefined : spare.get(job.id!);
             if (!mine) return;
+            launch(job, t, mine.reservation, trial);
             spare.delete(job.id!);
             handled.add(job);
-            launch(job, t, mine.reservation, trial);
           })
           .catch((err: unknown) => {
             failure ??= err;

@@ -246,6 +246,8 @@ export class Limiter {
   private readonly windowGiven: boolean;
   /** Stamps, and settles, of calls that begin, or end, in the same turn: one command each. */
   private readonly stamps: Batcher<string, void>;
+  /** Calls whose stamp was left to their end, which is not sent yet. */
+  private readonly endingUnstamped = new Set<string>();
   private readonly ends: Batcher<EndItem, EndResult>;
 
   constructor(options: LimiterOptions) {
@@ -301,6 +303,7 @@ export class Limiter {
       { delayMs: LAZY_STAMP_MS },
     );
     this.ends = new Batcher(async (items) => {
+      for (const e of items) this.endingUnstamped.delete(e.id);
       const k = this.keys;
       const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
       for (const e of items)
@@ -670,10 +673,11 @@ export class Limiter {
     });
     // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
     // given back, nobody's.
-    this.stamps.withdraw(
+    const withdrawn = this.stamps.withdraw(
       (id) => id === reservation.id,
       () => ended.then(() => undefined),
     );
+    if (withdrawn) this.endingUnstamped.add(reservation.id);
     return ended;
   }
 
@@ -734,7 +738,10 @@ export class Limiter {
     }
     const k = this.keys;
     // A reading counts as ours only the calls stamped (or marked begun) before it: stamps still
-    // gathered for this turn go first, on the same connection, so Redis runs them first.
+    // gathered go first, on the same connection, so Redis runs them first; so do the stamps of
+    // calls that ended before their stamp went, whose end (which would stamp them) is not sent.
+    for (const id of this.endingUnstamped) this.stamps.push(id).catch(() => {});
+    this.endingUnstamped.clear();
     this.stamps.flush();
     await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], args);
   }
