@@ -178,10 +178,15 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       let children: WorkerChild[] = [];
       let reports: WorkerProcessReport[] = [];
       // The window holds what was admitted in its last windowMs (+ margin) and what is in flight:
-      // at each sample, the jobs finished in that span plus the active ones bound it.
+      // at each sample, the limiter's own count of admissions in that span (read after the
+      // footprint) plus the slots held (read before it) bound it. Reservations made for a gate
+      // round whose jobs are not active yet count: they are the window's too.
       const during = { entries: 0, bytes: 0, bound: 0, worstShare: 0 };
-      const history: { at: number; done: number }[] = [];
+      const admissions: { at: number; admitted: number }[] = [];
       const span = windowMs + 50 + 600;
+      const limiterKey = (suffix: string) => limiter.allKeys.find((k) => k.endsWith(suffix))!;
+      const admittedSoFar = async () =>
+        Number((await redis.hget(limiterKey(':stats'), 'admitted')) ?? 0);
       try {
         // Half the workers run with Node's defaults, half with the recommended heap cap.
         children = await startWorkers(WORKERS, (i) => ({
@@ -197,6 +202,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
         const queue = openQueue(redis, names);
         queue.on('error', () => {});
         const t1 = performance.now();
+        admissions.push({ at: t1, admitted: await admittedSoFar() });
         for (const c of children) c.go();
         let lastSample = 0;
         let failed = 0;
@@ -206,15 +212,15 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
             failed = c['failed'] ?? 0;
             const done = (c['completed'] ?? 0) + failed;
             const now = performance.now();
-            history.push({ at: now, done });
             if (now - lastSample > 500) {
               lastSample = now;
+              const slots = await redis.zcard(limiterKey(':slots'));
               const f = await limiterFootprint(redis, limiter);
-              // The last sample taken before the span began: every job finished since counts
-              // (the first sample inside it would miss those finished before it was taken, a
-              // share that grows with the drain rate and the time a sample takes).
-              const before = history.findLast((h) => h.at <= now - span) ?? history[0]!;
-              const bound = done - before.done + (c['active'] ?? 0) + WORKERS;
+              const admitted = await admittedSoFar();
+              admissions.push({ at: now, admitted });
+              // The last count taken before the span began: every admission since counts.
+              const before = admissions.findLast((h) => h.at <= now - span) ?? admissions[0]!;
+              const bound = admitted - before.admitted + slots;
               const share = f.entries / Math.max(1, bound);
               if (share > during.worstShare) Object.assign(during, { worstShare: share, bound });
               during.entries = Math.max(during.entries, f.entries);
