@@ -54,6 +54,28 @@ describe('a finished job hands its slot to the next', () => {
     for (const id of ids) expect((await pool.job(id))!.attemptsStarted).toBe(1);
   });
 
+  it('alone on a queue, fetches every job with the reservation made for it, however fast the rounds', async () => {
+    // Calls of a few ms: each gate round follows the last closely, and its peek is sent ahead,
+    // behind the last round's fetches. Sent before them, it would see the jobs they take, and
+    // every job would come in place of another (a reservation adjusted, or given back).
+    pool = await openPool('handoffahead', { latencyMs: 0 });
+    const ids = await pool.producer.enqueueMany(
+      Array.from({ length: 120 }, (_, i) => request(`Item ${i}.`, 20)),
+    );
+    counter = await countRedisCommands();
+    const worker = await pool.worker({
+      concurrency: 5,
+      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, concurrency: 5 },
+    });
+    await allCompleted(pool, ids, 30_000);
+    const commands = counter.snapshot().commands;
+    expect(commands['evalsha:bullmq:moveToFinished']).toBe(120);
+    expect(commands['evalsha:llmq:adjust'] ?? 0).toBe(0);
+    const snap = await worker.limiter.snapshot();
+    expect(snap.counters.admitted).toBe(120);
+    expect(snap.counters.released).toBe(0);
+  });
+
   it('does not keep a result waiting while the pool waits for budget', async () => {
     // One job's worth of tokens a 3 s window: the second job waits about 3 s for budget.
     const windowMs = 3_000;

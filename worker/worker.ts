@@ -107,6 +107,9 @@ interface Running {
   ended?: boolean;
 }
 
+/** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
+const AHEAD_PEEK_MAX_AGE_MS = 20;
+
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
 const STREAM_ABOVE_MAX_TOKENS = 16_000;
 
@@ -188,6 +191,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     maxStalledCount: options.maxStalledCount ?? 10,
   });
   bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
+  // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see the
+  // queue as those fetches leave it.
+  const peekerBehindFetches = new HeadPeeker(bull.opts.connection as Redis, names);
   await registerQueue(redis, names);
   await limiter.publishConfig();
   await bull.startStalledCheckTimer();
@@ -550,7 +556,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, localConcurrency - busy()));
-    const heads = await peeker.peekMany(room());
+    sinceLastTake = performance.now() - lastTakeAt;
+    const heads = (await nextPeek(room())) ?? (await peeker.peekMany(room()));
     let head = heads[0];
     if (!head) {
       completeAlone();
@@ -654,6 +661,23 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     await takeJobs([head, ...behind.slice(0, reservations.length - 1)], reservations, b.trial);
   }
 
+  /**
+   * The peek sent behind the last round's fetches, while it is fresh: the next round's peek
+   * without a round trip of its own. Once only; undefined when there is none to use.
+   */
+  let aheadPeek:
+    | { readonly sentAt: number; readonly heads: Promise<HeadJob[] | undefined> }
+    | undefined;
+  async function nextPeek(n: number): Promise<HeadJob[] | undefined> {
+    const ahead = aheadPeek;
+    aheadPeek = undefined;
+    if (!ahead || performance.now() - ahead.sentAt > AHEAD_PEEK_MAX_AGE_MS) return undefined;
+    const heads = await ahead.heads;
+    // Empty is no answer: the queue may have filled since; look again.
+    if (!heads?.length) return undefined;
+    return heads.slice(0, n);
+  }
+
   /** The jobs behind the head that may share its round trip: those charged to its scopes. */
   function followers(heads: readonly HeadJob[]): HeadJob[] {
     const [first, ...rest] = heads;
@@ -689,28 +713,39 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Each fetched job is launched, dead-lettered or put back; each reservation is used or
     // released, whatever fails on the way (a job left active would wait for the stalled check).
     const handled = new Set<Job<JobData, JobResult>>();
-    await Promise.all(
-      tokens.map((t, i) =>
-        (via[i]
-          ? fetchVia(via[i])
-          : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>)
-        )
-          .then((job) => {
-            if (!job) return;
-            fetched.push({ job, token: t });
-            // A job that comes with the reservation made for it starts at once, its call under
-            // way while Redis still answers the other fetches.
-            const mine = job.deferredFailure ? undefined : spare.get(job.id!);
-            if (!mine) return;
-            launch(job, t, mine.reservation, trial);
-            spare.delete(job.id!);
-            handled.add(job);
-          })
-          .catch((err: unknown) => {
-            failure ??= err;
-          }),
-      ),
+    const arrivals = tokens.map((t, i) =>
+      (via[i]
+        ? fetchVia(via[i])
+        : (bull.getNextJob(t, { block: false }) as Promise<Job<JobData, JobResult> | undefined>)
+      )
+        .then((job) => {
+          if (!job) return;
+          fetched.push({ job, token: t });
+          // A job that comes with the reservation made for it starts at once, its call under
+          // way while Redis still answers the other fetches.
+          const mine = job.deferredFailure ? undefined : spare.get(job.id!);
+          if (!mine) return;
+          launch(job, t, mine.reservation, trial);
+          spare.delete(job.id!);
+          handled.add(job);
+        })
+        .catch((err: unknown) => {
+          failure ??= err;
+        }),
     );
+    // When rounds follow each other closely, the next round's peek goes behind the fetches (in
+    // the next turn: BullMQ writes a command a few promise steps after it is asked for).
+    if (sinceLastTake < AHEAD_PEEK_MAX_AGE_MS && !stopper.signal.aborted) {
+      const sentAt = performance.now();
+      aheadPeek = {
+        sentAt,
+        heads: new Promise<void>((r) => setImmediate(r)).then(() =>
+          peekerBehindFetches.peekMany(localConcurrency).catch(() => undefined),
+        ),
+      };
+    }
+    await Promise.all(arrivals);
+    lastTakeAt = performance.now();
     try {
       // What is left: jobs another worker's take put in place of ours, and jobs to fail.
       const strangers = fetched.filter(({ job }) => !handled.has(job));
@@ -778,6 +813,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   let idleMs = 5;
   let lastPrune = 0;
+  // How soon the last round began after the round before it had fetched its jobs.
+  let lastTakeAt = Number.NEGATIVE_INFINITY;
+  let sinceLastTake = Number.POSITIVE_INFINITY;
   const loop = (async () => {
     while (!stopper.signal.aborted) {
       try {
