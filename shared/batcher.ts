@@ -55,8 +55,9 @@ export class Batcher<I, O> {
   }
 
   /**
-   * Sends what is gathered now instead of at the end of the turn or after the delay. The command is written before
-   * this returns, so a command sent after it on the same connection runs after it.
+   * Sends what is gathered now instead of at the end of the turn or after the delay. The command
+   * is written before this returns, so a command sent after it on the same connection runs after
+   * it.
    */
   flush(): void {
     if (this.soon) clearImmediate(this.soon);

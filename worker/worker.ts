@@ -321,7 +321,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const startedAt = Date.now();
     const t0 = performance.now();
     let begun = false;
-    let begunBookkeeping: Promise<void> | undefined;
+    // The stamp once the response has begun, and the provider's reading after it, if any.
+    let stamped: Promise<void> | undefined;
     let reading: Promise<void> | undefined;
     const stream =
       streamMode === 'always' ||
@@ -343,16 +344,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           const figures = feedback ? readRateLimitHeaders(headers) : {};
           const hasReading = Object.keys(figures).length > 0;
           // Without a reading to follow, the stamp may wait for others, or for this call's settle.
-          const stamped = limiter.start(r.reservation, { lazy: !hasReading }).catch((err) =>
+          stamped = limiter.start(r.reservation, { lazy: !hasReading }).catch((err) =>
             log.warn('could not stamp the reservation', {
               job: job.id,
               error: (err as Error).message,
             }),
           );
-          begunBookkeeping = stamped;
           if (hasReading) {
             reading = stamped.then(() => limiter.observeReading(figures).catch(() => {}));
-            begunBookkeeping = reading;
           }
         },
       });
@@ -392,7 +391,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       completedAt: Date.now(),
     };
     const bookkeeping = Promise.allSettled([
-      begunBookkeeping,
+      stamped,
       // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
       limiter.settle(r.reservation, {
         inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
@@ -556,7 +555,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, localConcurrency - busy()));
-    sinceLastTake = performance.now() - lastTakeAt;
+    roundsFollowClosely = performance.now() - lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
     const heads = (await nextPeek(room())) ?? (await peeker.peekMany(room()));
     let head = heads[0];
     if (!head) {
@@ -735,10 +734,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     );
     // When rounds follow each other closely, the next round's peek goes behind the fetches (in
     // the next turn: BullMQ writes a command a few promise steps after it is asked for).
-    if (sinceLastTake < AHEAD_PEEK_MAX_AGE_MS && !stopper.signal.aborted) {
-      const sentAt = performance.now();
+    if (roundsFollowClosely && !stopper.signal.aborted) {
       aheadPeek = {
-        sentAt,
+        sentAt: performance.now(),
         heads: new Promise<void>((r) => setImmediate(r)).then(() =>
           peekerBehindFetches.peekMany(localConcurrency).catch(() => undefined),
         ),
@@ -813,9 +811,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   let idleMs = 5;
   let lastPrune = 0;
-  // How soon the last round began after the round before it had fetched its jobs.
+  // When the last round had fetched its jobs, and whether this one began soon after.
   let lastTakeAt = Number.NEGATIVE_INFINITY;
-  let sinceLastTake = Number.POSITIVE_INFINITY;
+  let roundsFollowClosely = false;
   const loop = (async () => {
     while (!stopper.signal.aborted) {
       try {

@@ -27,6 +27,10 @@ async function usedMemory(redis: Redis): Promise<number> {
   return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
 }
 
+/** The limiter's key that ends with `suffix` (`:log`, `:stats`...). */
+const limiterKey = (limiter: Limiter, suffix: string) =>
+  limiter.allKeys.find((k) => k.endsWith(suffix))!;
+
 /** Entries and bytes (MEMORY USAGE) of the limiter's keys of a queue. */
 async function limiterFootprint(
   redis: Redis,
@@ -34,8 +38,8 @@ async function limiterFootprint(
 ): Promise<{ entries: number; bytes: number }> {
   const keys = limiter.allKeys;
   const [log, res] = await Promise.all([
-    redis.zcard(keys.find((k) => k.endsWith(':log'))!),
-    redis.hlen(keys.find((k) => k.endsWith(':res'))!),
+    redis.zcard(limiterKey(limiter, ':log')),
+    redis.hlen(limiterKey(limiter, ':res')),
   ]);
   const sizes = await Promise.all(
     keys.map((k) => redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') as Promise<number | null>),
@@ -184,9 +188,8 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       const during = { entries: 0, bytes: 0, bound: 0, worstShare: 0 };
       const admissions: { at: number; admitted: number }[] = [];
       const span = windowMs + 50 + 600;
-      const limiterKey = (suffix: string) => limiter.allKeys.find((k) => k.endsWith(suffix))!;
       const admittedSoFar = async () =>
-        Number((await redis.hget(limiterKey(':stats'), 'admitted')) ?? 0);
+        Number((await redis.hget(limiterKey(limiter, ':stats'), 'admitted')) ?? 0);
       try {
         // Half the workers run with Node's defaults, half with the recommended heap cap.
         children = await startWorkers(WORKERS, (i) => ({
@@ -208,13 +211,13 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
         let failed = 0;
         try {
           for (;;) {
-            const c = await queue.getJobCounts('completed', 'failed', 'active');
+            const c = await queue.getJobCounts('completed', 'failed');
             failed = c['failed'] ?? 0;
             const done = (c['completed'] ?? 0) + failed;
             const now = performance.now();
             if (now - lastSample > 500) {
               lastSample = now;
-              const slots = await redis.zcard(limiterKey(':slots'));
+              const slots = await redis.zcard(limiterKey(limiter, ':slots'));
               const f = await limiterFootprint(redis, limiter);
               const admitted = await admittedSoFar();
               admissions.push({ at: now, admitted });
