@@ -119,7 +119,28 @@ describe('settles, releases and stamps of calls that end together', () => {
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(
       120 + 50 + 600,
     );
-    expect(snap.counters).toMatchObject({ settled: 2, released: 2 });
+    // Each counter sums the run's calls (it is written once a run, not once a call).
+    expect(snap.counters).toMatchObject({
+      admitted: 4,
+      settled: 2,
+      released: 2,
+      reservedIn: 200,
+      reservedOut: 1_000,
+      actualIn: 220,
+      actualOut: 550,
+      settledReservedIn: 200,
+      settledReservedOut: 1_000,
+    });
+    expect(snap.history).toEqual([
+      {
+        at: expect.any(Number),
+        calls: 2,
+        reservedIn: 200,
+        reservedOut: 1_000,
+        actualIn: 220,
+        actualOut: 550,
+      },
+    ]);
   });
 
   it('a settle of an unknown reservation says so without spoiling the others', async () => {

@@ -82,6 +82,9 @@ local function extra(i)
     flags = '', scopes = cost.scopes }
 end
 
+-- Totals and counters of the reservations this run admits, written once at its end.
+local admittedTotals, admittedStats = new_tally(), new_tally()
+
 local function leave_line()
   redis.call('ZREM', waitersKey, ticket)
   redis.call('ZREM', waitexpKey, ticket)
@@ -198,21 +201,28 @@ end
 -- What `c` lacks in scope s, dimension d, now (0 or less: it fits), and the foreign spend.
 local function need_of(s, d, c)
   local field = s.name .. '|' .. d
-  local used = tonumber(redis.call('HGET', totKey, field) or '0')
+  local used = tonumber(redis.call('HGET', totKey, field) or '0') + tallied(admittedTotals, field)
   local f = foreign_of(extKey, field, now)
   return used + foreign_at(f, now, 0) + amount(c, d) - s.limits[d], f
 end
 
 local leaseExpiry = now + leaseMs
--- An open reservation whose stamp is its lease expiry until the call starts or settles.
+-- An open reservation whose stamp is its lease expiry until the call starts or settles. What the
+-- run admits is added to the totals and counters once, at its end (finish); need_of counts it.
 local function admit(id, c)
   redis.call('ZADD', logKey, leaseExpiry, id)
   redis.call('HSET', resKey, id, encode(c))
-  add_totals(totKey, c, 1)
+  tally_totals(admittedTotals, c, 1)
   redis.call('ZADD', slotsKey, leaseExpiry, id)
-  redis.call('HINCRBY', statsKey, 'admitted', 1)
-  redis.call('HINCRBY', statsKey, 'reserved_in', c.inp)
-  redis.call('HINCRBY', statsKey, 'reserved_out', c.out)
+  tally(admittedStats, 'admitted', 1)
+  tally(admittedStats, 'reserved_in', c.inp)
+  tally(admittedStats, 'reserved_out', c.out)
+end
+
+local function finish(reply)
+  flush_tally(admittedTotals, totKey)
+  flush_tally(admittedStats, statsKey)
+  return reply
 end
 
 -- Whether c fits every dimension of every scope and a slot right now, leaving `spareSlots`.
@@ -265,14 +275,14 @@ for _, s in ipairs(scopes) do
               filled[#filled + 1] = i
             elseif fits_now(c, 1) and start_of(c) <= startAt then
               admit(id, c)
-              redis.call('HINCRBY', statsKey, 'backfilled', 1)
+              tally(admittedStats, 'backfilled', 1)
               filled[#filled + 1] = i
             end
           end
         end
         local reply = wait_as_head(3, waitMs, s.name, d)
         for _, i in ipairs(filled) do reply[#reply + 1] = i end
-        return reply
+        return finish(reply)
       end
     end
   end
@@ -300,4 +310,4 @@ if redis.call('ZCARD', waitersKey) == 0 then
     admitted = i
   end
 end
-return { 0, now, leaseExpiry, admitted }
+return finish({ 0, now, leaseExpiry, admitted })

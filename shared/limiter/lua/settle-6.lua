@@ -40,6 +40,8 @@ local channel = ARGV[3] or ''
 local bucket = math.floor(now / bucketMs) * bucketMs
 local wake = false
 local out = {}
+-- The run's increments, written once each at the end.
+local totals, stats, hist = new_tally(), new_tally(), new_tally()
 
 local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
   local freedSlot = redis.call('ZREM', slotsKey, id)
@@ -49,13 +51,12 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
   local r = decode(enc)
 
   if mode == 'release' then
-    add_totals(totKey, r, -1)
+    tally_totals(totals, r, -1)
     redis.call('HDEL', resKey, id)
     redis.call('ZREM', logKey, id)
-    redis.call('HINCRBY', statsKey, 'released', 1)
-    -- 0 - x, not -x: Lua's -0 is sent as "-0", which HINCRBY refuses as not an integer.
-    redis.call('HINCRBY', statsKey, 'reserved_in', 0 - r.inp)
-    redis.call('HINCRBY', statsKey, 'reserved_out', 0 - r.out)
+    tally(stats, 'released', 1)
+    tally(stats, 'reserved_in', 0 - r.inp)
+    tally(stats, 'reserved_out', 0 - r.out)
     wake = true
     return 1, 0 - r.inp, 0 - r.out
   end
@@ -66,7 +67,7 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
     if actualOut >= 0 then dOut = actualOut - r.out end
     if dIn ~= 0 or dOut ~= 0 then
       local delta = { req = 0, inp = dIn, out = dOut, scopes = r.scopes }
-      add_totals(totKey, delta, 1)
+      tally_totals(totals, delta, 1)
       r.inp = r.inp + dIn
       r.out = r.out + dOut
     end
@@ -74,22 +75,22 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
 
   if reportedOut < 0 then reportedOut = r.out end
 
-  redis.call('HINCRBY', histKey, bucket .. '|calls', 1)
-  redis.call('HINCRBY', histKey, bucket .. '|reserved_in', r.inp - dIn)
-  redis.call('HINCRBY', histKey, bucket .. '|reserved_out', r.out - dOut)
-  redis.call('HINCRBY', histKey, bucket .. '|actual_in', r.inp)
-  redis.call('HINCRBY', histKey, bucket .. '|actual_out', reportedOut)
+  tally(hist, bucket .. '|calls', 1)
+  tally(hist, bucket .. '|reserved_in', r.inp - dIn)
+  tally(hist, bucket .. '|reserved_out', r.out - dOut)
+  tally(hist, bucket .. '|actual_in', r.inp)
+  tally(hist, bucket .. '|actual_out', reportedOut)
 
   if r.flags ~= 's' or restamp then
     redis.call('ZADD', logKey, now, id)
   end
   r.flags = 's'
   redis.call('HSET', resKey, id, encode(r))
-  redis.call('HINCRBY', statsKey, 'settled', 1)
-  redis.call('HINCRBY', statsKey, 'actual_in', r.inp)
-  redis.call('HINCRBY', statsKey, 'actual_out', reportedOut)
-  redis.call('HINCRBY', statsKey, 'settled_reserved_in', r.inp - dIn)
-  redis.call('HINCRBY', statsKey, 'settled_reserved_out', r.out - dOut)
+  tally(stats, 'settled', 1)
+  tally(stats, 'actual_in', r.inp)
+  tally(stats, 'actual_out', reportedOut)
+  tally(stats, 'settled_reserved_in', r.inp - dIn)
+  tally(stats, 'settled_reserved_out', r.out - dOut)
   if dIn < 0 or dOut < 0 then wake = true end
   return 1, dIn, dOut
 end
@@ -101,6 +102,10 @@ for i = 4, #ARGV, 6 do
   out[#out + 1] = dIn
   out[#out + 1] = dOut
 end
+
+flush_tally(totals, totKey)
+flush_tally(stats, statsKey)
+flush_tally(hist, histKey)
 
 -- Keep about 20 minutes of buckets: drop the one that just fell out.
 local old = bucket - 120 * bucketMs

@@ -38,25 +38,68 @@ local function add_totals(totKey, r, sign)
   end
 end
 
+-- Increments meant for one hash, summed in the script so that a run that settles or admits
+-- many calls writes each field once (flush_tally) instead of once a call.
+local function new_tally()
+  return { sums = {}, order = {} }
+end
+
+local function tally(t, field, n)
+  local sum = t.sums[field]
+  if sum == nil then
+    t.order[#t.order + 1] = field
+    t.sums[field] = n
+  else
+    t.sums[field] = sum + n
+  end
+end
+
+-- What the tally holds of `field` and has not written yet.
+local function tallied(t, field)
+  return t.sums[field] or 0
+end
+
+local function flush_tally(t, key)
+  for _, field in ipairs(t.order) do
+    local n = t.sums[field]
+    -- A zero is not written: readers take a missing field for 0, and Lua's -0 would be sent
+    -- as "-0", which HINCRBY refuses.
+    if n ~= 0 then redis.call('HINCRBY', key, field, n) end
+  end
+  t.sums = {}
+  t.order = {}
+end
+
+-- add_totals into a tally.
+local function tally_totals(t, r, sign)
+  for _, s in ipairs(r.scopes) do
+    for _, d in ipairs(DIMS) do
+      local a = amount(r, d)
+      if a ~= 0 then tally(t, s .. '|' .. d, sign * a) end
+    end
+  end
+end
+
 -- Drops the reservations whose stamp has left the window and takes them off the totals.
 -- Bounded per call; whatever is left over is still counted, which only errs on the safe side.
 local function expire_log(logKey, resKey, totKey, now, windowMs)
   local ids = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs, 'LIMIT', 0, 500)
-  for _, id in ipairs(ids) do
-    local enc = redis.call('HGET', resKey, id)
-    if enc then
-      add_totals(totKey, decode(enc), -1)
-      redis.call('HDEL', resKey, id)
-    end
-    redis.call('ZREM', logKey, id)
+  if #ids == 0 then return 0 end
+  local encs = redis.call('HMGET', resKey, unpack(ids))
+  local t = new_tally()
+  for i = 1, #ids do
+    if encs[i] then tally_totals(t, decode(encs[i]), -1) end
   end
+  flush_tally(t, totKey)
+  redis.call('HDEL', resKey, unpack(ids))
+  redis.call('ZREM', logKey, unpack(ids))
   return #ids
 end
 
 -- Frees the concurrency slots whose lease ran out (their holder died or hung).
 local function expire_slots(slotsKey, now)
   local ids = redis.call('ZRANGEBYSCORE', slotsKey, '-inf', now, 'LIMIT', 0, 500)
-  for _, id in ipairs(ids) do redis.call('ZREM', slotsKey, id) end
+  if #ids > 0 then redis.call('ZREM', slotsKey, unpack(ids)) end
   return #ids
 end
 
