@@ -48,6 +48,14 @@ export async function drained(
   }
 }
 
+/** CPU seconds the Redis server has used since it started (user + system, from INFO). */
+async function redisCpuSeconds(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu');
+  let total = 0;
+  for (const m of info.matchAll(/^used_cpu_(?:sys|user):([\d.]+)/gm)) total += Number(m[1]);
+  return total;
+}
+
 interface Setup {
   readonly label: string;
   readonly mode: WorkerProcessConfig['mode'];
@@ -63,6 +71,8 @@ export interface OverheadRow {
   readonly idleRssBytes: number;
   readonly peakHeapBytes: number;
   readonly cpuMsPerJob: number;
+  /** CPU the Redis server used while the jobs were drained, a job (everything it ran then). */
+  readonly redisCpuMsPerJob: number;
   readonly redisPerJob: number;
   readonly roundTripsPerJob: number;
   readonly commandsPerJob: Readonly<Record<string, number>>;
@@ -91,10 +101,13 @@ function runSetup(
     });
     let report: WorkerProcessReport;
     let wallMs: number;
+    let redisCpuS: number;
     try {
+      const cpu0 = await redisCpuSeconds(redis);
       const t0 = performance.now();
       child.go();
       wallMs = await drained(redis, names, jobs, t0, 600_000);
+      redisCpuS = (await redisCpuSeconds(redis)) - cpu0;
       report = await child.stop();
     } finally {
       child.kill();
@@ -115,6 +128,7 @@ function runSetup(
       idleRssBytes: report.idleRssBytes,
       peakHeapBytes: report.peakHeapBytes,
       cpuMsPerJob: report.cpuMs / jobs,
+      redisCpuMsPerJob: (redisCpuS * 1000) / jobs,
       redisPerJob: total / jobs,
       roundTripsPerJob: r.roundTrips / jobs,
       commandsPerJob: perJob,
@@ -184,6 +198,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       'idle RSS',
       'peak heap',
       'CPU ms/job',
+      'Redis CPU ms/job',
       'Redis cmds/job',
       'round trips/job',
     ],
@@ -198,6 +213,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
       megabytes(r.idleRssBytes),
       megabytes(r.peakHeapBytes),
       r.cpuMsPerJob.toFixed(2),
+      r.redisCpuMsPerJob.toFixed(2),
       r.redisPerJob.toFixed(1),
       r.roundTripsPerJob.toFixed(1),
     ]),
@@ -212,6 +228,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
     notes: [
       `each setup ran ${repeats} time${repeats === 1 ? '' : 's'}, the setups taking turns; a row is its median run ('each run': jobs/s of every run, in order)`,
       `'vs bare BullMQ': each llmq row's median against the bare row's of the same kind (no-op, or the same SDK call)${repeats > 1 ? `; run by run, the zero-latency provider kept ${pairs(1, 0)} and the SDK call ${pairs(4, 3)}` : ''}`,
+      `CPU a job, at zero latency: the worker process ${instant.cpuMsPerJob.toFixed(2)} ms against bare BullMQ's ${bare.cpuMsPerJob.toFixed(2)} (${(instant.cpuMsPerJob / bare.cpuMsPerJob).toFixed(1)}×), the Redis server ${instant.redisCpuMsPerJob.toFixed(2)} ms against ${bare.redisCpuMsPerJob.toFixed(2)} (${(instant.redisCpuMsPerJob / bare.redisCpuMsPerJob).toFixed(1)}×); Redis's from INFO, over the drain, so it includes the bench's own polling`,
       `what one more Redis command a job costs on this machine: bare BullMQ with one trivial script per job (an INCR, on a connection of its own) keeps ${percent(vsBare(oneScript), 0)} of the no-op's rate`,
       `llmq's Redis commands per job: ${Object.entries(instant.commandsPerJob)
         .filter(([, v]) => v >= 0.05)
