@@ -119,7 +119,7 @@ describe('settles, releases and stamps of calls that end together', () => {
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(
       120 + 50 + 600,
     );
-    // Each counter sums the run's calls (it is written once a run, not once a call).
+    // Each counter and the history bucket hold the sums of the run's calls.
     expect(snap.counters).toMatchObject({
       admitted: 4,
       settled: 2,

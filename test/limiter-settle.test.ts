@@ -161,6 +161,34 @@ describe('settling a reservation', () => {
     });
   });
 
+  it('refuses usage that is not a whole number of tokens, and the calls settled beside it are unharmed', async () => {
+    const lim = make({ outputAccounting: 'actual' });
+    const a = await admitted(lim, cost(100, 100));
+    const b = await admitted(lim, cost(100, 100));
+    // In the same turn, so that a bad count sent along would fail both in one script.
+    const [good, bad] = await Promise.allSettled([
+      lim.settle(a, { inputTokens: 120, outputTokens: 50 }),
+      lim.settle(b, { inputTokens: 100.5, outputTokens: 60 }),
+    ]);
+    expect(good).toEqual({
+      status: 'fulfilled',
+      value: { known: true, inputDelta: 20, outputDelta: -50 },
+    });
+    expect(bad.status).toBe('rejected');
+    expect(String((bad as PromiseRejectedResult).reason)).toMatch(
+      /usage\.inputTokens must be a whole number of tokens from 0 up, got 100\.5/,
+    );
+    await expect(lim.settle(b, { inputTokens: 100, outputTokens: -1 })).rejects.toThrow(
+      /usage\.outputTokens .* got -1/,
+    );
+    // The refused call still holds its estimate, and the window frees all of it on time.
+    expect(await used(lim, 'inputTokens')).toBe(220);
+    await lim.keep(b);
+    t += 61_000;
+    expect(await used(lim, 'inputTokens')).toBe(0);
+    expect(await lim.tryAcquire(cost(900, 900))).toMatchObject({ ok: true });
+  });
+
   it('releases a reservation of zero tokens', async () => {
     const lim = make();
     const r = await admitted(lim, { requests: 1, inputTokens: 0, outputTokens: 0 });

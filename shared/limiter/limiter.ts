@@ -689,6 +689,20 @@ export class Limiter {
     reservation: Reservation,
     usage: Usage,
   ): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
+    // Checked before anything is sent: a settle runs in one script with others that ended in the
+    // same turn, and a count Redis cannot add would fail it half-way for all of them.
+    for (const [name, v] of [
+      ['inputTokens', usage.inputTokens],
+      ['outputTokens', usage.outputTokens],
+    ] as const) {
+      if (!Number.isSafeInteger(v) || v < 0) {
+        return Promise.reject(
+          new TypeError(
+            `settle: usage.${name} must be a whole number of tokens from 0 up, got ${v}; pass the provider's usage, or call keep() when it is not known`,
+          ),
+        );
+      }
+    }
     const actual = this.outputAccounting === 'actual';
     return this.end(
       reservation,
