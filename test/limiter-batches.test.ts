@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
-import { LAZY_STAMP_MS, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { LAZY_STAMP_MS, type LimiterOptions, SETTLE_WAIT_MS } from '../shared/limiter/limiter.ts';
 import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
@@ -234,6 +234,57 @@ describe('lazy stamps: a call with no reading to follow', () => {
     expect(sent('start')).toBe(1);
     await Promise.all([lazy, now]);
     expect(sent('start')).toBe(1);
+  });
+});
+
+describe('settles wait a moment for others', () => {
+  let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
+  afterEach(() => {
+    counter?.restore();
+    counter = undefined;
+  });
+  const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
+
+  it('settles of calls that end in different turns go in one command, sent after the wait', async () => {
+    const lim = make({ limits: { tokens: 10_000 } });
+    const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
+    counter = await countRedisCommands();
+    const began = performance.now();
+    const first = lim.settle(got[0]!, { inputTokens: 50, outputTokens: 100 });
+    // The next turn of the event loop: without the wait, the first would have gone alone.
+    await new Promise((r) => setImmediate(r));
+    const rest = got.slice(1).map((r) => lim.settle(r, { inputTokens: 50, outputTokens: 100 }));
+    const answers = await Promise.all([first, ...rest]);
+    expect(performance.now() - began).toBeLessThan(SETTLE_WAIT_MS + 1_000);
+    expect(sent('settle')).toBe(1);
+    expect(answers.map((a) => a.inputDelta)).toEqual([-50, -50, -50]);
+    const snap = await lim.snapshot();
+    expect(snap.inFlight).toBe(0);
+    expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(450);
+  });
+
+  it('an acquire takes a waiting settle along, and Redis runs the settle first', async () => {
+    const lim = make({ limits: { tokens: 10_000 }, concurrency: 2 });
+    const [a] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    counter = await countRedisCommands();
+    const settled = lim.settle(a!, { inputTokens: 100, outputTokens: 100 });
+    // Both slots are taken until that settle has run: the acquire finds one free.
+    expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({ ok: true });
+    await settled;
+    expect(sent('settle')).toBe(1);
+  });
+
+  it('a release goes at the end of its turn and takes a waiting settle along', async () => {
+    const lim = make({ limits: { tokens: 10_000 } });
+    const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    counter = await countRedisCommands();
+    const settled = lim.settle(a!, { inputTokens: 100, outputTokens: 100 });
+    const released = lim.release(b!);
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(sent('settle')).toBe(1);
+    await Promise.all([settled, released]);
+    expect(sent('settle')).toBe(1);
   });
 });
 

@@ -39,6 +39,13 @@ const HISTORY_BUCKET_MS = 10_000;
 /** The longest a lazy stamp ({@link Limiter.start}) waits for others. */
 export const LAZY_STAMP_MS = 10;
 
+/**
+ * The longest a settle with the provider's usage ({@link Limiter.settle}) waits for others. The
+ * next acquire on this limiter takes waiting settles along (Redis runs them first), and so does
+ * a release or keep, which goes at the end of its turn.
+ */
+export const SETTLE_WAIT_MS = 5;
+
 export interface LimiterOptions {
   /** A connection of its own is best; commands fail fast when it is not ready. */
   readonly redis: Redis;
@@ -302,23 +309,26 @@ export class Limiter {
       },
       { delayMs: LAZY_STAMP_MS },
     );
-    this.ends = new Batcher(async (items) => {
-      for (const e of items) this.endingUnstamped.delete(e.id);
-      const k = this.keys;
-      const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
-      for (const e of items)
-        args.push(e.id, e.mode, e.input, e.output, e.restamp ? '1' : '0', e.reportedOutput);
-      const r = (await this.run(
-        'settle',
-        [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
-        args,
-      )) as number[];
-      return items.map((_, i) => ({
-        known: Number(r[i * 3]) === 1,
-        inputDelta: Number(r[i * 3 + 1] ?? 0),
-        outputDelta: Number(r[i * 3 + 2] ?? 0),
-      }));
-    });
+    this.ends = new Batcher(
+      async (items) => {
+        for (const e of items) this.endingUnstamped.delete(e.id);
+        const k = this.keys;
+        const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
+        for (const e of items)
+          args.push(e.id, e.mode, e.input, e.output, e.restamp ? '1' : '0', e.reportedOutput);
+        const r = (await this.run(
+          'settle',
+          [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
+          args,
+        )) as number[];
+        return items.map((_, i) => ({
+          known: Number(r[i * 3]) === 1,
+          inputDelta: Number(r[i * 3 + 1] ?? 0),
+          outputDelta: Number(r[i * 3 + 2] ?? 0),
+        }));
+      },
+      { delayMs: SETTLE_WAIT_MS },
+    );
   }
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */
@@ -654,7 +664,11 @@ export class Limiter {
     return Number(r) > 0;
   }
 
-  /** Ends a call; ends in the same turn of the event loop go in one command. */
+  /**
+   * Ends a call. A settle with usage waits up to {@link SETTLE_WAIT_MS} for others (or for the
+   * next acquire, which takes it along); a keep or release goes at the end of the turn and takes
+   * waiting settles along: one command for all.
+   */
   private end(
     reservation: Reservation,
     mode: 'usage' | 'keep' | 'release',
@@ -663,14 +677,10 @@ export class Limiter {
     restamp: boolean,
     reportedOutput = -1,
   ): Promise<EndResult> {
-    const ended = this.ends.push({
-      id: reservation.id,
-      mode,
-      input,
-      output,
-      restamp,
-      reportedOutput,
-    });
+    const ended = this.ends.push(
+      { id: reservation.id, mode, input, output, restamp, reportedOutput },
+      mode !== 'usage',
+    );
     // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
     // given back, nobody's.
     const withdrawn = this.stamps.withdraw(
