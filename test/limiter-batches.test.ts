@@ -274,6 +274,23 @@ describe('settles wait a moment for others', () => {
     expect(sent('settle')).toBe(1);
   });
 
+  it('close sends the settles still waiting, ahead of what the connection sends next', async () => {
+    const conn = redis.duplicate();
+    try {
+      const lim = testLimiter({ redis: conn, names, clock: () => t, limits: { tokens: 10_000 } });
+      const [a] = await lim.acquireMany(cost(100, 100));
+      const settled = lim.settle(a!, { inputTokens: 50, outputTokens: 100 });
+      await lim.close();
+      await conn.quit();
+      await expect(settled).resolves.toEqual({ known: true, inputDelta: -50, outputDelta: 0 });
+      const snap = await make().snapshot();
+      expect(snap.inFlight).toBe(0);
+      expect(snap.counters).toMatchObject({ settled: 1 });
+    } finally {
+      conn.disconnect();
+    }
+  });
+
   it('a release goes at the end of its turn and takes a waiting settle along', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
     const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });

@@ -102,12 +102,12 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await foreign(lim)).toBe(0);
   });
 
-  it('takes a call that ended before its lazy stamp went for ours, when a reading comes before its settle', async () => {
+  it('takes a call that ended before its lazy stamp went for ours, when a reading comes while its settle waits', async () => {
     const lim = make();
     const [ended, other] = await lim.acquireMany(cost(100, 200), { more: [cost(100, 200)] });
     // The first call began and ended within the lazy stamp's wait: its settle will stamp it, and
-    // waits for the end of the turn. The other call began too, and its reading goes at once,
-    // ahead of that settle.
+    // waits for others. The other call began too, and its reading goes at once: the settle goes
+    // ahead of it.
     const stamped = lim.start(ended!, { lazy: true });
     const otherStamped = lim.start(other!);
     const settled = lim.settle(ended!, { inputTokens: 100, outputTokens: 200 });
@@ -115,6 +115,22 @@ describe('observing the provider’s rate-limit headers', () => {
     await Promise.all([stamped, otherStamped, settled, reading]);
     // The provider counts both calls (600 used, 400 left): all ours, nothing foreign.
     expect(await foreign(lim)).toBe(0);
+  });
+
+  it("counts another client's spend when a call ended before the reading and its settle still waits", async () => {
+    const lim = make({ limits: { tokens: 10_000 }, outputAccounting: 'actual' });
+    const [ended, other] = await lim.acquireMany(cost(100, 1_000), { more: [cost(100, 100)] });
+    await Promise.all([lim.start(ended!), lim.start(other!)]);
+    // The first call ends having used 200 of its 1,100; its settle waits for company. The
+    // other call's reading comes now: the provider has counted 1,300 (our 200 + 200, and 900 of
+    // another client's).
+    const settled = lim.settle(ended!, { inputTokens: 100, outputTokens: 100 });
+    const reading = lim.observe(tokenHeaders(10_000, 8_700, t + 9_000));
+    await Promise.all([settled, reading]);
+    // Had the reading gone first, the window would still have held the 1,100 estimate where the
+    // provider counted 200: the other client's 900 would have looked like ours, then vanished
+    // with the settle.
+    expect(await foreign(lim)).toBe(900);
   });
 
   it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {

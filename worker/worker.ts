@@ -393,10 +393,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const bookkeeping = Promise.allSettled([
       stamped,
       // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
-      limiter.settle(r.reservation, {
-        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
-        outputTokens: usage.output_tokens,
-      }),
+      limiter
+        .settle(r.reservation, {
+          inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+          outputTokens: usage.output_tokens,
+        })
+        .catch(async (err: unknown) => {
+          // Usage the limiter cannot count (not whole tokens): the estimate stays charged, and
+          // the slot comes back now rather than when the lease ends.
+          if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
+          throw err;
+        }),
       breaker.success(),
       metrics.latency(res.latencyMs, {
         provider_calls: 1,

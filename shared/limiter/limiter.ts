@@ -251,10 +251,11 @@ export class Limiter {
   private subscribed: Promise<unknown> | undefined;
   /** Whether the window was given; when not, snapshots use the window workers published. */
   private readonly windowGiven: boolean;
-  /** Stamps, and settles, of calls that begin, or end, in the same turn: one command each. */
+  /**
+   * Stamps, and ends (settles, keeps, releases), gathered: each batch is one command. Stamps
+   * wait up to LAZY_STAMP_MS when lazy, settles up to SETTLE_WAIT_MS.
+   */
   private readonly stamps: Batcher<string, void>;
-  /** Calls whose stamp was left to their end, which is not sent yet. */
-  private readonly endingUnstamped = new Set<string>();
   private readonly ends: Batcher<EndItem, EndResult>;
 
   constructor(options: LimiterOptions) {
@@ -311,7 +312,6 @@ export class Limiter {
     );
     this.ends = new Batcher(
       async (items) => {
-        for (const e of items) this.endingUnstamped.delete(e.id);
         const k = this.keys;
         const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
         for (const e of items)
@@ -615,8 +615,14 @@ export class Limiter {
     }
   }
 
-  /** Stops listening for wake-ups (the subscriber connection stays the caller's to close). */
+  /**
+   * Sends the stamps and ends still gathered, and stops listening for wake-ups (the connections
+   * stay the caller's to close).
+   */
   async close(): Promise<void> {
+    // What is gathered goes now, ahead of whatever the owner sends next (QUIT, say).
+    this.ends.flush();
+    this.stamps.flush();
     if (!this.subscriber || !this.subscribed) return;
     this.subscriber.off('message', this.onMessage);
     await this.subscriber.unsubscribe(this.wakeChannel).catch(() => {});
@@ -683,11 +689,10 @@ export class Limiter {
     );
     // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
     // given back, nobody's.
-    const withdrawn = this.stamps.withdraw(
+    this.stamps.withdraw(
       (id) => id === reservation.id,
       () => ended.then(() => undefined),
     );
-    if (withdrawn) this.endingUnstamped.add(reservation.id);
     return ended;
   }
 
@@ -761,11 +766,13 @@ export class Limiter {
       args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
     }
     const k = this.keys;
-    // A reading counts as ours only the calls stamped (or marked begun) before it: stamps still
-    // gathered go first, on the same connection, so Redis runs them first; so do the stamps of
-    // calls that ended before their stamp went, whose end (which would stamp them) is not sent.
-    for (const id of this.endingUnstamped) this.stamps.push(id).catch(() => {});
-    this.endingUnstamped.clear();
+    // A reading counts as ours only the calls stamped (or marked begun) before it, with what they
+    // were settled at: the ends and stamps still gathered go first, on the same connection, so
+    // Redis runs them first. An ended call's settle stamps it if its stamp was left to it; and a
+    // call settled after the reading would leave its estimate in the window where the provider
+    // counted its usage, hiding as much of another client's spend. (A call's own settle is not
+    // gathered yet: the worker sends it after the call's reading.)
+    this.ends.flush();
     this.stamps.flush();
     await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], args);
   }
