@@ -704,8 +704,8 @@ export class Limiter {
     reservation: Reservation,
     usage: Usage,
   ): Promise<{ known: boolean; inputDelta: number; outputDelta: number }> {
-    // Checked before anything is sent: a settle runs in one script with others that ended in the
-    // same turn, and a count Redis cannot add would fail it half-way for all of them.
+    // Checked before anything is sent: a settle runs in one script with the other ends
+    // gathered with it, and a count Redis cannot add would fail it half-way for all of them.
     for (const [name, v] of [
       ['inputTokens', usage.inputTokens],
       ['outputTokens', usage.outputTokens],
