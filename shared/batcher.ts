@@ -41,17 +41,16 @@ export class Batcher<I, O> {
 
   /**
    * Takes back the items `match` picks that are not sent yet (another command does their work);
-   * each one's caller sees the promise `instead` gives settle in its place. False when none was
-   * waiting (and `instead` is not called).
+   * each one's caller sees the promise `instead` gives settle in its place (`instead` is not
+   * called when none was waiting).
    */
-  withdraw(match: (item: I) => boolean, instead: () => Promise<O>): boolean {
+  withdraw(match: (item: I) => boolean, instead: () => Promise<O>): void {
     const gone = this.pending.filter((p) => match(p.item));
-    if (gone.length === 0) return false;
+    if (gone.length === 0) return;
     this.pending = this.pending.filter((p) => !match(p.item));
     const settled = instead();
     for (const p of gone) settled.then(p.resolve, p.reject);
     if (this.pending.length === 0) this.flush();
-    return true;
   }
 
   /**

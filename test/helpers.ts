@@ -60,6 +60,9 @@ export function tsxEval(script: string, args: readonly string[] = []): string[] 
   return ['--import', 'tsx', '--input-type=module', '-e', script, ...args];
 }
 
+/** Resolves in the next turn of the event loop (after what the current turn scheduled with setImmediate). */
+export const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
 export async function until(
   check: () => boolean | Promise<boolean>,

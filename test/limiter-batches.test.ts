@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { LAZY_STAMP_MS, type LimiterOptions, SETTLE_WAIT_MS } from '../shared/limiter/limiter.ts';
-import { eachTestRedis, testLimiter } from './helpers.ts';
+import { eachTestRedis, nextTurn, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -16,6 +16,14 @@ eachTestRedis('batch', (r, n) => {
 beforeEach(() => {
   t = 1_700_000_000_000;
 });
+
+/** Counts the commands sent from where a test starts it; restored after each test. */
+let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
+afterEach(() => {
+  counter?.restore();
+  counter = undefined;
+});
+const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
 
 const make = (o: Partial<LimiterOptions> = {}) =>
   testLimiter({ redis, names, clock: () => t, ...o });
@@ -168,13 +176,6 @@ describe('settles, releases and stamps of calls that end together', () => {
 });
 
 describe('lazy stamps: a call with no reading to follow', () => {
-  let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
-  afterEach(() => {
-    counter?.restore();
-    counter = undefined;
-  });
-  const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
-
   it('a call that ends before its stamp is sent is stamped by its settle, in the same command', async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const [a] = await lim.acquireMany(cost(300, 300));
@@ -201,7 +202,7 @@ describe('lazy stamps: a call with no reading to follow', () => {
     const began = performance.now();
     const first = lim.start(got[0]!, { lazy: true });
     // The next turn of the event loop: a stamp that is not lazy would have gone already.
-    await new Promise((r) => setImmediate(r));
+    await nextTurn();
     const rest = got.slice(1).map((r) => lim.start(r, { lazy: true }));
     await Promise.all([first, ...rest]);
     expect(performance.now() - began).toBeLessThan(LAZY_STAMP_MS + 1_000);
@@ -229,8 +230,8 @@ describe('lazy stamps: a call with no reading to follow', () => {
     // A lazy stamp waiting goes along with it.
     const lazy = lim.start(a!, { lazy: true });
     const now = lim.start(b!);
-    await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setImmediate(r));
+    await nextTurn();
+    await nextTurn();
     expect(sent('start')).toBe(1);
     await Promise.all([lazy, now]);
     expect(sent('start')).toBe(1);
@@ -238,13 +239,6 @@ describe('lazy stamps: a call with no reading to follow', () => {
 });
 
 describe('settles wait a moment for others', () => {
-  let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
-  afterEach(() => {
-    counter?.restore();
-    counter = undefined;
-  });
-  const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
-
   it('settles of calls that end in different turns go in one command, sent after the wait', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
     const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
@@ -252,7 +246,7 @@ describe('settles wait a moment for others', () => {
     const began = performance.now();
     const first = lim.settle(got[0]!, { inputTokens: 50, outputTokens: 100 });
     // The next turn of the event loop: without the wait, the first would have gone alone.
-    await new Promise((r) => setImmediate(r));
+    await nextTurn();
     const rest = got.slice(1).map((r) => lim.settle(r, { inputTokens: 50, outputTokens: 100 }));
     const answers = await Promise.all([first, ...rest]);
     expect(performance.now() - began).toBeLessThan(SETTLE_WAIT_MS + 1_000);
@@ -297,8 +291,8 @@ describe('settles wait a moment for others', () => {
     counter = await countRedisCommands();
     const settled = lim.settle(a!, { inputTokens: 100, outputTokens: 100 });
     const released = lim.release(b!);
-    await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setImmediate(r));
+    await nextTurn();
+    await nextTurn();
     expect(sent('settle')).toBe(1);
     await Promise.all([settled, released]);
     expect(sent('settle')).toBe(1);

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { MetricsWriter, readMetrics } from '../shared/metrics.ts';
-import { eachTestRedis } from './helpers.ts';
+import { eachTestRedis, nextTurn } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -23,7 +23,6 @@ afterEach(() => {
   counter = undefined;
 });
 const writes = () => counter?.snapshot().commands['evalsha:llmq:count'] ?? 0;
-const nextTurn = () => new Promise((r) => setImmediate(r));
 
 describe("a worker's counters on their way to Redis", () => {
   it('the counters of calls that succeed in different turns go in one command, after the flush interval', async () => {

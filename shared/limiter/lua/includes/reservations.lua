@@ -28,16 +28,6 @@ local function amount(r, dim)
   return r.inp + r.out
 end
 
--- Adds sign * the reservation's spend to the running totals of each of its scopes.
-local function add_totals(totKey, r, sign)
-  for _, s in ipairs(r.scopes) do
-    for _, d in ipairs(DIMS) do
-      local a = amount(r, d)
-      if a ~= 0 then redis.call('HINCRBY', totKey, s .. '|' .. d, sign * a) end
-    end
-  end
-end
-
 -- Increments meant for one hash, summed in the script so that a run that settles or admits
 -- many calls writes each field once (flush_tally) instead of once a call.
 local function new_tally()
@@ -70,7 +60,7 @@ local function flush_tally(t, key)
   t.order = {}
 end
 
--- add_totals into a tally.
+-- Adds sign * the reservation's spend, for each of its scopes, to a tally of the totals.
 local function tally_totals(t, r, sign)
   for _, s in ipairs(r.scopes) do
     for _, d in ipairs(DIMS) do
@@ -78,6 +68,13 @@ local function tally_totals(t, r, sign)
       if a ~= 0 then tally(t, s .. '|' .. d, sign * a) end
     end
   end
+end
+
+-- Adds sign * the reservation's spend to the running totals of each of its scopes, now.
+local function add_totals(totKey, r, sign)
+  local t = new_tally()
+  tally_totals(t, r, sign)
+  flush_tally(t, totKey)
 end
 
 -- Drops the reservations whose stamp has left the window and takes them off the totals.
