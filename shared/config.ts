@@ -39,6 +39,12 @@ export interface Config {
   readonly headroom: number;
   /** Extra milliseconds added to the window. @default 50 (env LLMQ_WINDOW_MARGIN_MS) */
   readonly windowMarginMs: number;
+  /**
+   * How long other calls wait at most for a probe's reading (room that came back beside
+   * another client's reported spend goes to one call first), in ms; 0 for no probes.
+   * @default a tenth of the window (env LLMQ_PROBE_MS)
+   */
+  readonly probeMs: number | undefined;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
   /**
@@ -196,6 +202,14 @@ const SETTINGS: Record<Key, Setting> = {
     schema: wholeAtLeast(0).refine((n) => n <= 600_000),
     default: 50,
     expect: 'a whole number of milliseconds from 0 to 600000',
+  },
+  probeMs: {
+    env: 'LLMQ_PROBE_MS',
+    schema: wholeAtLeast(0)
+      .refine((n) => n <= 600_000)
+      .optional(),
+    default: undefined,
+    expect: 'a whole number of milliseconds from 0 (no probes) to 600000',
   },
   maxDepth: {
     env: 'LLMQ_MAX_DEPTH',

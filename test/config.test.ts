@@ -56,6 +56,15 @@ describe('resolveConfig', () => {
       'concurrency in the config file must be a whole number from 1 to 10000, got 0',
     );
     expect(() => resolveConfig({ env: {}, file: '/nonexistent/llmq.json' })).toThrow(ConfigError);
+    expect(() => resolveConfig({ env: { LLMQ_PROBE_MS: '-5' } })).toThrow(
+      'LLMQ_PROBE_MS must be a whole number of milliseconds from 0 (no probes) to 600000, got "-5"',
+    );
+  });
+
+  it('leaves the probe wait to the window unless set; 0 turns probes off', () => {
+    expect(resolveConfig({ env: {} }).probeMs).toBeUndefined();
+    expect(resolveConfig({ env: { LLMQ_PROBE_MS: '0' } }).probeMs).toBe(0);
+    expect(resolveConfig({ env: { LLMQ_PROBE_MS: '2500' } }).probeMs).toBe(2_500);
   });
 
   it('never repeats the provider key in an error', () => {

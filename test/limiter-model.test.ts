@@ -152,6 +152,15 @@ class Model {
     return sum;
   }
 
+  /** Of `used`, what the provider's own window (without the margin) still holds. */
+  counted(scope: string, d: Dim): number {
+    let sum = 0;
+    for (const r of this.res) {
+      if (r.inLog && r.stamp > this.now - WINDOW && r.scopes.includes(scope)) sum += amount(r, d);
+    }
+    return sum;
+  }
+
   /** Open reservations whose response has not begun: the provider has not counted them. */
   unseen(scope: string, d: Dim): number {
     let sum = 0;
@@ -311,12 +320,11 @@ class Model {
     this.pruneLog();
     for (const { dim, limit, remaining, reset } of dims) {
       const field = `${scope}|${dim}`;
-      // Certainly foreign: every call of ours counted as seen; possibly: unbegun ones not.
-      const certain = Math.max(limit - remaining - this.used(scope, dim), 0);
-      const possible = Math.max(
-        limit - remaining - (this.used(scope, dim) - this.unseen(scope, dim)),
-        0,
-      );
+      // Certainly foreign: every call of ours the provider's window holds counted as seen;
+      // possibly: unbegun ones not.
+      const ours = this.counted(scope, dim);
+      const certain = Math.max(limit - remaining - ours, 0);
+      const possible = Math.max(limit - remaining - (ours - this.unseen(scope, dim)), 0);
       let until = this.now + this.windowArg;
       if (reset !== null && reset > this.now && reset < until) until = reset;
       const [first, second] = this.steps(scope, dim);

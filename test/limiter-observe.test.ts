@@ -230,6 +230,21 @@ describe('observing the provider’s rate-limit headers', () => {
     });
   });
 
+  it('calls of ours kept only by the window’s margin do not hide another client’s spend', async () => {
+    // The limiter keeps a call 200 ms longer than the provider does (a stamp may be late).
+    const lim = make({ windowMarginMs: 200 });
+    await spend(lim, 200, 100);
+    t += W + 100;
+    // The provider has dropped our 300 and reopened that room; someone else took 400 of it.
+    await lim.observe(tokenHeaders(1_000, 600, t + 5_000));
+    expect(await foreign(lim)).toBe(400);
+    // Ours still holds 300 here for 100 ms, and the other client's 400 is known: 300 is left.
+    expect(await lim.tryAcquire(cost(200, 150))).toMatchObject({ ok: false, reason: 'budget' });
+    t += 100;
+    expect(await lim.tryAcquire(cost(200, 150))).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(200, 100))).toMatchObject({ ok: false, reason: 'budget' });
+  });
+
   it('names the soonest moment the budget frees, counting what leaves the window and what lapses', async () => {
     const lim = make();
     await spend(lim, 100, 50); // 150, leaves at +10 s

@@ -231,6 +231,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     startedAt: number,
     latencyMs: number,
     trial: boolean,
+    pausedUntil?: number,
   ) {
     const { job, token } = r;
     const h = history(job);
@@ -244,7 +245,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       latencyMs: Math.round(latencyMs),
     });
     if (c.kind === 'rate_limited') {
-      const until = await limiter.pauseFor(c.retryAfterMs ?? 1_000);
+      const until = pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000));
       const returns = (job.data.rateLimitReturns ?? 0) + 1;
       h.push(record('rate_limited', false));
       await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
@@ -351,7 +352,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
             }),
           );
           if (hasReading) {
-            reading = stamped.then(() => limiter.observeReading(figures).catch(() => {}));
+            reading = stamped.then(() =>
+              limiter.observeReading(figures, GLOBAL_SCOPE, r.reservation).catch(() => {}),
+            );
           }
         },
       });
@@ -369,9 +372,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       }
       const c = classifyProviderError(err);
       const headers = (err as { headers?: unknown }).headers;
+      // A 429's pause goes first: every worker stops before this call's slot and budget come
+      // back (which wakes the waiters), and before its reading ends a probe's wait.
+      const pausedUntil =
+        c.kind === 'rate_limited'
+          ? await limiter.pauseFor(c.retryAfterMs ?? 1_000).catch(() => undefined)
+          : undefined;
       await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
-      if (headers && feedback) await limiter.observe(headers as never).catch(() => {});
-      await finishFailure(r, c, startedAt, latencyMs, trial);
+      if (headers && feedback) {
+        await limiter.observe(headers as never, GLOBAL_SCOPE, r.reservation).catch(() => {});
+      }
+      await finishFailure(r, c, startedAt, latencyMs, trial, pausedUntil);
       return;
     }
     // The call succeeded and was paid for. The budget goes back now, after the provider's

@@ -78,6 +78,7 @@ export function registerWorkerCommand(program: Command): void {
         concurrency: config.concurrency,
         headroom: config.headroom,
         windowMarginMs: config.windowMarginMs,
+        ...(config.probeMs === undefined ? {} : { probeMs: config.probeMs }),
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,

@@ -74,6 +74,14 @@ export interface LimiterOptions {
   readonly clock?: () => number;
   /** The longest a waiter sleeps between two attempts. @default 1_000 */
   readonly maxPollMs?: number;
+  /**
+   * Probes: after waiting for budget while another client's spend is counted (provider
+   * feedback), the first call admitted when room comes back goes alone, and the others wait
+   * for the provider's reading of it (or its end) up to this long, so that room the other
+   * client took meanwhile is known before the rest is spent. 0: no probes.
+   * @default a tenth of the window, at most the lease
+   */
+  readonly probeMs?: number;
   /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
   readonly commandTimeoutMs?: number;
   /**
@@ -218,6 +226,7 @@ export class Limiter {
   readonly concurrency: number;
   readonly headroom: number;
   readonly outputAccounting: 'reserve' | 'actual';
+  readonly probeMs: number;
   private readonly redis: Redis;
   private readonly keys: Record<
     | 'log'
@@ -272,12 +281,15 @@ export class Limiter {
     this.clock = options.clock;
     this.maxPollMs = options.maxPollMs ?? 1_000;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 5_000;
+    this.probeMs = options.probeMs ?? Math.min(this.leaseMs, Math.ceil(this.windowMs / 10));
     if (!(this.windowMs >= 1))
       throw new TypeError(`windowMs must be at least 1, got ${this.windowMs}`);
     if (!(this.headroom >= 0 && this.headroom < 1))
       throw new TypeError(`headroom must be from 0 to below 1, got ${this.headroom}`);
     if (!(this.leaseMs >= 100))
       throw new TypeError(`leaseMs must be at least 100, got ${this.leaseMs}`);
+    if (!Number.isSafeInteger(this.probeMs) || this.probeMs < 0)
+      throw new TypeError(`probeMs must be a whole number of ms from 0 up, got ${this.probeMs}`);
     if (!Number.isInteger(this.concurrency) || this.concurrency < 0) {
       throw new TypeError(`concurrency must be a whole number from 0 up, got ${this.concurrency}`);
     }
@@ -449,6 +461,8 @@ export class Limiter {
           m.cost.outputTokens,
         ]),
         backfill,
+        // Only a waiter that keeps its place in line goes as a probe.
+        this.probeMs,
       ],
       {
         name: 'abandon',
@@ -483,6 +497,8 @@ export class Limiter {
         };
       case 4:
         return { ok: false, reason: 'concurrency', waitMs: Number(reply[1]) };
+      case 6:
+        return { ok: false, reason: 'probe', waitMs: Number(reply[1]) };
       case 5: {
         const dim = LUA_DIM[String(reply[2])] ?? 'tokens';
         const scope = String(reply[1]);
@@ -752,12 +768,23 @@ export class Limiter {
    * highest since); what may have been our own calls racing their headers counts only until
    * the next reading (`observe-5.lua` says why).
    */
-  observe(headers: HeaderSource | undefined, scope: string = GLOBAL_SCOPE): Promise<void> {
-    return this.observeReading(readRateLimitHeaders(headers), scope);
+  observe(
+    headers: HeaderSource | undefined,
+    scope: string = GLOBAL_SCOPE,
+    of?: Reservation,
+  ): Promise<void> {
+    return this.observeReading(readRateLimitHeaders(headers), scope, of);
   }
 
-  /** {@link observe} with the headers already read (`readRateLimitHeaders`). */
-  async observeReading(reading: ProviderReading, scope: string = GLOBAL_SCOPE): Promise<void> {
+  /**
+   * {@link observe} with the headers already read (`readRateLimitHeaders`). `of` is the call
+   * whose response brought them: when it went as a probe, the calls held for its reading go.
+   */
+  async observeReading(
+    reading: ProviderReading,
+    scope: string = GLOBAL_SCOPE,
+    of?: Reservation,
+  ): Promise<void> {
     const order: ProviderDimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
     if (!order.some((d) => reading[d])) return;
     const args: (string | number)[] = [this.now(), this.windowArg, scope];
@@ -765,6 +792,7 @@ export class Limiter {
       const r = reading[d];
       args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
     }
+    args.push(of?.id ?? '', this.wakeChannel, this.marginMs);
     const k = this.keys;
     // A reading counts as ours only the calls stamped (or marked begun) before it, with what they
     // were settled at: the ends and stamps still gathered go first, on the same connection, so
@@ -789,6 +817,7 @@ export class Limiter {
         concurrency: this.concurrency,
         headroom: this.headroom,
         outputAccounting: this.outputAccounting,
+        probeMs: this.probeMs,
       }),
     );
   }
@@ -915,6 +944,7 @@ export class Limiter {
         actualOut: n('actual_out'),
         settledReservedIn: n('settled_reserved_in'),
         settledReservedOut: n('settled_reserved_out'),
+        probes: n('probes'),
       },
       history,
     };

@@ -27,7 +27,8 @@ export interface Reservation {
   readonly leaseExpiresAt: number;
 }
 
-export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency';
+/** `probe`: a call admitted alone is finding out what another client spent (see probeMs). */
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'probe';
 
 /** A denial is a value: how long to wait and why. */
 export type Decision =
@@ -91,6 +92,8 @@ export interface LimiterSnapshot {
     /** Of the settled calls: what was reserved, for the estimate's accuracy. */
     readonly settledReservedIn: number;
     readonly settledReservedOut: number;
+    /** Calls admitted alone after a wait beside another client's spend (see probeMs). */
+    readonly probes: number;
   };
   readonly history: readonly HistoryPoint[];
 }

@@ -39,6 +39,14 @@
     then     backfill: how many extras at most may go ahead of this call while it waits for
              budget (0: none), each only if it fits now and this call would start no later
              for it (see below)
+    then     probe ms: how long at most the others wait for a probe's reading (0: no probes)
+
+  Probes. A waiter that was denied for budget while another client's spend was counted (the
+  provider reported it, see observe) is admitted alone when room comes back: when another call
+  like it would fit beside it, it goes as a probe, and nobody else is admitted until the
+  provider's reading of it arrives (observe names it), its call ends, or probe ms pass. Room
+  that comes back is what the other client also waits for (a 429's retry-after points at it):
+  one call learns what it took before the rest of the room is spent.
 
   Output:
     {0, now, leaseExpiry, k}            admitted (again, for a ticket admitted already), with
@@ -49,6 +57,7 @@
                                         admitted to go ahead of it (backfill)
     {4, waitMs}                         every concurrency slot is taken
     {5, scope, dim, cost, limit}        the cost can never fit that limit
+    {6, waitMs}                         a probe's reading is awaited
 ]]
 --- @include "reservations"
 
@@ -76,6 +85,7 @@ end
 local extrasAt = 12 + nScopes * 5 + 1
 local nExtras = tonumber(ARGV[extrasAt] or '0')
 local backfill = tonumber(ARGV[extrasAt + nExtras * 4 + 1] or '0')
+local probeMs = tonumber(ARGV[extrasAt + nExtras * 4 + 2] or '0')
 local function extra(i)
   local b = extrasAt + (i - 1) * 4
   return ARGV[b + 1], { req = tonumber(ARGV[b + 2]), inp = tonumber(ARGV[b + 3]), out = tonumber(ARGV[b + 4]),
@@ -152,6 +162,16 @@ end
 local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')
 if pausedUntil > now then
   return wait_as_head(2, pausedUntil - now)
+end
+
+-- A probe is out: wait for its reading, unless its call has ended (slot freed) or time is up.
+local probe = redis.call('HMGET', extKey, 'probe', 'probe|until')
+if probe[1] then
+  local untilMs = tonumber(probe[2] or '0')
+  if untilMs > now and redis.call('ZSCORE', slotsKey, probe[1]) then
+    return wait_as_head(6, untilMs - now)
+  end
+  redis.call('HDEL', extKey, 'probe', 'probe|until')
 end
 
 -- How long until `need` of scope/dim has left the window: walk the log from its oldest stamp.
@@ -258,12 +278,17 @@ for _, s in ipairs(scopes) do
       local need, f = need_of(s, d, cost)
       if need > 0 then
         redis.call('HINCRBY', statsKey, 'denied_budget', 1)
+        -- Another client's spend is counted here: the room this waiter gets may be its too
+        -- (marked for a window at most: the waiter may leave the line instead).
+        local probing = probeMs > 0 and #f.steps > 0
+        if probing and queue then redis.call('HSET', extKey, 'probe|due', now + windowMs) end
         local waitMs = wait_for(s.name, d, need, f)
         -- Backfill: the calls behind this one that fit now and would not make it start any later
         -- (their spend is still in the window when it starts, so it must fit beside it then),
-        -- leaving it a slot. Its start is the latest of its dimensions' (start_of).
+        -- leaving it a slot. Its start is the latest of its dimensions' (start_of). Not beside
+        -- another client's spend while probes are on: room that reopens there goes to a probe.
         local filled = {}
-        if backfill > 0 and queue then
+        if backfill > 0 and queue and not probing then
           local none = { req = 0, inp = 0, out = 0 }
           local startAt = start_of(none)
           for i = 1, nExtras do
@@ -301,8 +326,25 @@ end
 admit(ticket, cost)
 leave_line()
 redis.call('HDEL', statsKey, 'head_retry_at')
+-- Room came back after a wait beside another client's spend, and more than this call fits: it
+-- goes alone, as a probe (see above), while that spend is still counted.
+local probing = false
+local due = queue and tonumber(redis.call('HGET', extKey, 'probe|due') or '0') or 0
+if due > 0 then redis.call('HDEL', extKey, 'probe|due') end
+if due > now and fits_now(cost, 0) then
+  for _, s in ipairs(scopes) do
+    for _, d in ipairs(DIMS) do
+      if s.limits[d] > 0 and #foreign_of(extKey, s.name .. '|' .. d, now).steps > 0 then
+        probing = true
+      end
+    end
+  end
+end
 local admitted = 0
-if redis.call('ZCARD', waitersKey) == 0 then
+if probing then
+  redis.call('HSET', extKey, 'probe', ticket, 'probe|until', now + probeMs)
+  tally(admittedStats, 'probes', 1)
+elseif redis.call('ZCARD', waitersKey) == 0 then
   for i = 1, nExtras do
     local id, c = extra(i)
     if redis.call('HEXISTS', resKey, id) == 1 or not fits_now(c, 0) then break end

@@ -16,6 +16,9 @@
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
   still on their way (admitted here, no response begun) are left out too: the provider has not
   counted them yet, and counting them as ours would hide as much of another client's spend.
+  So are calls stamped longer ago than the provider's own window: the limiter keeps them a
+  margin longer (a stamp may be late, never early), but the provider has dropped them, and
+  room that reopened there is room the other client may already have taken.
 
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
@@ -28,8 +31,11 @@
     ARGV[1] now ms, or '' for Redis TIME
     ARGV[2] window ms
     ARGV[3] scope
-    ARGV[4..] per dimension (req, in, out, tok): provider limit, remaining, reset ms
+    ARGV[4..15] per dimension (req, in, out, tok): provider limit, remaining, reset ms
               (-1 where the header was absent)
+    ARGV[16] the reservation whose response brought the reading, or ''
+    ARGV[17] channel to PUBLISH on when the reading is a probe's (waiters wake), or ''
+    ARGV[18] the margin included in the window ms: the provider's window is the rest
 
   Output: {foreign req, foreign in, foreign out, foreign tok} as now counted
 ]]
@@ -40,19 +46,35 @@ local windowMs = tonumber(ARGV[2])
 local scope = ARGV[3]
 expire_log(KEYS[4], KEYS[5], KEYS[1], now, windowMs)
 
+local marginMs = tonumber(ARGV[18] or '0')
+
+local function add_in_scope(sum, r)
+  for _, s in ipairs(r.scopes) do
+    if s == scope then
+      for _, d in ipairs(DIMS) do sum[d] = sum[d] + amount(r, d) end
+      return
+    end
+  end
+end
+
 -- Open reservations (stamped at a future lease expiry) whose response has not begun.
 local unseen = { req = 0, ['in'] = 0, out = 0, tok = 0 }
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')) do
   local enc = redis.call('HGET', KEYS[5], id)
   if enc then
     local r = decode(enc)
-    if r.flags == '' then
-      for _, s in ipairs(r.scopes) do
-        if s == scope then
-          for _, d in ipairs(DIMS) do unseen[d] = unseen[d] + amount(r, d) end
-          break
-        end
-      end
+    if r.flags == '' then add_in_scope(unseen, r) end
+  end
+end
+
+-- Calls still in the window only by its margin: the provider no longer counts them.
+local dropped = { req = 0, ['in'] = 0, out = 0, tok = 0 }
+if marginMs > 0 then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - windowMs), now - windowMs + marginMs,
+    'LIMIT', 0, 1000)
+  if #ids > 0 then
+    for _, enc in ipairs(redis.call('HMGET', KEYS[5], unpack(ids))) do
+      if enc then add_in_scope(dropped, decode(enc)) end
     end
   end
 end
@@ -64,7 +86,7 @@ for i, d in ipairs(DIMS) do
   local field = scope .. '|' .. d
   local held = 0
   if limit >= 0 and remaining >= 0 then
-    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+    local used = tonumber(redis.call('HGET', KEYS[1], field) or '0') - dropped[d]
     local certain = math.max((limit - remaining) - used, 0)
     local possible = math.max((limit - remaining) - (used - unseen[d]), 0)
     local untilMs = now + windowMs
@@ -105,5 +127,11 @@ for i, d in ipairs(DIMS) do
     if possible > held then held = possible end
   end
   out[i] = held
+end
+-- The reading a probe was waiting for (see acquire): the others may go, knowing it.
+local id = ARGV[16] or ''
+if id ~= '' and redis.call('HGET', KEYS[2], 'probe') == id then
+  redis.call('HDEL', KEYS[2], 'probe', 'probe|until')
+  if (ARGV[17] or '') ~= '' then redis.call('PUBLISH', ARGV[17], 'probe') end
 end
 return out

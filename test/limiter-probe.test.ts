@@ -1,0 +1,242 @@
+import type { Redis } from 'ioredis';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
+import { eachTestRedis, testLimiter } from './helpers.ts';
+
+let redis: Redis;
+let names: QueueNames;
+let t: number;
+const T0 = 1_700_000_000_000;
+
+eachTestRedis('limprobe', (r, n) => {
+  redis = r;
+  names = n;
+});
+beforeEach(() => {
+  t = T0;
+});
+
+const W = 10_000;
+const make = (o: Partial<LimiterOptions> = {}) =>
+  testLimiter({
+    redis,
+    names,
+    windowMs: W,
+    clock: () => t,
+    maxPollMs: 5,
+    limits: { tokens: 1_000 },
+    ...o,
+  });
+const cost = (tokens: number) => ({
+  requests: 1,
+  inputTokens: tokens / 2,
+  outputTokens: tokens / 2,
+});
+
+const tokenHeaders = (remaining: number, resetAt: number): Record<string, string> => ({
+  'anthropic-ratelimit-tokens-limit': '1000',
+  'anthropic-ratelimit-tokens-remaining': String(remaining),
+  'anthropic-ratelimit-tokens-reset': new Date(resetAt).toISOString(),
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The window full to the brim: 600 of ours (leaving at T0 + W) and, from T0 + 5 s, 300 of
+ * another client's that the provider reported (held until T0 + 14 s); or, not `reported`, 900
+ * of ours. A worker then waits in
+ * line for `each` (200) with two more calls like it behind it; it is denied for budget until
+ * ours leaves.
+ */
+async function waitBesideAnotherClient(
+  lim: Limiter,
+  {
+    reported = true,
+    each = 200,
+    signal,
+  }: { reported?: boolean; each?: number; signal?: AbortSignal } = {},
+): Promise<{ admitted: Promise<Reservation[]> }> {
+  // Without the other client, ours fills the window alone.
+  const ours = reported ? 600 : 900;
+  const d = await lim.tryAcquire(cost(ours));
+  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
+  await lim.settle(d.reservation, { inputTokens: ours / 2, outputTokens: ours / 2 });
+  t += 5_000;
+  if (reported) await lim.observe(tokenHeaders(100, T0 + 14_000));
+  let denied = 0;
+  const admitted = lim.acquireMany(cost(each), {
+    more: [cost(each), cost(each)],
+    ...(signal ? { signal } : {}),
+    onDenied: () => {
+      denied++;
+    },
+  });
+  while (denied === 0) await sleep(5);
+  return { admitted };
+}
+
+describe('probes: room that comes back beside another client’s spend', () => {
+  it('admits the first waiter alone, and nobody else until its reading arrives', async () => {
+    const lim = make();
+    const { admitted } = await waitBesideAnotherClient(lim);
+    t = T0 + W + 1;
+    // Room for 700 came back; 300 of it is counted as the other client's. The waiter goes alone,
+    // though its two followers would fit.
+    const [probe, ...rest] = await admitted;
+    expect(rest).toEqual([]);
+    expect((await lim.snapshot()).counters.probes).toBe(1);
+    // Everyone else waits for the probe's reading, however much room seems free.
+    const held = await lim.tryAcquire(cost(100));
+    expect(held).toMatchObject({ ok: false, reason: 'probe' });
+    if (!held.ok) expect(held.waitMs).toBe(W / 10);
+    // Its response begins; its reading: the other client took 400 more of the room meanwhile
+    // (700 of theirs).
+    await lim.start(probe!);
+    await lim.observe(tokenHeaders(100, T0 + 14_000), 'global', probe);
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+    // What the reading told is counted: 200 + 700 + 100 = 1,000, nothing more fits.
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: false, reason: 'budget' });
+  });
+
+  it('a reading of another call does not end the wait; the probe’s call ending does', async () => {
+    const lim = make();
+    const { admitted } = await waitBesideAnotherClient(lim);
+    t = T0 + W + 1;
+    const [probe] = await admitted;
+    // Another call's reading (the same 300 of the other client's, and the probe's 200).
+    await lim.observe(tokenHeaders(500, T0 + 14_000));
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: false, reason: 'probe' });
+    // Its call failed without a reading, say: it is kept, and the others may go.
+    await lim.keep(probe!);
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+  });
+
+  it('the wait lasts probeMs at most', async () => {
+    const lim = make({ probeMs: 300 });
+    const { admitted } = await waitBesideAnotherClient(lim);
+    t = T0 + W + 1;
+    await admitted;
+    t += 299;
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({
+      ok: false,
+      reason: 'probe',
+      waitMs: 1,
+    });
+    t += 1;
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+  });
+
+  it('a waiter held by a probe is woken by its reading', async () => {
+    const lim = make();
+    const { admitted } = await waitBesideAnotherClient(lim);
+    t = T0 + W + 1;
+    const [probe] = await admitted;
+    // Another process's waiter, which hears settles and readings and polls seldom.
+    const subscriber = redis.duplicate();
+    const other = make({ subscriber, maxPollMs: 5_000 });
+    try {
+      let admittedAt = 0;
+      const next = other.acquire(cost(100)).then(() => {
+        admittedAt = performance.now();
+      });
+      await sleep(100);
+      expect(admittedAt).toBe(0);
+      const readAt = performance.now();
+      await lim.start(probe!);
+      await lim.observe(tokenHeaders(300, T0 + 14_000), 'global', probe);
+      await next;
+      // Woken at the reading, not at the end of the wait it was told (1 s).
+      expect(admittedAt - readAt).toBeLessThan(500);
+    } finally {
+      await other.close();
+      subscriber.disconnect();
+    }
+  });
+
+  it('a waiter that gave up leaves no probe behind it once a window has passed', async () => {
+    const lim = make();
+    const stop = new AbortController();
+    const { admitted } = await waitBesideAnotherClient(lim, { signal: stop.signal });
+    stop.abort();
+    await expect(admitted).rejects.toThrow();
+    // A window later the other client is reported again, and a new waiter goes unhindered.
+    t = T0 + 5_000 + W + 1;
+    await lim.observe(tokenHeaders(700, T0 + 22_000));
+    const all = await lim.acquireMany(cost(200), { more: [cost(200), cost(200)] });
+    expect(all).toHaveLength(3);
+    expect((await lim.snapshot()).counters.probes).toBe(0);
+  });
+
+  it('backfills nothing beside another client’s spend; the head’s room goes to a probe', async () => {
+    const backfilled: number[] = [];
+    const run = async (lim: Limiter, reported: boolean) => {
+      // 600 + 300 of the other client's (or 900 of ours) leave 100: the head's 400 waits, and
+      // the 50 behind it fits now.
+      const ours = reported ? 600 : 900;
+      const d = await lim.tryAcquire(cost(ours));
+      if (!d.ok) throw new Error('expected admission');
+      await lim.settle(d.reservation, { inputTokens: ours / 2, outputTokens: ours / 2 });
+      t += 5_000;
+      if (reported) await lim.observe(tokenHeaders(100, T0 + 14_000));
+      const stop = new AbortController();
+      let denied = 0;
+      const waiting = lim.acquireMany(cost(400), {
+        more: [cost(50)],
+        backfill: 1,
+        onBackfill: async (rs) => {
+          backfilled.push(rs.length);
+        },
+        onDenied: () => {
+          denied++;
+        },
+        signal: stop.signal,
+      });
+      while (denied === 0) await sleep(5);
+      stop.abort();
+      await expect(waiting).rejects.toThrow();
+    };
+    await run(make(), true);
+    expect(backfilled).toEqual([]);
+    names = { ...names, queue: `${names.queue}x` };
+    t = T0;
+    await run(make(), false);
+    expect(backfilled).toEqual([1]);
+  });
+
+  it('refuses a probe wait that is not a whole number of ms from 0 up', () => {
+    expect(() => make({ probeMs: -1 })).toThrow(
+      'probeMs must be a whole number of ms from 0 up, got -1',
+    );
+    expect(() => make({ probeMs: 1.5 })).toThrow(TypeError);
+  });
+
+  it('no probe without another client’s spend reported', async () => {
+    const lim = make();
+    const { admitted } = await waitBesideAnotherClient(lim, { reported: false });
+    t = T0 + W + 1;
+    // The waiter and both followers go at once.
+    expect(await admitted).toHaveLength(3);
+    expect((await lim.snapshot()).counters.probes).toBe(0);
+  });
+
+  it('no probe with probeMs 0', async () => {
+    const lim = make({ probeMs: 0 });
+    const { admitted } = await waitBesideAnotherClient(lim);
+    t = T0 + W + 1;
+    // 700 of room once ours leaves: the waiter and both followers, at once.
+    expect(await admitted).toHaveLength(3);
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+  });
+
+  it('no probe when the room is for the waiter alone: nothing else would be spent', async () => {
+    const lim = make();
+    const { admitted } = await waitBesideAnotherClient(lim, { each: 400 });
+    t = T0 + W + 1;
+    // 700 of room: the waiter's 400 fits, another 400 would not.
+    expect(await admitted).toHaveLength(1);
+    expect((await lim.snapshot()).counters.probes).toBe(0);
+    expect(await lim.tryAcquire(cost(300))).toMatchObject({ ok: true });
+  });
+});
