@@ -107,6 +107,11 @@ export class PrometheusExporter {
       'Attempts refused for want of a concurrency slot.',
       ['queue'],
     ),
+    probes: this.counter(
+      'llmq_limiter_probes_total',
+      "Calls admitted alone, the others held for their reading, as room came back beside another client's reported spend.",
+      ['queue'],
+    ),
     rateLimited: this.counter(
       'llmq_rate_limited_total',
       "429s by source: refused by llmq's own limits (source=llmq) or returned by the provider.",
@@ -195,6 +200,7 @@ export class PrometheusExporter {
       m.accuracy.set({ queue, direction: 'output' }, v.accuracy.output);
     total(m.admitted, { queue }, c.admitted);
     total(m.deniedSlots, { queue }, c.deniedSlots);
+    total(m.probes, { queue }, c.probes);
     total(m.rateLimited, { queue, source: 'llmq', kind: 'budget' }, v.rateLimited.llmq);
     total(
       m.rateLimited,

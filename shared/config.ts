@@ -42,7 +42,7 @@ export interface Config {
   /**
    * How long other calls wait at most for a probe's reading (room that came back beside
    * another client's reported spend goes to one call first), in ms; 0 for no probes.
-   * @default a tenth of the window (env LLMQ_PROBE_MS)
+   * @default a tenth of the window, at most 30 s (env LLMQ_PROBE_MS)
    */
   readonly probeMs: number | undefined;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
