@@ -29,6 +29,8 @@ export interface QueueView {
   /** Use against limit of every scope and dimension in the current window. */
   readonly scopes: readonly ScopeSnapshot[];
   readonly pause: { readonly until: number | null; readonly remainingMs: number };
+  /** A probe out (beside another client's reported spend): the others wait for its reading. */
+  readonly probe: { readonly until: number | null; readonly remainingMs: number };
   readonly breaker: {
     readonly state: BreakerState;
     readonly failures: number;
@@ -242,6 +244,10 @@ export class FleetReader {
       pause: {
         until: snap.pausedUntil,
         remainingMs: snap.pausedUntil ? Math.max(0, snap.pausedUntil - snap.now) : 0,
+      },
+      probe: {
+        until: snap.probeUntil,
+        remainingMs: snap.probeUntil ? Math.max(0, snap.probeUntil - snap.now) : 0,
       },
       breaker: {
         state,

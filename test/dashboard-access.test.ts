@@ -10,7 +10,8 @@ import {
 } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+import { Limiter } from '../shared/limiter/limiter.ts';
+import { deleteKeys, newRedis, REDIS_URL, sendProbe, testNames, until } from './helpers.ts';
 
 const request = (text: string) => ({
   model: 'claude-sonnet-4-5',
@@ -287,5 +288,25 @@ describe('dashboard access', () => {
     expect(view.breaker).toMatchObject({ state: 'half_open', failures: 3 });
     expect(view.pause.until).toBeNull();
     await redis.del(llmqKey(names, 'breaker'));
+  });
+
+  it('reports a probe the workers wait on', async () => {
+    const d = await start({ auth: { token: 't' } });
+    const limiter = new Limiter({ redis, names, limits: { tokens: 4_000 }, headroom: 0 });
+    try {
+      await sendProbe(limiter);
+      const res = await fetch(`${d.baseUrl}/api/limiter?queue=${names.queue}`, {
+        headers: { authorization: 'Bearer t' },
+      });
+      const { view } = (await res.json()) as {
+        view: { probe: { until: number | null; remainingMs: number } };
+      };
+      // The default wait: a tenth of the 60 s window.
+      expect(view.probe.until).not.toBeNull();
+      expect(view.probe.remainingMs).toBeGreaterThan(5_000);
+      expect(view.probe.remainingMs).toBeLessThanOrEqual(6_000);
+    } finally {
+      await limiter.destroy();
+    }
   });
 });

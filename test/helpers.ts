@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
 import { deleteKeysMatching } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
@@ -58,6 +59,32 @@ export function testLimiter(
  */
 export function tsxEval(script: string, args: readonly string[] = []): string[] {
   return ['--import', 'tsx', '--input-type=module', '-e', script, ...args];
+}
+
+/**
+ * Sends one call out as a probe on `limiter` (a global limit of 4,000 tokens, no headroom): the
+ * provider reports another client's 1,000, a waiter is denied for budget beside it and leaves,
+ * and the next waiter admitted goes alone while more would fit. Resolves with its reservation.
+ */
+export async function sendProbe(limiter: Limiter): Promise<Reservation> {
+  await limiter.observe({
+    'anthropic-ratelimit-tokens-limit': '4000',
+    'anthropic-ratelimit-tokens-remaining': '3000',
+  });
+  const full = await limiter.tryAcquire({ requests: 1, inputTokens: 1_000, outputTokens: 1_500 });
+  if (!full.ok) throw new Error(`expected admission, got ${JSON.stringify(full)}`);
+  const stop = new AbortController();
+  await limiter
+    .acquire(
+      { requests: 1, inputTokens: 500, outputTokens: 500 },
+      { signal: stop.signal, onDenied: () => stop.abort() },
+    )
+    .then(
+      () => Promise.reject(new Error('expected the waiter to be denied')),
+      () => undefined,
+    );
+  await limiter.release(full.reservation);
+  return limiter.acquire({ requests: 1, inputTokens: 100, outputTokens: 100 });
 }
 
 /** Resolves in the next turn of the event loop (after what the current turn scheduled with setImmediate). */

@@ -91,11 +91,13 @@ describe('probes: room that comes back beside another client’s spend', () => {
     const held = await lim.tryAcquire(cost(100));
     expect(held).toMatchObject({ ok: false, reason: 'probe' });
     if (!held.ok) expect(held.waitMs).toBe(W / 10);
+    expect((await lim.snapshot()).probeUntil).toBe(T0 + W + 1 + W / 10);
     // Its response begins; its reading: the other client took 400 more of the room meanwhile
     // (700 of theirs).
     await lim.start(probe!);
     await lim.observe(tokenHeaders(100, T0 + 14_000), 'global', probe);
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+    expect((await lim.snapshot()).probeUntil).toBeNull();
     // What the reading told is counted: 200 + 700 + 100 = 1,000, nothing more fits.
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: false, reason: 'budget' });
   });
@@ -110,6 +112,7 @@ describe('probes: room that comes back beside another client’s spend', () => {
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: false, reason: 'probe' });
     // Its call failed without a reading, say: it is kept, and the others may go.
     await lim.keep(probe!);
+    expect((await lim.snapshot()).probeUntil).toBeNull();
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
   });
 

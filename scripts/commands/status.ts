@@ -18,7 +18,7 @@ export function formatStatus(s: QueueStatus): string {
     `queue ${s.queue} (prefix ${s.prefix})`,
     `  waiting ${c.waiting}  active ${c.active}  delayed ${c.delayed}  completed ${c.completed}  failed ${c.failed}  dead ${c.dead}`,
     `  window ${s.limiter.windowMs / 1000} s  in flight ${s.limiter.inFlight}${s.limiter.concurrency ? ` of ${s.limiter.concurrency}` : ''}  waiters ${s.limiter.waiters}`,
-    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}  breaker ${s.breaker.state}`,
+    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}${s.limiter.probeUntil ? `  probe out until ${new Date(s.limiter.probeUntil).toISOString()}` : ''}  breaker ${s.breaker.state}`,
   ];
   for (const scope of s.limiter.scopes) {
     const parts = (Object.keys(DIM_LABEL) as Dimension[])

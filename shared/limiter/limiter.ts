@@ -924,10 +924,18 @@ export class Limiter {
         actualOut: b['actual_out'] ?? 0,
       }));
     const pausedUntil = pause && Number(pause) > now ? Number(pause) : null;
+    // A probe holds the others until its reading, its call's end or its time, whichever first.
+    const probeId = ext['probe'];
+    const probeEnd = Number(ext['probe|until'] ?? 0);
+    const probeUntil =
+      probeId && probeEnd > now && (await this.redis.zscore(k.slots, probeId)) !== null
+        ? probeEnd
+        : null;
     return {
       now,
       windowMs,
       pausedUntil,
+      probeUntil,
       inFlight,
       concurrency: this.concurrency || published.concurrency || undefined,
       waiters,

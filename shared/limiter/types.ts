@@ -75,6 +75,11 @@ export interface LimiterSnapshot {
   readonly now: number;
   readonly windowMs: number;
   readonly pausedUntil: number | null;
+  /**
+   * While a probe is out (see `probeMs`): the latest moment the others wait for its reading;
+   * null otherwise.
+   */
+  readonly probeUntil: number | null;
   readonly inFlight: number;
   readonly concurrency: number | undefined;
   readonly waiters: number;
