@@ -62,16 +62,18 @@ export function tsxEval(script: string, args: readonly string[] = []): string[] 
 }
 
 /**
- * Sends one call out as a probe on `limiter` (a global limit of 4,000 tokens, no headroom): the
- * provider reports another client's 1,000, a waiter is denied for budget beside it and leaves,
- * and the next waiter admitted goes alone while more would fit. Resolves with its reservation.
+ * Leaves a probe due on `limiter` (a global limit of `limit` tokens, no headroom): the provider
+ * reports another client's quarter of the limit, a waiter is denied for budget beside it and
+ * leaves, and the room comes back. The next waiter admitted goes alone while more would fit.
  */
-export async function sendProbe(limiter: Limiter): Promise<Reservation> {
+export async function markProbeDue(limiter: Limiter, limit: number): Promise<void> {
+  const foreign = limit / 4;
   await limiter.observe({
-    'anthropic-ratelimit-tokens-limit': '4000',
-    'anthropic-ratelimit-tokens-remaining': '3000',
+    'anthropic-ratelimit-tokens-limit': String(limit),
+    'anthropic-ratelimit-tokens-remaining': String(limit - foreign),
   });
-  const full = await limiter.tryAcquire({ requests: 1, inputTokens: 1_000, outputTokens: 1_500 });
+  const fill = limit - foreign - 500;
+  const full = await limiter.tryAcquire({ requests: 1, inputTokens: 0, outputTokens: fill });
   if (!full.ok) throw new Error(`expected admission, got ${JSON.stringify(full)}`);
   const stop = new AbortController();
   await limiter
@@ -84,6 +86,11 @@ export async function sendProbe(limiter: Limiter): Promise<Reservation> {
       () => undefined,
     );
   await limiter.release(full.reservation);
+}
+
+/** {@link markProbeDue} with a limit of 4,000, then the probe: resolves with its reservation. */
+export async function sendProbe(limiter: Limiter): Promise<Reservation> {
+  await markProbeDue(limiter, 4_000);
   return limiter.acquire({ requests: 1, inputTokens: 100, outputTokens: 100 });
 }
 

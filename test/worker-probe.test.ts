@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { markProbeDue } from './helpers.ts';
 
 let pool: Pool | undefined;
 afterEach(async () => {
@@ -23,21 +24,9 @@ describe('a probe in the worker', () => {
       limits: LIMITS,
       headroom: 0,
     });
-    // Another client of the key spent 1,000 (as the provider reported), and a waiter was
+    // Another client of the key spent 2,500 (as the provider reported), and a waiter was
     // denied for budget beside it, then left: the next admission after that goes as a probe.
-    await limiter.observe({
-      'anthropic-ratelimit-tokens-limit': '10000',
-      'anthropic-ratelimit-tokens-remaining': '9000',
-    });
-    const full = await limiter.tryAcquire({ requests: 1, inputTokens: 4_000, outputTokens: 4_500 });
-    if (!full.ok) throw new Error(`expected admission, got ${JSON.stringify(full)}`);
-    const stop = new AbortController();
-    const denied = limiter.acquire(
-      { requests: 1, inputTokens: 500, outputTokens: 500 },
-      { signal: stop.signal, onDenied: () => stop.abort() },
-    );
-    await expect(denied).rejects.toThrow();
-    await limiter.release(full.reservation);
+    await markProbeDue(limiter, LIMITS.tokens);
 
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push(await pool.producer.enqueue(request(`Job ${i}.`, 100)));

@@ -165,7 +165,8 @@ if pausedUntil > now then
 end
 
 -- A probe is out: wait for its reading, unless its call has ended (slot freed) or time is up.
-local probe = redis.call('HMGET', extKey, 'probe', 'probe|until')
+-- (probe[3]: a probe is due, see the admission below.)
+local probe = redis.call('HMGET', extKey, 'probe', 'probe|until', 'probe|due')
 if probe[1] then
   local untilMs = tonumber(probe[2] or '0')
   if untilMs > now and redis.call('ZSCORE', slotsKey, probe[1]) then
@@ -280,15 +281,15 @@ for _, s in ipairs(scopes) do
         redis.call('HINCRBY', statsKey, 'denied_budget', 1)
         -- Another client's spend is counted here: the room this waiter gets may be its too
         -- (marked for a window at most: the waiter may leave the line instead).
-        local probing = probeMs > 0 and #f.steps > 0
-        if probing and queue then redis.call('HSET', extKey, 'probe|due', now + windowMs) end
+        local besideForeign = probeMs > 0 and #f.steps > 0
+        if besideForeign and queue then redis.call('HSET', extKey, 'probe|due', now + windowMs) end
         local waitMs = wait_for(s.name, d, need, f)
         -- Backfill: the calls behind this one that fit now and would not make it start any later
         -- (their spend is still in the window when it starts, so it must fit beside it then),
         -- leaving it a slot. Its start is the latest of its dimensions' (start_of). Not beside
         -- another client's spend while probes are on: room that reopens there goes to a probe.
         local filled = {}
-        if backfill > 0 and queue and not probing then
+        if backfill > 0 and queue and not besideForeign then
           local none = { req = 0, inp = 0, out = 0 }
           local startAt = start_of(none)
           for i = 1, nExtras do
@@ -328,18 +329,17 @@ leave_line()
 redis.call('HDEL', statsKey, 'head_retry_at')
 -- Room came back after a wait beside another client's spend, and more than this call fits: it
 -- goes alone, as a probe (see above), while that spend is still counted.
-local probing = false
-local due = queue and tonumber(redis.call('HGET', extKey, 'probe|due') or '0') or 0
-if due > 0 then redis.call('HDEL', extKey, 'probe|due') end
-if due > now and fits_now(cost, 0) then
+local function foreign_held()
   for _, s in ipairs(scopes) do
     for _, d in ipairs(DIMS) do
-      if s.limits[d] > 0 and #foreign_of(extKey, s.name .. '|' .. d, now).steps > 0 then
-        probing = true
-      end
+      if s.limits[d] > 0 and #foreign_of(extKey, s.name .. '|' .. d, now).steps > 0 then return true end
     end
   end
+  return false
 end
+local due = queue and tonumber(probe[3] or '0') or 0
+if due > 0 then redis.call('HDEL', extKey, 'probe|due') end
+local probing = due > now and fits_now(cost, 0) and foreign_held()
 local admitted = 0
 if probing then
   redis.call('HSET', extKey, 'probe', ticket, 'probe|until', now + probeMs)
