@@ -11,11 +11,12 @@ afterEach(async () => {
 
 const WINDOW = 60_000;
 const LIMITS = { tokens: 10_000 };
-const LATENCY = 2_000;
+// Long enough that 'within half of it' holds on a loaded machine, and fails without the fix.
+const LATENCY = 5_000;
 
 describe('a probe in the worker', () => {
   it('releases the jobs held behind it when its response begins, not when its call ends', async () => {
-    // Streamed answers: the headers come at once, the answer 2 s later.
+    // Streamed answers: the headers come at once, the answer 5 s later.
     pool = await openPool('probe', { latencyMs: LATENCY, limits: { tokens: 100_000 } });
     const limiter = new Limiter({
       redis: pool.redis,
@@ -34,14 +35,14 @@ describe('a probe in the worker', () => {
       concurrency: 3,
       limiter: { windowMs: WINDOW, limits: LIMITS, headroom: 0 },
     });
-    await allCompleted(pool, ids, 20_000);
+    await allCompleted(pool, ids, 30_000);
 
     expect((await limiter.snapshot()).counters.probes).toBe(1);
     const started = (
       await Promise.all(ids.map(async (id) => (await pool!.job(id))!.processedOn!))
     ).sort((a, b) => a - b);
     // The first went alone; the other two followed its reading within moments, long before its
-    // 2 s answer ended.
+    // 5 s answer ended.
     expect(started[2]! - started[0]!).toBeLessThan(LATENCY / 2);
   });
 });
