@@ -274,7 +274,15 @@ async function onNode<T>(
   fn: (r: Redis) => Promise<T>,
 ): Promise<T | Error> {
   const r = connectDeployment(
-    { kind: 'single', endpoint: at, db: 0, ...auth },
+    {
+      kind: 'single',
+      endpoint: at,
+      db: 0,
+      username: auth.username,
+      password: auth.password,
+      tls: auth.tls,
+      redacted: auth.redacted,
+    },
     { failFast: true, lazyConnect: true, connectTimeout: timeoutMs },
   ) as Redis;
   let cause: Error | undefined;
