@@ -17,6 +17,12 @@ export interface ConnectOptions extends RedisOptions {
    * @default false
    */
   readonly failFast?: boolean;
+  /**
+   * On a Cluster, SSUBSCRIBE through one connection per master (events `smessage`), for
+   * channels published with SPUBLISH. Ignored elsewhere (SSUBSCRIBE works on any Redis 7).
+   * @default false
+   */
+  readonly shardedSubscribers?: boolean;
 }
 
 /**
@@ -47,7 +53,7 @@ export function connectRedis(url: string, options: ConnectOptions = {}): Redis {
 
 /** {@link openRedis} for a deployment already parsed. */
 export function connectDeployment(d: RedisDeployment, options: ConnectOptions = {}): RedisClient {
-  const { failFast = false, ...rest } = options;
+  const { failFast = false, shardedSubscribers = false, ...rest } = options;
   const node: RedisOptions = {
     maxRetriesPerRequest: failFast ? 0 : null,
     enableReadyCheck: true,
@@ -88,6 +94,7 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
   const { lazyConnect, ...perNode } = node;
   const cluster: ClusterOptions = {
     enableReadyCheck: true,
+    shardedSubscribers,
     redisOptions: perNode as ClusterOptions['redisOptions'],
     ...(lazyConnect ? { lazyConnect } : {}),
     clusterRetryStrategy: failFast ? () => null : (times: number) => Math.min(100 * times, 2_000),
