@@ -120,13 +120,20 @@ export class QueueFullError extends LlmqError {
   }
 }
 
-/** Hides the password of a URL such as redis://user:secret@host:6379. */
+/**
+ * Hides the passwords of a URL such as redis://user:secret@host:6379 (also multi-host URLs,
+ * which `new URL` rejects, and a `sentinelPassword=` option).
+ */
 export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password) parsed.password = '***';
-    return parsed.toString().replace(/\/$/, '');
-  } catch {
-    return url;
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)(.*)$/is.exec(url);
+  let out = url;
+  if (m) {
+    const rest = m[2]!;
+    const at = rest.lastIndexOf('@');
+    const colon = rest.indexOf(':');
+    if (at >= 0 && colon >= 0 && colon < at) {
+      out = `${m[1]}${rest.slice(0, colon)}:***${rest.slice(at)}`;
+    }
   }
+  return out.replace(/([?&]sentinelPassword=)[^&]*/i, '$1***').replace(/\/$/, '');
 }
