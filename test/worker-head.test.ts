@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { HeadPeeker } from '../worker/head.ts';
+import { HeadPeeker } from '../worker/bullmq-internals.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;
