@@ -104,19 +104,6 @@ export interface WorkerHandle {
   stop(graceMs?: number): Promise<void>;
 }
 
-export interface WorkerHandle {
-  readonly id: string;
-  readonly limiter: Limiter;
-  readonly breaker: CircuitBreaker;
-  /** Calls in flight in this process. */
-  inFlight(): number;
-  /**
-   * Stops pulling, lets the calls in flight finish within `graceMs`, then aborts the rest
-   * (their jobs go back to wait) and closes. Safe to call twice.
-   */
-  stop(graceMs?: number): Promise<void>;
-}
-
 /** Throws unless `value` is a whole number from 1 up (or undefined). */
 function checkCount(name: string, value: number | undefined): void {
   if (value === undefined || (Number.isInteger(value) && value >= 1)) return;
