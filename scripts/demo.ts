@@ -84,9 +84,10 @@ export async function runDemo(
     limiter: {
       windowMs: mock ? 10_000 : config.windowS * 1000,
       limits,
-      concurrency: 4,
       outputAccounting: config.outputAccounting,
     },
+    concurrency: 4,
+    maxInFlight: 4,
   });
   const started = performance.now();
   try {

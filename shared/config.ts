@@ -33,8 +33,13 @@ export interface Config {
    * the unused part back when the response ends. @default 'reserve' (the safe choice)
    */
   readonly outputAccounting: 'reserve' | 'actual';
-  /** Calls in flight across every worker process. @default 10 (flag --concurrency) */
+  /** Calls this worker process runs at once. @default 10 (flag --concurrency, env LLMQ_CONCURRENCY) */
   readonly concurrency: number;
+  /**
+   * Calls in flight across every worker process of the queue; unset for no cap.
+   * @default undefined (flag --max-in-flight, env LLMQ_MAX_IN_FLIGHT)
+   */
+  readonly maxInFlight: number | undefined;
   /** Share of each limit kept unused, 0 to 0.5. @default 0.01 (env LLMQ_HEADROOM) */
   readonly headroom: number;
   /** Extra milliseconds added to the window. @default 50 (env LLMQ_WINDOW_MARGIN_MS) */
@@ -188,6 +193,13 @@ const SETTINGS: Record<Key, Setting> = {
     schema: wholeAtLeast(1).refine((n) => n <= 10_000),
     default: 10,
     expect: 'a whole number from 1 to 10000',
+  },
+  maxInFlight: {
+    env: 'LLMQ_MAX_IN_FLIGHT',
+    flag: 'maxInFlight',
+    schema: optionalLimit,
+    default: undefined,
+    expect: 'a whole number from 1 up (leave it unset for no cap)',
   },
   headroom: {
     env: 'LLMQ_HEADROOM',

@@ -70,8 +70,9 @@ async function realPath(
     redis: conn,
     names,
     client: createProviderClient({ apiKey: 'sk-test-batch', baseURL: mock.url }),
-    limiter: { concurrency },
+    limiter: {},
     concurrency,
+    maxInFlight: concurrency,
   });
   closers.push(async () => {
     await mock.close();

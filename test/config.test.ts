@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { resolveConfig } from '../shared/config.ts';
+import { type ConfigSources, resolveConfig } from '../shared/config.ts';
 import { ConfigError } from '../shared/errors.ts';
 
 describe('resolveConfig', () => {
@@ -15,6 +15,7 @@ describe('resolveConfig', () => {
       windowS: 60,
       outputAccounting: 'reserve',
       concurrency: 10,
+      maxInFlight: undefined,
       headroom: 0.01,
       maxDepth: 10_000,
     });
@@ -58,6 +59,25 @@ describe('resolveConfig', () => {
     expect(() => resolveConfig({ env: {}, file: '/nonexistent/llmq.json' })).toThrow(ConfigError);
     expect(() => resolveConfig({ env: { LLMQ_PROBE_MS: '-5' } })).toThrow(
       'LLMQ_PROBE_MS must be a whole number of milliseconds from 0 (no probes) to 600000, got "-5"',
+    );
+  });
+
+  it("keeps a process's concurrency and the fleet-wide cap of calls apart", () => {
+    const cases: [ConfigSources, number, number | undefined][] = [
+      [{ env: {} }, 10, undefined],
+      [{ flags: { concurrency: '5' }, env: {} }, 5, undefined],
+      [{ flags: { maxInFlight: '12' }, env: { LLMQ_CONCURRENCY: '4' } }, 4, 12],
+      [{ env: { LLMQ_MAX_IN_FLIGHT: '20' }, file: { maxInFlight: 8 } }, 10, 20],
+      [{ env: {}, file: { maxInFlight: 8 } }, 10, 8],
+    ];
+    for (const [sources, concurrency, maxInFlight] of cases) {
+      expect(resolveConfig(sources)).toMatchObject({ concurrency, maxInFlight });
+    }
+    expect(() => resolveConfig({ flags: { maxInFlight: '0' }, env: {} })).toThrow(
+      '--max-in-flight must be a whole number from 1 up (leave it unset for no cap), got "0"',
+    );
+    expect(() => resolveConfig({ env: { LLMQ_MAX_IN_FLIGHT: 'many' } })).toThrow(
+      'LLMQ_MAX_IN_FLIGHT must be a whole number from 1 up (leave it unset for no cap), got "many"',
     );
   });
 

@@ -19,7 +19,9 @@ describe('after a successful call', () => {
     const warnings: string[] = [];
     const worker = await pool.worker({
       // One call at a time, on a long lease: a slot not given back would hold the next job for 60 s.
-      limiter: { windowMs: 60_000, limits: { tokens: 100_000 }, concurrency: 1, leaseMs: 60_000 },
+      limiter: { windowMs: 60_000, limits: { tokens: 100_000 }, leaseMs: 60_000 },
+      concurrency: 1,
+      maxInFlight: 1,
       // The real call to the mock, its usage made fractional, as a provider's bug might.
       provider: async (req, o) => {
         const res = await callProvider(client, req, o);

@@ -20,7 +20,8 @@ describe('a finished job hands its slot to the next', () => {
     counter = await countRedisCommands();
     const worker = await pool.worker({
       concurrency: 3,
-      limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 }, concurrency: 3 },
+      limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 } },
+      maxInFlight: 3,
       // However slow the machine, no result gives up on the gate's next reservation here.
       handoffWaitMs: 2_000,
     });
@@ -65,7 +66,8 @@ describe('a finished job hands its slot to the next', () => {
     counter = await countRedisCommands();
     const worker = await pool.worker({
       concurrency: 5,
-      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, concurrency: 5 },
+      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+      maxInFlight: 5,
     });
     await allCompleted(pool, ids, 30_000);
     const commands = counter.snapshot().commands;

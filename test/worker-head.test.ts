@@ -3,7 +3,11 @@ import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { HeadPeeker } from '../worker/head.ts';
+import {
+  assertBullmqVersion,
+  HeadPeeker,
+  installedBullmqVersion,
+} from '../worker/bullmq-internals.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;
@@ -119,5 +123,22 @@ describe('peeking at the jobs BullMQ hands out next', () => {
     expect(await new HeadPeeker(redis, names).peekMany(5)).toEqual([]);
     await queue.resume();
     expect(await new HeadPeeker(redis, names).peekMany(5)).toHaveLength(1);
+  });
+});
+
+describe('the BullMQ version check', () => {
+  it('accepts the installed bullmq, 6.7.x', () => {
+    expect(installedBullmqVersion()).toMatch(/^6\.7\./);
+    expect(() => assertBullmqVersion()).not.toThrow();
+    expect(() => assertBullmqVersion('6.7.12')).not.toThrow();
+  });
+
+  it('refuses another version, naming it and what to install', () => {
+    for (const v of ['6.8.0', '7.0.0', '5.7.1']) {
+      expect(() => assertBullmqVersion(v)).toThrow(
+        `bullmq ${v} is installed, but llmq's worker reads BullMQ 6.7's keys and scripts`,
+      );
+    }
+    expect(() => assertBullmqVersion('7.0.0')).toThrow(/install bullmq 6\.7\.x/);
   });
 });

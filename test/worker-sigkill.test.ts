@@ -29,10 +29,15 @@ describe('a worker process killed mid-batch', () => {
     const limiter = {
       windowMs: 5_000,
       limits: { tokens: 1_000_000 },
-      concurrency: 6,
       leaseMs: 1_500,
     };
-    const config = { concurrency: 3, limiter, lockDurationMs: 2_000, stalledIntervalMs: 1_000 };
+    const config = {
+      concurrency: 3,
+      maxInFlight: 6,
+      limiter,
+      lockDurationMs: 2_000,
+      stalledIntervalMs: 1_000,
+    };
     const a = await startRecordingProxy(pool.mock.url);
     const b = await startRecordingProxy(pool.mock.url);
     proxies.push(a, b);

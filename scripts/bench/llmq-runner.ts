@@ -22,6 +22,8 @@ export interface LlmqRunOptions {
   readonly workers: { readonly count: number; readonly where: 'in-process' | 'processes' };
   /** Calls each worker runs at once. */
   readonly concurrency: number;
+  /** Calls in flight across every worker (the limiter's semaphore). @default no cap */
+  readonly maxInFlight?: number | undefined;
   /** @default true */
   readonly feedback?: boolean;
   /** The worker's backfill option. @default false */
@@ -40,14 +42,14 @@ export interface LlmqRun extends ClientRun {
   readonly processes: readonly WorkerProcessReport[];
 }
 
-/** The rate scenarios' budget: `limit` tokens per sliding window, `concurrency` calls at once. */
+/** The rate scenarios' budget: `limit` tokens per sliding window, `maxInFlight` calls at once. */
 export function tokenBudget(
   windowMs: number,
   limit: number,
-  concurrency: number,
+  maxInFlight: number,
   outputAccounting: 'reserve' | 'actual' = 'reserve',
-): WorkerOptions['limiter'] {
-  return { windowMs, limits: { tokens: limit }, concurrency, outputAccounting };
+): Pick<LlmqRunOptions, 'limiter' | 'maxInFlight'> {
+  return { limiter: { windowMs, limits: { tokens: limit }, outputAccounting }, maxInFlight };
 }
 
 /**
@@ -96,6 +98,7 @@ async function runInScope(
             client: benchProviderClient(options.mockUrl, recorder),
             limiter,
             concurrency: options.concurrency,
+            maxInFlight: options.maxInFlight,
             feedback: options.feedback ?? true,
             backfill: options.backfill ?? false,
             stream: 'always',
@@ -109,6 +112,7 @@ async function runInScope(
         names,
         mockUrl: options.mockUrl,
         concurrency: options.concurrency,
+        maxInFlight: options.maxInFlight,
         limiter,
         feedback: options.feedback ?? true,
         backfill: options.backfill ?? false,

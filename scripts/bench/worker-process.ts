@@ -79,6 +79,7 @@ async function go(): Promise<void> {
       ...(instant ? { provider: instantProvider() } : { client }),
       limiter: config.limiter,
       concurrency: config.concurrency,
+      maxInFlight: config.maxInFlight,
       feedback: config.feedback ?? true,
       backfill: config.backfill ?? false,
       stream: 'always',

@@ -23,6 +23,8 @@ export interface WorkerProcessConfig {
   readonly concurrency: number;
   /** llmq's limiter settings (`llmq` mode). */
   readonly limiter?: WorkerOptions['limiter'];
+  /** Calls in flight across every worker (`llmq` mode). @default no cap */
+  readonly maxInFlight?: number | undefined;
   /** Feed the provider's headers to the limiter (`llmq` mode). @default true */
   readonly feedback?: boolean;
   /** The worker's backfill option (`llmq` mode). @default false */

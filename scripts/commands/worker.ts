@@ -23,7 +23,14 @@ export function registerWorkerCommand(program: Command): void {
       .description(
         'run a worker: pulls jobs only after the shared budget admits them, calls the provider',
       )
-      .option('--concurrency <n>', 'calls in flight across every worker (env LLMQ_CONCURRENCY)')
+      .option(
+        '--concurrency <n>',
+        "this process's calls in flight (env LLMQ_CONCURRENCY, default 10)",
+      )
+      .option(
+        '--max-in-flight <n>',
+        'calls in flight across every worker (env LLMQ_MAX_IN_FLIGHT, default no cap)',
+      )
       .option('--rpm <n>', 'requests per window (env LLMQ_RPM)')
       .option('--tpm <n>', 'input + output tokens per window (env LLMQ_TPM)')
       .option('--itpm <n>', 'input tokens per window (env LLMQ_ITPM)')
@@ -75,13 +82,13 @@ export function registerWorkerCommand(program: Command): void {
         windowMs: config.windowS * 1000,
         limits: globalLimits(config),
         scopes: scopeLimitsOf(config),
-        concurrency: config.concurrency,
         headroom: config.headroom,
         windowMarginMs: config.windowMarginMs,
         ...(config.probeMs === undefined ? {} : { probeMs: config.probeMs }),
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
+      ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
       backfill: flags['backfill'] === true,
       logger: stderrLogger,

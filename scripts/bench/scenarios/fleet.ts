@@ -102,7 +102,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         scope: 'fleet',
         mockUrl: mock.url,
         requests,
-        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
+        ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: PROCESSES, where: 'processes' },
         concurrency: CONCURRENCY / PROCESSES,
         backfill,

@@ -124,7 +124,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         scope: 'neighbour',
         mockUrl: mock.url,
         requests,
-        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
+        ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
         feedback,

@@ -96,7 +96,8 @@ function runSetup(
       names,
       mockUrl,
       concurrency: CONCURRENCY,
-      limiter: { windowMs: 60_000, limits: {}, concurrency: CONCURRENCY },
+      limiter: { windowMs: 60_000, limits: {} },
+      maxInFlight: CONCURRENCY,
       countCommands: true,
     });
     let report: WorkerProcessReport;

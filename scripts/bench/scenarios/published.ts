@@ -121,7 +121,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
       scope: 'published',
       mockUrl: mock.url,
       requests,
-      limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
+      ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
       workers: { count: 1, where: 'in-process' },
       concurrency: CONCURRENCY,
     });

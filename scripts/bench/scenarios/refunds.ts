@@ -81,7 +81,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         scope: 'refunds',
         mockUrl: mock.url,
         requests,
-        limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY, accounting),
+        ...tokenBudget(windowMs, LIMIT, CONCURRENCY, accounting),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
         recordOutput: true,

@@ -138,8 +138,8 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const limiterSettings = {
     windowMs,
     limits: { requests: 100_000_000, tokens: 1_000_000_000_000 },
-    concurrency: WORKERS * CONCURRENCY,
   };
+  const maxInFlight = WORKERS * CONCURRENCY;
 
   await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, (mock) =>
     withBenchScope(ctx.redisUrl, 'scale', async (redis, names) => {
@@ -200,6 +200,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
           mockUrl: mock.url,
           concurrency: CONCURRENCY,
           limiter: limiterSettings,
+          maxInFlight,
           record: 'counts',
         }));
         const queue = openQueue(redis, names);
@@ -348,7 +349,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       windowMs,
       workers: WORKERS,
       concurrency: CONCURRENCY,
-      limiter: limiterSettings,
+      limiter: { ...limiterSettings, concurrency: maxInFlight },
     },
     headers: ['measure', 'value', 'detail'],
     rows,

@@ -1,6 +1,14 @@
+/**
+ * What llmq's worker relies on inside BullMQ, in one place: its key layout (read by the peek and
+ * front scripts), its delayed score, and the raw job a completion with `fetchNext` returns. They
+ * are BullMQ's internals, not its API: {@link assertBullmqVersion} refuses another minor version.
+ */
+import { createRequire } from 'node:module';
+import { type Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
-import type { JobData } from '../shared/job.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 
@@ -86,4 +94,53 @@ export class HeadPeeker {
       [...ids],
     )) as string[];
   }
+}
+
+/** The BullMQ versions this module was written against (and tested with). */
+export const BULLMQ_WRITTEN_FOR = /^6\.7\.\d+$/;
+
+/** The installed bullmq's version, from its package.json. */
+export function installedBullmqVersion(): string {
+  return (createRequire(import.meta.url)('bullmq/package.json') as { version: string }).version;
+}
+
+/** Throws unless `version` (the installed bullmq's by default) is one this module was written for. */
+export function assertBullmqVersion(version: string = installedBullmqVersion()): void {
+  if (BULLMQ_WRITTEN_FOR.test(version)) return;
+  throw new ConfigError(
+    `bullmq ${version} is installed, but llmq's worker reads BullMQ 6.7's keys and scripts ` +
+      '(worker/bullmq-internals.ts): install bullmq 6.7.x (npm install bullmq@6.7)',
+  );
+}
+
+/**
+ * BullMQ's worker, opened up for one thing its own run loop does: a job's completion that brings
+ * the next job back in the same command (`moveToCompleted` with `fetchNext`) is turned into a
+ * job the way `getNextJob` turns one.
+ */
+export class GateWorker extends Worker<JobData, JobResult> {
+  async jobFrom(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
+    if (!Array.isArray(raw) || !raw[0]) return undefined;
+    return this.nextJobFromJobData(raw[0], raw[1] as string, token);
+  }
+
+  /** Moves the next job to active under `token` without blocking; undefined when none. */
+  nextJob(token: string): Promise<Job<JobData, JobResult> | undefined> {
+    return this.getNextJob(token, { block: false }) as Promise<Job<JobData, JobResult> | undefined>;
+  }
+}
+
+/** BullMQ's worker for llmq's gate: no processor, no run loop of its own (the gate pulls). */
+export function openGateWorker(
+  redis: Redis,
+  names: QueueNames,
+  options: { lockDuration: number; stalledInterval: number; maxStalledCount: number },
+): GateWorker {
+  assertBullmqVersion();
+  return new GateWorker(names.queue, null, {
+    connection: redis.duplicate(),
+    prefix: bullPrefix(names),
+    autorun: false,
+    ...options,
+  });
 }

@@ -1,0 +1,100 @@
+import type { Job } from 'bullmq';
+import type { JobData, JobResult } from '../shared/job.ts';
+import type { GateWorker } from './bullmq-internals.ts';
+
+/** A job whose call has ended; `ended` frees its slot while its result waits to be stored. */
+export interface Finishing {
+  readonly job: Job<JobData, JobResult>;
+  readonly token: string;
+  ended?: boolean;
+}
+
+/**
+ * A job whose call succeeded, waiting for the gate to reserve budget for the next job so that its
+ * completion fetches that job in the same command. Waits at most `waitMs`.
+ */
+export interface WaitingCompletion {
+  readonly r: Finishing;
+  readonly result: JobResult;
+  readonly timer: NodeJS.Timeout;
+  readonly done: (err?: unknown) => void;
+}
+
+/**
+ * The completion handoff: a successful job's result is stored by the command that fetches the
+ * gate's next job (one BullMQ command instead of two), or alone when the gate will not fetch soon.
+ */
+export class Handoff {
+  private waiting: WaitingCompletion[] = [];
+
+  constructor(
+    private readonly bull: GateWorker,
+    /** The longest a result waits for the gate's next fetch. */
+    private readonly waitMs: number,
+    /** Called when a job's slot frees because its call ended. */
+    private readonly onSlotFree: () => void,
+    private readonly stopped: AbortSignal,
+  ) {}
+
+  /**
+   * Stores a successful job's result. While the gate runs, the job waits (`waitMs` at most, and
+   * not while the gate waits for budget) for the gate's next reservation, and its completion
+   * fetches the job that reservation is for; its slot counts as free meanwhile.
+   */
+  complete(r: Finishing, result: JobResult): Promise<void> {
+    if (this.stopped.aborted) return r.job.moveToCompleted(result, r.token, false).then(() => {});
+    return new Promise<void>((resolve, reject) => {
+      r.ended = true;
+      const w: WaitingCompletion = {
+        r,
+        result,
+        timer: setTimeout(() => this.completeAlone([w]), this.waitMs),
+        done: (err) => {
+          if (err === undefined) resolve();
+          else reject(err);
+        },
+      };
+      this.waiting.push(w);
+      this.onSlotFree();
+    });
+  }
+
+  /** Takes up to `n` waiting completions for the gate to fetch with. */
+  claim(n: number): WaitingCompletion[] {
+    const claimed = this.waiting.slice(0, n);
+    this.waiting = this.waiting.slice(claimed.length);
+    for (const c of claimed) clearTimeout(c.timer);
+    return claimed;
+  }
+
+  /** Completes jobs without fetching: the gate will not reserve for their slots soon. */
+  completeAlone(which: readonly WaitingCompletion[] = this.waiting): void {
+    if (which.length === 0) return;
+    const set = new Set(which);
+    this.waiting = this.waiting.filter((c) => !set.has(c));
+    for (const c of which) {
+      clearTimeout(c.timer);
+      c.r.job.moveToCompleted(c.result, c.r.token, false).then(
+        () => c.done(),
+        (err: unknown) => c.done(err),
+      );
+    }
+  }
+
+  /**
+   * Completes a waiting job and fetches the next one in the same command, locked with the same
+   * token. Resolves with the job fetched, if any; a failed completion is the waiting job's own
+   * error (its job is recovered as stalled), not the gate's.
+   */
+  async fetchVia(c: WaitingCompletion): Promise<Job<JobData, JobResult> | undefined> {
+    let raw: unknown;
+    try {
+      raw = await c.r.job.moveToCompleted(c.result, c.r.token, true);
+    } catch (err) {
+      c.done(err);
+      return undefined;
+    }
+    c.done();
+    return this.bull.jobFrom(raw, c.r.token);
+  }
+}

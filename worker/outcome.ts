@@ -1,0 +1,182 @@
+import type { Job } from 'bullmq';
+import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
+import type { Limiter } from '../shared/limiter/limiter.ts';
+import type { MetricsWriter } from '../shared/metrics.ts';
+import type { DeadLetterQueue } from '../shared/queues.ts';
+import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
+import type { CircuitBreaker } from './breaker.ts';
+import type { Classified } from './classify.ts';
+import { type DeadLetterCause, deadLetter } from './dead-letters.ts';
+import type { WorkerLogger } from './logger.ts';
+
+/** Attempts a job has spent: the tries its history counts. */
+export const attemptsUsed = (h: readonly AttemptRecord[]): number =>
+  h.filter((a) => a.counted).length;
+
+/** What happens to a job after a failed call. */
+export type Outcome =
+  /** Back to wait at once, no attempt spent (a 429 with retry-after: every worker pauses). */
+  | { readonly action: 'requeue'; readonly history: AttemptRecord[]; readonly returns: number }
+  /** Tried again after `delayMs` (0 when no attempt was spent). */
+  | { readonly action: 'back-off'; readonly history: AttemptRecord[]; readonly delayMs: number }
+  /** To the dead letters: retrying cannot help, or the job has had its tries. */
+  | {
+      readonly action: 'dead-letter';
+      readonly history: AttemptRecord[];
+      readonly cause: DeadLetterCause;
+    };
+
+export interface OutcomeInput {
+  readonly failure: Classified;
+  /** The job's history before this call. */
+  readonly history: readonly AttemptRecord[];
+  /** 429s with retry-after the job has taken before this call. */
+  readonly rateLimitReturns: number;
+  /** Attempts the job may spend (BullMQ's `attempts`). */
+  readonly attemptsAllowed: number;
+  /** 429s with retry-after a job may take before it is dead-lettered. */
+  readonly maxRateLimitReturns: number;
+  /**
+   * For a retryable failure: the provider looked healthy (the breaker was closed before and
+   * after it, and this was not the breaker's trial call), so the try spends an attempt.
+   */
+  readonly spendsAttempt: boolean;
+  /** When the call began, and how long it took: for the history's record. */
+  readonly startedAt: number;
+  readonly latencyMs: number;
+  readonly backoff?: BackoffOptions | undefined;
+  readonly random?: () => number;
+}
+
+/** The policy after a failed call: a pure function of the failure and the job's history. */
+export function decideOutcome(input: OutcomeInput): Outcome {
+  const c = input.failure;
+  const record = (outcome: AttemptRecord['outcome'], counted: boolean): AttemptRecord => ({
+    at: input.startedAt,
+    outcome,
+    counted,
+    status: c.status,
+    errorClass: c.errorClass,
+    message: c.reason,
+    latencyMs: Math.round(input.latencyMs),
+  });
+  if (c.kind === 'rate_limited') {
+    const history = [...input.history, record('rate_limited', false)];
+    const returns = input.rateLimitReturns + 1;
+    if (returns > input.maxRateLimitReturns) {
+      const reason = `rate limited ${returns} times: ${c.reason}`;
+      return { action: 'dead-letter', history, cause: { ...c, reason } };
+    }
+    return { action: 'requeue', history, returns };
+  }
+  if (c.kind === 'final') {
+    return { action: 'dead-letter', history: [...input.history, record('final', true)], cause: c };
+  }
+  const counts = input.spendsAttempt;
+  const history = [...input.history, record('retryable', counts)];
+  const used = attemptsUsed(history);
+  if (counts && used >= input.attemptsAllowed) {
+    const reason = `gave up after ${used} attempt${used === 1 ? '' : 's'}: ${c.reason}`;
+    return { action: 'dead-letter', history, cause: { ...c, reason } };
+  }
+  const delayMs = counts ? fullJitterBackoff(used, input.backoff, input.random) : 0;
+  return { action: 'back-off', history, delayMs };
+}
+
+/** How a failed call ended, as the call saw it. */
+export interface FailedCall {
+  readonly failure: Classified;
+  readonly startedAt: number;
+  readonly latencyMs: number;
+  /** The breaker's trial call: its failure spends no attempt. */
+  readonly trial: boolean;
+  /** The shared pause a 429 already set, when it did. */
+  readonly pausedUntil?: number | undefined;
+}
+
+/** Carries out the outcome of failed calls; the one path by which jobs reach the dead letters. */
+export class Outcomes {
+  constructor(
+    private readonly parts: {
+      readonly dlq: DeadLetterQueue;
+      readonly metrics: MetricsWriter;
+      readonly limiter: Limiter;
+      readonly breaker: CircuitBreaker;
+      readonly log: WorkerLogger;
+      readonly maxRateLimitReturns: number;
+      readonly backoff?: BackoffOptions | undefined;
+    },
+  ) {}
+
+  /** The letter, the job to failed, the counter and the log line. */
+  async deadLetter(
+    job: Job<JobData, JobResult>,
+    token: string,
+    cause: DeadLetterCause,
+    history: readonly AttemptRecord[] = job.data.history ?? [],
+  ): Promise<void> {
+    await deadLetter(this.parts.dlq, job, token, cause, history);
+    await this.parts.metrics.add({ dead_lettered: 1 });
+    this.parts.log.warn('dead-lettered', { job: job.id, reason: cause.reason });
+  }
+
+  /** Counts a failed call and requeues, backs off or dead-letters its job. */
+  async afterFailure(job: Job<JobData, JobResult>, token: string, call: FailedCall) {
+    const { metrics, log, breaker, limiter } = this.parts;
+    const c = call.failure;
+    let spendsAttempt = false;
+    if (c.kind === 'rate_limited') {
+      const until = call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000));
+      await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
+      log.warn('provider rate limit: every worker pauses', {
+        job: job.id,
+        pausedUntil: new Date(until).toISOString(),
+      });
+    } else if (c.kind === 'final') {
+      await metrics.add(
+        c.status === 429
+          ? { provider_calls: 1, provider_429_final: 1 }
+          : { provider_calls: 1, provider_4xx: 1 },
+      );
+    } else {
+      // Counts toward the breaker; an attempt is spent only while the provider looked healthy, so
+      // an outage sends no job to the dead letters, not even one under way when it opened.
+      const { opened, whileClosed } = await breaker.recordFailure();
+      if (opened)
+        log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
+      await metrics.add(
+        c.status === undefined
+          ? { provider_calls: 1, provider_connection_errors: 1 }
+          : { provider_calls: 1, provider_5xx: 1 },
+      );
+      spendsAttempt = whileClosed && !call.trial;
+    }
+    const outcome = decideOutcome({
+      failure: c,
+      history: job.data.history ?? [],
+      rateLimitReturns: job.data.rateLimitReturns ?? 0,
+      attemptsAllowed: job.opts.attempts ?? 5,
+      maxRateLimitReturns: this.parts.maxRateLimitReturns,
+      spendsAttempt,
+      startedAt: call.startedAt,
+      latencyMs: call.latencyMs,
+      backoff: this.parts.backoff,
+    });
+    switch (outcome.action) {
+      case 'dead-letter':
+        return this.deadLetter(job, token, outcome.cause, outcome.history);
+      case 'requeue':
+        await job.updateData({
+          ...job.data,
+          history: outcome.history,
+          rateLimitReturns: outcome.returns,
+        });
+        await job.moveToWait(token);
+        return;
+      case 'back-off':
+        await metrics.add({ retries: 1 });
+        await job.updateData({ ...job.data, history: outcome.history });
+        await job.moveToDelayed(Date.now() + outcome.delayMs, token);
+    }
+  }
+}

@@ -1,0 +1,130 @@
+import type { Job } from 'bullmq';
+import type { JobData, JobResult } from '../shared/job.ts';
+import type { Limiter } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
+import type { GateWorker, HeadJob } from './bullmq-internals.ts';
+import type { Handoff } from './handoff.ts';
+import type { Outcomes } from './outcome.ts';
+
+/** What taking jobs needs, built once per worker. */
+export interface TakeParts {
+  readonly bull: GateWorker;
+  readonly limiter: Limiter;
+  readonly handoff: Handoff;
+  readonly outcomes: Outcomes;
+  /** A fresh lock token for a job this worker moves to active. */
+  nextToken(): string;
+  /** Starts a job's call with its reservation. */
+  launch(
+    job: Job<JobData, JobResult>,
+    token: string,
+    reservation: Reservation,
+    trial: boolean,
+  ): void;
+}
+
+export interface TakeHooks {
+  /** Once every fetch has been asked for (the gate sends its early peek behind them). */
+  readonly onFetchesSent?: () => void;
+  /** Once every fetch has been answered. */
+  readonly onArrived?: () => void;
+}
+
+/** Whether two jobs are charged to the same scopes. */
+export const sameScopes = (a: readonly string[], b: readonly string[]): boolean =>
+  a.length === b.length && a.every((s, i) => s === b[i]);
+
+/**
+ * Moves as many jobs to active as there are reservations and starts them. A job arrives with
+ * the reservation made for it; one that another worker's take put in its place uses a spare
+ * reservation that covers it (same scopes, no larger), else goes back to wait. What is left
+ * unused is released.
+ */
+export async function takeJobs(
+  p: TakeParts,
+  wanted: readonly HeadJob[],
+  reservations: readonly Reservation[],
+  trial: boolean,
+  hooks: TakeHooks = {},
+): Promise<number> {
+  const { limiter } = p;
+  const spare = new Map<string, { head: HeadJob; reservation: Reservation }>();
+  wanted.forEach((h, i) => {
+    spare.set(h.id, { head: h, reservation: reservations[i]! });
+  });
+  // Jobs waiting to be stored fetch first, each in its own completion's command.
+  const via = p.handoff.claim(wanted.length);
+  const tokens = wanted.map((_, i) => via[i]?.r.token ?? p.nextToken());
+  let failure: unknown;
+  const fetched: { job: Job<JobData, JobResult>; token: string }[] = [];
+  // Each fetched job is launched, dead-lettered or put back; each reservation is used or
+  // released, whatever fails on the way (a job left active would wait for the stalled check).
+  const handled = new Set<Job<JobData, JobResult>>();
+  const arrivals = tokens.map((t, i) =>
+    (via[i] ? p.handoff.fetchVia(via[i]) : p.bull.nextJob(t))
+      .then((job) => {
+        if (!job) return;
+        fetched.push({ job, token: t });
+        // A job that comes with the reservation made for it starts at once, its call under
+        // way while Redis still answers the other fetches.
+        const mine = job.deferredFailure ? undefined : spare.get(job.id!);
+        if (!mine) return;
+        p.launch(job, t, mine.reservation, trial);
+        spare.delete(job.id!);
+        handled.add(job);
+      })
+      .catch((err: unknown) => {
+        failure ??= err;
+      }),
+  );
+  hooks.onFetchesSent?.();
+  await Promise.all(arrivals);
+  hooks.onArrived?.();
+  try {
+    // What is left: jobs another worker's take put in place of ours, and jobs to fail.
+    const others = fetched.filter(({ job }) => !handled.has(job));
+    others.sort((a, b) => Number(!!b.job.deferredFailure) - Number(!!a.job.deferredFailure));
+    for (const { job, token } of others) {
+      if (job.deferredFailure) {
+        // BullMQ's stalled check gave this job up (its workers died with it more than
+        // maxStalledCount times) and left the failing to whoever takes it next.
+        await p.outcomes.deadLetter(job, token, {
+          reason: `its worker died with it too many times (${job.deferredFailure})`,
+          errorClass: 'StalledJobError',
+        });
+        handled.add(job);
+        continue;
+      }
+      const c = job.data.cost;
+      const fit = [...spare.values()].find(
+        ({ head, reservation }) =>
+          c.inputTokens <= reservation.cost.inputTokens &&
+          c.outputTokens <= reservation.cost.outputTokens &&
+          sameScopes(job.data.scopes ?? [], head.scopes),
+      );
+      if (!fit) {
+        // Another worker took a job we reserved for and this one needs more: it goes back.
+        await job.moveToWait(token);
+        handled.add(job);
+        continue;
+      }
+      // Used or not, this reservation is not spare any more: released here if adjust fails.
+      spare.delete(fit.head.id);
+      const adjusted = await limiter.adjust(fit.reservation, c).catch(async (err: unknown) => {
+        await limiter.release(fit.reservation).catch(() => {});
+        throw err;
+      });
+      handled.add(job);
+      p.launch(job, token, adjusted, trial);
+    }
+  } finally {
+    await Promise.all([
+      ...[...spare.values()].map(({ reservation }) => limiter.release(reservation).catch(() => {})),
+      ...fetched
+        .filter(({ job }) => !handled.has(job))
+        .map(({ job, token }) => job.moveToWait(token).catch(() => {})),
+    ]);
+  }
+  if (failure) throw failure;
+  return fetched.length;
+}
