@@ -118,7 +118,11 @@ export class BatchStore {
 
   get(id: string, now: number): MockBatch | undefined {
     const b = this.batches.get(id);
-    if (b && !b.results && now >= Math.min(b.endsAt, (b.cancelAt ?? Number.POSITIVE_INFINITY) + CANCEL_MS))
+    if (
+      b &&
+      !b.results &&
+      now >= Math.min(b.endsAt, (b.cancelAt ?? Number.POSITIVE_INFINITY) + CANCEL_MS)
+    )
       this.finish(b);
     return b;
   }
