@@ -181,7 +181,12 @@ describe('errored and expired items in a batch run', () => {
         maxTokens: 40,
         via: 'batches',
         progress: { write: () => true },
-        report: { write: (c) => ((report += c), true) },
+        report: {
+          write: (c) => {
+            report += c;
+            return true;
+          },
+        },
       });
       expect(r.succeeded).toBe(5);
       expect(r.failed).toHaveLength(1);
