@@ -39,7 +39,10 @@ export function batchQueueName(queue: string): string {
   return `${queue}-batches`;
 }
 
-/** A key of the batch submitter's state of a queue (`inflight`, `totals`, `lease`). */
-export function batchesKey(names: QueueNames, part: 'inflight' | 'totals' | 'lease'): string {
+/** A key of the batch submitter's state of a queue (`inflight`, `handoffs`, `totals`, `lease`). */
+export function batchesKey(
+  names: QueueNames,
+  part: 'inflight' | 'handoffs' | 'totals' | 'lease',
+): string {
   return llmqKey(names, 'batches', part);
 }

@@ -7,6 +7,8 @@ import { Producer } from '../producer/producer.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { showDeadLetter } from '../worker/dead-letters.ts';
+import { createProviderClient } from '../worker/provider.ts';
+import { startWorker } from '../worker/worker.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;
@@ -96,5 +98,38 @@ describe('the batch submitter', () => {
       producer.enqueue({ ...request('x'), stream: true }, { via: 'batches' }),
     ).rejects.toThrow(/stream: the Message Batches API does not stream/);
     expect(await producer.batchJobs.queue.count()).toBe(0);
+  });
+
+  it('sends items that would miss their deadline through messages instead of another batch', async () => {
+    mock.batches.setFaults({ expiredBatches: 1 });
+    // Half an hour left: less than the hour another batch may take.
+    const deadlineAt = Date.now() + 30 * 60_000;
+    const ids = await Promise.all(
+      [0, 1, 2, 3].map((i) =>
+        producer.enqueue(request(`doc ${i}`), { via: 'batches', deadlineAt }),
+      ),
+    );
+    const conn = newRedis();
+    const worker = await startWorker({
+      redis: conn,
+      names,
+      client: createProviderClient({ apiKey: 'sk-test', baseURL: mock.url }),
+      limiter: { concurrency: 4 },
+      concurrency: 4,
+    });
+    try {
+      submitter();
+      const results = await Promise.all(
+        ids.map((id) => producer.waitForResult(id, { via: 'batches' })),
+      );
+      // Two were answered by the batch, the two it left expired went through messages.
+      expect(results.filter((r) => r.batchId !== undefined)).toHaveLength(2);
+      expect(results.filter((r) => r.requestId !== null)).toHaveLength(2);
+      expect(mock.batches.stats().created).toBe(1);
+      expect(mock.stats().admitted).toBe(2);
+    } finally {
+      await worker.stop(2_000).catch(() => {});
+      conn.disconnect();
+    }
   });
 });

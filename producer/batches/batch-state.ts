@@ -19,11 +19,13 @@ export interface BatchTotals {
   readonly canceled: number;
   readonly retried: number;
   readonly deadLettered: number;
+  /** Jobs sent through `messages` because batches again would miss their deadline. */
+  readonly handedOff: number;
   /** Dollars the succeeded items saved against the same calls through `messages`. */
   readonly savedUsd: number;
 }
 
-export type TotalsField = Exclude<keyof BatchTotals, 'savedUsd'>;
+export type TotalsField = Exclude<keyof BatchTotals, 'savedUsd' | 'handedOff'>;
 
 /**
  * The batch submitter's Redis state of one queue: the batches in flight by id (written right
@@ -60,6 +62,23 @@ export class BatchState {
       .exec();
   }
 
+  /** Jobs handed to `messages` (past their deadline), waiting for that job's outcome. */
+  async handoffs(): Promise<string[]> {
+    return this.redis.smembers(batchesKey(this.names, 'handoffs'));
+  }
+
+  async handedOff(jobId: string): Promise<void> {
+    await this.redis
+      .multi()
+      .sadd(batchesKey(this.names, 'handoffs'), jobId)
+      .hincrby(batchesKey(this.names, 'totals'), 'handedOff', 1)
+      .exec();
+  }
+
+  async handoffSettled(jobId: string): Promise<void> {
+    await this.redis.srem(batchesKey(this.names, 'handoffs'), jobId);
+  }
+
   async count(field: TotalsField, savedUsd = 0): Promise<void> {
     const m = this.redis.multi().hincrby(batchesKey(this.names, 'totals'), field, 1);
     if (savedUsd > 0) m.hincrbyfloat(batchesKey(this.names, 'totals'), 'savedUsd', savedUsd);
@@ -79,6 +98,7 @@ export class BatchState {
       canceled: n('canceled'),
       retried: n('retried'),
       deadLettered: n('deadLettered'),
+      handedOff: n('handedOff'),
       savedUsd: n('savedUsd'),
     };
   }

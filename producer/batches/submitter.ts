@@ -5,12 +5,13 @@ import type { Redis } from 'ioredis';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../../shared/keys.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
-import { openDeadLetterQueue } from '../../shared/queues.ts';
+import { type LlmqQueue, openDeadLetterQueue, openQueue } from '../../shared/queues.ts';
 import { deadLetter } from '../../worker/dead-letters.ts';
 import { store } from '../../worker/provider.ts';
 import { batchNames, openBatchQueue } from './batch-jobs.ts';
 import { BatchState, type BatchTotals, type InFlight } from './batch-state.ts';
 import { type BatchItem, itemOutcome } from './item-outcome.ts';
+import { BATCH_ROOM_MS } from './via.ts';
 
 /** What the submitter needs of the SDK: `client.messages.batches` (an `Anthropic` fits). */
 export interface BatchesClient {
@@ -72,6 +73,8 @@ export class BatchSubmitter {
   private readonly state: BatchState;
   private readonly queue;
   private readonly dlq;
+  /** The queue's `messages` jobs, for jobs handed over past their deadline. */
+  private readonly messages: LlmqQueue;
   private readonly taker: Worker<JobData, JobResult>;
   private readonly owner = `submitter-${randomUUID()}`;
   private readonly o: Required<
@@ -93,6 +96,8 @@ export class BatchSubmitter {
     this.queue = openBatchQueue(this.redis, this.names);
     this.dlq = openDeadLetterQueue(this.redis, this.names);
     this.dlq.on('error', () => {});
+    this.messages = openQueue(this.redis, this.names);
+    this.messages.on('error', () => {});
     const b = batchNames(this.names);
     this.taker = new Worker<JobData, JobResult>(b.queue, null, {
       connection: { ...this.redis.options, maxRetriesPerRequest: null } as ConnectionOptions,
@@ -116,7 +121,11 @@ export class BatchSubmitter {
       while (!this.stopped) {
         try {
           if (await this.state.holdLease(this.owner, LEASE_MS)) {
-            const changed = (await this.take()) + (await this.submit()) + (await this.poll());
+            const changed =
+              (await this.take()) +
+              (await this.submit()) +
+              (await this.poll()) +
+              (await this.settleHandoffs());
             if (changed > 0) await this.report();
           }
         } catch (err) {
@@ -136,7 +145,12 @@ export class BatchSubmitter {
 
   async close(): Promise<void> {
     await this.stop();
-    await Promise.all([this.taker.close(true), this.queue.close(), this.dlq.close()]);
+    await Promise.all([
+      this.taker.close(true),
+      this.queue.close(),
+      this.dlq.close(),
+      this.messages.close(),
+    ]);
   }
 
   /** Batches and items now, and the totals. */
@@ -173,7 +187,10 @@ export class BatchSubmitter {
   private async submit(): Promise<number> {
     if (Date.now() - this.lastTakenAt < this.o.gatherMs) return 0;
     const inflight = await this.state.inFlight();
-    const inBatch = new Set(inflight.flatMap((b) => b.jobIds));
+    const inBatch = new Set([
+      ...inflight.flatMap((b) => b.jobIds),
+      ...(await this.state.handoffs()),
+    ]);
     const active = (await this.queue.getJobs(['active'], 0, -1, true)).filter(
       (j): j is Job<JobData, JobResult> => Boolean(j) && !inBatch.has(j.id!),
     );
@@ -282,10 +299,61 @@ export class BatchSubmitter {
       await this.state.count('deadLettered');
       return;
     }
+    const deadline = job.data.deadlineAt;
+    if (deadline !== undefined && now + BATCH_ROOM_MS > deadline) {
+      await this.handOff(job, history);
+      return;
+    }
     // Back as new work: the next batch takes it.
     await job.updateData({ ...job.data, history });
     await job.moveToDelayed(Date.now(), NO_LOCK);
     await this.state.count('retried');
+  }
+
+  /**
+   * Past its deadline a job goes through `messages`: a job under the same id in the queue the
+   * workers read (so the dead letter, if any, is the same), recorded before it is added; its
+   * outcome settles the batch-bound job (see {@link settleHandoffs}).
+   */
+  private async handOff(job: Job<JobData, JobResult>, history: JobData['history']): Promise<void> {
+    const data: JobData = { ...job.data, history };
+    await job.updateData(data);
+    await this.state.handedOff(job.id!);
+    await this.messages.add(job.name, data, {
+      jobId: job.id!,
+      priority: data.priority,
+      attempts: job.opts.attempts ?? 5,
+      removeOnComplete: job.opts.removeOnComplete ?? true,
+      removeOnFail: job.opts.removeOnFail ?? true,
+    });
+  }
+
+  /** Completes (or fails) each handed-off job once its `messages` job finished. */
+  private async settleHandoffs(): Promise<number> {
+    let n = 0;
+    for (const id of await this.state.handoffs()) {
+      const job = (await this.queue.getJob(id)) as Job<JobData, JobResult> | undefined;
+      const state = await this.messages.getJobState(id);
+      if (job && (await job.getState()) === 'active') {
+        if (state === 'completed') {
+          const done = await this.messages.getJob(id);
+          await job.moveToCompleted(done!.returnvalue, NO_LOCK, false);
+        } else if (state === 'failed' || state === 'unknown') {
+          const letter = (await this.dlq.getJob(id))?.data;
+          const reason = letter?.reason ?? 'its messages job was removed';
+          await deadLetter(
+            this.dlq,
+            job,
+            NO_LOCK,
+            { ...letter, reason, errorClass: letter?.errorClass ?? 'HandoffLost' },
+            letter?.attempts ?? job.data.history ?? [],
+          );
+        } else continue;
+      }
+      await this.state.handoffSettled(id);
+      n++;
+    }
+    return n;
   }
 
   private sleep(ms: number): Promise<void> {
