@@ -86,7 +86,7 @@ describe('llmq batch summarize --via batches', () => {
     const docs = writeDocs(30);
     const out = join(dir, 'results.jsonl');
     mock.batches.setOptions({ processingMs: 4_000 });
-    const first = cli([
+    const args = [
       'batch',
       'summarize',
       docs,
@@ -96,7 +96,8 @@ describe('llmq batch summarize --via batches', () => {
       'batches',
       '--max-tokens',
       '40',
-    ]);
+    ];
+    const first = cli(args);
     // Killed while the batch is processing, after its id was kept in Redis.
     await until(async () => (await redis.hlen(batchesKey(names, 'inflight'))) > 0, 30_000, 50);
     const created = mock.batches.stats().created;
@@ -104,17 +105,7 @@ describe('llmq batch summarize --via batches', () => {
     first.child.kill('SIGKILL');
     await first.exit;
 
-    const second = cli([
-      'batch',
-      'summarize',
-      docs,
-      '--out',
-      out,
-      '--via',
-      'batches',
-      '--max-tokens',
-      '40',
-    ]);
+    const second = cli(args);
     expect(await second.exit).toBe(0);
     const got = lines(out);
     expect(got).toHaveLength(30);

@@ -11,9 +11,10 @@
 
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newMessageId } from './api-errors.ts';
+import { type ApiErrorType, apiErrorBody, ERROR_STATUS } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { readBody, sendJson } from './http-io.ts';
+import { messageBody } from './messages-handler.ts';
 import { planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
 import { describeIssue, firstIssue, messagesRequestSchema } from './request-schema.ts';
@@ -175,24 +176,7 @@ export class BatchStore {
       request.max_tokens,
       this.state.outputShare,
     );
-    return {
-      type: 'succeeded',
-      message: {
-        id: newMessageId(),
-        type: 'message',
-        role: 'assistant',
-        content: [{ type: 'text', text: output.pieces.join('') }],
-        model: request.model,
-        stop_reason: output.stopReason,
-        stop_sequence: null,
-        usage: {
-          input_tokens: inputTokens,
-          cache_creation_input_tokens: 0,
-          cache_read_input_tokens: 0,
-          output_tokens: output.tokens,
-        },
-      },
-    };
+    return { type: 'succeeded', message: messageBody({ request, output, inputTokens }) };
   }
 }
 
