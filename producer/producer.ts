@@ -265,6 +265,19 @@ export class Producer {
         throw err;
       }
     }
+    if (options.via === 'batches') {
+      // Batch-bound jobs skip the depth bound: add them one by one (the submitter groups them).
+      for (const r of requests) checkBatchable(r, options);
+      const added: string[] = [];
+      for (const [i, r] of requests.entries()) {
+        const key = keys?.[i];
+        added.push(
+          (await this.enqueueJob(r, { ...options, ...(key ? { idempotencyKey: key } : {}) })).id,
+        );
+      }
+      options.onChunk?.(added, 0);
+      return added;
+    }
     const tenant = datas[0]?.tenant;
     const ids = datas.map((_, i) => {
       const key = keys?.[i];

@@ -53,8 +53,9 @@ const request = (text: string) => ({
 
 describe('the batch submitter', () => {
   it('completes jobs enqueued via batches with the same result shape as messages', async () => {
-    const ids = await Promise.all(
-      [0, 1, 2, 3, 4].map((i) => producer.enqueue(request(`doc ${i}`), { via: 'batches' })),
+    const ids = await producer.enqueueMany(
+      [0, 1, 2, 3, 4].map((i) => request(`doc ${i}`)),
+      { via: 'batches' },
     );
     // Nothing reaches the per-minute queue.
     expect(await producer.queue.count()).toBe(0);
