@@ -99,7 +99,7 @@ describe('llmq batch summarize --via batches', () => {
     ];
     const first = cli(args);
     // Killed while the batch is processing, after its id was kept in Redis.
-    await until(async () => (await redis.hlen(batchesKey(names, 'inflight'))) > 0, 30_000, 50);
+    await until(async () => (await redis.hlen(batchesKey(names, 'inflight'))) > 0, 90_000, 50);
     const created = mock.batches.stats().created;
     expect(created).toBeGreaterThan(0);
     first.child.kill('SIGKILL');
@@ -120,7 +120,7 @@ describe('llmq batch summarize --via batches', () => {
       /batch done: 30 file\(s\), 30 summarized.*via batches, saved \$0\.\d{4} \(half price\)/,
     );
     expect(second.out.stderr).toMatch(/batches: .*30 succeeded.*saved \$/);
-  }, 90_000);
+  }, 180_000);
 
   it('refuses a malformed --deadline and an unknown --via with one line, enqueueing nothing', async () => {
     const docs = writeDocs(2);
@@ -139,7 +139,7 @@ describe('llmq batch summarize --via batches', () => {
     }
     expect(await redis.keys(`${names.prefix}:*`)).toEqual([]);
     expect(mock.batches.stats().created).toBe(0);
-  }, 60_000);
+  }, 150_000);
 });
 
 describe('errored and expired items in a batch run', () => {
