@@ -13,6 +13,8 @@ import {
   registerQueue,
 } from '../shared/queues.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
+import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
+import type { Via } from './batches/via.ts';
 import { DepthGate, type WaitForRoomOptions } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
 import { checkIdempotencyKey, jobIdForKey, newJobId } from './idempotency.ts';
@@ -84,6 +86,13 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly meta?: Readonly<Record<string, string>>;
   /** Count input tokens with the provider's count_tokens instead of estimating. @default false */
   readonly exactCount?: boolean;
+  /**
+   * `batches`: run it through Message Batches (half the price, outside per-minute limits, done
+   * within 24 h) once a batch submitter runs; see producer/batches. @default 'messages'
+   */
+  readonly via?: Via;
+  /** For `via: 'batches'`: when it must be done by (ms since the epoch). */
+  readonly deadlineAt?: number;
 }
 
 export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'idempotencyKey'> {
@@ -126,6 +135,7 @@ export class Producer {
   private readonly retention: { completedS: number; completedCount: number; failedS: number };
   private readonly ownsRedis: boolean;
   private waiter: ResultWaiter | undefined;
+  private batches: BatchJobs | undefined;
   private registered = false;
 
   constructor(options: ProducerOptions) {
@@ -188,7 +198,15 @@ export class Producer {
 
   /** {@link enqueue}, telling also whether a job was created or an existing one was found. */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
+    if (options.via === 'batches') checkBatchable(request, options);
     const data = await this.prepareAsync(request, options);
+    if (options.via === 'batches') {
+      const attempts = checkAttempts(options.attempts);
+      await this.ensureRegistered();
+      return this.redisCall(() =>
+        this.batchJobs.add(data, options, this.jobOptions(data, attempts)),
+      );
+    }
     const id =
       options.idempotencyKey !== undefined
         ? jobIdForKey(options.idempotencyKey, data.tenant)
@@ -247,6 +265,19 @@ export class Producer {
         throw err;
       }
     }
+    if (options.via === 'batches') {
+      // Batch-bound jobs skip the depth bound: add them one by one (the submitter groups them).
+      for (const r of requests) checkBatchable(r, options);
+      const added: string[] = [];
+      for (const [i, r] of requests.entries()) {
+        const key = keys?.[i];
+        added.push(
+          (await this.enqueueJob(r, { ...options, ...(key ? { idempotencyKey: key } : {}) })).id,
+        );
+      }
+      options.onChunk?.(added, 0);
+      return added;
+    }
     const tenant = datas[0]?.tenant;
     const ids = datas.map((_, i) => {
       const key = keys?.[i];
@@ -287,7 +318,8 @@ export class Producer {
   }
 
   /** Resolves with a job's result; rejects with JobFailedError (the dead letter's reason), JobNotFoundError or WaitTimeoutError. */
-  async waitForResult(id: string, options: WaitOptions = {}): Promise<JobResult> {
+  async waitForResult(id: string, options: WaitOptions & { via?: Via } = {}): Promise<JobResult> {
+    if (options.via === 'batches') return this.batchJobs.wait(id, options);
     this.waiter ??= new ResultWaiter({
       redis: this.redis,
       names: this.names,
@@ -324,8 +356,15 @@ export class Producer {
     return 'active';
   }
 
+  /** The batch-bound jobs of this queue (opened on first use). */
+  get batchJobs(): BatchJobs {
+    this.batches ??= new BatchJobs(this.redis, this.names, this.deadLetters);
+    return this.batches;
+  }
+
   async close(): Promise<void> {
     await this.waiter?.close();
+    await this.batches?.close();
     await Promise.all([this.queue.close(), this.deadLetters.close()]);
     if (this.ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
   }

@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { registerDashboardCommand } from '../dashboard/index.ts';
+import { registerBatchesCommand } from '../producer/batches/batches-command.ts';
 import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
 import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors.ts';
 import { VERSION } from '../shared/version.ts';
@@ -30,6 +31,7 @@ export function buildProgram(): Command {
   registerDashboardCommand(program);
   registerServeCommand(program);
   registerBatchCommand(program);
+  registerBatchesCommand(program);
   registerBenchCommand(program);
   return program;
 }

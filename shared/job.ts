@@ -36,6 +36,8 @@ export interface JobData {
   /** 429s with retry-after so far; they cost no attempt but are bounded. */
   readonly rateLimitReturns?: number | undefined;
   readonly history?: readonly AttemptRecord[] | undefined;
+  /** When a batch-bound job must be done by (ms since the epoch); see producer/batches. */
+  readonly deadlineAt?: number | undefined;
 }
 
 /** The Message as stored: what a caller of the API would keep. */
@@ -62,6 +64,8 @@ export interface JobResult {
   readonly requestId: string | null;
   readonly attempts: number;
   readonly completedAt: number;
+  /** The Message Batch that answered it (absent for a call through `messages`). */
+  readonly batchId?: string | undefined;
 }
 
 /** A dead letter: everything needed to understand and retry what could not succeed. */

@@ -33,3 +33,16 @@ export function queueRegistryKey(prefix: string): string {
 export function breakerKey(names: QueueNames): string {
   return llmqKey(names, 'breaker');
 }
+
+/** The BullMQ queue holding a queue's jobs bound for Message Batches (never seen by the gate). */
+export function batchQueueName(queue: string): string {
+  return `${queue}-batches`;
+}
+
+/** A key of the batch submitter's state of a queue (`inflight`, `handoffs`, `totals`, `lease`). */
+export function batchesKey(
+  names: QueueNames,
+  part: 'inflight' | 'handoffs' | 'totals' | 'lease',
+): string {
+  return llmqKey(names, 'batches', part);
+}

@@ -33,7 +33,8 @@ export interface ProviderCallResult {
   readonly latencyMs: number;
 }
 
-function store(m: Anthropic.Message): StoredMessage {
+/** The Message as llmq stores it (also for a Message Batches result). */
+export function store(m: Anthropic.Message): StoredMessage {
   return {
     id: m.id,
     model: m.model,

@@ -3,6 +3,8 @@ import type { Command } from 'commander';
 import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
+import { startSubmitterFor } from '../batches/batches-command.ts';
+import { parseDeadline, resolveVia } from '../batches/via.ts';
 import { createProducer } from '../create-producer.ts';
 import { runBatchSummarize } from './summarize.ts';
 
@@ -18,6 +20,8 @@ interface SummarizeFlags {
   retryFailed?: boolean;
   queue?: string;
   prefix?: string;
+  via: string;
+  deadline?: string;
 }
 
 /** Adds `llmq batch summarize PATH… --out FILE`. */
@@ -43,6 +47,15 @@ export function registerBatchCommand(program: Command): Command {
     .option('--tenant <name>', 'the tenant the jobs belong to')
     .option('--no-wait', 'enqueue and exit; a later run collects the results')
     .option('--retry-failed', 'enqueue again the files whose earlier result was an error')
+    .option(
+      '--via <path>',
+      'messages (now), batches (Message Batches: half price, within 24 h), or auto (batches when --deadline leaves an hour or more)',
+      'messages',
+    )
+    .option(
+      '--deadline <duration>',
+      'when the run must be done, such as 90m, 6h or 2d (for --via auto)',
+    )
     .option('--queue <name>', 'queue name (env LLMQ_QUEUE)')
     .option('--prefix <prefix>', 'Redis key prefix (env LLMQ_PREFIX)')
     .action(async (paths: string[], flags: SummarizeFlags) => {
@@ -66,8 +79,12 @@ export function registerBatchCommand(program: Command): Command {
           );
         }
       }
+      const deadlineMs = flags.deadline !== undefined ? parseDeadline(flags.deadline) : undefined;
+      const via = resolveVia(flags.via, deadlineMs);
       await assertRedis(config.redisUrl);
       const producer = createProducer(config);
+      // Through batches, this command runs the batch submitter too (one per queue takes turns).
+      const submitter = via === 'batches' ? startSubmitterFor(config) : undefined;
       const ac = new AbortController();
       const onSigint = () => {
         if (ac.signal.aborted) process.exit(130);
@@ -90,10 +107,13 @@ export function registerBatchCommand(program: Command): Command {
           wait: flags.wait,
           retryFailed: flags.retryFailed ?? false,
           signal: ac.signal,
+          via,
+          ...(deadlineMs !== undefined ? { deadlineAt: Date.now() + deadlineMs } : {}),
         });
         process.exitCode = report.exitCode;
       } finally {
         process.off('SIGINT', onSigint);
+        await submitter?.stop();
         await producer.close();
       }
     });

@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
 import type { JobResult } from '../../shared/job.ts';
+import { batchSavingUsd, formatUsd } from '../../shared/prices.ts';
 import type { PriorityLane } from '../../shared/priority.ts';
+import type { Via } from '../batches/via.ts';
 import { JobFailedError, JobNotFoundError } from '../errors.ts';
 import { jobIdForKey } from '../idempotency.ts';
 import type { Producer } from '../producer.ts';
@@ -34,6 +36,10 @@ export interface BatchSummarizeOptions {
   readonly wait?: boolean;
   /** Enqueue files whose earlier result was an error again (with a fresh idempotency key). @default false */
   readonly retryFailed?: boolean;
+  /** `batches`: through Message Batches (a batch submitter must run). @default 'messages' */
+  readonly via?: Via;
+  /** For `via: 'batches'`: when the jobs must be done by (ms since the epoch). */
+  readonly deadlineAt?: number;
   /** Stops the run: jobs stay queued, the results file stays valid. */
   readonly signal?: AbortSignal;
   /** Where progress goes; a TTY gets a redrawn bar. @default process.stderr */
@@ -68,6 +74,9 @@ export interface BatchReport {
   readonly outputTokens: number;
   readonly elapsedMs: number;
   readonly interrupted: boolean;
+  readonly via: Via;
+  /** What this run's results saved by going through Message Batches, in dollars. */
+  readonly savedUsd: number;
   /** 0 all succeeded (or enqueued with wait false), 1 some failed, 130 interrupted. */
   readonly exitCode: 0 | 1 | 130;
 }
@@ -109,6 +118,8 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   let inputTokens = 0;
   let outputTokens = 0;
   let arrived = 0;
+  let savedUsd = 0;
+  const via = options.via ?? 'messages';
 
   // What earlier runs wrote, by file: a line counts for the file's current content only.
   const earlier = new Map<string, ResultLine[]>();
@@ -146,9 +157,11 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   let unexpected: unknown;
   const collect = (p: Pending) => {
     waits.push(
-      producer.waitForResult(p.id, signal ? { signal } : {}).then(
-        (result) =>
-          write({ file: p.file, id: p.id, summary: summaryOf(result), usage: usageOf(result) }),
+      producer.waitForResult(p.id, { via, ...(signal ? { signal } : {}) }).then(
+        (result) => {
+          if (result.batchId) savedUsd += batchSavingUsd(result.message.model, usageOf(result));
+          write({ file: p.file, id: p.id, summary: summaryOf(result), usage: usageOf(result) });
+        },
         (err: unknown) => {
           if (err instanceof JobFailedError) write({ file: p.file, id: p.id, error: err.reason });
           // Removed meanwhile (cancelled, or its retention ran out): no line, so a rerun enqueues it again.
@@ -196,6 +209,8 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
           ...(tenant !== undefined ? { tenant } : {}),
           meta: { file },
           wait: true,
+          via,
+          ...(options.deadlineAt !== undefined ? { deadlineAt: options.deadlineAt } : {}),
           ...(signal ? { signal } : {}),
         });
         if (job.created) enqueued++;
@@ -234,6 +249,8 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
     outputTokens,
     elapsedMs: Date.now() - started,
     interrupted,
+    via,
+    savedUsd,
     exitCode: interrupted ? 130 : failed.length > 0 ? 1 : 0,
   };
   reportOut.write(`${reportLine(report, wait)}\n`);
@@ -257,7 +274,9 @@ export function reportLine(r: BatchReport, waited = true): string {
     : waited
       ? 'batch done'
       : 'batch enqueued (rerun without --no-wait to collect)';
-  return `${head}: ${parts.join(', ')}; tokens ${r.inputTokens} in, ${r.outputTokens} out; ${(r.elapsedMs / 1000).toFixed(1)} s`;
+  const saved =
+    r.via === 'batches' ? `; via batches, saved ${formatUsd(r.savedUsd)} (half price)` : '';
+  return `${head}: ${parts.join(', ')}; tokens ${r.inputTokens} in, ${r.outputTokens} out${saved}; ${(r.elapsedMs / 1000).toFixed(1)} s`;
 }
 
 /** The idempotency key of one file's job: its content and every parameter that shapes the summary. */

@@ -1,5 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
+import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
+import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { RequestValidationError } from '../../shared/errors.ts';
@@ -40,11 +42,17 @@ export function registerEnqueueCommand(program: Command): void {
       )
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
-      .option('--tenant <name>', 'charge the tenant’s scope too'),
+      .option('--tenant <name>', 'charge the tenant’s scope too')
+      .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
+      .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
     const file = typeof flags['file'] === 'string' && flags['file'] !== '-' ? flags['file'] : 0;
     const priority = resolvePriority(flags['priority'] as string | undefined);
+    const deadlineMs =
+      typeof flags['deadline'] === 'string' ? parseDeadline(flags['deadline']) : undefined;
+    const via = resolveVia(String(flags['via'] ?? 'messages'), deadlineMs);
+    const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
@@ -58,6 +66,7 @@ export function registerEnqueueCommand(program: Command): void {
         // Validate every request before adding any, so a bad line leaves nothing behind.
         requests.forEach((r, i) => {
           try {
+            if (via === 'batches') checkBatchable(r, {});
             producer.prepare(r, { priority });
           } catch (err) {
             if (err instanceof RequestValidationError && requests.length > 1) {
@@ -71,7 +80,7 @@ export function registerEnqueueCommand(program: Command): void {
         for (const r of requests) {
           const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
           process.stdout.write(
-            `${await producer.enqueue(r, { priority, ...(tenant ? { tenant } : {}) })}\n`,
+            `${await producer.enqueue(r, { priority, via, ...(deadlineAt ? { deadlineAt } : {}), ...(tenant ? { tenant } : {}) })}\n`,
           );
         }
       } finally {

@@ -198,7 +198,12 @@ function usage(inputTokens: number, outputTokens: number) {
   };
 }
 
-function messageBody({ request, output, inputTokens }: Answer) {
+/** The Message the "model" answers with (also a Message Batches item's). */
+export function messageBody({
+  request,
+  output,
+  inputTokens,
+}: Pick<Answer, 'request' | 'output' | 'inputTokens'>) {
   return {
     id: newMessageId(),
     type: 'message',

@@ -5,6 +5,7 @@
  * Routes:
  * - `POST /v1/messages` — see messages-handler.ts;
  * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}`, not rate limited;
+ * - `/v1/messages/batches…` — Message Batches, see batches.ts;
  * - `GET /__stats` — MockStats JSON; `POST /__reset` — 204; `POST /__faults` — 204, body as
  *   `setFaults`.
  */
@@ -14,6 +15,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { LlmqError } from '../../shared/errors.ts';
 import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
+import { type BatchFaults, type BatchOptions, type BatchStats, handleBatches } from './batches.ts';
 import { readBody, sendEmpty, sendJson } from './http-io.ts';
 import { handleMessages, type RouteContext } from './messages-handler.ts';
 import { type MockAnthropicOptions, parseMockAnthropicOptions } from './options.ts';
@@ -33,6 +35,12 @@ export interface MockAnthropicHandle {
   setFaults(faults: MockAnthropicOptions['faults']): void;
   /** Changes latency, output share or spend-capped keys at runtime. @throws ConfigError */
   setOptions(options: RuntimeOptions): void;
+  /** Message Batches: what was created and fetched, their faults and processing time. */
+  readonly batches: {
+    stats(): BatchStats;
+    setFaults(faults: BatchFaults): void;
+    setOptions(options: BatchOptions): void;
+  };
   /** Stops listening and destroys open sockets (streams included); resolves when closed. */
   close(): Promise<void>;
 }
@@ -90,6 +98,11 @@ export async function startMockAnthropic(
     reset: () => state.reset(),
     setFaults: (faults) => state.setFaults(faults),
     setOptions: (runtime) => state.setOptions(runtime),
+    batches: {
+      stats: () => state.batches.stats(),
+      setFaults: (faults) => state.batches.setFaults(faults),
+      setOptions: (options) => state.batches.setOptions(options),
+    },
     close() {
       closed ??= new Promise<void>((resolve) => {
         closing.abort();
@@ -107,6 +120,7 @@ async function route(
   context: RouteContext,
 ): Promise<void> {
   const path = new URL(req.url ?? '/', 'http://mock').pathname;
+  if (await handleBatches(req, res, context.state.batches, context.requestId)) return;
   const key = `${req.method ?? 'GET'} ${path}`;
   switch (key) {
     case 'POST /v1/messages':

@@ -6,6 +6,7 @@
  */
 
 import { ConfigError } from '../../shared/errors.ts';
+import { BatchStore } from './batches.ts';
 import { createFaultInjector, type FaultInjector } from './faults.ts';
 import {
   type MockAnthropicOptions,
@@ -34,6 +35,8 @@ export class MockState {
   limiter: RateLimiter;
   stats: StatsRecorder;
   readonly faults: FaultInjector;
+  /** Message Batches: kept across `reset()` only in their options. */
+  readonly batches: BatchStore;
   /** Bumped by reset(); admissions remember it so stale refunds are ignored. */
   generation = 0;
 
@@ -46,6 +49,7 @@ export class MockState {
     this.limiter = this.newLimiter();
     this.stats = this.newStats();
     this.faults = createFaultInjector(options.seed, options.faults);
+    this.batches = new BatchStore(this);
   }
 
   /** Clears stats and limit state and restarts the fault generator from the seed. */
@@ -54,6 +58,7 @@ export class MockState {
     this.limiter = this.newLimiter();
     this.stats = this.newStats();
     this.faults.reset();
+    this.batches.reset();
   }
 
   /** Replaces the fault rates (absent rates become 0). @throws ConfigError on a bad rate. */

@@ -1,0 +1,81 @@
+import type { Command } from 'commander';
+import { type Config, resolveConfig } from '../../shared/config.ts';
+import { ConfigError } from '../../shared/errors.ts';
+import { formatUsd } from '../../shared/prices.ts';
+import { assertRedis, connectRedis } from '../../shared/redis.ts';
+import { createProviderClient } from '../../worker/provider.ts';
+import { type BatchProgress, type BatchSubmitterHandle, startBatchSubmitter } from './submitter.ts';
+
+/** One progress line: batches and items now, the queue's totals, and what batches saved. */
+export function batchProgressLine(p: BatchProgress): string {
+  const t = p.totals;
+  return (
+    `batches: ${p.batchesInFlight} in flight (${p.itemsProcessing} items processing), ` +
+    `${t.batchesEnded}/${t.batches} ended; items ${t.succeeded} succeeded, ${t.errored} errored, ` +
+    `${t.expired} expired, ${t.canceled} canceled, ${t.retried} retried; saved ${formatUsd(t.savedUsd)}`
+  );
+}
+
+/**
+ * Starts a batch submitter for a resolved config, its progress on stderr.
+ * @throws ConfigError when no provider key is set.
+ */
+export function startSubmitterFor(
+  config: Config,
+  out: { write(chunk: string): boolean } = process.stderr,
+): BatchSubmitterHandle {
+  if (!config.anthropicApiKey) {
+    throw new ConfigError(
+      'Message Batches are submitted from this process: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another endpoint)',
+    );
+  }
+  const redis = connectRedis(config.redisUrl);
+  redis.on('error', () => {});
+  let last = '';
+  const handle = startBatchSubmitter({
+    redis,
+    names: { prefix: config.prefix, queue: config.queue },
+    client: createProviderClient({
+      apiKey: config.anthropicApiKey,
+      baseURL: config.anthropicBaseUrl,
+    }),
+    onProgress: (p) => {
+      const line = batchProgressLine(p);
+      if (line !== last) out.write(`${line}\n`);
+      last = line;
+    },
+    onError: (err) =>
+      out.write(`batches: ${(err as Error).message ?? String(err)} (trying again)\n`),
+  });
+  return {
+    done: handle.done,
+    stop: async () => {
+      await handle.stop();
+      redis.disconnect();
+    },
+  };
+}
+
+/** Adds `llmq batches run`: the batch submitter of a queue, until Ctrl-C. */
+export function registerBatchesCommand(program: Command): Command {
+  const batches = program
+    .command('batches')
+    .description('Message Batches (half price, within 24 h)');
+  batches
+    .command('run')
+    .description(
+      "submit the queue's batch-bound jobs (enqueued with via 'batches') as Message Batches, poll them, and complete each job with its result; resumes the batches in flight",
+    )
+    .option('--queue <name>', 'queue name (env LLMQ_QUEUE)')
+    .option('--prefix <prefix>', 'Redis key prefix (env LLMQ_PREFIX)')
+    .action(async (flags: { queue?: string; prefix?: string }) => {
+      const config = resolveConfig({ flags: { ...flags }, env: process.env });
+      await assertRedis(config.redisUrl);
+      const handle = startSubmitterFor(config);
+      const stop = () => void handle.stop();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      await handle.done;
+    });
+  return batches;
+}
