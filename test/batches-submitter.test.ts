@@ -115,7 +115,7 @@ describe('the batch submitter', () => {
       redis: conn,
       names,
       client: createProviderClient({ apiKey: 'sk-test', baseURL: mock.url }),
-      limiter: { concurrency: 4 },
+      limiter: {},
       concurrency: 4,
     });
     try {
