@@ -1,15 +1,17 @@
+import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
-import { registerDashboardCommand } from '../dashboard/index.ts';
-import { registerBatchCommand, registerServeCommand } from '../producer/index.ts';
-import { ConfigError, LlmqError, RequestValidationError } from '../shared/errors.ts';
-import { VERSION } from '../shared/version.ts';
-import { registerBenchCommand } from './bench/index.ts';
-import { registerDlqCommand } from './commands/dlq.ts';
-import { registerEnqueueCommand } from './commands/enqueue.ts';
-import { registerStatusCommand } from './commands/status.ts';
-import { registerWorkerCommand } from './commands/worker.ts';
+import { ConfigError, LlmqError, RequestValidationError } from '../../shared/errors.ts';
+import { VERSION } from '../../shared/version.ts';
+import { registerBatchCommand } from './batch.ts';
+import { registerBenchCommand } from './bench.ts';
+import { registerDashboardCommand } from './dashboard.ts';
 import { registerDemoCommand } from './demo.ts';
-import { registerMockAnthropicCommand } from './mock-anthropic/index.ts';
+import { registerDlqCommand } from './dlq.ts';
+import { registerEnqueueCommand } from './enqueue.ts';
+import { registerMockAnthropicCommand } from './mock-anthropic.ts';
+import { registerServeCommand } from './serve.ts';
+import { registerStatusCommand } from './status.ts';
+import { registerWorkerCommand } from './worker.ts';
 
 /** Builds the `llmq` program. Every command is a thin shell over a library function. */
 export function buildProgram(): Command {
@@ -61,4 +63,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`llmq: ${(err as Error)?.stack ?? String(err)}\n`);
     return 1;
   }
+}
+
+// Run directly from source in development (`npm run llmq:dev -- …`); the bin imports dist/ instead.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.exitCode = await main(process.argv);
 }

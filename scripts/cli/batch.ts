@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
+import { runBatchSummarize } from '../../producer/batch/summarize.ts';
+import { createProducer } from '../../producer/create-producer.ts';
 import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
-import { createProducer } from '../create-producer.ts';
-import { runBatchSummarize } from './summarize.ts';
 
 interface SummarizeFlags {
   out: string;
