@@ -2,19 +2,28 @@ import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, LlmqError, RequestValidationError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
-import { registerBatchCommand } from './batch.ts';
-import { registerBenchCommand } from './bench.ts';
-import { registerDashboardCommand } from './dashboard.ts';
-import { registerDemoCommand } from './demo.ts';
-import { registerDlqCommand } from './dlq.ts';
-import { registerEnqueueCommand } from './enqueue.ts';
-import { registerMockAnthropicCommand } from './mock-anthropic.ts';
-import { registerServeCommand } from './serve.ts';
-import { registerStatusCommand } from './status.ts';
-import { registerWorkerCommand } from './worker.ts';
 
-/** Builds the `llmq` program. Every command is a thin shell over a library function. */
-export function buildProgram(): Command {
+type Register = (program: Command) => unknown;
+
+/** Every command, in `--help` order, loaded only when needed: a command starts with its own imports. */
+const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
+  worker: async () => (await import('./worker.ts')).registerWorkerCommand,
+  enqueue: async () => (await import('./enqueue.ts')).registerEnqueueCommand,
+  status: async () => (await import('./status.ts')).registerStatusCommand,
+  dlq: async () => (await import('./dlq.ts')).registerDlqCommand,
+  'mock-anthropic': async () => (await import('./mock-anthropic.ts')).registerMockAnthropicCommand,
+  demo: async () => (await import('./demo.ts')).registerDemoCommand,
+  dashboard: async () => (await import('./dashboard.ts')).registerDashboardCommand,
+  serve: async () => (await import('./serve.ts')).registerServeCommand,
+  batch: async () => (await import('./batch.ts')).registerBatchCommand,
+  bench: async () => (await import('./bench.ts')).registerBenchCommand,
+};
+
+/**
+ * Builds the `llmq` program with the command `argv` names, or every command when it names none
+ * it knows (`--help`, a typo). Every command is a thin shell over a library function.
+ */
+export async function buildProgram(argv: readonly string[]): Promise<Command> {
   const program = new Command('llmq')
     .description(
       'a durable job queue for LLM calls: workers pull only what a shared Redis token budget admits',
@@ -23,22 +32,15 @@ export function buildProgram(): Command {
     .exitOverride()
     .showSuggestionAfterError(false)
     .configureOutput({ writeErr: () => {} });
-  registerWorkerCommand(program);
-  registerEnqueueCommand(program);
-  registerStatusCommand(program);
-  registerDlqCommand(program);
-  registerMockAnthropicCommand(program);
-  registerDemoCommand(program);
-  registerDashboardCommand(program);
-  registerServeCommand(program);
-  registerBatchCommand(program);
-  registerBenchCommand(program);
+  const named = argv.slice(2).find((a) => !a.startsWith('-'));
+  const wanted = named !== undefined && named in COMMANDS ? [named] : Object.keys(COMMANDS);
+  for (const name of wanted) (await COMMANDS[name]!())(program);
   return program;
 }
 
 /** Runs the CLI; resolves with the exit code. Usage errors exit 2, other failures 1. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const program = buildProgram();
+  const program = await buildProgram(argv);
   try {
     await program.parseAsync([...argv]);
     return typeof process.exitCode === 'number' ? process.exitCode : 0;
