@@ -36,6 +36,20 @@ function copyAssets(dir) {
   }
 }
 for (const d of ['producer', 'worker', 'shared', 'dashboard', 'scripts']) copyAssets(d);
+
+/** Declarations name their imports `.js`, as the JavaScript does (tsc leaves them `.ts`). */
+function rewriteDeclarations(dir) {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) rewriteDeclarations(path);
+    else if (entry.name.endsWith('.d.ts')) {
+      const text = readFileSync(path, 'utf8');
+      const fixed = text.replace(/((?:from\s+|import\()['"]\.\.?\/[^'"]*)\.ts(['"])/g, '$1.js$2');
+      if (fixed !== text) writeFileSync(path, fixed);
+    }
+  }
+}
+rewriteDeclarations(join(root, 'dist'));
 // The compiled modules read their version from here (shared/version.ts) and are ES modules.
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 writeFileSync(
