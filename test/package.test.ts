@@ -80,7 +80,7 @@ afterAll(async () => {
     redis.disconnect();
   }
   if (tmp) rmSync(tmp, { recursive: true, force: true });
-});
+}, 180_000);
 
 describe('the npm package', () => {
   it('ships compiled JavaScript with declarations, the Lua and the bin, and no sources or tests', () => {
