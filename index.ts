@@ -1,17 +1,10 @@
 /**
- * llmq as a library: `import { createProducer, startWorker } from 'llmq'`.
- * Every CLI command is a thin shell over one of these.
+ * llmq as a library: `import { createProducer, startWorker } from 'llmq'`. Every CLI command is
+ * a thin shell over one of these; the mock provider for tests is in `llmq/testing`.
  */
 
 export { type DashboardHandle, type DashboardOptions, startDashboard } from './dashboard/server.ts';
 export * from './producer/index.ts';
-export { runDemo } from './scripts/demo.ts';
-export {
-  type MockAnthropicHandle,
-  type MockAnthropicOptions,
-  type MockStats,
-  startMockAnthropic,
-} from './scripts/mock-anthropic/index.ts';
 export { type Config, type ConfigSources, resolveConfig } from './shared/config.ts';
 export {
   ConfigError,
@@ -47,6 +40,7 @@ export type {
 } from './shared/limiter/types.ts';
 export { PRIORITY_LANES, type PriorityLane, resolvePriority } from './shared/priority.ts';
 export { openDeadLetterQueue, openQueue } from './shared/queues.ts';
+export { connectRedis } from './shared/redis.ts';
 export {
   type MessagesRequest,
   MessagesRequestSchema,

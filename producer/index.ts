@@ -12,7 +12,6 @@ export {
   RedisUnavailableError,
   RequestValidationError,
 } from '../shared/errors.ts';
-export { registerBatchCommand } from './batch/batch-command.ts';
 export type { ResultLine } from './batch/results-file.ts';
 export {
   type BatchReport,
@@ -32,7 +31,6 @@ export {
   type Route,
 } from './http/handlers.ts';
 export { OPENAPI } from './http/openapi.ts';
-export { registerServeCommand } from './http/serve-command.ts';
 export { type HttpApi, type HttpApiOptions, startHttpApi } from './http/server.ts';
 export { jobIdForKey } from './idempotency.ts';
 export type { JobFailure, JobPhase, JobStatus } from './job-status.ts';

@@ -1,12 +1,10 @@
-// `npm run build` (also run by `npm ci` and `npm install`, as `prepare`): compiles the product's
-// TypeScript to plain JavaScript in dist/, with the Lua scripts and sample documents beside it,
-// so production processes load no TypeScript loader (a worker starts some 50 MB smaller).
+// `npm run build` (also run by `npm ci` in a clone, and by `npm pack`, as `prepare`): compiles the
+// TypeScript to JavaScript with declarations in dist/, with the Lua scripts and samples beside it.
 import { execFileSync } from 'node:child_process';
 import { cpSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SOURCE_DIRS, STAMP, sourceFingerprint } from './build-stamp.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
@@ -14,14 +12,11 @@ let tsc;
 try {
   tsc = join(dirname(require.resolve('typescript/package.json')), 'bin', 'tsc');
 } catch {
-  // An install without dev dependencies (npm ci --omit=dev) cannot compile: llmq then runs its
-  // TypeScript through tsx, as in development.
-  console.warn('llmq build: typescript is not installed; llmq will run from source through tsx');
+  // An install without dev dependencies (npm ci --omit=dev) cannot compile; dist/ stays as it is.
+  console.warn('llmq build: typescript is not installed (dev dependency); dist/ was not rebuilt');
   process.exit(0);
 }
 
-// Fingerprint first: a file edited while the build runs leaves a stamp that no longer matches.
-const fingerprint = sourceFingerprint(root);
 rmSync(join(root, 'dist'), { recursive: true, force: true });
 execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.build.json')], {
   cwd: root,
@@ -32,24 +27,33 @@ execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.build.json')], {
 function copyAssets(dir) {
   for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) {
-      if (entry.name === 'lua' || entry.name === 'samples') {
-        cpSync(join(root, path), join(root, 'dist', path), { recursive: true });
-      } else {
-        copyAssets(path);
-      }
+    if (!entry.isDirectory()) continue;
+    if (entry.name === 'lua' || entry.name === 'samples') {
+      cpSync(join(root, path), join(root, 'dist', path), { recursive: true });
+    } else {
+      copyAssets(path);
     }
   }
 }
-for (const d of SOURCE_DIRS) copyAssets(d);
+for (const d of ['producer', 'worker', 'shared', 'dashboard', 'scripts']) copyAssets(d);
+
+/** Declarations name their imports `.js`, as the JavaScript does (tsc leaves them `.ts`). */
+function rewriteDeclarations(dir) {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) rewriteDeclarations(path);
+    else if (entry.name.endsWith('.d.ts')) {
+      const text = readFileSync(path, 'utf8');
+      const fixed = text.replace(/((?:from\s+|import\()['"]\.\.?\/[^'"]*)\.ts(['"])/g, '$1.js$2');
+      if (fixed !== text) writeFileSync(path, fixed);
+    }
+  }
+}
+rewriteDeclarations(join(root, 'dist'));
 // The compiled modules read their version from here (shared/version.ts) and are ES modules.
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 writeFileSync(
   join(root, 'dist/package.json'),
   `${JSON.stringify({ name: `${pkg.name}-dist`, version: pkg.version, private: true, type: 'module' }, null, 2)}\n`,
-);
-writeFileSync(
-  join(root, STAMP),
-  `${JSON.stringify({ fingerprint, builtAt: new Date().toISOString() }, null, 2)}\n`,
 );
 console.log('llmq build: dist/ is up to date');

@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Command } from 'commander';
 import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { RedisUnavailableError } from '../shared/errors.ts';
@@ -169,16 +168,4 @@ export async function runDemo(
     await mock?.close();
     await privateRedis?.stop();
   }
-}
-
-export function registerDemoCommand(program: Command): void {
-  program
-    .command('demo')
-    .description(
-      'summarize the bundled sample documents end to end (mock provider without ANTHROPIC_API_KEY)',
-    )
-    .action(async () => {
-      const report = await runDemo();
-      if (report.dead > 0) process.exitCode = 1;
-    });
 }

@@ -1,16 +1,12 @@
 #!/usr/bin/env node
-// The `llmq` command. It runs the compiled JavaScript in dist/ (`npm run build`, done by
-// `npm ci`) while that build matches the sources, and the TypeScript itself through tsx
-// otherwise, so an edit is never hidden behind an old build. LLMQ_FROM_SOURCE=1 forces tsx.
-import { buildIsCurrent } from './build-stamp.mjs';
+// The `llmq` command: runs the compiled CLI in dist/ and nothing else. In a clone, `npm ci` builds
+// it (`npm run build` rebuilds); `npm run llmq:dev -- …` runs the TypeScript instead.
+import { existsSync } from 'node:fs';
 
-const root = new URL('../', import.meta.url).pathname;
-let main;
-if (process.env.LLMQ_FROM_SOURCE !== '1' && buildIsCurrent(root)) {
-  ({ main } = await import('../dist/scripts/cli.js'));
-} else {
-  const { register } = await import('tsx/esm/api');
-  register();
-  ({ main } = await import('./cli.ts'));
+const entry = new URL('../dist/scripts/cli/main.js', import.meta.url);
+if (!existsSync(entry)) {
+  process.stderr.write(`llmq: ${entry.pathname} is missing: run npm run build first\n`);
+  process.exit(1);
 }
+const { main } = await import(entry.href);
 process.exitCode = await main(process.argv);

@@ -372,7 +372,7 @@ describe('llmq batch summarize', () => {
     const out = join(dir, 'results.jsonl');
     const script = `
       import { Command } from 'commander';
-      import { registerBatchCommand } from './producer/batch/batch-command.ts';
+      import { registerBatchCommand } from './scripts/cli/batch.ts';
       const program = new Command('llmq');
       registerBatchCommand(program);
       await program.parseAsync(process.argv.slice(1), { from: 'user' });

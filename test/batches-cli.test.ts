@@ -44,7 +44,7 @@ function writeDocs(n: number): string {
 
 const CLI = `
   import { Command } from 'commander';
-  import { registerBatchCommand } from './producer/batch/batch-command.ts';
+  import { registerBatchCommand } from './scripts/cli/batch.ts';
   const program = new Command('llmq').exitOverride();
   registerBatchCommand(program);
   try {

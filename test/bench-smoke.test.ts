@@ -1,6 +1,7 @@
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { registerBenchCommand, runBench } from '../scripts/bench/index.ts';
+import { runBench } from '../scripts/bench/index.ts';
+import { registerBenchCommand } from '../scripts/cli/bench.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { REDIS_URL } from './helpers.ts';
 

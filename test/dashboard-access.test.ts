@@ -2,7 +2,7 @@ import { get } from 'node:http';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { dashboardAuthFromEnv } from '../dashboard/auth.ts';
-import { resolveDashboardOptions } from '../dashboard/command.ts';
+import { resolveDashboardOptions } from '../dashboard/options.ts';
 import {
   type DashboardHandle,
   type DashboardOptions,

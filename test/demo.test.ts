@@ -1,13 +1,16 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { REDIS_URL } from './helpers.ts';
+import { llmqFromSource, REDIS_URL } from './helpers.ts';
+
+const ROOT = new URL('..', import.meta.url).pathname;
 
 function runCli(
   args: string[],
   env: NodeJS.ProcessEnv,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['scripts/llmq.mjs', ...args], {
+    const child = spawn(process.execPath, llmqFromSource(args), {
+      cwd: ROOT,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -53,6 +53,11 @@ export function testLimiter(
   return new Limiter({ windowMs: 10_000, headroom: 0, windowMarginMs: 0, ...options });
 }
 
+/** Node's arguments to run `llmq …args` from source (no build needed); run them in the project's root. */
+export function llmqFromSource(args: readonly string[]): string[] {
+  return ['--import', 'tsx', 'scripts/cli/main.ts', ...args];
+}
+
 /**
  * Node's arguments to run TypeScript given as text (`script`, an ES module, resolved from the
  * working directory) through tsx, with `args` after it in `process.argv`.

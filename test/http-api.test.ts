@@ -339,7 +339,7 @@ describe('llmq serve', () => {
   it('binds 127.0.0.1, prints its URL first, and stops on SIGINT', async () => {
     const script = `
       import { Command } from 'commander';
-      import { registerServeCommand } from './producer/http/serve-command.ts';
+      import { registerServeCommand } from './scripts/cli/serve.ts';
       const program = new Command('llmq');
       registerServeCommand(program);
       await program.parseAsync(process.argv.slice(1), { from: 'user' });
@@ -371,7 +371,7 @@ describe('llmq serve', () => {
   it('refuses to start without API keys', async () => {
     const script = `
       import { Command } from 'commander';
-      import { registerServeCommand } from './producer/http/serve-command.ts';
+      import { registerServeCommand } from './scripts/cli/serve.ts';
       const program = new Command('llmq');
       registerServeCommand(program);
       try { await program.parseAsync(['serve', '--port', '0'], { from: 'user' }); } catch (e) { console.error(e.message); process.exit(2); }

@@ -4,10 +4,12 @@ import { createInterface } from 'node:readline';
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import {
-  type MockStats,
-  parseMockAnthropicOptions,
   registerMockAnthropicCommand,
   resolveMockAnthropicFlags,
+} from '../scripts/cli/mock-anthropic.ts';
+import {
+  type MockStats,
+  parseMockAnthropicOptions,
   startMockAnthropic,
 } from '../scripts/mock-anthropic/index.ts';
 import { ConfigError } from '../shared/errors.ts';
@@ -19,7 +21,7 @@ const ROOT = new URL('..', import.meta.url).pathname;
 function runCommand(args: string[]) {
   const code = [
     "import { Command } from 'commander';",
-    "import { registerMockAnthropicCommand } from './scripts/mock-anthropic/index.ts';",
+    "import { registerMockAnthropicCommand } from './scripts/cli/mock-anthropic.ts';",
     "const program = new Command('llmq');",
     'registerMockAnthropicCommand(program);',
     `await program.parseAsync(${JSON.stringify(['mock-anthropic', ...args])}, { from: 'user' });`,

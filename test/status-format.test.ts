@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { formatStatus } from '../scripts/commands/status.ts';
+import { formatStatus } from '../scripts/cli/status.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { getQueueStatus } from '../shared/status.ts';

@@ -4,8 +4,6 @@
  * headers, retry-after, streaming), with limits, latency and faults under the caller's control.
  */
 
-export type { MockAnthropicFlags } from './command.ts';
-export { registerMockAnthropicCommand, resolveMockAnthropicFlags } from './command.ts';
 export type { FaultRates } from './faults.ts';
 export type {
   MockAnthropicOptions,

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
+import { ApiKeyStore } from '../../producer/http/api-keys.ts';
+import { startHttpApi } from '../../producer/http/server.ts';
 import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
 import { untilStopSignal } from '../../shared/signals.ts';
-import { ApiKeyStore } from './api-keys.ts';
-import { startHttpApi } from './server.ts';
 
 interface ServeFlags {
   port?: string;

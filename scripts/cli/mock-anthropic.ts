@@ -12,9 +12,9 @@ import {
   type OptionLabel,
   parseMockAnthropicOptions,
   type ResolvedMockAnthropicOptions,
-} from './options.ts';
-import { describeWindow } from './rate-limit-responses.ts';
-import { startMockAnthropic } from './server.ts';
+} from '../mock-anthropic/options.ts';
+import { describeWindow } from '../mock-anthropic/rate-limit-responses.ts';
+import { startMockAnthropic } from '../mock-anthropic/server.ts';
 
 /** The flags as commander hands them over: strings, and a list for the repeatable key flag. */
 export interface MockAnthropicFlags {

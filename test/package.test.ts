@@ -1,0 +1,220 @@
+/**
+ * The package as a user gets it: `npm pack` (which builds) in a copy of the project, the tarball
+ * installed into an empty folder, then used from there with plain Node, tsc and npx.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+
+const ROOT = new URL('../', import.meta.url).pathname;
+const TSC = join(ROOT, 'node_modules/.bin/tsc');
+
+function run(cmd: string, args: string[], cwd: string) {
+  const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', env: { ...process.env, REDIS_URL } });
+  return { code: r.status, out: `${r.stdout}${r.stderr}`.trim() };
+}
+
+let tmp: string;
+let copy: string;
+let app: string;
+let tarball: string;
+let shipped: string[];
+let redis: Redis;
+const names = testNames('pkg');
+
+beforeAll(() => {
+  tmp = mkdtempSync(join(tmpdir(), 'llmq-pkg-'));
+  // A copy of the project's files, so packing (and its build) leaves this tree's dist/ alone.
+  copy = join(tmp, 'project');
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter((f) => f && existsSync(join(ROOT, f)));
+  for (const f of files) {
+    mkdirSync(dirname(join(copy, f)), { recursive: true });
+    cpSync(join(ROOT, f), join(copy, f));
+  }
+  symlinkSync(join(ROOT, 'node_modules'), join(copy, 'node_modules'));
+  const out = execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], {
+    cwd: copy,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  // The build's own lines come first on stdout, then npm's JSON.
+  const packed = JSON.parse(out.slice(out.search(/^\[/m))) as {
+    filename: string;
+    files: { path: string }[];
+  }[];
+  tarball = join(tmp, packed[0]!.filename);
+  shipped = packed[0]!.files.map((f) => f.path);
+
+  app = join(tmp, 'app');
+  mkdirSync(app);
+  writeFileSync(join(app, 'package.json'), '{ "name": "app", "private": true }\n');
+  execFileSync(
+    'npm',
+    ['install', tarball, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'],
+    { cwd: app, stdio: 'pipe' },
+  );
+  redis = newRedis();
+}, 300_000);
+
+afterAll(async () => {
+  if (redis) {
+    await deleteKeys(redis, names.prefix);
+    redis.disconnect();
+  }
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+}, 180_000);
+
+describe('the npm package', () => {
+  it('ships compiled JavaScript with declarations, the Lua and the bin, and no sources or tests', () => {
+    for (const f of [
+      'package.json',
+      'README.md',
+      'scripts/llmq.mjs',
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/testing.js',
+      'dist/testing.d.ts',
+      'dist/scripts/cli/main.js',
+      'dist/shared/limiter/lua/acquire-10.lua',
+      'dist/shared/limiter/lua/includes/reservations.lua',
+      'dist/worker/lua/peek-6.lua',
+      'dist/producer/lua/reserveDepth-6.lua',
+      'dist/shared/lua/count-1.lua',
+    ])
+      expect(shipped, f).toContain(f);
+    const stray = shipped.filter(
+      (f) =>
+        f.startsWith('test/') ||
+        f.includes('/results/') ||
+        f.endsWith('.map') ||
+        (f.endsWith('.ts') && !f.endsWith('.d.ts')),
+    );
+    expect(stray).toEqual([]);
+    const pkg = JSON.parse(readFileSync(join(app, 'node_modules/llmq/package.json'), 'utf8'));
+    expect(Object.keys(pkg.dependencies)).not.toContain('tsx');
+    expect(Object.keys(pkg.dependencies)).not.toContain('typescript');
+  });
+
+  it('runs one job through the mock from a plain .mjs file on Node', () => {
+    const script = `
+      import { connectRedis, createProducer, createProviderClient, resolveConfig, startWorker } from 'llmq';
+      import { startMockAnthropic } from 'llmq/testing';
+      import * as llmq from 'llmq';
+
+      const [prefix, queue] = process.argv.slice(2);
+      const mock = await startMockAnthropic({ outputShare: 0.5 });
+      const config = resolveConfig({
+        env: { REDIS_URL: process.env.REDIS_URL, LLMQ_PREFIX: prefix, LLMQ_QUEUE: queue, LLMQ_TPM: '100000' },
+      });
+      const names = { prefix: config.prefix, queue: config.queue };
+      const redis = connectRedis(config.redisUrl);
+      const worker = await startWorker({
+        redis,
+        names,
+        client: createProviderClient({ apiKey: 'sk-test', baseURL: mock.url }),
+        limiter: { limits: { tokens: 100000 }, windowMs: 60000 },
+      });
+      const producer = createProducer(config);
+      const id = await producer.enqueue({
+        model: 'claude-test-1', max_tokens: 40, messages: [{ role: 'user', content: 'Say hello.' }],
+      });
+      const result = await producer.waitForResult(id, { timeout: 30000 });
+      await worker.stop(5000);
+      await producer.close();
+      await redis.quit();
+      await mock.close();
+      const leaks = Object.keys(llmq).filter((k) => /demo|mock|bench|command/i.test(k));
+      console.log(JSON.stringify({ message: result.message, calls: mock.stats().attempts, leaks }));
+    `;
+    writeFileSync(join(app, 'one-job.mjs'), script);
+    const r = run(process.execPath, ['one-job.mjs', names.prefix, names.queue], app);
+    expect(r.code, r.out).toBe(0);
+    const out = JSON.parse(r.out.split('\n').at(-1)!);
+    expect(out.message.stop_reason).toBe('end_turn');
+    expect(out.message.usage.output_tokens).toBe(20);
+    expect(out.message.content[0].text).toEqual(expect.any(String));
+    expect(out.calls).toBe(1);
+    expect(out.leaks).toEqual([]);
+  });
+
+  it('type-checks a .ts file that uses the API, and rejects a wrong call', () => {
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          strict: true,
+          noEmit: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
+        files: ['use.ts'],
+      }),
+    );
+    const use = `
+      import { type Config, createProducer, type JobResult, LlmqError, resolveConfig } from 'llmq';
+      import { type MockAnthropicHandle, startMockAnthropic } from 'llmq/testing';
+
+      export async function summarize(text: string): Promise<string> {
+        const mock: MockAnthropicHandle = await startMockAnthropic({});
+        const config: Config = resolveConfig({ env: { ANTHROPIC_BASE_URL: mock.url } });
+        const producer = createProducer(config);
+        const id: string = await producer.enqueue({
+          model: 'claude-test-1', max_tokens: 100, messages: [{ role: 'user', content: text }],
+        });
+        const result: JobResult = await producer.waitForResult(id, { timeout: 10_000 });
+        if (!(result.attempts > 0)) throw new LlmqError('CONFIG_INVALID', 'never ran');
+        await producer.close();
+        await mock.close();
+        return result.message.id;
+      }
+    `;
+    writeFileSync(join(app, 'use.ts'), `${use}\nexport const _ = 1;\n`);
+    const ok = run(process.execPath, [TSC, '-p', 'tsconfig.json'], app);
+    expect(ok.out).toBe('');
+    expect(ok.code).toBe(0);
+    // A wrong call (a number where the config goes) must fail the same check.
+    writeFileSync(join(app, 'use.ts'), `${use}\nexport const bad = createProducer(42);\n`);
+    const bad = run(process.execPath, [TSC, '-p', 'tsconfig.json'], app);
+    expect(bad.code).not.toBe(0);
+    expect(bad.out).toMatch(/use\.ts.*error TS2345/);
+  }, 240_000);
+
+  it('npx llmq --help lists the commands', () => {
+    // `--no`: never download; the local install must provide the bin.
+    const r = run('npx', ['--no', '--', 'llmq', '--help'], app);
+    expect(r.code, r.out).toBe(0);
+    for (const command of ['worker', 'enqueue', 'status', 'dlq', 'dashboard', 'serve', 'batch'])
+      expect(r.out).toMatch(new RegExp(`^ {2}${command}\\b`, 'm'));
+  });
+
+  it('the bin runs compiled code only: without dist/ it says to build and exits 1', () => {
+    const built = run(process.execPath, ['scripts/llmq.mjs', '--version'], copy);
+    expect(built.code).toBe(0);
+    rmSync(join(copy, 'dist'), { recursive: true, force: true });
+    const r = run(process.execPath, ['scripts/llmq.mjs', '--version'], copy);
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(/^llmq: \S+dist\/scripts\/cli\/main\.js is missing: run npm run build/);
+    expect(r.out.split('\n')).toHaveLength(1);
+  });
+});
