@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
@@ -28,12 +28,14 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const requests = mixedCalls(ctx.quick ? 60 : 100);
   const totalTokens = requests.reduce((s, r) => s + costAtMock(r), 0);
   const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'reserve',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
     windowMs,
     limits: { tokens: LIMIT },
@@ -49,6 +51,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     windowMs,
     accounting: 'reserve' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const rows: RateRow[] = [];
   const baselines = [

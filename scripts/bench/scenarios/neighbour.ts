@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import Anthropic from '@anthropic-ai/sdk';
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder, type RecorderReport } from '../recorder.ts';
@@ -92,13 +92,15 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
   // llmq's minimum: the ideal client's on what the neighbour left it in that run (its measured
   // share of the limit per window).
   const shapes = shapesOf(requests, SHARE, latency);
-  const minimumOn = (neighbourShare: number) =>
-    idealSchedule(shapes, {
-      limit: Math.round(LIMIT * (1 - (Number.isFinite(neighbourShare) ? neighbourShare : 0))),
+  const budgetOn = (neighbourShare: number) =>
+    ({
+      limits: {
+        tokens: Math.round(LIMIT * (1 - (Number.isFinite(neighbourShare) ? neighbourShare : 0))),
+      },
       windowMs,
       concurrency: CONCURRENCY,
       accounting: 'reserve',
-    }).minimumMs;
+    }) as const;
   const minimums: number[] = [];
   const mockOptions: MockAnthropicOptions = {
     windowMs,
@@ -140,9 +142,14 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         total: n.sent,
         minimumMs: Number.NaN,
       });
-      const minimumMs = minimumOn(nb.utilization);
+      const budget = budgetOn(nb.utilization);
+      const minimumMs = idealSchedule(shapes, budget).minimumMs;
+      const fluidMs = fluidMinimumMs(shapes, budget);
       minimums.push(minimumMs);
-      rows.push(rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs }), nb);
+      rows.push(
+        rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs, fluidMs }),
+        nb,
+      );
     }
   });
 

@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule, uniformMinimumMs } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule, uniformMinimumMs } from '../budget.ts';
 import type { TokenLimiter } from '../clients/primitives.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
@@ -29,12 +29,14 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
   const cost = costAtMock(requests[0]!);
   const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'reserve',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const closedForm = uniformMinimumMs(
     calls,
     cost,
@@ -88,6 +90,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     windowMs,
     accounting: 'reserve' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const llmqClient = 'llmq (1 worker, concurrency 10)';
   // One mock for the scenario, reset before each client: every client starts on an empty window.

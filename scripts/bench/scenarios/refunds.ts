@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
@@ -26,12 +26,14 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
   const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'actual',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
     windowMs,
     limits: { tokens: LIMIT },
@@ -47,6 +49,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
     windowMs,
     accounting: 'actual' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const rows: RateRow[] = [];
 
