@@ -4,6 +4,7 @@ import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
 import type { ClientRun } from './clients/run-baseline.ts';
+import { type LimiterWatchReport, watchLimiter } from './limiter-watch.ts';
 import { startWorkers, type WorkerChild } from './processes.ts';
 import { benchProviderClient } from './provider-client.ts';
 import { CallRecorder, mergeReports, type RecorderReport } from './recorder.ts';
@@ -32,12 +33,16 @@ export interface LlmqRunOptions {
   readonly recordOutput?: boolean;
   /** Give up waiting for results after this long. @default 600_000 */
   readonly timeoutMs?: number;
+  /** Sample the limiter's foreign spend and estimate accuracy while it runs. @default false */
+  readonly watchLimiter?: boolean;
 }
 
 export interface LlmqRun extends ClientRun {
   readonly calls: RecorderReport;
   /** One per worker process (only with `where: 'processes'`). */
   readonly processes: readonly WorkerProcessReport[];
+  /** With `watchLimiter`. */
+  readonly limiterWatch?: LimiterWatchReport | undefined;
 }
 
 /** The rate scenarios' budget: `limit` tokens per sliding window, `concurrency` calls at once. */
@@ -118,6 +123,7 @@ async function runInScope(
       for (const c of children) c.go();
     }
 
+    const watch = options.watchLimiter ? watchLimiter(redis, names) : undefined;
     const t0 = Date.now();
     const ids = await producer.enqueueMany(options.requests, {
       exactCount: options.exactCount ?? false,
@@ -143,6 +149,7 @@ async function runInScope(
       ),
     );
     const wallMs = last - t0;
+    const limiterWatch = await watch?.stop();
     await Promise.all(handles.map((h) => h.stop(5_000)));
     handles.length = 0;
     const processes = await Promise.all(children.map((c) => c.stop()));
@@ -151,7 +158,7 @@ async function runInScope(
       ...(await Promise.all(recorders.map((r) => r.report()))),
       ...processes.map((p) => p.calls),
     ]);
-    return { completed, failed, wallMs, errors, calls, processes };
+    return { completed, failed, wallMs, errors, calls, processes, limiterWatch };
   } finally {
     await Promise.all(handles.map((h) => h.stop(1_000).catch(() => {})));
     for (const c of children) c.kill();

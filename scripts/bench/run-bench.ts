@@ -9,12 +9,14 @@ import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
 import { refundsScenario } from './scenarios/refunds.ts';
 import { scaleScenario } from './scenarios/scale.ts';
+import { splitScenario } from './scenarios/split.ts';
 
 /** Every scenario, in the order a full run takes them. */
 export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   published: publishedScenario,
   refunds: refundsScenario,
   fleet: fleetScenario,
+  split: splitScenario,
   neighbour: neighbourScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
