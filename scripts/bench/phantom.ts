@@ -10,8 +10,8 @@
  * Prints one JSON line: settings, wall, foreign mean and max per dimension, 429s.
  */
 import Anthropic from '@anthropic-ai/sdk';
-import { resolveConfig } from '../../shared/config.ts';
 import { Producer } from '../../producer/producer.ts';
+import { resolveConfig } from '../../shared/config.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { watchLimiter } from './limiter-watch.ts';
 import { withMock } from './mock.ts';
