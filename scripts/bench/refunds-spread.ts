@@ -52,6 +52,13 @@ await withMock(mockOptions, async (mock) => {
           foreignMaxTokens: w?.foreignMax.tokens,
           certainMax: w?.certainMax.tokens,
           possibleMax: w?.possibleMax.tokens,
+          // Admissions in each second of the run.
+          perSecond: at.reduce<number[]>((h, t) => {
+            const k = Math.floor(t / 1_000);
+            while (h.length <= k) h.push(0);
+            h[k]!++;
+            return h;
+          }, []),
         })}\n`,
       );
     }
