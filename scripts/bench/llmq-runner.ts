@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
+import type { InputCounting } from '../mock-anthropic/index.ts';
 import type { ClientRun } from './clients/run-baseline.ts';
 import { type LimiterWatchReport, watchLimiter } from './limiter-watch.ts';
 import { startWorkers, type WorkerChild } from './processes.ts';
@@ -35,6 +36,8 @@ export interface LlmqRunOptions {
   readonly timeoutMs?: number;
   /** Sample the limiter's foreign spend and estimate accuracy while it runs. @default false */
   readonly watchLimiter?: boolean;
+  /** How the mock counts input, for the recorders. @default the mock's tokenizer */
+  readonly counting?: InputCounting | undefined;
 }
 
 export interface LlmqRun extends ClientRun {
@@ -73,7 +76,11 @@ async function runInScope(
   names: QueueNames,
 ): Promise<LlmqRun> {
   const { limiter } = options;
-  const record = { mode: 'full', output: options.recordOutput ?? false } as const;
+  const record = {
+    mode: 'full',
+    output: options.recordOutput ?? false,
+    counting: options.counting,
+  } as const;
   const recorders: CallRecorder[] = [];
   const handles: WorkerHandle[] = [];
   const connections: Redis[] = [];
@@ -119,6 +126,7 @@ async function runInScope(
         backfill: options.backfill ?? false,
         record: record.mode,
         recordOutput: record.output,
+        ...(options.counting ? { counting: options.counting } : {}),
       }));
       for (const c of children) c.go();
     }

@@ -1,4 +1,4 @@
-import { countMockTokens } from '../mock-anthropic/index.ts';
+import { countMockTokens, type InputCounting } from '../mock-anthropic/index.ts';
 
 /**
  * One call the provider admitted (a 200), as a client saw it: when it was sent (the mock admits on
@@ -32,6 +32,8 @@ export interface RecorderOptions {
   readonly mode?: 'counts' | 'full';
   /** Read each 200's body for its output tokens (for `actual` output accounting). @default false */
   readonly output?: boolean;
+  /** How the mock counts input (until the response says). @default the mock's tokenizer */
+  readonly counting?: InputCounting | undefined;
 }
 
 const OUTPUT_TOKENS = /"output_tokens"\s*:\s*(\d+)/g;
@@ -49,10 +51,12 @@ export class CallRecorder {
   private readonly pending = new Set<Promise<void>>();
   private readonly mode: 'counts' | 'full';
   private readonly withOutput: boolean;
+  private readonly counting: InputCounting;
 
   constructor(options: RecorderOptions = {}) {
     this.mode = options.mode ?? 'full';
     this.withOutput = options.output ?? false;
+    this.counting = options.counting ?? {};
   }
 
   readonly fetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
@@ -82,7 +86,7 @@ export class CallRecorder {
     let input: number;
     try {
       request = JSON.parse(body) as typeof request;
-      input = countMockTokens(request);
+      input = countMockTokens(request, this.counting);
     } catch {
       return;
     }

@@ -142,4 +142,5 @@ export function shapesOf(
 }
 
 /** Total tokens the mock charges for a request at admission (input + max_tokens). */
-export const costAtMock = (r: BenchRequest): number => countMockTokens(r) + r.max_tokens;
+export const costAtMock = (r: BenchRequest, counting: InputCounting = {}): number =>
+  countMockTokens(r, counting) + r.max_tokens;

@@ -26,8 +26,8 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const requests = mixedCalls(ctx.quick ? 60 : 100);
-  const totalTokens = requests.reduce((s, r) => s + costAtMock(r), 0);
-  const shapes = shapesOf(requests, SHARE, latency);
+  const totalTokens = requests.reduce((s, r) => s + costAtMock(r, ctx.counting), 0);
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
   const budget = {
     limits: { tokens: LIMIT },
     windowMs,
@@ -37,6 +37,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const ideal = idealSchedule(shapes, budget);
   const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -78,7 +79,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     for (const b of baselines) {
       ctx.log(`fleet: ${b.client}`);
       await mock.reset();
-      const recorder = new CallRecorder();
+      const recorder = new CallRecorder({ counting: ctx.counting });
       const run = await runBaselineClient({
         mockUrl: mock.url,
         requests,
@@ -105,6 +106,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         scope: 'fleet',
         mockUrl: mock.url,
         requests,
+        counting: ctx.counting,
         limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: PROCESSES, where: 'processes' },
         concurrency: CONCURRENCY / PROCESSES,

@@ -27,8 +27,8 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
-  const cost = costAtMock(requests[0]!);
-  const shapes = shapesOf(requests, SHARE, latency);
+  const cost = costAtMock(requests[0]!, ctx.counting);
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
   const budget = {
     limits: { tokens: LIMIT },
     windowMs,
@@ -44,6 +44,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     shapes[0]!.latencyMs,
   );
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -98,7 +99,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     for (const b of baselines) {
       ctx.log(`published: ${b.client}`);
       await mock.reset();
-      const recorder = new CallRecorder();
+      const recorder = new CallRecorder({ counting: ctx.counting });
       const run = await runBaselineClient({
         mockUrl: mock.url,
         requests,

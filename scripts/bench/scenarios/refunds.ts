@@ -25,7 +25,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const calls = ctx.quick ? 100 : 150;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
-  const shapes = shapesOf(requests, SHARE, latency);
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
   const budget = {
     limits: { tokens: LIMIT },
     windowMs,
@@ -35,6 +35,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const ideal = idealSchedule(shapes, budget);
   const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -56,7 +57,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const swClient = `client sliding window (${LIMIT} / ${W} s), no reconciliation`;
   await withMock(mockOptions, async (mock) => {
     ctx.log(`refunds: ${swClient}`);
-    const recorder = new CallRecorder({ output: true });
+    const recorder = new CallRecorder({ output: true, counting: ctx.counting });
     const run = await runBaselineClient({
       mockUrl: mock.url,
       requests,
@@ -84,6 +85,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         scope: 'refunds',
         mockUrl: mock.url,
         requests,
+        counting: ctx.counting,
         limiter: tokenBudget(windowMs, LIMIT, CONCURRENCY, accounting),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
@@ -97,7 +99,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const speedup = sw.wallMs / llmq.wallMs;
   return {
     name: 'refunds',
-    title: `${calls} calls of ${costAtMock(requests[0]!)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per sliding ${W} s window, unused output given back`,
+    title: `${calls} calls of ${costAtMock(requests[0]!, ctx.counting)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per sliding ${W} s window, unused output given back`,
     settings: {
       mock: mockOptions,
       calls,
