@@ -108,12 +108,15 @@ export class QueueFullError extends LlmqError {
   readonly retryAfterMs: number;
   readonly depth: number;
   readonly maxDepth: number;
+  /** What is full and how full, without the advice (`queue "q" is full (4 waiting, bound 4)`). */
+  readonly summary: string;
   constructor(what: string, depth: number, maxDepth: number, retryAfterMs: number) {
+    const summary = `${what} is full (${depth} waiting, bound ${maxDepth})`;
     super(
       'QUEUE_FULL',
-      `${what} is full (${depth} waiting, bound ${maxDepth}): retry in ${Math.ceil(retryAfterMs / 1000)} s ` +
-        'or enqueue with { wait: true }',
+      `${summary}: retry in ${Math.ceil(retryAfterMs / 1000)} s or enqueue with { wait: true }`,
     );
+    this.summary = summary;
     this.depth = depth;
     this.maxDepth = maxDepth;
     this.retryAfterMs = retryAfterMs;

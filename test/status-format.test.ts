@@ -5,7 +5,7 @@ import { formatStatus } from '../scripts/commands/status.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { getQueueStatus } from '../shared/status.ts';
-import { startFakeWorker } from './fixtures/fake-worker.ts';
+import { type FakeAnswer, startFakeWorker } from './fixtures/fake-worker.ts';
 import { eachTestRedis, sendProbe, until } from './helpers.ts';
 
 let redis: Redis;
@@ -30,10 +30,19 @@ describe('llmq status', () => {
 
   it('counts a dead-lettered job once, under dead, not under failed too', async () => {
     const producer = new Producer({ redis, names });
-    const worker = startFakeWorker(redis, names, (prompt) =>
-      prompt === 'ok'
-        ? { text: 'fine', usage: { input_tokens: 3, output_tokens: 1 } }
-        : { deadLetter: { reason: '429 without retry-after: spend cap reached', status: 429 } },
+    const worker = startFakeWorker(
+      redis,
+      names,
+      (prompt): FakeAnswer =>
+        prompt === 'ok'
+          ? { text: 'fine', usage: { input_tokens: 3, output_tokens: 1 } }
+          : {
+              deadLetter: {
+                reason: '429 without retry-after: spend cap reached',
+                errorClass: 'RateLimitError',
+                status: 429,
+              },
+            },
     );
     try {
       const ask = (content: string) => ({
