@@ -6,6 +6,7 @@ import { VERSION } from '../shared/version.ts';
 import { registerBenchCommand } from './bench/index.ts';
 import { registerDlqCommand } from './commands/dlq.ts';
 import { registerEnqueueCommand } from './commands/enqueue.ts';
+import { registerQueuesCommand } from './commands/queues.ts';
 import { registerStatusCommand } from './commands/status.ts';
 import { registerWorkerCommand } from './commands/worker.ts';
 import { registerDemoCommand } from './demo.ts';
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerWorkerCommand(program);
   registerEnqueueCommand(program);
   registerStatusCommand(program);
+  registerQueuesCommand(program);
   registerDlqCommand(program);
   registerMockAnthropicCommand(program);
   registerDemoCommand(program);

@@ -43,42 +43,52 @@ async function deadAndFailed(
   return both;
 }
 
+export type QueueCounts = QueueStatus['counts'];
+
+/** A queue's jobs per state, each job once (see {@link QueueStatus.counts}). */
+export async function getQueueCounts(redis: Redis, names: QueueNames): Promise<QueueCounts> {
+  const queue = openQueue(redis, names);
+  const dlq = openDeadLetterQueue(redis, names);
+  try {
+    const [c, d, both] = await Promise.all([
+      queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
+      dlq.getJobCounts('wait', 'prioritized', 'delayed'),
+      deadAndFailed(redis, queue, dlq),
+    ]);
+    const n = (v: number | undefined) => v ?? 0;
+    return {
+      waiting: n(c['wait']) + n(c['prioritized']),
+      active: n(c['active']),
+      delayed: n(c['delayed']),
+      completed: n(c['completed']),
+      failed: Math.max(0, n(c['failed']) - both),
+      dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
+    };
+  } finally {
+    await Promise.all([queue.close(), dlq.close()]);
+  }
+}
+
 /** Counts per state, the limiter's use per scope and dimension, the pause, slots and breaker. */
 export async function getQueueStatus(
   redis: Redis,
   names: QueueNames,
   limiter?: Limiter,
 ): Promise<QueueStatus> {
-  const queue = openQueue(redis, names);
-  const dlq = openDeadLetterQueue(redis, names);
-  try {
-    const [c, d, both, snapshot, b] = await Promise.all([
-      queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
-      dlq.getJobCounts('wait', 'prioritized', 'delayed'),
-      deadAndFailed(redis, queue, dlq),
-      (limiter ?? new Limiter({ redis, names })).snapshot(),
-      redis.hgetall(breakerKey(names)),
-    ]);
-    const n = (v: number | undefined) => v ?? 0;
-    return {
-      queue: names.queue,
-      prefix: names.prefix,
-      counts: {
-        waiting: n(c['wait']) + n(c['prioritized']),
-        active: n(c['active']),
-        delayed: n(c['delayed']),
-        completed: n(c['completed']),
-        failed: Math.max(0, n(c['failed']) - both),
-        dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
-      },
-      limiter: snapshot,
-      breaker: {
-        state: b['state'] ?? 'closed',
-        failures: Number(b['failures'] ?? 0),
-        openUntil: b['open_until'] ? Number(b['open_until']) : null,
-      },
-    };
-  } finally {
-    await Promise.all([queue.close(), dlq.close()]);
-  }
+  const [counts, snapshot, b] = await Promise.all([
+    getQueueCounts(redis, names),
+    (limiter ?? new Limiter({ redis, names })).snapshot(),
+    redis.hgetall(breakerKey(names)),
+  ]);
+  return {
+    queue: names.queue,
+    prefix: names.prefix,
+    counts,
+    limiter: snapshot,
+    breaker: {
+      state: b['state'] ?? 'closed',
+      failures: Number(b['failures'] ?? 0),
+      openUntil: b['open_until'] ? Number(b['open_until']) : null,
+    },
+  };
 }
