@@ -65,6 +65,15 @@ export interface DashboardHandle {
   close(): Promise<void>;
 }
 
+/**
+ * Bull Board's pages: its scripts are files served from here (no inline script runs), its
+ * markup has inline styles. The limiter page sets a stricter one with a nonce.
+ */
+const BOARD_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+  "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; " +
+  "frame-ancestors 'none'";
+
 const wantsHtml = (req: FastifyRequest) => (req.headers.accept ?? '').includes('text/html');
 
 function unauthorized(req: FastifyRequest, reply: FastifyReply, guard: AccessGuard) {
@@ -132,6 +141,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
   try {
     app.addHook('onRequest', async (req, reply) => {
       reply
+        .header('content-security-policy', BOARD_CSP)
         .header('x-content-type-options', 'nosniff')
         .header('referrer-policy', 'no-referrer')
         .header('x-frame-options', 'DENY');
