@@ -55,6 +55,7 @@ const bearer = { authorization: 'Bearer t' };
 
 async function json(d: DashboardHandle, path: string, headers: Record<string, string> = bearer) {
   const res = await fetch(d.baseUrl + path, { headers });
+  // biome-ignore lint/suspicious/noExplicitAny: JSON bodies of many shapes, read by tests
   return { status: res.status, headers: res.headers, body: (await res.json()) as any };
 }
 

@@ -1,20 +1,16 @@
-import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { Redis } from 'ioredis';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { launchChromium, skipWithoutChromium } from './fixtures/chromium.ts';
 import { type FakeAnswer, type FakeWorker, startFakeWorker } from './fixtures/fake-worker.ts';
 import { deleteKeys, newRedis, testNames, until } from './helpers.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
-// As in dashboard-browser: in CI (.ci/run sets CI=1) a missing browser fails, never skips.
-const skip = !existsSync(CHROMIUM) && !process.env['CI'];
-if (skip)
-  console.warn(`dashboard-xss: skipped, ${CHROMIUM} is absent (apt-get install -y chromium)`);
+const skip = skipWithoutChromium('dashboard-xss');
 const TOKEN = 'xss-test-token-7c2d';
 
 const beaconHits: string[] = [];
@@ -111,16 +107,7 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
     );
     expect(spent.ok).toBe(true);
     dashboard = await startDashboard({ redis, prefix, port: 0, auth: { token: TOKEN } });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--no-first-run',
-        '--disable-background-networking',
-      ],
-    });
+    browser = await launchChromium();
   });
 
   afterAll(async () => {
@@ -146,7 +133,9 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
     const res = await page.goto(dashboard.baseUrl + path, { waitUntil: 'domcontentloaded' });
     expect(res?.status()).toBe(200);
     // The markup is there as text: the page rendered it, and did not take it for HTML.
-    await expect.poll(() => page.locator('body').innerText(), { timeout: 20_000 }).toContain(shows);
+    await expect
+      .poll(() => page.locator('body').textContent(), { timeout: 20_000 })
+      .toContain(shows);
     return page;
   }
 
