@@ -3,24 +3,24 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Redis, ReplyError } from 'ioredis';
 import { Batcher } from '../batcher.ts';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
-import { llmqKey, type QueueNames } from '../keys.ts';
+import type { QueueNames } from '../keys.ts';
 import { loadLuaScripts, runLua } from '../lua-scripts.ts';
+import { type LimiterKeys, limiterKeys, wakeChannel } from './limiter-keys.ts';
 import {
   type HeaderSource,
   type ProviderDimension,
   type ProviderReading,
   readRateLimitHeaders,
 } from './provider-headers.ts';
+import { readSnapshot } from './reader.ts';
 import {
   type Cost,
   type Decision,
   type Dimension,
   type DimensionLimits,
   GLOBAL_SCOPE,
-  type HistoryPoint,
   type LimiterSnapshot,
   type Reservation,
-  type ScopeSnapshot,
   type Usage,
 } from './types.ts';
 
@@ -163,17 +163,6 @@ function effective(limit: number | undefined, headroom: number): number {
   return Math.max(1, Math.floor(limit * (1 - headroom)));
 }
 
-/**
- * Another client's spend counted now for `field` of the ext hash: the held reading while it
- * lasts, then the one that follows it, or the latest reading when that is higher (`foreign_of`
- * in the Lua include).
- */
-function foreignNow(ext: Record<string, string>, field: string, now: number): number {
-  const live = (f: string) => (Number(ext[`${f}|until`] ?? 0) > now ? Number(ext[f] ?? 0) : 0);
-  const held = Number(ext[`${field}|until`] ?? 0) > now ? live(field) : live(`${field}|next`);
-  return Math.max(held, live(`${field}|last`));
-}
-
 function checkScopeName(name: string): void {
   if (!/^[^|,\s]{1,200}$/.test(name)) {
     throw new TypeError(
@@ -228,21 +217,7 @@ export class Limiter {
   readonly outputAccounting: 'reserve' | 'actual';
   readonly probeMs: number;
   private readonly redis: Redis;
-  private readonly keys: Record<
-    | 'log'
-    | 'res'
-    | 'slots'
-    | 'waiters'
-    | 'waitexp'
-    | 'seq'
-    | 'pause'
-    | 'tot'
-    | 'ext'
-    | 'stats'
-    | 'hist'
-    | 'config',
-    string
-  >;
+  private readonly keys: LimiterKeys;
   private readonly limits: DimensionLimits;
   private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
   private readonly marginMs: number;
@@ -294,23 +269,9 @@ export class Limiter {
       throw new TypeError(`concurrency must be a whole number from 0 up, got ${this.concurrency}`);
     }
     for (const name of Object.keys(this.scopeLimits)) checkScopeName(name);
-    const k = (part: string) => llmqKey(options.names, 'limiter', part);
-    this.wakeChannel = k('wake');
+    this.wakeChannel = wakeChannel(options.names);
     this.subscriber = options.subscriber;
-    this.keys = {
-      log: k('log'),
-      res: k('res'),
-      slots: k('slots'),
-      waiters: k('waiters'),
-      waitexp: k('waitexp'),
-      seq: k('seq'),
-      pause: k('pause'),
-      tot: k('tot'),
-      ext: k('ext'),
-      stats: k('stats'),
-      hist: k('hist'),
-      config: k('config'),
-    };
+    this.keys = limiterKeys(options.names);
     this.stamps = new Batcher<string, void>(
       async (ids) => {
         // Under `actual` accounting the provider charges output until the end: the reservation
@@ -839,123 +800,21 @@ export class Limiter {
     }
   }
 
-  /** The current use of every scope, the pause, slots in flight and counters. */
-  async snapshot(): Promise<LimiterSnapshot> {
-    const k = this.keys;
-    const config = await this.redis.get(k.config);
-    const published = config
-      ? (JSON.parse(config) as {
-          windowMs?: number;
-          windowMarginMs?: number;
-          limits?: DimensionLimits;
-          scopes?: Record<string, DimensionLimits>;
-          concurrency?: number;
-        })
-      : {};
-    const windowMs = this.windowGiven ? this.windowMs : (published.windowMs ?? this.windowMs);
-    const marginMs = this.windowGiven
-      ? this.marginMs
-      : Math.max(this.marginMs, published.windowMarginMs ?? 0);
-    const now = await this.prune(windowMs + marginMs);
-    const [tot, ext, pause, inFlight, waiters, stats, hist] = (await this.redis
-      .multi()
-      .hgetall(k.tot)
-      .hgetall(k.ext)
-      .get(k.pause)
-      .zcount(k.slots, now, '+inf')
-      .zcard(k.waiters)
-      .hgetall(k.stats)
-      .hgetall(k.hist)
-      .exec()
-      .then((rows) =>
-        (rows ?? []).map(([err, v]) => {
-          if (err) throw new LimiterUnavailableError(err.message, { cause: err });
-          return v;
-        }),
-      )) as [
-      Record<string, string>,
-      Record<string, string>,
-      string | null,
-      number,
-      number,
-      Record<string, string>,
-      Record<string, string>,
-    ];
-    const limitsOf = (scope: string): DimensionLimits =>
-      scope === GLOBAL_SCOPE
-        ? Object.keys(this.limits).length > 0
-          ? this.limits
-          : (published.limits ?? {})
-        : (this.scopeLimits[scope] ?? published.scopes?.[scope] ?? {});
-    const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(this.scopeLimits)]);
-    for (const f of Object.keys(tot)) names.add(f.split('|')[0]!);
-    const scopes: ScopeSnapshot[] = [...names].map((scope) => {
-      const dims = {} as Record<
-        Dimension,
-        { used: number; limit: number | undefined; foreign: number }
-      >;
-      for (const [lua, dim] of Object.entries(LUA_DIM)) {
-        const f = `${scope}|${lua}`;
-        dims[dim] = {
-          used: Number(tot[f] ?? 0),
-          limit: limitsOf(scope)[dim],
-          foreign: foreignNow(ext, f, now),
-        };
-      }
-      return { scope, dimensions: dims };
+  /**
+   * The current use of every scope, the pause, slots in flight and counters. Reads only: what
+   * has left the window is left out, not dropped (see `reader.ts`).
+   */
+  snapshot(): Promise<LimiterSnapshot> {
+    return readSnapshot({
+      redis: this.redis,
+      keys: this.keys,
+      windowMs: this.windowGiven ? this.windowMs : undefined,
+      marginMs: this.marginMs,
+      limits: this.limits,
+      scopeLimits: this.scopeLimits,
+      concurrency: this.concurrency,
+      clock: this.clock,
     });
-    const n = (f: string) => Number(stats[f] ?? 0);
-    const buckets = new Map<number, Record<string, number>>();
-    for (const [f, v] of Object.entries(hist)) {
-      const [at, name] = f.split('|') as [string, string];
-      const b = buckets.get(Number(at)) ?? {};
-      b[name] = Number(v);
-      buckets.set(Number(at), b);
-    }
-    const history: HistoryPoint[] = [...buckets.entries()]
-      .filter(([at]) => at > now - 15 * 60_000)
-      .sort(([a], [b]) => a - b)
-      .map(([at, b]) => ({
-        at,
-        calls: b['calls'] ?? 0,
-        reservedIn: b['reserved_in'] ?? 0,
-        reservedOut: b['reserved_out'] ?? 0,
-        actualIn: b['actual_in'] ?? 0,
-        actualOut: b['actual_out'] ?? 0,
-      }));
-    const pausedUntil = pause && Number(pause) > now ? Number(pause) : null;
-    // A probe holds the others until its reading, its call's end or its time, whichever first.
-    const probeId = ext['probe'];
-    const probeEnd = Number(ext['probe|until'] ?? 0);
-    const probeUntil =
-      probeId && probeEnd > now && (await this.redis.zscore(k.slots, probeId)) !== null
-        ? probeEnd
-        : null;
-    return {
-      now,
-      windowMs,
-      pausedUntil,
-      probeUntil,
-      inFlight,
-      concurrency: this.concurrency || published.concurrency || undefined,
-      waiters,
-      scopes,
-      counters: {
-        admitted: n('admitted'),
-        deniedBudget: n('denied_budget'),
-        deniedSlots: n('denied_slots'),
-        settled: n('settled'),
-        released: n('released'),
-        reservedIn: n('reserved_in'),
-        reservedOut: n('reserved_out'),
-        actualIn: n('actual_in'),
-        actualOut: n('actual_out'),
-        settledReservedIn: n('settled_reserved_in'),
-        settledReservedOut: n('settled_reserved_out'),
-        probes: n('probes'),
-      },
-      history,
-    };
   }
 
   /** Deletes every key of this limiter (tests, `llmq` obliterate). */
