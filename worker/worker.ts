@@ -113,17 +113,6 @@ const AHEAD_PEEK_MAX_AGE_MS = 20;
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
 const STREAM_ABOVE_MAX_TOKENS = 16_000;
 
-/** Thrown from the gate's wait when only the head job's own nested scope holds it back. */
-class HeldByOwnScope extends Error {
-  constructor(
-    readonly jobId: string,
-    readonly scope: string,
-    readonly waitMs: number,
-  ) {
-    super(`job ${jobId} waits for scope ${scope}`);
-  }
-}
-
 /**
  * BullMQ's worker, opened up for one thing its own run loop does: a job's completion that brings
  * the next job back in the same command (`moveToCompleted` with `fetchNext`) is turned into a
@@ -544,7 +533,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
    * Moves a job that only its own scope's budget holds back to the delayed set until that budget
    * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
    */
-  async function deferHeldJob(held: HeldByOwnScope): Promise<void> {
+  async function deferHeldJob(held: { jobId: string; waitMs: number }): Promise<void> {
     const token = `${id}:${++tokenCounter}`;
     const job = await bull.getNextJob(token, { block: false });
     if (!job) return;
@@ -556,6 +545,27 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(held.waitMs, 10), 1_000), token);
     await metrics.add({ deferred_by_scope: 1 });
+  }
+
+  /** Takes the jobs whose reservations went ahead of the waiting head (backfill). */
+  async function takeAhead(rs: Reservation[], ahead: HeadJob[]): Promise<void> {
+    let take: number[];
+    try {
+      const moved = new Set(await peeker.moveToFront(ahead.map((h) => h.id)));
+      take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
+    } catch (err) {
+      await Promise.all(rs.map((r) => limiter.release(r).catch(() => {})));
+      throw err;
+    }
+    // Reservations for jobs no longer waiting (another worker took them) go back.
+    await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => limiter.release(r)));
+    await takeJobs(
+      take.map((i) => ahead[i]!),
+      take.map((i) => rs[i]!),
+      false,
+      false,
+    );
+    metrics.add({ backfilled: take.length }).catch(() => {});
   }
 
   async function gateOnce(): Promise<void> {
@@ -591,70 +601,63 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     let behind = followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
     const backfillRoom = () => (options.backfill && !b.trial ? room() - 1 : 0);
+    // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
+    // held by its own scope, sleep, look at the queue again.
+    const line = limiter.line(head.cost, {
+      scopes: head.scopes,
+      priority: head.priority,
+      more: behind.map((h) => h.cost),
+      backfill: backfillRoom(),
+    });
     let reservations: Reservation[];
     try {
-      reservations = await limiter.acquireMany(head.cost, {
-        scopes: head.scopes,
-        priority: head.priority,
-        more: behind.map((h) => h.cost),
-        backfill: backfillRoom(),
-        onBackfill: async (rs, indexes) => {
-          const ahead = indexes.map((i) => behind[i]!);
-          let take: number[];
-          try {
-            const moved = new Set(await peeker.moveToFront(ahead.map((h) => h.id)));
-            take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
-          } catch (err) {
-            await Promise.all(rs.map((r) => limiter.release(r).catch(() => {})));
-            throw err;
-          }
-          // Reservations for jobs no longer waiting (another worker took them) go back.
-          await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => limiter.release(r)));
-          await takeJobs(
-            take.map((i) => ahead[i]!),
-            take.map((i) => rs[i]!),
-            false,
-            false,
+      for (;;) {
+        stopper.signal.throwIfAborted();
+        const a = await line.attempt();
+        if (a.ok) {
+          reservations = a.reservations;
+          break;
+        }
+        if (a.ahead.length > 0)
+          await takeAhead(
+            [...a.ahead],
+            a.aheadIndexes.map((i) => behind[i]!),
           );
-          metrics.add({ backfilled: take.length }).catch(() => {});
-        },
-        signal: stopper.signal,
+        // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
+        completeAlone();
+        const d = a.denial;
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
-        onDenied: (d) => {
-          // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
-          completeAlone();
-          if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE && head) {
-            throw new HeldByOwnScope(head.id, d.scope, d.waitMs);
-          }
-        },
-        onWait: async () => {
-          // Look again: the head may have changed (a more urgent job), and so may the jobs
-          // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-          const now = await peeker.peekMany(room());
-          if (!now[0]) {
-            // Nothing to see (paused, or another worker took the head): no jobs behind either,
-            // rather than the ones seen before, which may have started since.
-            behind = [];
-            return { more: [], backfill: 0 };
-          }
-          head = now[0];
-          behind = followers(now);
-          return {
-            cost: head.cost,
-            priority: head.priority,
-            scopes: head.scopes,
-            more: behind.map((h) => h.cost),
-            backfill: backfillRoom(),
-          };
-        },
-      });
-    } catch (err) {
-      completeAlone();
-      if (err instanceof HeldByOwnScope) {
-        await deferHeldJob(err);
-        return;
+        if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE) {
+          await line.leave().catch(() => {});
+          await deferHeldJob({ jobId: head.id, waitMs: d.waitMs });
+          return;
+        }
+        await line.sleep(a, stopper.signal);
+        // Look again: the head may have changed (a more urgent job), and so may the jobs
+        // behind it (some went ahead) and the slots free for them (a trial still goes alone).
+        const now = await peeker.peekMany(room());
+        if (!now[0]) {
+          // Nothing to see (paused, or another worker took the head): no jobs behind either,
+          // rather than the ones seen before, which may have started since.
+          behind = [];
+          line.update({ more: [], backfill: 0 });
+          continue;
+        }
+        head = now[0];
+        behind = followers(now);
+        line.update({
+          cost: head.cost,
+          priority: head.priority,
+          scopes: head.scopes,
+          more: behind.map((h) => h.cost),
+          backfill: backfillRoom(),
+        });
       }
+    } catch (err) {
+      await line.leave().catch(() => {});
+      completeAlone();
+      if (stopper.signal.aborted) throw stopper.signal.reason;
       if (!(err instanceof CostExceedsLimitError)) throw err;
       // The head job can never fit (the limits shrank after it was enqueued): dead-letter it.
       const job = await bull.getNextJob(`${id}:${++tokenCounter}`, { block: false });

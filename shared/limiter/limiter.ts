@@ -13,6 +13,7 @@ import {
   readRateLimitHeaders,
 } from './provider-headers.ts';
 import { readSnapshot } from './reader.ts';
+import { Line, type LineRequest } from './ticket.ts';
 import {
   type Cost,
   type Decision,
@@ -99,14 +100,14 @@ export interface AcquireOptions {
   readonly priority?: number;
   readonly signal?: AbortSignal;
   /**
-   * Called before each new attempt while waiting; may return a new cost and priority (the
-   * worker found another job at the head of the queue).
-   */
-  /**
-   * Called after each denial, before sleeping; throw to stop waiting (the worker steps around a
-   * job that only its own tenant's budget holds back). The place in line is given up.
+   * Called after each denial, before sleeping. To stop waiting, abort the signal; a caller that
+   * decides per denial drives a {@link Limiter.line} instead.
    */
   readonly onDenied?: (d: Decision & { ok: false }) => void;
+  /**
+   * Called before each new attempt while waiting; may return a new cost and priority (another
+   * job came to the head of the queue).
+   */
   readonly onWait?: (d: Decision & { ok: false }) =>
     | Promise<
         | {
@@ -501,60 +502,75 @@ export class Limiter {
   }
 
   /**
+   * A place in the fair line that its caller drives: attempt, then sleep for the denial's wait
+   * (or until woken), possibly with a new cost, and leave when it stops waiting.
+   */
+  line(cost: Cost, options: Partial<LineRequest> = {}): Line {
+    return new Line(
+      {
+        attempt: async (ticket, r, tickets) => {
+          const d = await this.attempt(
+            ticket,
+            r.cost,
+            r.scopes,
+            r.priority,
+            true,
+            tickets,
+            r.backfill,
+          );
+          if (d.ok || !d.backfilled?.length) return d;
+          // Redis time is not in a denial's answer: admittedAt is only informative here.
+          const now = Date.now();
+          const ahead = d.backfilled.map((i) =>
+            reservationOf(
+              tickets[i]!.ticket,
+              tickets[i]!.cost,
+              scopeList(r.scopes),
+              now,
+              this.leaseMs,
+            ),
+          );
+          return { ...d, ahead, aheadIndexes: d.backfilled };
+        },
+        sleepOrWake: (ms, wakeable, signal) => this.sleepOrWake(ms, wakeable, signal),
+        cancel: (ticket) => this.cancel(ticket),
+        maxPollMs: this.maxPollMs,
+      },
+      { cost, scopes: [], priority: 100, more: [], backfill: 0, ...options },
+    );
+  }
+
+  /**
    * {@link acquire}, and in the same round trip as many of the calls queued behind it
    * (`options.more`) as fit at once: resolves with this call's reservation first, then one for
-   * each of the first k of `more` admitted (possibly none).
+   * each of the first k of `more` admitted (possibly none). Built on {@link line}.
    */
   async acquireMany(cost: Cost, options: AcquireManyOptions = {}): Promise<Reservation[]> {
-    const ticket = randomUUID();
-    let current = cost;
-    let priority = options.priority ?? 100;
-    let scopes = options.scopes ?? [];
-    let more = options.more ?? [];
-    let backfillMax = options.backfill ?? 0;
+    const line = this.line(cost, {
+      scopes: options.scopes ?? [],
+      priority: options.priority ?? 100,
+      more: options.more ?? [],
+      backfill: options.onBackfill ? (options.backfill ?? 0) : 0,
+    });
     try {
       for (;;) {
         options.signal?.throwIfAborted();
-        const tickets = more.map((c) => ({ ticket: randomUUID(), cost: c }));
-        const backfill = options.onBackfill ? backfillMax : 0;
-        const d = await this.attempt(ticket, current, scopes, priority, true, tickets, backfill);
-        if (d.ok) return [d.reservation, ...(d.more ?? [])];
-        // Time spent taking the jobs that go ahead comes off the wait, so the head's next
-        // attempt is not late for it.
-        const deniedAt = performance.now();
-        if (d.backfilled && d.backfilled.length > 0) {
-          // Redis time is not in a denial's answer: admittedAt is only informative here.
-          const now = Date.now();
-          await options.onBackfill?.(
-            d.backfilled.map((i) =>
-              reservationOf(
-                tickets[i]!.ticket,
-                tickets[i]!.cost,
-                scopeList(scopes),
-                now,
-                this.leaseMs,
-              ),
-            ),
-            d.backfilled,
-          );
+        const a = await line.attempt();
+        if (a.ok) return a.reservations;
+        if (a.ahead.length > 0) await options.onBackfill?.([...a.ahead], [...a.aheadIndexes]);
+        options.onDenied?.(a.denial);
+        await line.sleep(a, options.signal);
+        const change = await options.onWait?.(a.denial);
+        if (change) {
+          const { backfill, ...rest } = change;
+          line.update({
+            ...Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined)),
+            ...(backfill !== undefined && options.onBackfill ? { backfill } : {}),
+          });
         }
-        options.onDenied?.(d);
-        // Waiters behind the first in line wake just after it should have been admitted; a
-        // little jitter keeps several processes from arriving at the same instant.
-        const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;
-        const spent = performance.now() - deniedAt;
-        const wait = Math.min(Math.max(d.waitMs - spent, 1) + jitter, this.maxPollMs);
-        // A pause ends at a known time; budget and slots may come back sooner, at a settle.
-        await this.sleepOrWake(wait, d.reason !== 'paused', options.signal);
-        const change = await options.onWait?.(d);
-        if (change?.cost) current = change.cost;
-        if (change?.priority) priority = change.priority;
-        if (change?.scopes) scopes = change.scopes;
-        if (change?.more) more = change.more;
-        if (change?.backfill !== undefined) backfillMax = change.backfill;
       }
     } catch (err) {
-      await this.cancel(ticket).catch(() => {});
+      await line.leave().catch(() => {});
       // Aborted while asleep, the timer throws its own AbortError: throw the signal's reason,
       // as when aborted between two attempts.
       throw options.signal?.aborted ? options.signal.reason : err;
