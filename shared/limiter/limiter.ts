@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Redis, ReplyError } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { Batcher } from '../batcher.ts';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import type { QueueNames } from '../keys.ts';
-import { loadLuaScripts, runLua } from '../lua-scripts.ts';
+import { DIMENSIONS } from '../dimensions.ts';
 import { type LimiterKeys, limiterKeys, wakeChannel } from './limiter-keys.ts';
 import {
   type HeaderSource,
@@ -13,11 +13,18 @@ import {
   readRateLimitHeaders,
 } from './provider-headers.ts';
 import { readSnapshot } from './reader.ts';
+import {
+  AcquireCode,
+  LimiterScripts,
+  type ScriptReading,
+  type ScriptScope,
+  type SettleCall,
+  type SettleResult,
+} from './scripts.ts';
 import { Line, type LineRequest } from './ticket.ts';
 import {
   type Cost,
   type Decision,
-  type Dimension,
   type DimensionLimits,
   GLOBAL_SCOPE,
   type LimiterSnapshot,
@@ -25,17 +32,15 @@ import {
   type Usage,
 } from './types.ts';
 
-const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
-
-/** The order of dimensions in every script: requests, input, output, total tokens. */
-const DIMS: readonly Dimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
-const LUA_DIM: Record<string, Dimension> = {
-  req: 'requests',
-  in: 'inputTokens',
-  out: 'outputTokens',
-  tok: 'tokens',
-};
 const HISTORY_BUCKET_MS = 10_000;
+
+/** The reason of a denial that only says how long to wait. */
+const DENIAL = {
+  [AcquireCode.Queued]: 'queued',
+  [AcquireCode.Paused]: 'paused',
+  [AcquireCode.Concurrency]: 'concurrency',
+  [AcquireCode.ProbeOut]: 'probe',
+} as const;
 
 /** The longest a lazy stamp ({@link Limiter.start}) waits for others. */
 export const LAZY_STAMP_MS = 10;
@@ -144,20 +149,6 @@ export interface AcquireManyOptions extends AcquireOptions {
   readonly onBackfill?: (reservations: Reservation[], indexes: number[]) => Promise<void>;
 }
 
-interface EndItem {
-  readonly id: string;
-  readonly mode: 'usage' | 'keep' | 'release';
-  readonly input: number;
-  readonly output: number;
-  readonly restamp: boolean;
-  readonly reportedOutput: number;
-}
-
-interface EndResult {
-  readonly known: boolean;
-  readonly inputDelta: number;
-  readonly outputDelta: number;
-}
 
 function effective(limit: number | undefined, headroom: number): number {
   if (limit === undefined || limit <= 0) return 0;
@@ -177,17 +168,6 @@ function scopeList(scopes: readonly string[]): string[] {
   return [...new Set([GLOBAL_SCOPE, ...scopes])];
 }
 
-/**
- * True from a lost connection until ioredis is ready again. Between two retries it is
- * 'connecting' for a moment, as on the first connection (whose commands should wait for it);
- * its retry counter, reset when ready, tells the two apart.
- */
-function lostConnection(redis: Redis): boolean {
-  const s = redis.status;
-  if (s === 'reconnecting' || s === 'end' || s === 'close') return true;
-  const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
-  return (s === 'connecting' || s === 'connect') && retries > 0;
-}
 
 function reservationOf(
   id: string,
@@ -225,7 +205,7 @@ export class Limiter {
   private readonly leaseMs: number;
   private readonly clock: (() => number) | undefined;
   private readonly maxPollMs: number;
-  private readonly commandTimeoutMs: number;
+  private readonly scripts: LimiterScripts;
   private readonly wakeChannel: string;
   private readonly subscriber: Redis | undefined;
   private readonly sleepers = new Set<() => void>();
@@ -241,7 +221,7 @@ export class Limiter {
    * wait up to LAZY_STAMP_MS when lazy, settles up to SETTLE_WAIT_MS.
    */
   private readonly stamps: Batcher<string, void>;
-  private readonly ends: Batcher<EndItem, EndResult>;
+  private readonly ends: Batcher<SettleCall, SettleResult>;
 
   constructor(options: LimiterOptions) {
     this.redis = options.redis;
@@ -256,7 +236,6 @@ export class Limiter {
     this.outputAccounting = options.outputAccounting ?? 'reserve';
     this.clock = options.clock;
     this.maxPollMs = options.maxPollMs ?? 1_000;
-    this.commandTimeoutMs = options.commandTimeoutMs ?? 5_000;
     this.probeMs = options.probeMs ?? Math.min(this.leaseMs, Math.ceil(this.windowMs / 10));
     if (!(this.windowMs >= 1))
       throw new TypeError(`windowMs must be at least 1, got ${this.windowMs}`);
@@ -273,34 +252,24 @@ export class Limiter {
     this.wakeChannel = wakeChannel(options.names);
     this.subscriber = options.subscriber;
     this.keys = limiterKeys(options.names);
+    this.scripts = new LimiterScripts(
+      this.redis,
+      this.keys,
+      options.commandTimeoutMs ?? 5_000,
+      this.clock,
+    );
     this.stamps = new Batcher<string, void>(
       async (ids) => {
         // Under `actual` accounting the provider charges output until the end: the reservation
         // stays open (stamped at its renewed lease) until settle stamps it, or a call streaming
         // longer than the window would leave it before it is settled. It is only marked as begun.
-        const mode = this.outputAccounting === 'actual' ? 'mark' : 'stamp';
-        await this.run('start', [this.keys.log, this.keys.res], [this.now(), mode, ...ids]);
+        await this.scripts.start(this.outputAccounting === 'actual' ? 'mark' : 'stamp', ids);
         return [];
       },
       { delayMs: LAZY_STAMP_MS },
     );
     this.ends = new Batcher(
-      async (items) => {
-        const k = this.keys;
-        const args: (string | number)[] = [this.now(), HISTORY_BUCKET_MS, this.wakeChannel];
-        for (const e of items)
-          args.push(e.id, e.mode, e.input, e.output, e.restamp ? '1' : '0', e.reportedOutput);
-        const r = (await this.run(
-          'settle',
-          [k.log, k.res, k.slots, k.tot, k.stats, k.hist],
-          args,
-        )) as number[];
-        return items.map((_, i) => ({
-          known: Number(r[i * 3]) === 1,
-          inputDelta: Number(r[i * 3 + 1] ?? 0),
-          outputDelta: Number(r[i * 3 + 2] ?? 0),
-        }));
-      },
+      (calls) => this.scripts.settle(calls, HISTORY_BUCKET_MS, this.wakeChannel),
       { delayMs: SETTLE_WAIT_MS },
     );
   }
@@ -310,75 +279,20 @@ export class Limiter {
     return Object.values(this.keys);
   }
 
-  private now(): string {
-    return this.clock ? String(Math.floor(this.clock())) : '';
-  }
-
   private get windowArg(): number {
     return this.windowMs + this.marginMs;
   }
 
-  /**
-   * Runs a script, failing closed. `undo` names a script that reverses it: when the command was
-   * sent but no answer came (timeout, dropped connection), the command may still run later
-   * (ioredis queues it, and resends unanswered ones after reconnecting) or may have run with
-   * its answer lost, so the undo is queued behind it on the same connection, to run whenever
-   * Redis answers again.
-   */
-  private async run(
-    name: keyof typeof SCRIPTS | string,
-    keys: string[],
-    args: (string | number)[],
-    undo?: { name: string; keys: string[]; args: (string | number)[] },
-  ): Promise<unknown> {
-    const script = SCRIPTS[name];
-    if (!script) throw new Error(`no limiter script named ${name}`);
-    if (lostConnection(this.redis)) {
-      // Commands sent now would queue until Redis comes back: fail closed instead.
-      throw new LimiterUnavailableError(`Redis connection is ${this.redis.status}`);
-    }
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([
-        runLua(this.redis, script, keys, args).catch((err: unknown) => {
-          // An error reply means Redis answered: nothing is left to undo.
-          if (undo && err instanceof ReplyError) undo = undefined;
-          throw err;
-        }),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () =>
-              reject(
-                new LimiterUnavailableError(
-                  `no answer from Redis within ${this.commandTimeoutMs} ms`,
-                ),
-              ),
-            this.commandTimeoutMs,
-          );
-        }),
-      ]);
-    } catch (err) {
-      const u = undo;
-      if (u) {
-        const undoScript = SCRIPTS[u.name];
-        if (undoScript) runLua(this.redis, undoScript, u.keys, u.args).catch(() => {});
-      }
-      if (err instanceof LimiterUnavailableError) throw err;
-      throw new LimiterUnavailableError((err as Error).message, { cause: err });
-    } finally {
-      clearTimeout(timer);
-    }
-  }
 
-  private scopeArgs(scopes: readonly string[]): (string | number)[] {
-    const all = scopeList(scopes);
-    const args: (string | number)[] = [all.length];
-    for (const name of all) {
+  /** Every scope charged, each with its limits less headroom, by short dimension name. */
+  private scriptScopes(scopes: readonly string[]): ScriptScope[] {
+    return scopeList(scopes).map((name) => {
       checkScopeName(name);
       const l = name === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[name] ?? {});
-      args.push(name, ...DIMS.map((d) => effective(l[d], this.headroom)));
-    }
-    return args;
+      const limits: Record<string, number> = {};
+      for (const d of DIMENSIONS) limits[d.lua] = effective(l[d.name], this.headroom);
+      return { name, limits };
+    });
   }
 
   private async attempt(
@@ -395,87 +309,47 @@ export class Limiter {
     if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
       throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
     }
-    const k = this.keys;
     // Calls ended in this turn give their budget and slots back first (same connection, so Redis
     // runs them first): a worker that reserves for its next job as the last one ends finds them.
     this.ends.flush();
-    const reply = (await this.run(
-      'acquire',
-      [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.ext, k.stats],
-      [
-        this.now(),
-        this.windowArg,
-        ticket,
-        priority,
-        queue ? '1' : '0',
-        this.leaseMs,
-        Math.max(5_000, this.maxPollMs * 5),
-        this.concurrency,
-        cost.requests,
-        cost.inputTokens,
-        cost.outputTokens,
-        ...this.scopeArgs(scopes),
-        more.length,
-        ...more.flatMap((m) => [
-          m.ticket,
-          m.cost.requests,
-          m.cost.inputTokens,
-          m.cost.outputTokens,
-        ]),
-        backfill,
-        // Only a waiter that keeps its place in line goes as a probe.
-        this.probeMs,
-      ],
-      {
-        name: 'abandon',
-        keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp],
-        args: [ticket, ...more.map((m) => m.ticket)],
-      },
-    )) as (number | string)[];
-    const code = Number(reply[0]);
-    const reservation = (id: string, c: Cost) =>
-      reservationOf(id, c, scopeList(scopes), Number(reply[1]), this.leaseMs);
-    switch (code) {
-      case 0: {
+    const r = await this.scripts.acquire({
+      windowMs: this.windowArg,
+      ticket,
+      priority,
+      queue,
+      leaseMs: this.leaseMs,
+      ticketTtlMs: Math.max(5_000, this.maxPollMs * 5),
+      concurrency: this.concurrency,
+      cost,
+      scopes: this.scriptScopes(scopes),
+      extras: more,
+      backfill,
+      // Only a waiter that keeps its place in line goes as a probe.
+      probeMs: this.probeMs,
+    });
+    switch (r.code) {
+      case AcquireCode.Admitted: {
+        const reservation = (id: string, c: Cost) =>
+          reservationOf(id, c, scopeList(scopes), r.now, this.leaseMs);
         return {
           ok: true,
           reservation: reservation(ticket, cost),
-          more: more.slice(0, Number(reply[3] ?? 0)).map((m) => reservation(m.ticket, m.cost)),
+          more: more.slice(0, r.extras).map((m) => reservation(m.ticket, m.cost)),
         };
       }
-      case 1:
-        return { ok: false, reason: 'queued', waitMs: Number(reply[1]) };
-      case 2:
-        return { ok: false, reason: 'paused', waitMs: Number(reply[1]) };
-      case 3:
-        return {
-          ok: false,
-          reason: 'budget',
-          waitMs: Number(reply[1]),
-          scope: String(reply[2]),
-          dimension: LUA_DIM[String(reply[3])] ?? 'tokens',
-          // Extras that went ahead (backfill), as indexes into `more`; only when there are any.
-          ...(reply.length > 4 ? { backfilled: reply.slice(4).map((i) => Number(i) - 1) } : {}),
-        };
-      case 4:
-        return { ok: false, reason: 'concurrency', waitMs: Number(reply[1]) };
-      case 6:
-        return { ok: false, reason: 'probe', waitMs: Number(reply[1]) };
-      case 5: {
-        const dim = LUA_DIM[String(reply[2])] ?? 'tokens';
-        const scope = String(reply[1]);
-        const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
-        throw new CostExceedsLimitError(
-          scope,
-          dim,
-          Number(reply[3]),
-          limits[dim] ?? Number(reply[4]),
-        );
+      case AcquireCode.Budget: {
+        const { waitMs, scope, dimension, backfilled } = r;
+        // Extras that went ahead (backfill), as indexes into `more`; only when there are any.
+        const ahead = backfilled.length > 0 ? { backfilled } : {};
+        return { ok: false, reason: 'budget', waitMs, scope, dimension, ...ahead };
+      }
+      case AcquireCode.NeverFits: {
+        const limits = r.scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[r.scope] ?? {});
+        const limit = limits[r.dimension] ?? r.limit;
+        throw new CostExceedsLimitError(r.scope, r.dimension, r.cost, limit);
       }
       default:
-        throw new LimiterUnavailableError(
-          `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
-        );
+        return { ok: false, reason: DENIAL[r.code], waitMs: r.waitMs };
     }
   }
 
@@ -623,7 +497,7 @@ export class Limiter {
   }
 
   private async cancel(ticket: string): Promise<void> {
-    await this.run('cancel', [this.keys.waiters, this.keys.waitexp], [ticket]);
+    await this.scripts.cancel(ticket);
   }
 
   /**
@@ -632,12 +506,7 @@ export class Limiter {
    */
   async adjust(reservation: Reservation, cost: Cost): Promise<Reservation> {
     checkCost(cost);
-    const k = this.keys;
-    await this.run(
-      'adjust',
-      [k.res, k.tot, k.stats],
-      [reservation.id, cost.inputTokens, cost.outputTokens],
-    );
+    await this.scripts.adjust(reservation.id, cost.inputTokens, cost.outputTokens);
     return { ...reservation, cost: { ...cost, requests: reservation.cost.requests } };
   }
 
@@ -654,13 +523,7 @@ export class Limiter {
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */
   async renew(reservation: Reservation): Promise<boolean> {
-    const k = this.keys;
-    const r = await this.run(
-      'renew',
-      [k.log, k.res, k.slots],
-      [this.now(), reservation.id, this.leaseMs],
-    );
-    return Number(r) > 0;
+    return (await this.scripts.renew(reservation.id, this.leaseMs)) > 0;
   }
 
   /**
@@ -675,9 +538,9 @@ export class Limiter {
     output: number,
     restamp: boolean,
     reportedOutput = -1,
-  ): Promise<EndResult> {
+  ): Promise<SettleResult> {
     const ended = this.ends.push(
-      { id: reservation.id, mode, input, output, restamp, reportedOutput },
+      { id: reservation.id, mode, input, output, restamp, reported: reportedOutput },
       mode !== 'usage',
     );
     // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
@@ -735,7 +598,7 @@ export class Limiter {
   /** Sets the shared pause to at least `ms` from now (Redis time); returns when it ends. */
   async pauseFor(ms: number): Promise<number> {
     if (!(ms >= 0)) throw new TypeError(`pause must be a number of ms from 0 up, got ${ms}`);
-    return Number(await this.run('pause', [this.keys.pause], [this.now(), Math.ceil(ms)]));
+    return this.scripts.pause(Math.ceil(ms));
   }
 
   /**
@@ -762,15 +625,12 @@ export class Limiter {
     scope: string = GLOBAL_SCOPE,
     of?: Reservation,
   ): Promise<void> {
-    const order: ProviderDimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
-    if (!order.some((d) => reading[d])) return;
-    const args: (string | number)[] = [this.now(), this.windowArg, scope];
-    for (const d of order) {
-      const r = reading[d];
-      args.push(r ? r.limit : -1, r ? r.remaining : -1, r?.resetMs ?? -1);
+    const readings: Partial<Record<ProviderDimension, ScriptReading>> = {};
+    for (const d of DIMENSIONS) {
+      const r = reading[d.name];
+      if (r) readings[d.name] = { limit: r.limit, remaining: r.remaining, reset: r.resetMs ?? -1 };
     }
-    args.push(of?.id ?? '', this.wakeChannel, this.marginMs);
-    const k = this.keys;
+    if (Object.keys(readings).length === 0) return;
     // A reading counts as ours only the calls stamped (or marked begun) before it, with what they
     // were settled at: the ends and stamps still gathered go first, on the same connection, so
     // Redis runs them first. An ended call's settle stamps it if its stamp was left to it; and a
@@ -779,7 +639,14 @@ export class Limiter {
     // gathered yet: the worker sends it after the call's reading.)
     this.ends.flush();
     this.stamps.flush();
-    await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], args);
+    await this.scripts.observe({
+      windowMs: this.windowArg,
+      marginMs: this.marginMs,
+      scope,
+      readings,
+      of: of?.id ?? '',
+      channel: this.wakeChannel,
+    });
   }
 
   /** Records this limiter's settings so status and the dashboard can show them. */
@@ -805,14 +672,9 @@ export class Limiter {
    * limiter's keys shrink to nothing one window after the last call. Resolves with Redis time.
    */
   async prune(windowPlusMarginMs: number = this.windowArg): Promise<number> {
-    const k = this.keys;
     for (let i = 0; ; i++) {
-      const [now, dropped] = (await this.run(
-        'prune',
-        [k.log, k.res, k.slots, k.tot],
-        [this.now(), windowPlusMarginMs],
-      )) as [number, number];
-      if (Number(dropped) < 500 || i >= 1_000) return Number(now);
+      const { now, dropped } = await this.scripts.prune(windowPlusMarginMs);
+      if (dropped < 500 || i >= 1_000) return now;
     }
   }
 
