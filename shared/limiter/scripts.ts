@@ -4,6 +4,7 @@ import { DIMENSIONS, type Dimension, dimensionOfLua } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../lua-scripts.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
+import type { ProviderReading } from './provider-headers.ts';
 import type { Cost } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -100,13 +101,6 @@ export interface SettleResult {
   readonly known: boolean;
   readonly inputDelta: number;
   readonly outputDelta: number;
-}
-
-/** One dimension's reading for `observe-5.lua`; reset -1 when unknown. */
-export interface ScriptReading {
-  readonly limit: number;
-  readonly remaining: number;
-  readonly reset: number;
 }
 
 /**
@@ -228,24 +222,25 @@ export class LimiterScripts {
     }));
   }
 
-  /** Takes a provider's reading of one scope (readings by dimension; absent: no header). */
+  /** Takes a provider's reading of one scope (a dimension without headers is left out). */
   async observe(a: {
     readonly windowMs: number;
     readonly marginMs: number;
     readonly scope: string;
-    readonly readings: Partial<Record<Dimension, ScriptReading>>;
+    readonly reading: ProviderReading;
     readonly of: string;
     readonly channel: string;
   }): Promise<void> {
-    const readings: Record<string, ScriptReading> = {};
+    const { reading, ...rest } = a;
+    const readings: Record<string, { limit: number; remaining: number; reset: number }> = {};
     for (const d of DIMENSIONS) {
-      const r = a.readings[d.name];
-      if (r) readings[d.lua] = r;
+      const r = reading[d.name];
+      if (r) readings[d.lua] = { limit: r.limit, remaining: r.remaining, reset: r.resetMs ?? -1 };
     }
     const k = this.keys;
     await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], {
       now: this.now(),
-      ...a,
+      ...rest,
       readings,
     });
   }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { AcquireManyOptions } from './options.ts';
 import type { Cost, Decision, Reservation } from './types.ts';
 
 /** A denial, as a value: how long to wait and why. */
@@ -99,5 +100,36 @@ export class Line {
   /** Gives up the place in line (nothing is reserved). */
   leave(): Promise<void> {
     return this.driver.cancel(this.ticket);
+  }
+}
+
+/**
+ * Drives a line until admitted, for {@link Limiter.acquireMany}: hands backfilled calls to
+ * `onBackfill`, tells `onDenied`, sleeps, takes `onWait`'s changes; leaves the line when it
+ * stops waiting (an abort throws the signal's reason).
+ */
+export async function waitInLine(line: Line, options: AcquireManyOptions): Promise<Reservation[]> {
+  try {
+    for (;;) {
+      options.signal?.throwIfAborted();
+      const a = await line.attempt();
+      if (a.ok) return a.reservations;
+      if (a.ahead.length > 0) await options.onBackfill?.([...a.ahead], [...a.aheadIndexes]);
+      options.onDenied?.(a.denial);
+      await line.sleep(a, options.signal);
+      const change = await options.onWait?.(a.denial);
+      if (change) {
+        const { backfill, ...rest } = change;
+        line.update({
+          ...Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined)),
+          ...(backfill !== undefined && options.onBackfill ? { backfill } : {}),
+        });
+      }
+    }
+  } catch (err) {
+    await line.leave().catch(() => {});
+    // Aborted while asleep, the timer throws its own AbortError: throw the signal's reason,
+    // as when aborted between two attempts.
+    throw options.signal?.aborted ? options.signal.reason : err;
   }
 }
