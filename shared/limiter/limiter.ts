@@ -68,7 +68,7 @@ export class Limiter {
   readonly outputAccounting: 'reserve' | 'actual';
   readonly probeMs: number;
   /** The options, defaults filled in. */
-  private readonly o: LimiterSettings;
+  private readonly settings: LimiterSettings;
   private readonly keys: LimiterKeys;
   private readonly scripts: LimiterScripts;
   private readonly wakeChannel: string;
@@ -82,7 +82,7 @@ export class Limiter {
 
   constructor(options: LimiterOptions) {
     const o = resolveLimiterOptions(options);
-    this.o = o;
+    this.settings = o;
     this.windowMs = o.windowMs;
     this.concurrency = o.concurrency;
     this.headroom = o.headroom;
@@ -114,7 +114,7 @@ export class Limiter {
   }
 
   private get windowArg(): number {
-    return this.windowMs + this.o.windowMarginMs;
+    return this.windowMs + this.settings.windowMarginMs;
   }
 
   private async attempt(
@@ -135,11 +135,11 @@ export class Limiter {
       ticket,
       priority,
       queue,
-      leaseMs: this.o.leaseMs,
-      ticketTtlMs: Math.max(5_000, this.o.maxPollMs * 5),
+      leaseMs: this.settings.leaseMs,
+      ticketTtlMs: Math.max(5_000, this.settings.maxPollMs * 5),
       concurrency: this.concurrency,
       cost,
-      scopes: scriptScopes(this.o, scopes),
+      scopes: scriptScopes(this.settings, scopes),
       extras: more,
       backfill,
       // Only a waiter that keeps its place in line goes as a probe.
@@ -151,7 +151,7 @@ export class Limiter {
       cost: c,
       scopes: charged,
       admittedAt: at,
-      leaseExpiresAt: at + this.o.leaseMs,
+      leaseExpiresAt: at + this.settings.leaseMs,
     });
     switch (r.code) {
       case AcquireCode.Admitted: {
@@ -171,7 +171,7 @@ export class Limiter {
         return { ok: false, reason: 'budget', waitMs, scope, dimension, ...went };
       }
       case AcquireCode.NeverFits: {
-        const limit = limitsOf(this.o, r.scope)[r.dimension] ?? r.limit;
+        const limit = limitsOf(this.settings, r.scope)[r.dimension] ?? r.limit;
         throw new CostExceedsLimitError(r.scope, r.dimension, r.cost, limit);
       }
       default:
@@ -212,7 +212,7 @@ export class Limiter {
           this.attempt(ticket, r.cost, r.scopes, r.priority, true, tickets, r.backfill),
         sleepOrWake: (ms, wakeable, signal) => this.wakeUps.sleep(ms, wakeable, signal),
         cancel: (ticket) => this.cancel(ticket),
-        maxPollMs: this.o.maxPollMs,
+        maxPollMs: this.settings.maxPollMs,
       },
       { cost, scopes: [], priority: 100, more: [], backfill: 0, ...options },
     );
@@ -271,7 +271,7 @@ export class Limiter {
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */
   async renew(reservation: Reservation): Promise<boolean> {
-    return (await this.scripts.renew(reservation.id, this.o.leaseMs)) > 0;
+    return (await this.scripts.renew(reservation.id, this.settings.leaseMs)) > 0;
   }
 
   /**
@@ -374,7 +374,7 @@ export class Limiter {
     this.stamps.flush();
     await this.scripts.observe({
       windowMs: this.windowArg,
-      marginMs: this.o.windowMarginMs,
+      marginMs: this.settings.windowMarginMs,
       scope,
       reading,
       of: of?.id ?? '',
@@ -384,13 +384,13 @@ export class Limiter {
 
   /** Records this limiter's settings so status and the dashboard can show them. */
   async publishConfig(): Promise<void> {
-    await this.o.redis.set(
+    await this.settings.redis.set(
       this.keys.config,
       JSON.stringify({
         windowMs: this.windowMs,
-        windowMarginMs: this.o.windowMarginMs,
-        limits: this.o.limits,
-        scopes: this.o.scopes,
+        windowMarginMs: this.settings.windowMarginMs,
+        limits: this.settings.limits,
+        scopes: this.settings.scopes,
         concurrency: this.concurrency,
         headroom: this.headroom,
         outputAccounting: this.outputAccounting,
@@ -417,19 +417,19 @@ export class Limiter {
    */
   snapshot(): Promise<LimiterSnapshot> {
     return readSnapshot({
-      redis: this.o.redis,
+      redis: this.settings.redis,
       keys: this.keys,
-      windowMs: this.o.windowGiven ? this.windowMs : undefined,
-      marginMs: this.o.windowMarginMs,
-      limits: this.o.limits,
-      scopeLimits: this.o.scopes,
+      windowMs: this.settings.windowGiven ? this.windowMs : undefined,
+      marginMs: this.settings.windowMarginMs,
+      limits: this.settings.limits,
+      scopeLimits: this.settings.scopes,
       concurrency: this.concurrency,
-      clock: this.o.clock,
+      clock: this.settings.clock,
     });
   }
 
   /** Deletes every key of this limiter (tests, `llmq` obliterate). */
   async destroy(): Promise<void> {
-    await this.o.redis.del(...this.allKeys);
+    await this.settings.redis.del(...this.allKeys);
   }
 }
