@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
@@ -111,7 +112,6 @@ export interface EnqueuedJob {
   readonly created: boolean;
 }
 
-const DIM_ORDER = ['requests', 'inputTokens', 'outputTokens', 'tokens'] as const;
 const TENANT = /^[A-Za-z0-9_.@-]{1,100}$/;
 const DAY_S = 24 * 3600;
 
@@ -422,11 +422,11 @@ export class Producer {
   private refuseNeverFits(cost: Cost, scopes: readonly string[]): void {
     for (const scope of [GLOBAL_SCOPE, ...scopes]) {
       const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
-      for (const dim of DIM_ORDER) {
+      for (const dim of DIMENSION_NAMES) {
         const raw = limits[dim];
         if (raw === undefined || raw <= 0) continue;
         const limit = Math.max(1, Math.floor(raw * (1 - this.headroom)));
-        const need = dim === 'tokens' ? cost.inputTokens + cost.outputTokens : cost[dim];
+        const need = amountOf(cost, dim);
         if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit);
       }
     }
