@@ -33,3 +33,8 @@ export function queueRegistryKey(prefix: string): string {
 export function breakerKey(names: QueueNames): string {
   return llmqKey(names, 'breaker');
 }
+
+/** A job's relayed stream events (a Redis stream, capped and expiring), read by the gateway. */
+export function jobEventsKey(names: QueueNames, jobId: string): string {
+  return llmqKey(names, 'sse', jobId);
+}
