@@ -24,7 +24,7 @@ beforeAll(async () => {
   pool = await openPool('gw', { latencyMs: 5 });
   proxy = await startRecordingProxy(pool.mock.url);
   await pool.worker({ baseURL: proxy.url, concurrency: 4 });
-  api = await startGateway(pool, {}, { bodyLimit: 20_000, gateway: { pingMs: 200 } });
+  api = await startGateway(pool, {}, { bodyLimit: 20_000 });
 });
 afterAll(async () => {
   await api?.close();
@@ -64,15 +64,22 @@ describe('the SDK pointed at llmq serve', () => {
   it('messages.stream() relays the provider events: text and finalMessage equal the stored result', async () => {
     const stream = sdkFor(api).messages.stream(request('Stream a few words.', 60));
     let text = '';
+    let deltas = 0;
     stream.on('text', (delta) => {
       text += delta;
+      deltas++;
     });
     const { response } = await stream.withResponse();
     const final = await stream.finalMessage();
-    const job = await pool.job(response.headers.get('llmq-job-id')!);
+    // The stream ends as the worker stores the result: wait for it.
+    const jobId = response.headers.get('llmq-job-id')!;
+    await until(async () => (await pool.queue.getJobState(jobId)) === 'completed');
+    const job = await pool.job(jobId);
     const stored = job!.returnvalue.message;
     expect(final.content).toEqual(stored.content);
     expect(text).toBe((stored.content[0] as { text: string }).text);
+    // The provider's deltas one by one, as it sent them (a replay of the result would be one).
+    expect(deltas).toBeGreaterThan(5);
     expect(final.usage.output_tokens).toBe(stored.usage.output_tokens);
     expect(final.stop_reason).toBe(stored.stop_reason);
     expect(response.headers.get('content-type')).toContain('text/event-stream');
