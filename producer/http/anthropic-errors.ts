@@ -1,3 +1,4 @@
+import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-types.ts';
 import {
   CostExceedsLimitError,
   LlmqError,
@@ -5,19 +6,6 @@ import {
   RequestValidationError,
 } from '../../shared/errors.ts';
 import type { DeadLetter } from '../../shared/job.ts';
-
-/** The Messages API's error types, by the status that carries each. */
-export const API_ERROR_STATUS = {
-  invalid_request_error: 400,
-  authentication_error: 401,
-  permission_error: 403,
-  not_found_error: 404,
-  request_too_large: 413,
-  rate_limit_error: 429,
-  api_error: 500,
-  overloaded_error: 529,
-} as const;
-export type ApiErrorType = keyof typeof API_ERROR_STATUS;
 
 /** An answer of the gateway in the API's shape: `{"type":"error","error":{type,message}}`. */
 export interface ApiErrorAnswer {
