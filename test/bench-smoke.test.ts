@@ -61,7 +61,7 @@ describe('llmq bench', () => {
     const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
     await expect(run).rejects.toBeInstanceOf(ConfigError);
     await expect(run).rejects.toThrow(
-      /--scenario must be one of published, refunds, fleet, neighbour, overhead, scale, got "nope"/,
+      /--scenario must be one of published, refunds, fleet, neighbour, overhead, scale, gateway, got "nope"/,
     );
   });
 });
