@@ -79,6 +79,10 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly idempotencyKey?: string;
   /** Stream the response. */
   readonly stream?: boolean;
+  /** Append the provider's stream events to the job's event stream for a reader (implies `stream`). */
+  readonly relayEvents?: boolean;
+  /** `anthropic-version` and `anthropic-beta` to send with the call; no other header. */
+  readonly providerHeaders?: Readonly<Record<string, string>>;
   /** Per-call timeout in ms. @default 600_000 (the worker's default) */
   readonly timeoutMs?: number;
   /** Tries for retryable failures. @default 5 */
@@ -401,6 +405,7 @@ export class Producer {
       ]);
     }
     checkMeta(options.meta);
+    checkProviderHeaders(options.providerHeaders);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
     this.refuseNeverFits(cost, scopes);
     return {
@@ -410,7 +415,9 @@ export class Producer {
       priority,
       tenant,
       scopes: scopes.length > 0 ? scopes : undefined,
-      stream: options.stream ?? req.stream,
+      stream: options.relayEvents ? true : (options.stream ?? req.stream),
+      relayEvents: options.relayEvents || undefined,
+      providerHeaders: options.providerHeaders,
       timeoutMs: options.timeoutMs,
       idempotencyKey: options.idempotencyKey,
       enqueuedAt: Date.now(),
@@ -495,6 +502,29 @@ function checkChunk(n: number | undefined): number {
     );
   }
   return n;
+}
+
+const PROVIDER_HEADERS = new Set(['anthropic-version', 'anthropic-beta']);
+
+function checkProviderHeaders(headers: Readonly<Record<string, string>> | undefined): void {
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (!PROVIDER_HEADERS.has(name)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: 'is not a header llmq sends on (only anthropic-version and anthropic-beta)',
+        },
+      ]);
+    }
+    if (typeof value !== 'string' || !/^[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$/.test(value)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: `must be 1 to 256 printable characters (got ${JSON.stringify(value)?.slice(0, 60)})`,
+        },
+      ]);
+    }
+  }
 }
 
 function checkMeta(meta: unknown): void {

@@ -27,6 +27,13 @@ export interface JobData {
   readonly scopes?: readonly string[] | undefined;
   /** Stream the response even when max_tokens does not need it. */
   readonly stream?: boolean | undefined;
+  /**
+   * A caller reads the provider's stream events as they come (the gateway's `stream: true`):
+   * the worker appends them to the job's event stream (`jobEventsKey`).
+   */
+  readonly relayEvents?: boolean | undefined;
+  /** `anthropic-version` / `anthropic-beta` the caller sent, sent with the call (never a key). */
+  readonly providerHeaders?: Readonly<Record<string, string>> | undefined;
   /** Per-call timeout in ms. */
   readonly timeoutMs?: number | undefined;
   readonly idempotencyKey?: string | undefined;

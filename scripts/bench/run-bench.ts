@@ -4,6 +4,7 @@ import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
+import { gatewayScenario } from './scenarios/gateway.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
@@ -21,6 +22,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   neighbour: neighbourScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
+  gateway: gatewayScenario,
 };
 
 export interface BenchOptions {
