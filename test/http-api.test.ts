@@ -354,7 +354,7 @@ describe('llmq serve', () => {
     );
     let out = '';
     child.stdout.on('data', (c) => (out += c));
-    await until(() => out.includes('\n'), 15_000, 50);
+    await until(() => out.includes('\n'), 60_000, 50);
     const url = out.split('\n')[0]!;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const res = await fetch(`${url}/v1/jobs`, {
@@ -366,7 +366,7 @@ describe('llmq serve', () => {
     child.kill('SIGINT');
     const [code] = await once(child, 'exit');
     expect(code).toBe(0);
-  }, 30_000);
+  }, 90_000);
 
   it('refuses to start without API keys', async () => {
     const script = `
@@ -385,5 +385,5 @@ describe('llmq serve', () => {
     const [code] = await once(child, 'exit');
     expect(code).toBe(2);
     expect(err).toContain('no API keys');
-  }, 30_000);
+  }, 90_000);
 });

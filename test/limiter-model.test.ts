@@ -651,6 +651,6 @@ describe('the limiter against a reference model', () => {
         fc.asyncProperty(scenarioArb(accounting), ({ cfg, ops }) => runScenario(cfg, ops)),
         { numRuns: runs, ...seed },
       );
-    });
+    }, 300_000);
   }
 });
