@@ -428,9 +428,14 @@ export class Producer {
     return waiter.wait(id, options);
   }
 
-  /** A job's state and, once finished, its result or failure; null when there is no such job. */
-  status(id: string): Promise<JobStatus | null> {
-    return this.redisCall(() => readJobStatus(this.queue, this.deadLetters, id));
+  /** A job's state and, once finished, its result or failure (batch-bound jobs too); null when there is no such job. */
+  async status(id: string): Promise<JobStatus | null> {
+    const s = await this.redisCall(() => readJobStatus(this.queue, this.deadLetters, id));
+    if (s) return s;
+    const batchBound = await this.redisCall(() =>
+      readJobStatus(this.batchJobs.queue, this.deadLetters, id),
+    );
+    return batchBound && { ...batchBound, via: 'batches' };
   }
 
   /**
