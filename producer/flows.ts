@@ -1,6 +1,8 @@
 import type { FlowJob } from 'bullmq';
 import { JOB_NAME, type JobData } from '../shared/job.ts';
-import { batchQueueName, type QueueNames } from '../shared/keys.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import { bullPrefix } from '../shared/keys.ts';
+import { batchNames } from './batches/batch-jobs.ts';
 import type { EnqueuedJob } from './producer.ts';
 
 /**
@@ -37,7 +39,8 @@ export function mapReduceFlow(f: {
   readonly batches: boolean;
   readonly jobOptions: (data: JobData) => Record<string, unknown>;
 }): FlowJob {
-  const partQueue = f.batches ? batchQueueName(f.names.queue) : f.names.queue;
+  // Batch-bound jobs live under their own names (and hash tag): see batch-jobs.ts.
+  const partNames = f.batches ? batchNames(f.names) : f.names;
   return {
     name: JOB_NAME,
     queueName: f.names.queue,
@@ -45,7 +48,8 @@ export function mapReduceFlow(f: {
     opts: { ...f.jobOptions(f.combine), jobId: f.id },
     children: f.parts.map((data, i) => ({
       name: JOB_NAME,
-      queueName: partQueue,
+      queueName: partNames.queue,
+      prefix: bullPrefix(partNames),
       data,
       opts: { ...f.jobOptions(data), jobId: f.partIds[i]! },
     })),

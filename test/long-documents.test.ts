@@ -3,10 +3,12 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { COMBINE_PROMPT, planDocument } from '../producer/batch/long-document.ts';
 import { DEFAULT_SUMMARY_PROMPT, runBatchSummarize } from '../producer/batch/summarize.ts';
+import { startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { Producer } from '../producer/producer.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import { answerText } from '../shared/combine.ts';
@@ -251,6 +253,52 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
     const [line] = readLines(out);
     expect(line!.error).toMatch(new RegExp(`^part 2 of ${n}: .*gpt-unknown`));
     expect(mock.stats().admitted).toBe(n - 1);
+  }, 120_000);
+
+  it('via batches: the parts go by Message Batches, the final call through messages', async () => {
+    const { path, text } = writeDocument(45_000);
+    const n = planDocument(text, {
+      model: 'claude-haiku-4-5',
+      maxTokens: MAX_TOKENS,
+      prompt: DEFAULT_SUMMARY_PROMPT,
+      chunkTokens: CHUNK_TOKENS,
+    }).parts.length;
+    mock.batches.setOptions({ processingMs: 100 });
+    const submitterRedis = newRedis();
+    const submitter = startBatchSubmitter({
+      redis: submitterRedis,
+      names,
+      client: new Anthropic({ apiKey: 'sk-test', baseURL: mock.url, maxRetries: 0 }),
+      pollMs: 50,
+      gatherMs: 100,
+      tickMs: 50,
+    });
+    closers.push(async () => {
+      await submitter.stop();
+      submitterRedis.disconnect();
+    });
+    const seen: MessagesRequest[] = [];
+    await worker(seen);
+    const producer = new Producer({ redis, names });
+    closers.push(() => producer.close());
+    const out = join(dir, 'results.jsonl');
+    const r = await runBatchSummarize({
+      paths: [path],
+      out,
+      producer,
+      maxTokens: MAX_TOKENS,
+      chunkTokens: CHUNK_TOKENS,
+      via: 'batches',
+      progress: { write: () => true },
+      report: { write: () => true },
+    });
+    expect(r).toMatchObject({ succeeded: 1, split: 1, exitCode: 0 });
+    expect(r.savedUsd).toBeGreaterThan(0);
+    // The parts in one batch; the worker made only the final call.
+    expect(mock.batches.stats().created).toBe(1);
+    expect(seen).toHaveLength(1);
+    expect(seen[0]!.system).toBe(COMBINE_PROMPT);
+    expect(readLines(out)[0]).toMatchObject({ parts: n, summary: expect.any(String) });
   }, 120_000);
 });
 
