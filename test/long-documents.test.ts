@@ -1,5 +1,3 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,7 +16,8 @@ import type { QueueNames } from '../shared/keys.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { callProvider, createProviderClient, type ProviderCaller } from '../worker/provider.ts';
 import { startWorker, type WorkerHandle } from '../worker/worker.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
+import { batchCli } from './fixtures/batch-cli.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -84,6 +83,15 @@ async function worker(
   return w;
 }
 
+/** The parts the summarize run splits `text` into. */
+const partsOf = (text: string) =>
+  planDocument(text, {
+    model: 'claude-haiku-4-5',
+    maxTokens: MAX_TOKENS,
+    prompt: DEFAULT_SUMMARY_PROMPT,
+    chunkTokens: CHUNK_TOKENS,
+  }).parts;
+
 const isCombine = (r: MessagesRequest) => r.system === COMBINE_PROMPT;
 const userText = (r: MessagesRequest) => String(r.messages.at(-1)!.content);
 
@@ -104,12 +112,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
   it('a 150,000-token document with --chunk-tokens 20000: one call per part, then one built from their summaries', async () => {
     const { path, text } = writeDocument(150_000);
     expect(estimateTextTokens(text)).toBeGreaterThanOrEqual(150_000);
-    const n = planDocument(text, {
-      model: 'claude-haiku-4-5',
-      maxTokens: MAX_TOKENS,
-      prompt: DEFAULT_SUMMARY_PROMPT,
-      chunkTokens: CHUNK_TOKENS,
-    }).parts.length;
+    const n = partsOf(text).length;
     expect(n).toBeGreaterThanOrEqual(8);
     const seen: MessagesRequest[] = [];
     await worker(seen);
@@ -164,12 +167,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
 
   it('a rerun after a kill between the parts and the final call makes only the final call', async () => {
     const { path, text } = writeDocument(60_000);
-    const n = planDocument(text, {
-      model: 'claude-haiku-4-5',
-      maxTokens: MAX_TOKENS,
-      prompt: DEFAULT_SUMMARY_PROMPT,
-      chunkTokens: CHUNK_TOKENS,
-    }).parts.length;
+    const n = partsOf(text).length;
     expect(n).toBeGreaterThan(1);
     const out = join(dir, 'results.jsonl');
     const args = [
@@ -207,12 +205,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
 
   it('a dead-lettered part: the document line reports it, naming the part', async () => {
     const { path, text } = writeDocument(45_000);
-    const n = planDocument(text, {
-      model: 'claude-haiku-4-5',
-      maxTokens: MAX_TOKENS,
-      prompt: DEFAULT_SUMMARY_PROMPT,
-      chunkTokens: CHUNK_TOKENS,
-    }).parts.length;
+    const n = partsOf(text).length;
     // The provider refuses the second part for good (a 400 through the real SDK).
     const client = createProviderClient({ apiKey: 'sk-test-longdoc', baseURL: mock.url });
     const conn = newRedis();
@@ -231,12 +224,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
       await w.stop(200);
       conn.disconnect();
     });
-    const second = planDocument(text, {
-      model: 'claude-haiku-4-5',
-      maxTokens: MAX_TOKENS,
-      prompt: DEFAULT_SUMMARY_PROMPT,
-      chunkTokens: CHUNK_TOKENS,
-    }).parts[1]!.text.slice(0, 200);
+    const second = partsOf(text)[1]!.text.slice(0, 200);
     const producer = new Producer({ redis, names });
     closers.push(() => producer.close());
     const out = join(dir, 'results.jsonl');
@@ -257,12 +245,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
 
   it('via batches: the parts go by Message Batches, the final call through messages', async () => {
     const { path, text } = writeDocument(45_000);
-    const n = planDocument(text, {
-      model: 'claude-haiku-4-5',
-      maxTokens: MAX_TOKENS,
-      prompt: DEFAULT_SUMMARY_PROMPT,
-      chunkTokens: CHUNK_TOKENS,
-    }).parts.length;
+    const n = partsOf(text).length;
     mock.batches.setOptions({ processingMs: 100 });
     const submitterRedis = newRedis();
     const submitter = startBatchSubmitter({
@@ -302,31 +285,5 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
   }, 120_000);
 });
 
-const CLI = `
-  import { Command } from 'commander';
-  import { registerBatchCommand } from './producer/batch/batch-command.ts';
-  const program = new Command('llmq').exitOverride();
-  registerBatchCommand(program);
-  try {
-    await program.parseAsync(process.argv.slice(1), { from: 'user' });
-  } catch (err) {
-    process.stderr.write('llmq: ' + err.message + '\\n');
-    process.exitCode = 1;
-  }
-`;
-
-function cli(args: string[]) {
-  const child = spawn(process.execPath, tsxEval(CLI, args), {
-    cwd: process.cwd(),
-    env: {
-      ...process.env,
-      REDIS_URL,
-      LLMQ_QUEUE: names.queue,
-      LLMQ_PREFIX: names.prefix,
-    },
-  });
-  const out = { stdout: '', stderr: '' };
-  child.stdout.on('data', (c) => (out.stdout += c));
-  child.stderr.on('data', (c) => (out.stderr += c));
-  return { child, out, exit: once(child, 'exit').then(([code]) => code as number) };
-}
+const cli = (args: string[]) =>
+  batchCli(args, { REDIS_URL, LLMQ_QUEUE: names.queue, LLMQ_PREFIX: names.prefix });
