@@ -5,7 +5,11 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { COMBINE_PROMPT, planDocument } from '../producer/batch/long-document.ts';
-import { DEFAULT_SUMMARY_PROMPT, runBatchSummarize } from '../producer/batch/summarize.ts';
+import {
+  type BatchSummarizeOptions,
+  DEFAULT_SUMMARY_PROMPT,
+  runBatchSummarize,
+} from '../producer/batch/summarize.ts';
 import { startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { Producer } from '../producer/producer.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
@@ -92,6 +96,24 @@ const partsOf = (text: string) =>
     chunkTokens: CHUNK_TOKENS,
   }).parts;
 
+/** Runs `batch summarize` on one file in this process, parts of CHUNK_TOKENS. */
+async function summarize(path: string, extra: Partial<BatchSummarizeOptions> = {}) {
+  const producer = new Producer({ redis, names });
+  closers.push(() => producer.close());
+  const out = join(dir, 'results.jsonl');
+  const r = await runBatchSummarize({
+    paths: [path],
+    out,
+    producer,
+    maxTokens: MAX_TOKENS,
+    chunkTokens: CHUNK_TOKENS,
+    progress: { write: () => true },
+    report: { write: () => true },
+    ...extra,
+  });
+  return { r, out, producer };
+}
+
 const isCombine = (r: MessagesRequest) => r.system === COMBINE_PROMPT;
 const userText = (r: MessagesRequest) => String(r.messages.at(-1)!.content);
 
@@ -116,9 +138,6 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
     expect(n).toBeGreaterThanOrEqual(8);
     const seen: MessagesRequest[] = [];
     await worker(seen);
-    const producer = new Producer({ redis, names });
-    closers.push(() => producer.close());
-    const out = join(dir, 'results.jsonl');
     let reported = '';
     const report = {
       write: (c: string) => {
@@ -126,15 +145,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
         return true;
       },
     };
-    const r = await runBatchSummarize({
-      paths: [path],
-      out,
-      producer,
-      maxTokens: MAX_TOKENS,
-      chunkTokens: CHUNK_TOKENS,
-      progress: { write: () => true },
-      report,
-    });
+    const { r, out, producer } = await summarize(path, { report });
     expect(r).toMatchObject({ succeeded: 1, split: 1, enqueued: 1, exitCode: 0 });
 
     // The provider saw the parts, then the final call: nothing more.
@@ -225,18 +236,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
       conn.disconnect();
     });
     const second = partsOf(text)[1]!.text.slice(0, 200);
-    const producer = new Producer({ redis, names });
-    closers.push(() => producer.close());
-    const out = join(dir, 'results.jsonl');
-    const r = await runBatchSummarize({
-      paths: [path],
-      out,
-      producer,
-      maxTokens: MAX_TOKENS,
-      chunkTokens: CHUNK_TOKENS,
-      progress: { write: () => true },
-      report: { write: () => true },
-    });
+    const { r, out } = await summarize(path);
     expect(r.exitCode).toBe(1);
     const [line] = readLines(out);
     expect(line!.error).toMatch(new RegExp(`^part 2 of ${n}: .*gpt-unknown`));
@@ -262,19 +262,7 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
     });
     const seen: MessagesRequest[] = [];
     await worker(seen);
-    const producer = new Producer({ redis, names });
-    closers.push(() => producer.close());
-    const out = join(dir, 'results.jsonl');
-    const r = await runBatchSummarize({
-      paths: [path],
-      out,
-      producer,
-      maxTokens: MAX_TOKENS,
-      chunkTokens: CHUNK_TOKENS,
-      via: 'batches',
-      progress: { write: () => true },
-      report: { write: () => true },
-    });
+    const { r, out } = await summarize(path, { via: 'batches' });
     expect(r).toMatchObject({ succeeded: 1, split: 1, exitCode: 0 });
     expect(r.savedUsd).toBeGreaterThan(0);
     // The parts in one batch; the worker made only the final call.
