@@ -1,3 +1,4 @@
+import type { CombineSpec } from './combine.ts';
 import type { Cost } from './estimate.ts';
 import type { MessagesRequest } from './request.ts';
 
@@ -45,6 +46,8 @@ export interface JobData {
   readonly history?: readonly AttemptRecord[] | undefined;
   /** When a batch-bound job must be done by (ms since the epoch); see producer/batches. */
   readonly deadlineAt?: number | undefined;
+  /** A flow's combine job: its request is built from its part jobs' answers when it runs. */
+  readonly combine?: CombineSpec | undefined;
 }
 
 /** The Message as stored: what a caller of the API would keep. */

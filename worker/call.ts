@@ -6,6 +6,7 @@ import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
+import { requestOf } from './combine.ts';
 import type { Handoff } from './handoff.ts';
 import type { WorkerLogger } from './logger.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
@@ -67,7 +68,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const relay = p.events?.open(job.id ?? '', data.relayEvents);
   let res: ProviderCallResult;
   try {
-    res = await p.call(data.request, {
+    res = await p.call(await requestOf(job), {
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
       signal: r.abort.signal,
