@@ -36,6 +36,8 @@ export interface JobData {
   /** 429s with retry-after so far; they cost no attempt but are bounded. */
   readonly rateLimitReturns?: number | undefined;
   readonly history?: readonly AttemptRecord[] | undefined;
+  /** W3C traceparent of the job's enqueue span, when tracing is on. */
+  readonly trace?: string | undefined;
 }
 
 /** The Message as stored: what a caller of the API would keep. */

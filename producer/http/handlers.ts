@@ -201,6 +201,8 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
       ...(b.stream !== undefined ? { stream: b.stream } : {}),
       ...(b.meta !== undefined ? { meta: b.meta } : {}),
+      // The job's trace continues the caller's (W3C Trace Context).
+      ...(req.headers['traceparent'] ? { traceparent: req.headers['traceparent'] } : {}),
     };
     let job: EnqueuedJob;
     try {
