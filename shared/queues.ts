@@ -2,6 +2,7 @@ import { type ConnectionOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { DeadLetter, JobData, JobResult } from './job.ts';
 import { bullPrefix, deadLetterQueueName, type QueueNames, queueRegistryKey } from './keys.ts';
+import { bullmqTelemetry } from './telemetry/tracing.ts';
 
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
@@ -11,6 +12,7 @@ export function openQueue(connection: ConnectionOptions, names: QueueNames): Llm
   return new Queue<JobData, JobResult, string>(names.queue, {
     connection,
     prefix: bullPrefix(names),
+    ...bullmqTelemetry(),
   });
 }
 

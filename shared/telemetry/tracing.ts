@@ -10,6 +10,7 @@ import {
   type Tracer,
   trace,
 } from '@opentelemetry/api';
+import { BullMQOtel } from 'bullmq-otel';
 import { VERSION } from '../version.ts';
 
 /**
@@ -82,4 +83,19 @@ export function attributes(a: Record<string, string | number | boolean | undefin
   const out: Attributes = {};
   for (const [k, v] of Object.entries(a)) if (v !== undefined) out[k] = v;
   return out;
+}
+
+let bullmqOn = false;
+
+/**
+ * Turns on BullMQ's own spans (its `telemetry` option, through `bullmq-otel`) for the queues
+ * and workers opened after this: the CLI does once it has started an exporter.
+ */
+export function enableBullmqTelemetry(on = true): void {
+  bullmqOn = on;
+}
+
+/** BullMQ's `telemetry` option when on, as a spread: `{ telemetry }` or `{}`. */
+export function bullmqTelemetry(): { telemetry?: BullMQOtel } {
+  return bullmqOn ? { telemetry: new BullMQOtel({ tracerName: 'llmq-bullmq', version: VERSION }) } : {};
 }
