@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
@@ -17,6 +18,8 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
+  /** When the waiting jobs will have started at the current limits, per priority class. */
+  readonly forecast: Forecast;
   readonly breaker: {
     readonly state: string;
     readonly failures: number;
@@ -33,11 +36,13 @@ export async function getQueueStatus(
   const queue = openQueue(redis, names);
   const dlq = openDeadLetterQueue(redis, names);
   try {
-    const [c, d, snapshot, b] = await Promise.all([
+    const lim = limiter ?? new Limiter({ redis, names });
+    const [c, d, snapshot, b, backlog] = await Promise.all([
       queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
       dlq.getJobCounts('wait', 'prioritized', 'delayed'),
-      (limiter ?? new Limiter({ redis, names })).snapshot(),
+      lim.snapshot(),
       redis.hgetall(breakerKey(names)),
+      readBacklog(redis, names),
     ]);
     const n = (v: number | undefined) => v ?? 0;
     return {
@@ -52,6 +57,7 @@ export async function getQueueStatus(
         dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
       },
       limiter: snapshot,
+      forecast: forecastDrain(backlog.classes, snapshot, lim.headroom, backlog.sampled),
       breaker: {
         state: b['state'] ?? 'closed',
         failures: Number(b['failures'] ?? 0),
