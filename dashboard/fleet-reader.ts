@@ -9,7 +9,7 @@ import { type Forecast, forecastDrain, readBacklog } from '../shared/forecast.ts
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
-import { LATENCY_BUCKETS_MS, readMetrics } from '../shared/metrics.ts';
+import { LATENCY_BUCKETS_MS, meanLatencyMs, readMetrics } from '../shared/metrics.ts';
 import {
   type DeadLetterQueue,
   type LlmqQueue,
@@ -305,7 +305,11 @@ export class FleetReader {
           count: Math.max(m('latency_count'), running),
         },
       },
-      forecast: forecastDrain(backlog.classes, snap, limiter.headroom, backlog.sampled),
+      forecast: forecastDrain(backlog.classes, snap, {
+        headroom: limiter.headroom,
+        callMs: meanLatencyMs(metrics),
+        sampled: backlog.sampled,
+      }),
       histograms: readHistograms(metrics),
       history: {
         bucketMs: HISTORY_BUCKET_MS,

@@ -40,16 +40,20 @@ const laneOf = (p: number): string | null =>
 /**
  * When the backlog drains at the current limits: per dimension of the global scope, what the
  * jobs need beyond what the window has left now, at the limit (less headroom) per window; the
- * slowest dimension binds. Classes drain in priority order, each behind the more urgent ones.
- * Estimates are the jobs' reservations (output at max_tokens), so a refund at settle drains
- * faster than forecast; calls' own latency and the concurrency cap are not counted.
+ * slowest dimension binds. A spend enters the window when its response begins, so each window's
+ * worth comes back one window plus a call (`callMs`, the mean provider latency) after the last.
+ * Classes drain in priority order, each behind the more urgent ones. Estimates are the jobs'
+ * reservations (output at max_tokens): a refund at settle drains faster than forecast; the
+ * concurrency cap is not counted.
  */
 export function forecastDrain(
   backlog: readonly BacklogClass[],
   snapshot: Pick<LimiterSnapshot, 'windowMs' | 'scopes'>,
-  headroom: number,
-  sampled = backlog.reduce((n, c) => n + c.jobs, 0),
+  options: { readonly headroom: number; readonly callMs?: number; readonly sampled?: number },
 ): Forecast {
+  const { headroom } = options;
+  const cycleMs = snapshot.windowMs + Math.max(0, options.callMs ?? 0);
+  const sampled = options.sampled ?? backlog.reduce((n, c) => n + c.jobs, 0);
   const global = snapshot.scopes.find((s) => s.scope === 'global');
   const need = { requests: 0, inputTokens: 0, outputTokens: 0, tokens: 0 };
   const classes: ClassForecast[] = [];
@@ -65,7 +69,7 @@ export function forecastDrain(
       if (!use || use.limit === undefined || use.limit <= 0) continue;
       const limit = Math.max(1, Math.floor(use.limit * (1 - headroom)));
       const left = Math.max(0, limit - use.used - use.foreign);
-      const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * snapshot.windowMs;
+      const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * cycleMs;
       if (ms > drainMs) {
         drainMs = ms;
         binding = d;

@@ -143,3 +143,9 @@ export async function readMetrics(
   const raw = await redis.hgetall(metricsKey(names));
   return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
 }
+
+/** The mean provider latency the fleet recorded (ms); 0 before the first call. */
+export function meanLatencyMs(metrics: Readonly<Record<string, number>>): number {
+  const n = metrics['latency_count'] ?? 0;
+  return n > 0 ? (metrics['latency_sum_ms'] ?? 0) / n : 0;
+}

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
+import { meanLatencyMs, readMetrics } from './metrics.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
 import { openDeadLetterQueue, openQueue } from './queues.ts';
@@ -37,12 +38,13 @@ export async function getQueueStatus(
   const dlq = openDeadLetterQueue(redis, names);
   try {
     const lim = limiter ?? new Limiter({ redis, names });
-    const [c, d, snapshot, b, backlog] = await Promise.all([
+    const [c, d, snapshot, b, backlog, metrics] = await Promise.all([
       queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
       dlq.getJobCounts('wait', 'prioritized', 'delayed'),
       lim.snapshot(),
       redis.hgetall(breakerKey(names)),
       readBacklog(redis, names),
+      readMetrics(redis, names),
     ]);
     const n = (v: number | undefined) => v ?? 0;
     return {
@@ -57,7 +59,11 @@ export async function getQueueStatus(
         dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
       },
       limiter: snapshot,
-      forecast: forecastDrain(backlog.classes, snapshot, lim.headroom, backlog.sampled),
+      forecast: forecastDrain(backlog.classes, snapshot, {
+        headroom: lim.headroom,
+        callMs: meanLatencyMs(metrics),
+        sampled: backlog.sampled,
+      }),
       breaker: {
         state: b['state'] ?? 'closed',
         failures: Number(b['failures'] ?? 0),
