@@ -9,7 +9,7 @@ import { type Forecast, forecastDrain, readBacklog } from '../shared/forecast.ts
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
-import { LATENCY_BUCKETS_MS, meanLatencyMs, readMetrics } from '../shared/metrics.ts';
+import { LATENCY_BUCKETS_MS, medianLatencyMs, readMetrics } from '../shared/metrics.ts';
 import {
   type DeadLetterQueue,
   type LlmqQueue,
@@ -307,7 +307,7 @@ export class FleetReader {
       },
       forecast: forecastDrain(backlog.classes, snap, {
         headroom: limiter.headroom,
-        callMs: meanLatencyMs(metrics),
+        callMs: medianLatencyMs(metrics),
         sampled: backlog.sampled,
       }),
       histograms: readHistograms(metrics),

@@ -41,7 +41,7 @@ const laneOf = (p: number): string | null =>
  * When the backlog drains at the current limits: per dimension of the global scope, what the
  * jobs need beyond what the window has left now, at the limit (less headroom) per window; the
  * slowest dimension binds. A spend enters the window when its response begins, so each window's
- * worth comes back one window plus a call (`callMs`, the mean provider latency) after the last.
+ * worth comes back one window plus a call (`callMs`, the median provider latency) after the last.
  * Classes drain in priority order, each behind the more urgent ones. Estimates are the jobs'
  * reservations (output at max_tokens): a refund at settle drains faster than forecast; the
  * concurrency cap is not counted.

@@ -144,8 +144,22 @@ export async function readMetrics(
   return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
 }
 
-/** The mean provider latency the fleet recorded (ms); 0 before the first call. */
-export function meanLatencyMs(metrics: Readonly<Record<string, number>>): number {
+/**
+ * The median provider latency the fleet recorded (ms), read from the histogram's buckets as
+ * Prometheus' histogram_quantile does (linear within the bucket); 0 before the first call. The
+ * median, not the mean: a few slow calls (cold connections, a stalled one) do not move it.
+ */
+export function medianLatencyMs(metrics: Readonly<Record<string, number>>): number {
   const n = metrics['latency_count'] ?? 0;
-  return n > 0 ? (metrics['latency_sum_ms'] ?? 0) / n : 0;
+  if (n <= 0) return 0;
+  const half = n / 2;
+  let lower = 0;
+  let below = 0;
+  for (const le of LATENCY_BUCKETS_MS) {
+    const c = metrics[`le_${le}`] ?? below;
+    if (c >= half) return c === below ? le : lower + ((le - lower) * (half - below)) / (c - below);
+    lower = le;
+    below = c;
+  }
+  return LATENCY_BUCKETS_MS.at(-1)!;
 }

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
-import { meanLatencyMs, readMetrics } from './metrics.ts';
+import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
 import { openDeadLetterQueue, openQueue } from './queues.ts';
@@ -61,7 +61,7 @@ export async function getQueueStatus(
       limiter: snapshot,
       forecast: forecastDrain(backlog.classes, snapshot, {
         headroom: lim.headroom,
-        callMs: meanLatencyMs(metrics),
+        callMs: medianLatencyMs(metrics),
         sampled: backlog.sampled,
       }),
       breaker: {
