@@ -35,9 +35,9 @@ export class GateWaits {
 
   constructor(private readonly clock: () => number = Date.now) {}
 
-  /** A wait with no head yet (this process's slots, the breaker); under 1 ms is no wait. */
+  /** A wait with no head yet (this process's slots, the breaker); under 5 ms is no wait. */
   hold(reason: WaitReason, start: number, end = this.clock()): void {
-    if (end - start < 1) return;
+    if (end - start < 5) return;
     const last = this.unassigned.at(-1);
     if (last && last.reason === reason && start - last.end < 5) last.end = end;
     else if (this.unassigned.length < MAX_SEGMENTS) this.unassigned.push({ reason, start, end });
