@@ -46,7 +46,8 @@ const id = await producer.enqueue(request('Second: this one waits.'), {
 });
 const traceOf = () =>
   exporter.getFinishedSpans().filter((s) => s.spanContext().traceId.startsWith('4bf92f'));
-while (!traceOf().some((s) => s.name === 'llmq.settle')) await new Promise((r) => setTimeout(r, 50));
+while (!traceOf().some((s) => s.name === 'llmq.settle'))
+  await new Promise((r) => setTimeout(r, 50));
 await worker.stop();
 await producer.close();
 await mock.close();
@@ -59,8 +60,10 @@ const t0 = ms(spans[0]!.startTime);
 const total = Math.max(...spans.map((s) => ms(s.endTime))) - t0;
 const label = (s: ReadableSpan) => {
   const a = s.attributes;
-  if (s.name === 'llmq.wait') return `wait: ${a['llmq.wait.reason']} (${a['llmq.wait.scope']} ${a['llmq.wait.dimension']})`;
-  if (s.name.startsWith('chat ')) return `${s.name} · ${a['gen_ai.usage.input_tokens']} in / ${a['gen_ai.usage.output_tokens']} out`;
+  if (s.name === 'llmq.wait')
+    return `wait: ${a['llmq.wait.reason']} (${a['llmq.wait.scope']} ${a['llmq.wait.dimension']})`;
+  if (s.name.startsWith('chat '))
+    return `${s.name} · ${a['gen_ai.usage.input_tokens']} in / ${a['gen_ai.usage.output_tokens']} out`;
   return s.name;
 };
 const rows = spans
@@ -81,10 +84,18 @@ table{border-collapse:collapse;width:860px}td{padding:4px 6px;border-bottom:1px 
 <h1>job ${id}: trace 4bf92f…4736 (continued from the caller's traceparent), ${Math.round(total)} ms</h1>
 <table>${rows}</table>`;
 writeFileSync('/tmp/llmq-trace.html', html);
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--headless', '--no-sandbox'] });
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox'],
+});
 const page = await browser.newPage({ viewport: { width: 900, height: 100 } });
 await page.setContent(html);
-await page.screenshot({ path: new URL('../docs/trace.png', import.meta.url).pathname, fullPage: true });
+await page.screenshot({
+  path: new URL('../docs/trace.png', import.meta.url).pathname,
+  fullPage: true,
+});
 await browser.close();
-console.log(spans.map((s) => `${label(s)} ${Math.round(ms(s.endTime) - ms(s.startTime))} ms`).join('\n'));
+console.log(
+  spans.map((s) => `${label(s)} ${Math.round(ms(s.endTime) - ms(s.startTime))} ms`).join('\n'),
+);
 process.exit(0);

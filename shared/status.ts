@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
-import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
+import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { openDeadLetterQueue, openQueue } from './queues.ts';
 
 export interface QueueStatus {

@@ -299,10 +299,12 @@ describe('/metrics', () => {
     expect(sample(e, 'llmq_job_wait_seconds_count', acme)).toBe(2);
     expect(sample(e, 'llmq_job_wait_seconds_bucket', `${acme},le="0.1"`)).toBe(1);
     expect(sample(e, 'llmq_job_wait_seconds_sum', acme)).toBeCloseTo(2.02);
-    expect(sample(e, 'gen_ai_client_operation_duration_seconds_bucket', `${acme},le="0.5"`)).toBe(1);
-    expect(
-      sample(e, 'gen_ai_client_token_usage_sum', `${acme},gen_ai_token_type="output"`),
-    ).toBe(100);
+    expect(sample(e, 'gen_ai_client_operation_duration_seconds_bucket', `${acme},le="0.5"`)).toBe(
+      1,
+    );
+    expect(sample(e, 'gen_ai_client_token_usage_sum', `${acme},gen_ai_token_type="output"`)).toBe(
+      100,
+    );
     expect(
       sample(e, 'llmq_job_wait_seconds_count', 'gen_ai_request_model="claude-b",tenant="-"'),
     ).toBe(1);

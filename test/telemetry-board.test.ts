@@ -30,9 +30,12 @@ describe.skipIf(skip)('a job’s history and the forecast in the dashboard', () 
     await until(async () => (await pool.queue.getJobLogs(waited)).count >= 2, 5_000);
     // A backlog held back by output tokens, for the forecast.
     await pool.queue.pause();
-    await pool.producer.enqueueMany([1, 2, 3].map((i) => request(`later ${i}`, 80)), {
-      priority: 'batch',
-    });
+    await pool.producer.enqueueMany(
+      [1, 2, 3].map((i) => request(`later ${i}`, 80)),
+      {
+        priority: 'batch',
+      },
+    );
     dashboard = await startDashboard({
       redis: pool.redis,
       prefix: pool.names.prefix,
@@ -58,11 +61,17 @@ describe.skipIf(skip)('a job’s history and the forecast in the dashboard', () 
     await page.goto(`${dashboard.baseUrl}/queue/${pool.names.queue}/${waited}`, {
       waitUntil: 'domcontentloaded',
     });
-    await page.getByRole('tab', { name: /logs/i }).or(page.getByText(/^Logs$/)).first().click();
+    await page
+      .getByRole('tab', { name: /logs/i })
+      .or(page.getByText(/^Logs$/))
+      .first()
+      .click();
     await expect
       .poll(() => page.locator('body').textContent(), { timeout: 15_000 })
       .toMatch(/admitted after .*budget \(global outputTokens\)/);
-    expect(await page.locator('body').textContent()).toMatch(/call ok in .*: \d+ input, 80 output tokens/);
+    expect(await page.locator('body').textContent()).toMatch(
+      /call ok in .*: \d+ input, 80 output tokens/,
+    );
     await page.close();
   });
 
@@ -73,9 +82,9 @@ describe.skipIf(skip)('a job’s history and the forecast in the dashboard', () 
       waitUntil: 'domcontentloaded',
     });
     const row = page.getByTestId('forecast-rows').locator('tr[data-priority="1000"]');
-    await expect.poll(() => row.getAttribute('data-binding'), { timeout: 15_000 }).toBe(
-      'outputTokens',
-    );
+    await expect
+      .poll(() => row.getAttribute('data-binding'), { timeout: 15_000 })
+      .toBe('outputTokens');
     expect(await row.textContent()).toMatch(/^batch \(1000\)3/);
     await page.close();
   });

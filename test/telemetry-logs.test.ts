@@ -87,6 +87,6 @@ describe('logs', () => {
     expect(out[0]).not.toContain('sk-secret');
     expect(out[0]).not.toContain('Bearer x');
     const line = readableLine(out[0]!);
-    expect(line).toMatch(/^\d\d:\d\d:\d\d\.\d{3} INFO  \[test\] hello .*job=7/);
+    expect(line).toMatch(/^\d\d:\d\d:\d\d\.\d{3} INFO {2}\[test\] hello .*job=7/);
   });
 });

@@ -54,7 +54,10 @@ async function postJob(url: string, maxTokens: number, traceparent?: string): Pr
       'content-type': 'application/json',
       ...(traceparent ? { traceparent } : {}),
     },
-    body: JSON.stringify({ request: request('Trace me, please.', maxTokens), priority: 'interactive' }),
+    body: JSON.stringify({
+      request: request('Trace me, please.', maxTokens),
+      priority: 'interactive',
+    }),
   });
   expect(res.status).toBe(202);
   return ((await res.json()) as { id: string }).id;

@@ -1,3 +1,4 @@
+import { ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import type { Job } from 'bullmq';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { GEN_AI } from '../shared/telemetry/job-spans.ts';
@@ -12,8 +13,8 @@ import {
   tracer,
   withSpan,
 } from '../shared/telemetry/tracing.ts';
-import type { ProviderCallResult } from './provider.ts';
 import type { WaitSegment } from './gate-waits.ts';
+import type { ProviderCallResult } from './provider.ts';
 
 /** What a failed call tells its span. */
 export interface CallFailure {
@@ -34,15 +35,34 @@ export class JobTrace {
   private constructor(
     private readonly parent: Context,
     private readonly job: Job<JobData, JobResult>,
+    /** This try's own root, for a job enqueued without tracing. */
+    private readonly root?: Span,
   ) {}
 
-  /** A trace for this try of `job`, its waits recorded; undefined when the job has no trace. */
+  /**
+   * A trace for this try of `job`, its waits recorded; undefined when tracing is off. A job
+   * enqueued while tracing was off gets a trace of its own for the try (`llmq.job`).
+   */
   static begin(
     job: Job<JobData, JobResult>,
     waits: readonly WaitSegment[] | undefined,
   ): JobTrace | undefined {
-    if (!job.data.trace) return undefined;
-    const t = new JobTrace(contextOf(job.data.trace), job);
+    let t: JobTrace;
+    if (job.data.trace) t = new JobTrace(contextOf(job.data.trace), job);
+    else {
+      // The API's no-op span when no SDK is registered: one small object, nothing recorded.
+      const root = tracer().startSpan(
+        'llmq.job',
+        {
+          kind: SpanKind.CONSUMER,
+          startTime: waits?.[0]?.start ?? Date.now(),
+          attributes: attributes({ 'llmq.job.id': job.id, 'llmq.tenant': job.data.tenant }),
+        },
+        ROOT_CONTEXT,
+      );
+      if (!root.isRecording()) return undefined;
+      t = new JobTrace(trace.setSpan(ROOT_CONTEXT, root), job, root);
+    }
     for (const w of waits ?? []) {
       recordSpan({
         name: 'llmq.wait',
@@ -101,6 +121,7 @@ export class JobTrace {
     );
     s.setStatus({ code: SpanStatusCode.OK });
     s.end();
+    this.root?.end();
   }
 
   /** The call failed. */
@@ -116,6 +137,7 @@ export class JobTrace {
     );
     s.setStatus({ code: SpanStatusCode.ERROR, message: f.reason });
     s.end();
+    this.root?.end();
   }
 
   /** The settle of the reservation with the usage, from `start` to now. */
@@ -152,6 +174,7 @@ export function traceOutcome(
     start: now,
     end: now,
     attributes: attributes({ 'llmq.job.id': job.id, ...attrs }),
-    error: what === 'llmq.dead_letter' ? String(attrs['llmq.reason'] ?? 'dead-lettered') : undefined,
+    error:
+      what === 'llmq.dead_letter' ? String(attrs['llmq.reason'] ?? 'dead-lettered') : undefined,
   });
 }

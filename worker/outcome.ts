@@ -205,9 +205,7 @@ export class Outcomes {
           'llmq.attempt': attemptsUsed(outcome.history),
           'llmq.reason': c.reason,
         });
-        this.parts.history
-          .write(job.id, `retry in ${formatMs(outcome.delayMs)}`)
-          .catch(() => {});
+        this.parts.history.write(job.id, `retry in ${formatMs(outcome.delayMs)}`).catch(() => {});
         log.info('job retried', { ...report, delayMs: outcome.delayMs });
         await metrics.add({ retries: 1 });
         await job.updateData({ ...job.data, history: outcome.history });

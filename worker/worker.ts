@@ -21,8 +21,8 @@ import {
 import { type CallParts, type Running, runCall } from './call.ts';
 import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
-import { JobHistory } from './job-history.ts';
 import { Handoff } from './handoff.ts';
+import { JobHistory } from './job-history.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';

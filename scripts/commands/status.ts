@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { Dimension } from '../../shared/limiter/types.ts';
-import { formatForecast } from '../../shared/forecast-format.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 

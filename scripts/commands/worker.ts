@@ -2,12 +2,11 @@ import { type Command, Option } from 'commander';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
-import { createProviderClient } from '../../worker/provider.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
+import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
-
 
 export function registerWorkerCommand(program: Command): void {
   queueOptions(

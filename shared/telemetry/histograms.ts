@@ -69,7 +69,10 @@ export interface HistogramSeries {
 
 /** The histogram series held in a metrics hash (other fields are ignored). */
 export function readHistograms(hash: Readonly<Record<string, number>>): HistogramSeries[] {
-  const series = new Map<string, { name: HistogramName; model: string; tenant: string; f: Map<string, number> }>();
+  const series = new Map<
+    string,
+    { name: HistogramName; model: string; tenant: string; f: Map<string, number> }
+  >();
   for (const [field, n] of Object.entries(hash)) {
     if (!field.startsWith('h|')) continue;
     const [, name, model, tenant, part] = field.split('|');

@@ -1,4 +1,4 @@
-import { type DestinationStream, type Logger, type LevelWithSilent, pino } from 'pino';
+import { type DestinationStream, type LevelWithSilent, type Logger, pino } from 'pino';
 import { ConfigError } from '../errors.ts';
 
 const LEVELS: readonly LevelWithSilent[] = [
@@ -79,7 +79,9 @@ export function readableLine(json: string): string {
   const fields = Object.entries(rest)
     .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)
     .join(' ');
-  const lvl = String(level ?? '').toUpperCase().padEnd(5);
+  const lvl = String(level ?? '')
+    .toUpperCase()
+    .padEnd(5);
   return `${t} ${lvl} ${component ? `[${component}] ` : ''}${msg ?? ''}${fields ? ` ${fields}` : ''}\n`;
 }
 

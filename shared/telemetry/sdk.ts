@@ -6,6 +6,8 @@
  * Loaded with `import()` only then: library code sees `@opentelemetry/api` alone.
  */
 
+import { ConfigError } from '../errors.ts';
+
 export type TracingEnv = Readonly<Record<string, string | undefined>>;
 
 /** Which exporter the variables configure; undefined for none. */
@@ -16,8 +18,8 @@ export function tracesExporterOf(env: TracingEnv): 'otlp' | 'console' | undefine
   if (named === 'console') return 'console';
   if (named === 'otlp') return 'otlp';
   if (named) {
-    throw new TypeError(
-      `OTEL_TRACES_EXPORTER must be otlp, console or none, got ${JSON.stringify(named)}`,
+    throw new ConfigError(
+      `OTEL_TRACES_EXPORTER must be otlp, console or none, got ${JSON.stringify(named)}: unset it to turn tracing off`,
     );
   }
   return env['OTEL_EXPORTER_OTLP_ENDPOINT'] || env['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']

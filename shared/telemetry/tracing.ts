@@ -21,8 +21,8 @@ export function tracer(): Tracer {
   return trace.getTracer('llmq', VERSION);
 }
 
-export { SpanKind, SpanStatusCode };
 export type { Attributes, Context, Span };
+export { SpanKind, SpanStatusCode };
 
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 const ZERO_TRACE = '0'.repeat(32);
@@ -97,5 +97,7 @@ export function enableBullmqTelemetry(on = true): void {
 
 /** BullMQ's `telemetry` option when on, as a spread: `{ telemetry }` or `{}`. */
 export function bullmqTelemetry(): { telemetry?: BullMQOtel } {
-  return bullmqOn ? { telemetry: new BullMQOtel({ tracerName: 'llmq-bullmq', version: VERSION }) } : {};
+  return bullmqOn
+    ? { telemetry: new BullMQOtel({ tracerName: 'llmq-bullmq', version: VERSION }) }
+    : {};
 }
