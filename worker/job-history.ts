@@ -16,7 +16,15 @@ const HISTORY_FLUSH_MS = 100;
 export class JobHistory {
   private readonly batcher: Batcher<{ jobId: string; line: string }, void>;
 
-  constructor(redis: Redis, names: QueueNames, options: { readonly flushMs?: number } = {}) {
+  private readonly enabled: boolean;
+
+  /** @param options.enabled write job logs at all @default true */
+  constructor(
+    redis: Redis,
+    names: QueueNames,
+    options: { readonly flushMs?: number; readonly enabled?: boolean } = {},
+  ) {
+    this.enabled = options.enabled ?? true;
     const base = `${bullPrefix(names)}:${names.queue}:`;
     this.batcher = new Batcher<{ jobId: string; line: string }, void>(
       async (items) => {
@@ -34,7 +42,7 @@ export class JobHistory {
 
   /** Appends lines to a job's log (stamped with the time); resolves once written. */
   write(jobId: string | undefined, ...lines: string[]): Promise<void> {
-    if (!jobId) return Promise.resolve();
+    if (!jobId || !this.enabled) return Promise.resolve();
     const at = new Date().toISOString();
     return Promise.all(lines.map((l) => this.batcher.push({ jobId, line: `${at} ${l}` }))).then(
       () => {},

@@ -91,6 +91,11 @@ export interface WorkerOptions {
    */
   readonly handoffWaitMs?: number;
   readonly logger?: WorkerLogger;
+  /**
+   * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
+   * shows; batched with the counters. Off saves a small list per job in Redis. @default true
+   */
+  readonly jobLogs?: boolean;
 }
 
 export interface WorkerHandle {
@@ -181,7 +186,7 @@ export class Worker implements WorkerHandle {
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
     const metrics = new MetricsWriter(this.metricsRedis, names);
-    const history = new JobHistory(this.metricsRedis, names);
+    const history = new JobHistory(this.metricsRedis, names, { enabled: options.jobLogs ?? true });
     const bull = openGateWorker(redis, names, {
       lockDuration: this.lockDurationMs,
       stalledInterval: options.stalledIntervalMs ?? 15_000,

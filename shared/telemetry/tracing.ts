@@ -18,8 +18,11 @@ import { VERSION } from '../version.ts';
  * one when `OTEL_*` configures an exporter, see `sdk.ts`) every span is the API's no-op.
  */
 export function tracer(): Tracer {
-  return trace.getTracer('llmq', VERSION);
+  return TRACER;
 }
+
+/** The API's proxy: it reaches the provider registered later, so one serves every call. */
+const TRACER: Tracer = trace.getTracer('llmq', VERSION);
 
 export type { Attributes, Context, Span };
 export { SpanKind, SpanStatusCode };
