@@ -5,10 +5,11 @@
  */
 
 import type { Redis } from 'ioredis';
+import { type Forecast, forecastDrain, readBacklog } from '../shared/forecast.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
-import { LATENCY_BUCKETS_MS, readMetrics } from '../shared/metrics.ts';
+import { LATENCY_BUCKETS_MS, medianLatencyMs, readMetrics } from '../shared/metrics.ts';
 import {
   type DeadLetterQueue,
   type LlmqQueue,
@@ -16,6 +17,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
+import { type HistogramSeries, readHistograms } from '../shared/telemetry/histograms.ts';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
@@ -73,6 +75,10 @@ export interface QueueView {
       readonly count: number;
     };
   };
+  /** When the waiting jobs will have started at the current limits, per priority class. */
+  readonly forecast: Forecast;
+  /** Wait, call and token histograms by model and tenant (`telemetry/histograms.ts`). */
+  readonly histograms: readonly HistogramSeries[];
   /** 10 s buckets of the last 15 minutes. */
   readonly history: {
     readonly bucketMs: number;
@@ -94,6 +100,7 @@ export interface FleetReaderOptions {
    * @default 50
    */
   readonly windowMarginMs?: number;
+  readonly headroom?: number;
 }
 
 const HISTORY_BUCKET_MS = 10_000;
@@ -110,6 +117,7 @@ interface QueueHandles {
 interface PublishedConfig {
   readonly windowMs?: number;
   readonly windowMarginMs?: number;
+  readonly headroom?: number;
 }
 
 /** Opens (and caches) the BullMQ queues and limiters of every queue under a prefix. */
@@ -209,13 +217,18 @@ export class FleetReader {
       this.marginMs,
       typeof published.windowMarginMs === 'number' ? published.windowMarginMs : 0,
     );
-    const shape = `${windowMs}|${marginMs}`;
+    const headroom =
+      typeof published.headroom === 'number' && published.headroom >= 0 && published.headroom < 1
+        ? published.headroom
+        : undefined;
+    const shape = `${windowMs}|${marginMs}|${headroom}`;
     if (h.limiter?.shape !== shape) {
       const reader = new Limiter({
         redis: this.redis,
         names: this.names(queue),
         windowMs,
         windowMarginMs: marginMs,
+        ...(headroom === undefined ? {} : { headroom }),
       });
       h.limiter = { reader, shape };
     }
@@ -227,12 +240,13 @@ export class FleetReader {
     const names = this.names(queue);
     const { queue: q, dead } = this.queues(queue);
     const limiter = await this.limiter(queue);
-    const [snap, metrics, breakerRaw, jobs, deadCounts] = await Promise.all([
+    const [snap, metrics, breakerRaw, jobs, deadCounts, backlog] = await Promise.all([
       limiter.snapshot(),
       readMetrics(this.redis, names),
       this.redis.hgetall(llmqKey(names, 'breaker')),
       q.getJobCounts(),
       dead.getJobCounts(),
+      readBacklog(this.redis, names),
     ]);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
@@ -311,6 +325,12 @@ export class FleetReader {
           count: Math.max(m('latency_count'), running),
         },
       },
+      forecast: forecastDrain(backlog.classes, snap, {
+        headroom: limiter.headroom,
+        callMs: medianLatencyMs(metrics),
+        sampled: backlog.sampled,
+      }),
+      histograms: readHistograms(metrics),
       history: {
         bucketMs: HISTORY_BUCKET_MS,
         limitPerBucket:

@@ -55,6 +55,9 @@ export function limiterPage(nonce: string): string {
       <tbody id="usage-rows" data-testid="usage-rows"></tbody></table>
     <h2>Last 15 minutes <small>tokens per 10 s: <i class="key reserved"></i> reserved <i class="key actual"></i> actual <i class="key limit"></i> limit (pro rata)</small></h2>
     <svg id="chart" data-testid="chart" viewBox="0 0 960 240" role="img" aria-label="tokens reserved and actual per 10 seconds over the last 15 minutes"></svg>
+    <h2>Forecast <small>when the waiting jobs will have started at the current limits</small></h2>
+    <table class="usage"><thead><tr><th>priority</th><th class="n">jobs</th><th class="n">started within</th><th>bound by</th></tr></thead>
+      <tbody id="forecast-rows" data-testid="forecast-rows"></tbody></table>
     <h2>Provider</h2>
     <section class="tiles small">
       <div class="tile"><h3>calls</h3><b id="provider-calls" data-testid="provider-calls">0</b></div>
@@ -240,6 +243,33 @@ function chart(view) {
   svg.replaceChildren(...parts);
 }
 
+function forecast(f) {
+  const rows = f.classes.map((c) => {
+    const tr = document.createElement('tr');
+    tr.dataset.priority = String(c.priority);
+    tr.dataset.drainMs = String(c.drainMs);
+    tr.dataset.binding = c.binding || '';
+    const cells = [c.lane ? c.lane + ' (' + c.priority + ')' : String(c.priority), num.format(c.jobs),
+      c.binding ? seconds(c.drainMs) : 'now', c.binding || '\u2013'];
+    cells.forEach((text, i) => {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (i === 1 || i === 2) td.className = 'n';
+      tr.append(td);
+    });
+    return tr;
+  });
+  if (rows.length === 0) {
+    const tr = document.createElement('tr');
+    const td = document.createElement('td');
+    td.colSpan = 4;
+    td.textContent = 'nothing waiting';
+    tr.append(td);
+    rows.push(tr);
+  }
+  $('forecast-rows').replaceChildren(...rows);
+}
+
 function render(data) {
   queues(data.queues);
   $('empty').hidden = data.view !== null;
@@ -278,6 +308,7 @@ function render(data) {
   set('accuracy-output', v.accuracy.output, pct(v.accuracy.output));
   set('settled', v.counters.settled);
   usage(v.scopes);
+  forecast(v.forecast);
   chart(v);
   const p = v.provider;
   set('provider-calls', p.calls);

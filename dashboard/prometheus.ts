@@ -8,6 +8,7 @@
 
 import { Counter, Gauge, Registry } from 'prom-client';
 import { DIMENSIONS } from '../shared/dimensions.ts';
+import { HISTOGRAMS, type HistogramName } from '../shared/telemetry/histograms.ts';
 import type { QueueView } from './fleet-reader.ts';
 
 const BREAKER_STATES = ['closed', 'open', 'half_open'] as const;
@@ -31,6 +32,55 @@ export function latencyHistogramText(views: readonly QueueView[]): string {
     lines.push(`${LATENCY}_bucket{${q},le="+Inf"} ${count}`);
     lines.push(`${LATENCY}_sum{${q}} ${sumMs / 1000}`);
     lines.push(`${LATENCY}_count{${q}} ${count}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The labelled histograms: Prometheus name, help, and the GenAI token type where one applies. */
+const FAMILIES: Record<HistogramName, { name: string; help: string; tokenType?: string }> = {
+  wait: {
+    name: 'llmq_job_wait_seconds',
+    help: "From enqueue (or the previous try's end) to the call's start, by model and tenant.",
+  },
+  call: {
+    name: 'gen_ai_client_operation_duration_seconds',
+    help: 'Provider calls by model and tenant (GenAI conventions), fleet-wide.',
+  },
+  input: {
+    name: 'gen_ai_client_token_usage',
+    help: 'Tokens per call by type, model and tenant (GenAI conventions), fleet-wide.',
+    tokenType: 'input',
+  },
+  output: { name: 'gen_ai_client_token_usage', help: '', tokenType: 'output' },
+};
+
+/** Exposition text of the wait, call and token histograms labelled by model and tenant. */
+export function labelledHistogramsText(views: readonly QueueView[]): string {
+  const lines: string[] = [];
+  const declared = new Set<string>();
+  for (const name of Object.keys(HISTOGRAMS) as HistogramName[]) {
+    const f = FAMILIES[name];
+    const scale = HISTOGRAMS[name].unit === 'ms' ? 1 / 1000 : 1;
+    if (!declared.has(f.name)) {
+      declared.add(f.name);
+      lines.push(`# HELP ${f.name} ${f.help}`, `# TYPE ${f.name} histogram`);
+    }
+    for (const v of views) {
+      for (const h of v.histograms) {
+        if (h.name !== name) continue;
+        const labels = [
+          `queue="${escapeLabel(v.queue)}"`,
+          `gen_ai_request_model="${escapeLabel(h.model)}"`,
+          `tenant="${escapeLabel(h.tenant)}"`,
+          ...(f.tokenType ? [`gen_ai_token_type="${f.tokenType}"`] : []),
+        ].join(',');
+        for (const b of h.buckets)
+          lines.push(`${f.name}_bucket{${labels},le="${b.le * scale}"} ${b.count}`);
+        lines.push(`${f.name}_bucket{${labels},le="+Inf"} ${h.count}`);
+        lines.push(`${f.name}_sum{${labels}} ${h.sum * scale}`);
+        lines.push(`${f.name}_count{${labels}} ${h.count}`);
+      }
+    }
   }
   return `${lines.join('\n')}\n`;
 }
@@ -157,7 +207,11 @@ export class PrometheusExporter {
     const run = this.queue.then(async () => {
       this.registry.resetMetrics();
       for (const v of views) this.fill(v);
-      return (await this.registry.metrics()) + latencyHistogramText(views);
+      return (
+        (await this.registry.metrics()) +
+        latencyHistogramText(views) +
+        labelledHistogramsText(views)
+      );
     });
     this.queue = run.catch(() => {});
     return run;

@@ -17,6 +17,7 @@ import {
   registerQueue,
 } from '../shared/queues.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
+import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
 import type { Via } from './batches/via.ts';
 import { DepthGate, type WaitForRoomOptions } from './depth-gate.ts';
@@ -102,6 +103,11 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly via?: Via;
   /** For `via: 'batches'`: when it must be done by (ms since the epoch). */
   readonly deadlineAt?: number;
+  /**
+   * W3C traceparent the job's trace continues (an HTTP request's); else the active span's.
+   * @default undefined
+   */
+  readonly traceparent?: string;
 }
 
 export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'idempotencyKey'> {
@@ -222,15 +228,25 @@ export class Producer {
         : newJobId();
     const attempts = checkAttempts(options.attempts);
     await this.ensureRegistered();
-    const [exists] = await this.gate.reserveOrWait([id], data.tenant, options);
-    if (exists) return { id, created: false };
+    const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
     try {
-      await this.redisCall(() =>
-        this.queue.add(JOB_NAME, data, { ...this.jobOptions(data, attempts), jobId: id }),
-      );
-    } finally {
-      await this.gate.release([id], data.tenant).catch(() => {});
+      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options);
+      if (exists) {
+        endEnqueueSpan(span, undefined, false);
+        return { id, created: false };
+      }
+      try {
+        await this.redisCall(() =>
+          this.queue.add(JOB_NAME, traced, { ...this.jobOptions(data, attempts), jobId: id }),
+        );
+      } finally {
+        await this.gate.release([id], data.tenant).catch(() => {});
+      }
+    } catch (err) {
+      endEnqueueSpan(span, err);
+      throw err;
     }
+    endEnqueueSpan(span);
     return { id, created: true };
   }
 
@@ -395,12 +411,16 @@ export class Producer {
       const unique = [...first.keys()];
       const existing = await this.gate.reserveOrWait(unique, tenant, options);
       const fresh = unique.filter((_, j) => !existing[j]);
+      const started = fresh.map((id) =>
+        startEnqueueSpan(id, datas[first.get(id)!]!, options.traceparent),
+      );
+      let failed: unknown;
       try {
         if (fresh.length > 0) {
           await this.redisCall(() =>
             this.queue.addBulk(
-              fresh.map((id) => {
-                const data = datas[first.get(id)!]!;
+              fresh.map((id, j) => {
+                const data = started[j]!.data;
                 return {
                   name: JOB_NAME,
                   data,
@@ -410,7 +430,11 @@ export class Producer {
             ),
           );
         }
+      } catch (err) {
+        failed = err;
+        throw err;
       } finally {
+        for (const { span } of started) endEnqueueSpan(span, failed);
         await this.gate.release(fresh, tenant).catch(() => {});
       }
       options.onChunk?.(chunkIds, start);

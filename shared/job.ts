@@ -48,6 +48,8 @@ export interface JobData {
   readonly deadlineAt?: number | undefined;
   /** A flow's combine job: its request is built from its part jobs' answers when it runs. */
   readonly combine?: CombineSpec | undefined;
+  /** W3C traceparent of the job's enqueue span, when tracing is on. */
+  readonly trace?: string | undefined;
 }
 
 /** The Message as stored: what a caller of the API would keep. */

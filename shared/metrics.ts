@@ -2,6 +2,13 @@ import type { Redis } from 'ioredis';
 import { Batcher } from './batcher.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import {
+  histogramFields,
+  LabelCap,
+  MAX_MODELS,
+  MAX_TENANTS,
+  NO_TENANT,
+} from './telemetry/histograms.ts';
 
 /**
  * Counters every worker process adds to in Redis, so one dashboard (and `/metrics`) sees the
@@ -36,14 +43,27 @@ export function metricsKey(names: QueueNames): string {
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
-function pairs(add: Partial<Record<MetricField, number>>): (string | number)[] {
+function pairs(add: Record<string, number>): (string | number)[] {
   return Object.entries(add).flatMap(([f, n]) => (n ? [f, n] : []));
 }
 
 type MetricsItem = {
   readonly latencyMs: number | undefined;
-  readonly add: Partial<Record<MetricField, number>>;
+  /** Named counters, and the labelled histograms' fields (`telemetry/histograms.ts`). */
+  readonly add: Partial<Record<MetricField, number>> | Record<string, number>;
 };
+
+/** One finished call, for the histograms labelled by model and tenant. */
+export interface JobObservation {
+  readonly model: string;
+  readonly tenant: string | undefined;
+  readonly waitMs: number;
+  readonly callMs: number;
+  readonly inputTokens?: number | undefined;
+  readonly outputTokens?: number | undefined;
+  /** A successful call: also counted in the provider latency histogram. */
+  readonly ok: boolean;
+}
 
 /**
  * How long a successful call's counters wait for others before they are written: a worker
@@ -60,18 +80,19 @@ export const METRICS_FLUSH_MS = 100;
  */
 export class MetricsWriter {
   private readonly batcher: Batcher<MetricsItem, void>;
+  private readonly models = new LabelCap(MAX_MODELS);
+  private readonly tenants = new LabelCap(MAX_TENANTS);
 
   /** @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS */
   constructor(redis: Redis, names: QueueNames, options: { readonly flushMs?: number } = {}) {
     const key = metricsKey(names);
     this.batcher = new Batcher<MetricsItem, void>(
       async (items) => {
-        const sums: Partial<Record<MetricField, number>> = {};
+        const sums: Record<string, number> = {};
         const latencies: number[] = [];
         for (const { latencyMs, add } of items) {
           if (latencyMs !== undefined) latencies.push(Math.max(0, latencyMs));
-          for (const [f, n] of Object.entries(add) as [MetricField, number][])
-            sums[f] = (sums[f] ?? 0) + n;
+          for (const [f, n] of Object.entries(add)) sums[f] = (sums[f] ?? 0) + n;
         }
         await runLua(
           redis,
@@ -97,6 +118,22 @@ export class MetricsWriter {
   latency(ms: number, add: Partial<Record<MetricField, number>> = {}): Promise<void> {
     return this.batcher.push({ latencyMs: ms, add });
   }
+
+  /**
+   * Records a call in the wait, call and token histograms of its model and tenant (bounded
+   * label sets), with other counters; written within {@link METRICS_FLUSH_MS}.
+   */
+  observe(o: JobObservation, add: Partial<Record<MetricField, number>> = {}): Promise<void> {
+    const model = this.models.label(o.model);
+    const tenant = o.tenant === undefined ? NO_TENANT : this.tenants.label(o.tenant);
+    const fields: Record<string, number> = { ...add };
+    histogramFields('wait', model, tenant, o.waitMs, fields);
+    histogramFields('call', model, tenant, o.callMs, fields);
+    if (o.inputTokens !== undefined) histogramFields('input', model, tenant, o.inputTokens, fields);
+    if (o.outputTokens !== undefined)
+      histogramFields('output', model, tenant, o.outputTokens, fields);
+    return this.batcher.push({ latencyMs: o.ok ? o.callMs : undefined, add: fields });
+  }
 }
 
 export async function readMetrics(
@@ -105,4 +142,24 @@ export async function readMetrics(
 ): Promise<Record<string, number>> {
   const raw = await redis.hgetall(metricsKey(names));
   return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
+}
+
+/**
+ * The median provider latency the fleet recorded (ms), read from the histogram's buckets as
+ * Prometheus' histogram_quantile does (linear within the bucket); 0 before the first call. The
+ * median, not the mean: a few slow calls (cold connections, a stalled one) do not move it.
+ */
+export function medianLatencyMs(metrics: Readonly<Record<string, number>>): number {
+  const n = metrics['latency_count'] ?? 0;
+  if (n <= 0) return 0;
+  const half = n / 2;
+  let lower = 0;
+  let below = 0;
+  for (const le of LATENCY_BUCKETS_MS) {
+    const c = metrics[`le_${le}`] ?? below;
+    if (c >= half) return c === below ? le : lower + ((le - lower) * (half - below)) / (c - below);
+    lower = le;
+    below = c;
+  }
+  return LATENCY_BUCKETS_MS.at(-1)!;
 }

@@ -9,6 +9,7 @@ import {
   queueRegistryKey,
 } from './keys.ts';
 import { deleteKeysMatching } from './redis.ts';
+import { bullmqTelemetry } from './telemetry/tracing.ts';
 
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
@@ -18,6 +19,7 @@ export function openQueue(connection: ConnectionOptions, names: QueueNames): Llm
   return new Queue<JobData, JobResult, string>(names.queue, {
     connection,
     prefix: bullPrefix(names),
+    ...bullmqTelemetry(),
   });
 }
 

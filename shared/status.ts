@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis';
+import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
+import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { type DeadLetterQueue, type LlmqQueue, openDeadLetterQueue, openQueue } from './queues.ts';
 
 export interface QueueStatus {
@@ -21,6 +23,8 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
+  /** When the waiting jobs will have started at the current limits, per priority class. */
+  readonly forecast: Forecast;
   readonly breaker: {
     readonly state: string;
     readonly failures: number;
@@ -75,16 +79,24 @@ export async function getQueueStatus(
   names: QueueNames,
   limiter?: Limiter,
 ): Promise<QueueStatus> {
-  const [counts, snapshot, b] = await Promise.all([
+  const lim = limiter ?? new Limiter({ redis, names });
+  const [counts, snapshot, b, backlog, metrics] = await Promise.all([
     getQueueCounts(redis, names),
-    (limiter ?? new Limiter({ redis, names })).snapshot(),
+    lim.snapshot(),
     redis.hgetall(breakerKey(names)),
+    readBacklog(redis, names),
+    readMetrics(redis, names),
   ]);
   return {
     queue: names.queue,
     prefix: names.prefix,
     counts,
     limiter: snapshot,
+    forecast: forecastDrain(backlog.classes, snapshot, {
+      headroom: lim.headroom,
+      callMs: medianLatencyMs(metrics),
+      sampled: backlog.sampled,
+    }),
     breaker: {
       state: b['state'] ?? 'closed',
       failures: Number(b['failures'] ?? 0),

@@ -274,4 +274,46 @@ describe('/metrics', () => {
     expect(sample(after, 'llmq_breaker_failures')).toBe(5);
     expect(sample(after, 'llmq_estimate_accuracy_ratio', 'direction="input"')).toBeCloseTo(0.8);
   });
+
+  it('histograms of wait, call and tokens by model and tenant, with a bounded tenant label', async () => {
+    const metrics = new MetricsWriter(redis, names);
+    const seen = [
+      { model: 'claude-a', tenant: 'acme', waitMs: 2_000, callMs: 400 },
+      { model: 'claude-a', tenant: 'acme', waitMs: 20, callMs: 3_000 },
+      { model: 'claude-b', tenant: undefined, waitMs: 70_000, callMs: 200 },
+    ];
+    await Promise.all(
+      seen.map((o) => metrics.observe({ ...o, inputTokens: 500, outputTokens: 50, ok: true })),
+    );
+    // Past 50 distinct tenants, the rest share one label.
+    await Promise.all(
+      Array.from({ length: 55 }, (_, i) =>
+        metrics.observe({ model: 'claude-a', tenant: `t${i}`, waitMs: 1, callMs: 1, ok: true }),
+      ),
+    );
+    const e = await scrape();
+    expect(e.types.get('llmq_job_wait_seconds')).toBe('histogram');
+    expect(e.types.get('gen_ai_client_operation_duration_seconds')).toBe('histogram');
+    expect(e.types.get('gen_ai_client_token_usage')).toBe('histogram');
+    const acme = 'gen_ai_request_model="claude-a",tenant="acme"';
+    expect(sample(e, 'llmq_job_wait_seconds_count', acme)).toBe(2);
+    expect(sample(e, 'llmq_job_wait_seconds_bucket', `${acme},le="0.1"`)).toBe(1);
+    expect(sample(e, 'llmq_job_wait_seconds_sum', acme)).toBeCloseTo(2.02);
+    expect(sample(e, 'gen_ai_client_operation_duration_seconds_bucket', `${acme},le="0.5"`)).toBe(
+      1,
+    );
+    expect(sample(e, 'gen_ai_client_token_usage_sum', `${acme},gen_ai_token_type="output"`)).toBe(
+      100,
+    );
+    expect(
+      sample(e, 'llmq_job_wait_seconds_count', 'gen_ai_request_model="claude-b",tenant="-"'),
+    ).toBe(1);
+    const tenants = new Set(
+      [...e.samples.keys()]
+        .filter((k) => k.startsWith('llmq_job_wait_seconds_count{'))
+        .map((k) => /tenant="([^"]*)"/.exec(k)![1]),
+    );
+    expect(tenants.has('other')).toBe(true);
+    expect(tenants.size).toBeLessThanOrEqual(52); // 50, the tenant-less '-', and 'other'
+  });
 });

@@ -11,6 +11,7 @@ import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -141,6 +142,7 @@ export function openGateWorker(
     connection: redis.duplicate(),
     prefix: bullPrefix(names),
     autorun: false,
+    ...bullmqTelemetry(),
     ...options,
   });
 }

@@ -7,7 +7,11 @@ import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import { requestOf } from './combine.ts';
+import type { WaitSegment } from './gate-waits.ts';
 import type { Handoff } from './handoff.ts';
+import type { JobHistory } from './job-history.ts';
+import { reportFailure, reportSuccess } from './job-report.ts';
+import { JobTrace } from './job-trace.ts';
 import type { WorkerLogger } from './logger.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
@@ -22,6 +26,8 @@ export interface Running {
   readonly done: Promise<void>;
   /** The call has ended and the job only waits to be stored: its slot is free for the gate. */
   ended?: boolean;
+  /** What the gate waited for before it took this job. */
+  readonly waits?: readonly WaitSegment[] | undefined;
 }
 
 /** What a call needs, built once per worker. */
@@ -33,6 +39,7 @@ export interface CallParts {
   readonly handoff: Handoff;
   readonly outcomes: Outcomes;
   readonly log: WorkerLogger;
+  readonly history: JobHistory;
   readonly stream: 'always' | 'auto';
   /** Per-call timeout when the job sets none. */
   readonly timeoutMs: number;
@@ -67,8 +74,11 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   // The gateway's relay: events once the response began, an error event if it breaks after.
   const relay = p.events?.open(job.id ?? '', data.relayEvents);
   let res: ProviderCallResult;
+  // Telemetry (traces, job log, histograms): see job-trace.ts and job-report.ts.
+  const jt = JobTrace.begin(job, r.waits);
+  const call: typeof p.call = jt ? (q, o) => jt.around(() => p.call(q, o)) : p.call;
   try {
-    res = await p.call(await requestOf(job), {
+    res = await call(await requestOf(job), {
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
       signal: r.abort.signal,
@@ -111,6 +121,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     }
     const c = classifyProviderError(err);
     const headers = (err as { headers?: unknown }).headers;
+    jt?.failed({ ...c, requestId: (err as { requestID?: string | null }).requestID });
+    const report = reportFailure(p, job, r.waits, startedAt, latencyMs, c.reason);
     // A 429's pause goes first: every worker stops before this call's slot and budget come
     // back (which wakes the waiters), and before its reading ends a probe's wait.
     const pausedUntil =
@@ -127,6 +139,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
       latencyMs,
       trial,
       pausedUntil,
+      report,
     });
     return;
   }
@@ -136,6 +149,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   // has reserved for one. A failure in the bookkeeping (the limiter fails fast while Redis
   // reconnects) must not turn a successful call into a retry that calls, and pays, again.
   const usage = res.message.usage;
+  jt?.ok(res);
   await Promise.all([reading, relay?.end()]);
   const h = [...(job.data.history ?? [])];
   h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
@@ -146,14 +160,23 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     attempts: attemptsUsed(h),
     completedAt: Date.now(),
   };
+  const actual = {
+    inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+    outputTokens: usage.output_tokens,
+  };
+  const settleAt = Date.now();
   const bookkeeping = Promise.allSettled([
     stamped,
     // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
     limiter
-      .settle(r.reservation, {
-        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
-        outputTokens: usage.output_tokens,
-      })
+      .settle(r.reservation, actual)
+      .then(
+        () => jt?.settled(settleAt, actual),
+        (err: unknown) => {
+          jt?.settled(settleAt, actual, err);
+          throw err;
+        },
+      )
       .catch(async (err: unknown) => {
         // Usage the limiter cannot count (not whole tokens): the estimate stays charged, and
         // the slot comes back now rather than when the lease ends.
@@ -161,7 +184,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         throw err;
       }),
     p.breaker.success(),
-    p.metrics.latency(res.latencyMs, {
+    reportSuccess(p, job, r.waits, startedAt, result, {
       provider_calls: 1,
       provider_ok: 1,
       completed: 1,

@@ -4,6 +4,7 @@ import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import type { GateWaits } from './gate-waits.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -31,6 +32,8 @@ export interface GateParts extends TakeParts {
   /** The worker's backfill option. */
   readonly backfill: boolean;
   readonly stopped: AbortSignal;
+  /** What the gate waits for, per job (traces, job logs, the wait histogram). */
+  readonly waits: GateWaits;
 }
 
 /** The jobs behind the head that may share its round trip: those charged to its scopes. */
@@ -71,13 +74,17 @@ export class Gate {
   async round(): Promise<void> {
     const { p } = this;
     const { slots, handoff, limiter } = p;
+    const slotAt = Date.now();
     await slots.waitForSlot();
+    p.waits.hold('slots', slotAt);
     if (p.stopped.aborted) return;
     const b = await p.breaker.check();
     // Not now, or a trial call, which goes alone: the jobs waiting to be stored do not wait.
     if (!b.allowed || b.trial) handoff.completeAlone();
     if (!b.allowed || (b.trial && slots.trialInFlight())) {
+      const heldAt = Date.now();
       await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, { signal: p.stopped });
+      p.waits.hold('breaker', heldAt);
       return;
     }
     // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
@@ -121,9 +128,10 @@ export class Gate {
           const ahead = a.aheadIndexes.map((i) => behind[i]!);
           await this.takeAhead([...a.ahead], ahead);
         }
+        const d = a.denial;
+        p.waits.denied(head.id, d);
         // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
         handoff.completeAlone();
-        const d = a.denial;
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
         if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE) {
@@ -158,6 +166,7 @@ export class Gate {
       if (err instanceof CostExceedsLimitError) return this.deadLetterHead(head.id, err);
       throw err;
     }
+    p.waits.admitted(head.id);
     const wanted = [head, ...behind.slice(0, reservations.length - 1)];
     const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);
     if (n === 0) {

@@ -7,6 +7,9 @@ import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { Classified } from './classify.ts';
 import { type DeadLetterCause, deadLetter } from './dead-letters.ts';
+import { formatMs } from './gate-waits.ts';
+import type { JobHistory } from './job-history.ts';
+import { traceOutcome } from './job-trace.ts';
 import type { WorkerLogger } from './logger.ts';
 
 /** Attempts a job has spent: the tries its history counts. */
@@ -92,6 +95,8 @@ export interface FailedCall {
   readonly trial: boolean;
   /** The shared pause a 429 already set, when it did. */
   readonly pausedUntil?: number | undefined;
+  /** The call's fields for the outcome's log line (id, tenant, model, wait, call time). */
+  readonly report?: Record<string, unknown> | undefined;
 }
 
 /** Carries out the outcome of failed calls; the one path by which jobs reach the dead letters. */
@@ -103,6 +108,7 @@ export class Outcomes {
       readonly limiter: Limiter;
       readonly breaker: CircuitBreaker;
       readonly log: WorkerLogger;
+      readonly history: JobHistory;
       readonly maxRateLimitReturns: number;
       readonly backoff?: BackoffOptions | undefined;
     },
@@ -114,10 +120,24 @@ export class Outcomes {
     token: string,
     cause: DeadLetterCause,
     history: readonly AttemptRecord[] = job.data.history ?? [],
+    report: Record<string, unknown> = {},
   ): Promise<void> {
+    const line = `dead-lettered: ${cause.reason}`;
+    traceOutcome(job, 'llmq.dead_letter', {
+      'llmq.reason': cause.reason,
+      'error.type': cause.errorClass,
+    });
+    // Written before the job leaves: a removed job takes no more log lines.
+    await this.parts.history.write(job.id, line).catch(() => {});
     await deadLetter(this.parts.dlq, job, token, cause, history);
     await this.parts.metrics.add({ dead_lettered: 1 });
-    this.parts.log.warn('dead-lettered', { job: job.id, reason: cause.reason });
+    this.parts.log.warn('job dead-lettered', {
+      job: job.id,
+      tenant: job.data.tenant ?? null,
+      model: job.data.request.model,
+      ...report,
+      reason: cause.reason,
+    });
   }
 
   /** Counts a failed call and requeues, backs off or dead-letters its job. */
@@ -162,10 +182,16 @@ export class Outcomes {
       latencyMs: call.latencyMs,
       backoff: this.parts.backoff,
     });
+    const report = { ...call.report, reason: c.reason };
     switch (outcome.action) {
       case 'dead-letter':
-        return this.deadLetter(job, token, outcome.cause, outcome.history);
+        return this.deadLetter(job, token, outcome.cause, outcome.history, call.report);
       case 'requeue':
+        traceOutcome(job, 'llmq.requeue', { 'llmq.reason': c.reason });
+        this.parts.history
+          .write(job.id, 'back to wait: the provider rate-limited, every worker pauses')
+          .catch(() => {});
+        log.info('job requeued', report);
         await job.updateData({
           ...job.data,
           history: outcome.history,
@@ -174,6 +200,13 @@ export class Outcomes {
         await job.moveToWait(token);
         return;
       case 'back-off':
+        traceOutcome(job, 'llmq.retry', {
+          'llmq.retry.delay_ms': outcome.delayMs,
+          'llmq.attempt': attemptsUsed(outcome.history),
+          'llmq.reason': c.reason,
+        });
+        this.parts.history.write(job.id, `retry in ${formatMs(outcome.delayMs)}`).catch(() => {});
+        log.info('job retried', { ...report, delayMs: outcome.delayMs });
         await metrics.add({ retries: 1 });
         await job.updateData({ ...job.data, history: outcome.history });
         await job.moveToDelayed(Date.now() + outcome.delayMs, token);

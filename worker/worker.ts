@@ -20,7 +20,9 @@ import {
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
 import { Gate } from './gate.ts';
+import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
+import { JobHistory } from './job-history.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
@@ -90,6 +92,11 @@ export interface WorkerOptions {
    */
   readonly handoffWaitMs?: number;
   readonly logger?: WorkerLogger;
+  /**
+   * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
+   * shows; batched with the counters. Off saves a small list per job in Redis. @default true
+   */
+  readonly jobLogs?: boolean;
 }
 
 export interface WorkerHandle {
@@ -132,6 +139,7 @@ export class Worker implements WorkerHandle {
   private readonly handoff: Handoff;
   private readonly gate: Gate;
   private readonly callParts: CallParts;
+  private readonly waits = new GateWaits();
   private readonly running = new Set<Running>();
   private readonly stopper = new AbortController();
   private slotFreed: (() => void) | undefined;
@@ -179,6 +187,7 @@ export class Worker implements WorkerHandle {
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
     const metrics = new MetricsWriter(this.metricsRedis, names);
+    const history = new JobHistory(this.metricsRedis, names, { enabled: options.jobLogs ?? true });
     const bull = openGateWorker(redis, names, {
       lockDuration: this.lockDurationMs,
       stalledInterval: options.stalledIntervalMs ?? 15_000,
@@ -200,6 +209,7 @@ export class Worker implements WorkerHandle {
       limiter,
       breaker,
       log,
+      history,
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
       backoff: options.backoff,
     });
@@ -211,6 +221,7 @@ export class Worker implements WorkerHandle {
       handoff,
       outcomes,
       log,
+      history,
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
@@ -229,6 +240,7 @@ export class Worker implements WorkerHandle {
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
       backfill: options.backfill ?? false,
       stopped: signal,
+      waits: this.waits,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),
       slots: {
@@ -297,7 +309,8 @@ export class Worker implements WorkerHandle {
     trial: boolean,
   ): void {
     const abort = new AbortController();
-    const entry = { job, token, reservation, abort } as Running;
+    const waits = this.waits.take(job.id!);
+    const entry = { job, token, reservation, abort, waits } as Running;
     if (trial) this.trialInFlight = true;
     (entry as { done: Promise<void> }).done = runCall(this.callParts, entry, trial)
       .catch((err) =>

@@ -268,6 +268,8 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       ...(b.meta !== undefined ? { meta: b.meta } : {}),
       via,
       ...(at !== undefined ? { deadlineAt: at } : {}),
+      // The job's trace continues the caller's (W3C Trace Context).
+      ...(req.headers['traceparent'] ? { traceparent: req.headers['traceparent'] } : {}),
     };
     let job: EnqueuedJob;
     try {

@@ -5,6 +5,8 @@ import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
 import { untilStopSignal } from '../../shared/signals.ts';
+import { createLogger } from '../../shared/telemetry/logger.ts';
+import { startTracing } from '../../shared/telemetry/sdk.ts';
 
 interface ServeFlags {
   port?: string;
@@ -61,7 +63,10 @@ export function registerServeCommand(program: Command): Command {
           'no API keys: set LLMQ_API_KEYS to "tenant:sha256hex,…" (printf %s KEY | sha256sum) or pass --api-keys-file',
         );
       }
+      const log = createLogger({ component: 'serve' });
       await assertRedis(config.redisUrl);
+      // Enqueue spans continue each request's traceparent when OTEL_* configures an exporter.
+      const stopTracing = await startTracing('llmq-serve');
       const api = await startHttpApi({
         config,
         apiKeys: keys,
@@ -72,10 +77,13 @@ export function registerServeCommand(program: Command): Command {
         gateway: { countTokensRpm },
       });
       process.stdout.write(`${api.url}\n`);
-      process.stderr.write(
-        `llmq serve: queue "${config.queue}", ${keys.size} API key(s); Ctrl-C stops\n`,
+      log.info(
+        { queue: config.queue, apiKeys: keys.size, url: api.url, tracing: !!stopTracing },
+        'serving the HTTP API; Ctrl-C stops',
       );
       await untilStopSignal();
       await api.close();
+      await stopTracing?.();
+      log.info('stopped');
     });
 }

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
+import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
@@ -21,6 +22,7 @@ export function formatStatus(s: QueueStatus): string {
     }).filter(Boolean);
     lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
   }
+  lines.push(...formatForecast(s.forecast));
   return lines.join('\n');
 }
 

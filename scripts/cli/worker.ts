@@ -2,19 +2,11 @@ import { type Command, Option } from 'commander';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
+import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
+import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { createProviderClient } from '../../worker/provider.ts';
-import { startWorker, type WorkerLogger } from '../../worker/worker.ts';
+import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
-
-/** One line per event on stderr: time, message, fields. Never a secret: fields are chosen. */
-export const stderrLogger: WorkerLogger = {
-  info: (m, f) =>
-    process.stderr.write(`${new Date().toISOString()} ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`),
-  warn: (m, f) =>
-    process.stderr.write(
-      `${new Date().toISOString()} WARN ${m}${f ? ` ${JSON.stringify(f)}` : ''}\n`,
-    ),
-};
 
 export function registerWorkerCommand(program: Command): void {
   queueOptions(
@@ -58,6 +50,9 @@ export function registerWorkerCommand(program: Command): void {
       .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
+    // pino JSON lines on stderr (LLMQ_LOG_LEVEL); traces when OTEL_* configures an exporter.
+    const stderrLogger = workerLogger(createLogger({ component: 'worker' }));
+    const stopTracing = await startTracing('llmq-worker');
     if (!config.anthropicApiKey) {
       throw new ConfigError(
         'ANTHROPIC_API_KEY is not set: export your provider key (or run `llmq demo`, which uses the mock server)',
@@ -107,5 +102,6 @@ export function registerWorkerCommand(program: Command): void {
     await handle.stop(grace * 1000);
     await redis.quit().catch(() => redis.disconnect());
     stderrLogger.info('worker stopped');
+    await stopTracing?.();
   });
 }

@@ -1,0 +1,154 @@
+import type { Redis } from 'ioredis';
+import type { JobData } from './job.ts';
+import { bullPrefix, type QueueNames } from './keys.ts';
+import type { Dimension, LimiterSnapshot } from './limiter/types.ts';
+import { PRIORITY_LANES } from './priority.ts';
+
+/** The waiting jobs of one priority, summed. */
+export interface BacklogClass {
+  readonly priority: number;
+  readonly jobs: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+/** When one priority class (with every more urgent one before it) will have started. */
+export interface ClassForecast extends BacklogClass {
+  /** The lane's name when the priority is one (`interactive`, `default`, `batch`). */
+  readonly lane: string | null;
+  /** From now until the last job of this class is admitted, at the current limits. */
+  readonly drainMs: number;
+  /** The dimension that takes longest; null when no limit holds the class back. */
+  readonly binding: Dimension | null;
+}
+
+export interface Forecast {
+  readonly windowMs: number;
+  /** Jobs read (the backlog is sampled past `maxJobs`; the sums are scaled up to all). */
+  readonly sampled: number;
+  readonly classes: readonly ClassForecast[];
+  /** The whole backlog: the last class's figures. */
+  readonly drainMs: number;
+  readonly binding: Dimension | null;
+}
+
+const DIMS: readonly Dimension[] = ['requests', 'inputTokens', 'outputTokens', 'tokens'];
+
+const laneOf = (p: number): string | null =>
+  Object.entries(PRIORITY_LANES).find(([, v]) => v === p)?.[0] ?? null;
+
+/**
+ * When the backlog drains at the current limits: per dimension of the global scope, what the
+ * jobs need beyond what the window has left now, at the limit (less headroom) per window; the
+ * slowest dimension binds. A spend enters the window when its response begins, so each window's
+ * worth comes back one window plus a call (`callMs`, the median provider latency) after the last.
+ * Classes drain in priority order, each behind the more urgent ones. Estimates are the jobs'
+ * reservations (output at max_tokens): a refund at settle drains faster than forecast; the
+ * concurrency cap is not counted.
+ */
+export function forecastDrain(
+  backlog: readonly BacklogClass[],
+  snapshot: Pick<LimiterSnapshot, 'windowMs' | 'scopes'>,
+  options: { readonly headroom: number; readonly callMs?: number; readonly sampled?: number },
+): Forecast {
+  const { headroom } = options;
+  const cycleMs = snapshot.windowMs + Math.max(0, options.callMs ?? 0);
+  const sampled = options.sampled ?? backlog.reduce((n, c) => n + c.jobs, 0);
+  const global = snapshot.scopes.find((s) => s.scope === 'global');
+  const need = { requests: 0, inputTokens: 0, outputTokens: 0, tokens: 0 };
+  const classes: ClassForecast[] = [];
+  for (const c of [...backlog].sort((a, b) => a.priority - b.priority)) {
+    need.requests += c.jobs;
+    need.inputTokens += c.inputTokens;
+    need.outputTokens += c.outputTokens;
+    need.tokens += c.inputTokens + c.outputTokens;
+    let drainMs = 0;
+    let binding: Dimension | null = null;
+    for (const d of DIMS) {
+      const use = global?.dimensions[d];
+      if (!use || use.limit === undefined || use.limit <= 0) continue;
+      const limit = Math.max(1, Math.floor(use.limit * (1 - headroom)));
+      const left = Math.max(0, limit - use.used - use.foreign);
+      const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * cycleMs;
+      if (ms > drainMs) {
+        drainMs = ms;
+        binding = d;
+      }
+    }
+    classes.push({ ...c, lane: laneOf(c.priority), drainMs: Math.round(drainMs), binding });
+  }
+  const last = classes.at(-1);
+  return {
+    windowMs: snapshot.windowMs,
+    sampled,
+    classes,
+    drainMs: last?.drainMs ?? 0,
+    binding: last?.binding ?? null,
+  };
+}
+
+/**
+ * Sums the waiting jobs' reserved costs per priority (prioritized, wait and delayed sets): one
+ * read of the ids and one pipeline of their data. Past `maxJobs` the first ones stand for all,
+ * scaled by the count. Reads only.
+ */
+export async function readBacklog(
+  redis: Redis,
+  names: QueueNames,
+  maxJobs = 5_000,
+): Promise<{ classes: BacklogClass[]; sampled: number }> {
+  const base = `${bullPrefix(names)}:${names.queue}:`;
+  const [prio, wait, delayed, nPrio, nWait, nDelayed] = (await redis
+    .multi()
+    .zrange(`${base}prioritized`, 0, String(maxJobs - 1))
+    .lrange(`${base}wait`, 0, maxJobs - 1)
+    .zrange(`${base}delayed`, 0, String(maxJobs - 1))
+    .zcard(`${base}prioritized`)
+    .llen(`${base}wait`)
+    .zcard(`${base}delayed`)
+    .exec())!.map(([err, v]) => {
+    if (err) throw err;
+    return v;
+  }) as [string[], string[], string[], number, number, number];
+  const ids = [...prio, ...wait, ...delayed].slice(0, maxJobs);
+  const total = nPrio + nWait + nDelayed;
+  const pipe = redis.pipeline();
+  for (const id of ids) pipe.hget(`${base}${id}`, 'data');
+  const datas = ids.length > 0 ? ((await pipe.exec()) ?? []) : [];
+  const sums = new Map<number, { jobs: number; inputTokens: number; outputTokens: number }>();
+  let sampled = 0;
+  for (const [err, raw] of datas) {
+    if (err || typeof raw !== 'string') continue;
+    let d: Pick<JobData, 'cost' | 'priority'>;
+    try {
+      d = JSON.parse(raw) as JobData;
+    } catch {
+      continue;
+    }
+    if (!d.cost) continue;
+    sampled++;
+    const p = d.priority ?? 100;
+    const s = sums.get(p) ?? { jobs: 0, inputTokens: 0, outputTokens: 0 };
+    s.jobs++;
+    s.inputTokens += d.cost.inputTokens;
+    s.outputTokens += d.cost.outputTokens;
+    sums.set(p, s);
+  }
+  const scale = sampled > 0 && total > sampled ? total / sampled : 1;
+  const classes = [...sums].map(([priority, s]) => ({
+    priority,
+    jobs: Math.round(s.jobs * scale),
+    inputTokens: Math.round(s.inputTokens * scale),
+    outputTokens: Math.round(s.outputTokens * scale),
+  }));
+  return { classes, sampled };
+}
+
+/** `12 s`, `4 min 10 s`, `2 h 5 min`. */
+export function formatDuration(ms: number): string {
+  const s = Math.round(ms / 1_000);
+  if (s < 60) return `${s} s`;
+  if (s < 3_600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ''}`;
+  const m = Math.round(s / 60);
+  return `${Math.floor(m / 60)} h${m % 60 ? ` ${m % 60} min` : ''}`;
+}

@@ -1,0 +1,111 @@
+import type { Job } from 'bullmq';
+import type { JobData, JobResult } from '../shared/job.ts';
+import type { JobObservation, MetricsWriter } from '../shared/metrics.ts';
+import { describeWaits, formatMs, totalWaitMs, type WaitSegment } from './gate-waits.ts';
+import type { JobHistory } from './job-history.ts';
+import type { WorkerLogger } from './logger.ts';
+
+/** Where a try's story goes: the log line, the job's own log, the histograms. */
+export interface ReportParts {
+  readonly log: WorkerLogger;
+  readonly history: JobHistory;
+  readonly metrics: MetricsWriter;
+}
+
+/** From enqueue, or the end of the job's previous try, to this call's start. */
+export function queuedMs(data: JobData, startedAt: number): number {
+  const last = data.history?.at(-1);
+  const from = last ? last.at + (last.latencyMs ?? 0) : data.enqueuedAt;
+  return Math.max(0, startedAt - from);
+}
+
+/** The fields of a job's outcome line: id, tenant, model, wait and call time (tokens when known). */
+export function outcomeFields(
+  job: Job<JobData, JobResult>,
+  waits: readonly WaitSegment[] | undefined,
+  startedAt: number,
+  callMs: number,
+): Record<string, unknown> {
+  const d = job.data;
+  return {
+    job: job.id,
+    tenant: d.tenant ?? null,
+    model: d.request.model,
+    waitMs: queuedMs(d, startedAt),
+    gateWaitMs: totalWaitMs(waits),
+    callMs: Math.round(callMs),
+  };
+}
+
+/** `admitted after 2.3 s (budget (global outputTokens) 1.9 s)`. */
+function admittedLine(waitMs: number, waits: readonly WaitSegment[] | undefined): string {
+  const why = waits?.length ? ` (gate: ${describeWaits(waits)})` : '';
+  return `admitted after ${formatMs(waitMs)} in the queue${why}`;
+}
+
+/** A successful call: the outcome line, the job's log, the histograms and counters. */
+export function reportSuccess(
+  p: ReportParts,
+  job: Job<JobData, JobResult>,
+  waits: readonly WaitSegment[] | undefined,
+  startedAt: number,
+  result: JobResult,
+  add: Parameters<MetricsWriter['observe']>[1],
+): Promise<unknown> {
+  const u = result.message.usage;
+  const f = outcomeFields(job, waits, startedAt, result.latencyMs);
+  p.log.info('job completed', {
+    ...f,
+    inputTokens: u.input_tokens,
+    outputTokens: u.output_tokens,
+    attempts: result.attempts,
+    requestId: result.requestId,
+  });
+  const o: JobObservation = {
+    model: job.data.request.model,
+    tenant: job.data.tenant,
+    waitMs: f['waitMs'] as number,
+    callMs: result.latencyMs,
+    inputTokens: u.input_tokens,
+    outputTokens: u.output_tokens,
+    ok: true,
+  };
+  return Promise.all([
+    p.metrics.observe(o, add),
+    p.history.write(
+      job.id,
+      admittedLine(o.waitMs, waits),
+      `call ok in ${formatMs(result.latencyMs)}: ${u.input_tokens} input, ${u.output_tokens} output tokens (request ${result.requestId ?? 'unknown'})`,
+    ),
+  ]);
+}
+
+/** A failed call: its history lines and histograms; the outcome logs its own line. */
+export function reportFailure(
+  p: ReportParts,
+  job: Job<JobData, JobResult>,
+  waits: readonly WaitSegment[] | undefined,
+  startedAt: number,
+  latencyMs: number,
+  reason: string,
+): Record<string, unknown> {
+  const f = outcomeFields(job, waits, startedAt, latencyMs);
+  const waitMs = f['waitMs'] as number;
+  p.metrics
+    .observe({
+      model: job.data.request.model,
+      tenant: job.data.tenant,
+      waitMs,
+      callMs: latencyMs,
+      ok: false,
+    })
+    .catch(() => {});
+  p.history
+    .write(
+      job.id,
+      admittedLine(waitMs, waits),
+      `call failed after ${formatMs(latencyMs)}: ${reason}`,
+    )
+    .catch(() => {});
+  return f;
+}
