@@ -22,6 +22,7 @@ import { type CallParts, type Running, runCall } from './call.ts';
 import { Gate } from './gate.ts';
 import { Handoff } from './handoff.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
+import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
@@ -89,6 +90,12 @@ export interface WorkerOptions {
    * while the gate waits for budget. @default 25
    */
   readonly handoffWaitMs?: number;
+  /**
+   * An idle worker wakes the moment a job is enqueued or falls due (BullMQ's marker); it also
+   * looks at the queue at least this often, in case another worker took the wake-up and left
+   * the job. @default 1_000
+   */
+  readonly idleCheckMs?: number;
   readonly logger?: WorkerLogger;
 }
 
@@ -131,6 +138,7 @@ export class Worker implements WorkerHandle {
   private readonly bull: GateWorker;
   private readonly handoff: Handoff;
   private readonly gate: Gate;
+  private readonly idleWait: MarkerWait;
   private readonly callParts: CallParts;
   private readonly running = new Set<Running>();
   private readonly stopper = new AbortController();
@@ -150,6 +158,7 @@ export class Worker implements WorkerHandle {
       );
     checkCount('concurrency', options.concurrency);
     checkCount('maxInFlight', options.maxInFlight);
+    checkCount('idleCheckMs', options.idleCheckMs);
     const worker = new Worker(options);
     await worker.open(options);
     return worker;
@@ -216,6 +225,7 @@ export class Worker implements WorkerHandle {
       feedback: options.feedback ?? true,
       events: new StreamEventPublisher(this.metricsRedis, names),
     };
+    this.idleWait = new MarkerWait(redis, names);
     this.gate = new Gate({
       bull,
       limiter,
@@ -227,6 +237,8 @@ export class Worker implements WorkerHandle {
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
+      idleWait: this.idleWait,
+      idleCheckMs: options.idleCheckMs ?? 1_000,
       backfill: options.backfill ?? false,
       stopped: signal,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
@@ -353,6 +365,7 @@ export class Worker implements WorkerHandle {
     await (this.bull.opts.connection as Redis).quit().catch(() => {});
     await this.breaker.abandonTrial().catch(() => {});
     await this.limiter.close();
+    await this.idleWait.close();
     await this.subscriber.quit().catch(() => this.subscriber.disconnect());
   }
 }
