@@ -41,6 +41,14 @@ describe('an idle worker wakes when a job arrives', () => {
     await until(() => idleWorkerBlocked(pool!));
   });
 
+  it('stores a result at once when no job waits behind it', async () => {
+    pool = await openPool('idle-store');
+    // A result would otherwise wait this long for a next fetch to ride with.
+    await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS, handoffWaitMs: NEVER_LOOKS });
+    const id = await pool.producer.enqueue(request('Alone.'));
+    await allCompleted(pool, [id]);
+  });
+
   it('starts a retried job when its backoff ends while it sleeps', async () => {
     pool = await openPool('idle-delayed', { faults: { overloaded: 1 } });
     await pool.worker({

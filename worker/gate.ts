@@ -98,8 +98,14 @@ export class Gate {
         this.lastPrune = Date.now();
         await limiter.prune();
       }
-      // Nothing waits: sleep until a job is enqueued (or falls due), as BullMQ's workers do.
-      await p.idleWait.wait(p.idleCheckMs, p.stopped);
+      // Nothing waits: sleep until a job is enqueued (or falls due), as BullMQ's workers do;
+      // results meanwhile are stored at once.
+      handoff.setGateIdle(true);
+      try {
+        await p.idleWait.wait(p.idleCheckMs, p.stopped);
+      } finally {
+        handoff.setGateIdle(false);
+      }
       return;
     }
     this.idleMs = 5;
