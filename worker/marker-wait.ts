@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { isCluster, type RedisClient } from '../shared/redis.ts';
 
 /** Extra time a blocking pop gets before it is given up as stuck (a dropped connection). */
 const STUCK_MS = 1_000;
@@ -26,7 +27,11 @@ export class MarkerWait {
   ) {
     // Named for CLIENT LIST: which queue's worker is idle.
     const name = `llmq:idle:${names.queue}`.replace(/[^\w:.{}-]/g, '_');
-    this.conn = redis.duplicate({ maxRetriesPerRequest: null, connectionName: name });
+    // (A Cluster's duplicate takes other arguments: it goes unnamed.)
+    const client = redis as RedisClient;
+    this.conn = (
+      isCluster(client) ? client.duplicate() : redis.duplicate({ connectionName: name })
+    ) as Redis;
     this.conn.on('error', () => {});
     this.key = `${bullPrefix(names)}:${names.queue}:marker`;
   }

@@ -57,6 +57,8 @@ async function openSetup(
     config,
     apiKeys: TENANTS.map((t) => `${t}:${hashApiKey(keyOf(t))}`).join(','),
     port: 0,
+    // The load's last calls start after about 100 s: no call is given up as too long waiting.
+    gateway: { maxWaitMs: 600_000 },
   });
   return {
     worker,
@@ -244,7 +246,7 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
     },
     {
       name: 'wall ≤ 1.05× the ideal client',
-      met: vsMinimum <= 1.05,
+      met: load.callerErrors === 0 && vsMinimum <= 1.05,
       detail: ratio(vsMinimum),
     },
   );
