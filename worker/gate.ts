@@ -5,6 +5,7 @@ import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { GateWaits } from './gate-waits.ts';
+import type { MarkerWait } from './marker-wait.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -29,6 +30,10 @@ export interface GateParts extends TakeParts {
   /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
   readonly peekerBehindFetches: HeadPeeker;
   readonly slots: GateSlots;
+  /** Wakes the idle gate when a job is enqueued. */
+  readonly idleWait: MarkerWait;
+  /** The longest the idle gate waits for a wake-up before it looks at the queue again. */
+  readonly idleCheckMs: number;
   /** The worker's backfill option. */
   readonly backfill: boolean;
   readonly stopped: AbortSignal;
@@ -100,7 +105,14 @@ export class Gate {
         this.lastPrune = Date.now();
         await limiter.prune();
       }
-      await this.idle();
+      // Nothing waits: sleep until a job is enqueued (or falls due), as BullMQ's workers do;
+      // results meanwhile are stored at once.
+      handoff.setGateIdle(true);
+      try {
+        await p.idleWait.wait(p.idleCheckMs, p.stopped);
+      } finally {
+        handoff.setGateIdle(false);
+      }
       return;
     }
     this.idleMs = 5;
@@ -201,7 +213,7 @@ export class Gate {
     p.metrics.add({ backfilled: take.length }).catch(() => {});
   }
 
-  /** Waits a little longer each time the gate finds nothing to do, 200 ms at most. */
+  /** Waits a little longer each time a take comes back empty, 200 ms at most. */
   private async idle(): Promise<void> {
     await sleep(this.idleMs, undefined, { signal: this.p.stopped });
     this.idleMs = Math.min(this.idleMs * 2, 200);

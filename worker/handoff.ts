@@ -26,6 +26,8 @@ export interface WaitingCompletion {
  */
 export class Handoff {
   private waiting: WaitingCompletion[] = [];
+  /** The gate sleeps on an empty queue: no fetch is coming for a result to ride with. */
+  private gateIdle = false;
 
   constructor(
     private readonly bull: GateWorker,
@@ -42,7 +44,8 @@ export class Handoff {
    * fetches the job that reservation is for; its slot counts as free meanwhile.
    */
   complete(r: Finishing, result: JobResult): Promise<void> {
-    if (this.stopped.aborted) return r.job.moveToCompleted(result, r.token, false).then(() => {});
+    if (this.stopped.aborted || this.gateIdle)
+      return r.job.moveToCompleted(result, r.token, false).then(() => {});
     return new Promise<void>((resolve, reject) => {
       r.ended = true;
       const w: WaitingCompletion = {
@@ -57,6 +60,12 @@ export class Handoff {
       this.waiting.push(w);
       this.onSlotFree();
     });
+  }
+
+  /** While the gate sleeps on an empty queue, results are stored at once (none waits `waitMs`). */
+  setGateIdle(idle: boolean): void {
+    this.gateIdle = idle;
+    if (idle) this.completeAlone();
   }
 
   /** Takes up to `n` waiting completions for the gate to fetch with. */

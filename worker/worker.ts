@@ -24,6 +24,7 @@ import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
+import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
@@ -91,6 +92,12 @@ export interface WorkerOptions {
    * while the gate waits for budget. @default 25
    */
   readonly handoffWaitMs?: number;
+  /**
+   * An idle worker wakes the moment a job is enqueued or falls due (BullMQ's marker); it also
+   * looks at the queue at least this often, in case another worker took the wake-up and left
+   * the job. @default 1_000
+   */
+  readonly idleCheckMs?: number;
   readonly logger?: WorkerLogger;
   /**
    * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
@@ -138,6 +145,7 @@ export class Worker implements WorkerHandle {
   private readonly bull: GateWorker;
   private readonly handoff: Handoff;
   private readonly gate: Gate;
+  private readonly idleWait: MarkerWait;
   private readonly callParts: CallParts;
   private readonly waits = new GateWaits();
   private readonly running = new Set<Running>();
@@ -158,6 +166,7 @@ export class Worker implements WorkerHandle {
       );
     checkCount('concurrency', options.concurrency);
     checkCount('maxInFlight', options.maxInFlight);
+    checkCount('idleCheckMs', options.idleCheckMs);
     const worker = new Worker(options);
     await worker.open(options);
     return worker;
@@ -227,6 +236,7 @@ export class Worker implements WorkerHandle {
       feedback: options.feedback ?? true,
       events: new StreamEventPublisher(this.metricsRedis, names),
     };
+    this.idleWait = new MarkerWait(redis, names);
     this.gate = new Gate({
       bull,
       limiter,
@@ -238,6 +248,8 @@ export class Worker implements WorkerHandle {
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
+      idleWait: this.idleWait,
+      idleCheckMs: options.idleCheckMs ?? 1_000,
       backfill: options.backfill ?? false,
       stopped: signal,
       waits: this.waits,
@@ -366,6 +378,7 @@ export class Worker implements WorkerHandle {
     await (this.bull.opts.connection as Redis).quit().catch(() => {});
     await this.breaker.abandonTrial().catch(() => {});
     await this.limiter.close();
+    await this.idleWait.close();
     await this.subscriber.quit().catch(() => this.subscriber.disconnect());
   }
 }

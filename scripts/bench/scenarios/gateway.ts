@@ -6,15 +6,20 @@ import { resolveConfig } from '../../../shared/config.ts';
 import type { QueueNames } from '../../../shared/keys.ts';
 import { createProviderClient } from '../../../worker/provider.ts';
 import { startWorker, type WorkerHandle } from '../../../worker/worker.ts';
-import { uniformMinimumMs } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { type BenchMock, withMock } from '../mock.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, millis, percentile, ratio, seconds } from '../table.ts';
-import { costAtMock, shortCall, windowMsFor } from '../workload.ts';
+import { costAtMock, shapesOf, shortCall, windowMsFor } from '../workload.ts';
 
 const LIMIT = 4_000;
 const CLIENTS = 200;
+const CONCURRENCY = 50;
+/** The share of max_tokens the mock writes (the provider charges all of it: `reserve`). */
+const SHARE = 0.5;
+/** max_tokens of the latency calls: short answers, so the call itself stays small beside llmq's part. */
+const LATENCY_MAX_TOKENS = 16;
 const TENANTS = ['acme', 'beta', 'gamma', 'delta'];
 const keyOf = (tenant: string) => `sk-bench-${tenant}`;
 
@@ -37,7 +42,7 @@ async function openSetup(
     names,
     client: createProviderClient({ apiKey: 'bench', baseURL: mock.url }),
     limiter: limiter ?? {},
-    concurrency: 50,
+    concurrency: CONCURRENCY,
   });
   const config = resolveConfig({
     flags: {
@@ -52,6 +57,8 @@ async function openSetup(
     config,
     apiKeys: TENANTS.map((t) => `${t}:${hashApiKey(keyOf(t))}`).join(','),
     port: 0,
+    // The load's last calls start after about 100 s: no call is given up as too long waiting.
+    gateway: { maxWaitMs: 600_000 },
   });
   return {
     worker,
@@ -71,7 +78,7 @@ async function timeCalls(
   const total: number[] = [];
   const first: number[] = [];
   for (let i = 0; i < n; i++) {
-    const params = shortCall(i, 16) as Anthropic.MessageCreateParamsNonStreaming;
+    const params = shortCall(i, LATENCY_MAX_TOKENS) as Anthropic.MessageCreateParamsNonStreaming;
     let t0 = performance.now();
     await client.messages.create(params);
     total.push(performance.now() - t0);
@@ -95,7 +102,9 @@ async function timeCalls(
 export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const samples = ctx.smoke ? 10 : ctx.quick ? 100 : 300;
   const windowMs = windowMsFor(ctx.quick);
-  const maxTokens = 33;
+  // The published scenario's call, 207 tokens at the mock: calls of a few dozen tokens would
+  // measure the estimate's fixed overhead, not the budget.
+  const maxTokens = 200;
   const cost = costAtMock(shortCall(0, maxTokens));
   const rows: string[][] = [];
   const figures: object[] = [];
@@ -148,6 +157,8 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
 
   // 2. 200 clients of four tenants against the published limit.
   const clients = ctx.smoke ? 20 : CLIENTS;
+  const latencyMs = ctx.quick ? 20 : 200;
+  const requests = Array.from({ length: clients }, (_, i) => shortCall(i, maxTokens));
   ctx.log(`gateway: ${clients} SDK clients against ${LIMIT} tokens per ${windowMs / 1000} s`);
   const load = await withMock(
     {
@@ -155,8 +166,9 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
       limits: { tokens: LIMIT },
       algorithm: 'sliding',
       outputAccounting: 'reserve',
-      latencyMs: ctx.quick ? 20 : 200,
+      latencyMs,
       latencyPerOutputTokenMs: 0,
+      outputShare: SHARE,
     },
     (mock) =>
       withBenchScope(ctx.redisUrl, 'gateway-load', async (redis, names) => {
@@ -178,7 +190,7 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
           const settled = await Promise.allSettled(
             Array.from({ length: clients }, (_, i) =>
               sdks[i % sdks.length]!.messages.create(
-                shortCall(i, maxTokens) as Anthropic.MessageCreateParamsNonStreaming,
+                requests[i] as Anthropic.MessageCreateParamsNonStreaming,
               ),
             ),
           );
@@ -195,21 +207,35 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
         }
       }),
   );
-  const minimumMs = uniformMinimumMs(
+  // The target is against the ideal client (same calls, first come first served, no overhead,
+  // every charge known); the fluid minimum, which no client can beat, is shown beside it.
+  const shapes = shapesOf(requests, SHARE, { baseMs: latencyMs, perTokenMs: 0 });
+  const budget = {
+    limits: { tokens: LIMIT },
+    windowMs,
+    concurrency: CONCURRENCY,
+    accounting: 'reserve',
+  } as const;
+  const minimumMs = idealSchedule(shapes, budget).minimumMs;
+  const fluidMs = fluidMinimumMs(shapes, budget);
+  const vsMinimum = load.wallMs / minimumMs;
+  figures.push({
+    measure: 'load',
     clients,
     cost,
-    { limit: LIMIT, windowMs, concurrency: 50 },
-    ctx.quick ? 20 : 200,
-  );
-  const vsMinimum = load.wallMs / minimumMs;
-  figures.push({ measure: 'load', clients, cost, ...load, minimumMs, vsMinimum });
+    ...load,
+    minimumMs,
+    fluidMs,
+    vsMinimum,
+    vsFluid: load.wallMs / fluidMs,
+  });
   rows.push([
     `${clients} clients, ${TENANTS.length} tenants`,
     '',
     '',
     '',
     `${count(load.answered)} answered, ${count(load.callerErrors)} errors, ${count(load.provider429)} provider 429s`,
-    `${seconds(load.wallMs)} = ${ratio(vsMinimum)} ${seconds(minimumMs)}`,
+    `${seconds(load.wallMs)} = ${ratio(vsMinimum)} ideal ${seconds(minimumMs)} (${ratio(load.wallMs / fluidMs)} fluid ${seconds(fluidMs)})`,
   ]);
   targets.push(
     { name: 'zero provider 429s', met: load.provider429 === 0, detail: String(load.provider429) },
@@ -219,15 +245,23 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
       detail: `${load.answered}/${clients}`,
     },
     {
-      name: 'wall ≤ 1.05× the budget minimum',
-      met: vsMinimum <= 1.05,
+      name: 'wall ≤ 1.05× the ideal client',
+      met: load.callerErrors === 0 && vsMinimum <= 1.05,
       detail: ratio(vsMinimum),
     },
   );
   return {
     name: 'gateway',
     title: 'POST /v1/messages through llmq serve: added latency, and 200 clients under one budget',
-    settings: { samples, windowMs, limit: LIMIT, clients, maxTokens, costAtMock: cost },
+    settings: {
+      samples,
+      windowMs,
+      limit: LIMIT,
+      clients,
+      latencyMaxTokens: LATENCY_MAX_TOKENS,
+      maxTokens,
+      costAtMock: cost,
+    },
     headers: [
       'measure',
       'direct p50 / p99',
@@ -241,8 +275,8 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
     targets,
     notes: [
       'Worker, gateway and SDK clients share this process (the mock runs in its own); the added latency includes that contention.',
-      'The minimum is the closed form for identical calls (budget.ts) at the worker concurrency of 50.',
-      'Sequential calls find the worker idle: its gate polls an empty queue with a backoff up to 200 ms, which the added latency includes.',
+      `The load's target is the ideal client (budget.ts: the same calls in order, no overhead, every charge known) at the worker concurrency of ${CONCURRENCY}; the fluid minimum, which no client beats, is beside it.`,
+      "Sequential calls find the worker idle: it sleeps on BullMQ's marker and wakes when the job is enqueued.",
     ],
   };
 }

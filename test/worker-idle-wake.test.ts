@@ -1,0 +1,76 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { until } from './helpers.ts';
+
+let pool: Pool | undefined;
+afterEach(async () => {
+  await pool?.cleanup();
+  pool = undefined;
+});
+
+/** Far beyond any wait below: a job these tests see start was woken for, not looked for. */
+const NEVER_LOOKS = 600_000;
+
+const limiter = { windowMs: 5_000, limits: { tokens: 100_000 } };
+
+/** Whether the pool's idle worker is blocked on BullMQ's marker (CLIENT LIST flag `b`). */
+async function idleWorkerBlocked(p: Pool): Promise<boolean> {
+  const list = (await p.redis.call('CLIENT', 'LIST')) as string;
+  return list
+    .split('\n')
+    .some(
+      (l) =>
+        l.includes(` name=llmq:idle:${p.names.queue} `) &&
+        /\bflags=\w*b/.test(l) &&
+        l.includes(' cmd=bzpopmin '),
+    );
+}
+
+describe('an idle worker wakes when a job arrives', () => {
+  it('starts a job enqueued while it sleeps, though its next look at the queue is far off', async () => {
+    pool = await openPool('idle-wake');
+    await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS });
+    const first = await pool.producer.enqueue(request('First.'));
+    await allCompleted(pool, [first]);
+    // The queue is empty again: the worker sleeps on the marker.
+    await until(() => idleWorkerBlocked(pool!));
+    const second = await pool.producer.enqueue(request('Second.'));
+    await allCompleted(pool, [second]);
+    expect(pool.mock.stats().attempts).toBe(2);
+    // And it goes back to sleep rather than looking again and again.
+    await until(() => idleWorkerBlocked(pool!));
+  });
+
+  it('stores a result at once when no job waits behind it', async () => {
+    pool = await openPool('idle-store');
+    // A result would otherwise wait this long for a next fetch to ride with.
+    await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS, handoffWaitMs: NEVER_LOOKS });
+    const id = await pool.producer.enqueue(request('Alone.'));
+    await allCompleted(pool, [id]);
+  });
+
+  it('starts a retried job when its backoff ends while it sleeps', async () => {
+    pool = await openPool('idle-delayed', { faults: { overloaded: 1 } });
+    await pool.worker({
+      limiter,
+      idleCheckMs: NEVER_LOOKS,
+      backoff: { baseMs: 400, capMs: 400 },
+      breaker: { threshold: 1_000 },
+    });
+    const id = await pool.producer.enqueue(request('Retried.'), { attempts: 5 });
+    // The first call fails; the job waits out its backoff in the delayed set.
+    await until(async () => (await pool!.counts()).delayed === 1);
+    pool.mock.setFaults({});
+    await allCompleted(pool, [id]);
+    const job = (await pool.job(id))!;
+    expect(job.returnvalue.attempts).toBeGreaterThanOrEqual(2);
+  });
+
+  it('stops at once while it sleeps', async () => {
+    pool = await openPool('idle-stop');
+    const worker = await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS });
+    await until(() => idleWorkerBlocked(pool!));
+    await worker.stop();
+    expect(await idleWorkerBlocked(pool)).toBe(false);
+  });
+});
