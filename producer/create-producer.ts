@@ -32,6 +32,7 @@ export function createProducer(
     names: { prefix: config.prefix, queue: config.queue },
     limits: globalLimits(config),
     scopes: scopeLimitsOf(config),
+    modelsStrict: config.modelsStrict,
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     ...(tokenCounter ? { tokenCounter } : {}),

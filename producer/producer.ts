@@ -5,6 +5,7 @@ import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
+import { isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
 import { type PriorityLane, resolvePriority } from '../shared/priority.ts';
 import {
   type DeadLetterQueue,
@@ -37,8 +38,10 @@ export interface ProducerOptions {
   readonly names: QueueNames;
   /** Limits of the global scope, to refuse a job that could never fit. */
   readonly limits?: DimensionLimits;
-  /** Limits of nested scopes (`tenant:acme`). */
+  /** Limits of nested scopes (`tenant:acme`, `model:claude-sonnet-*`). */
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
+  readonly modelsStrict?: boolean;
   /**
    * The share of each limit the limiter keeps unused (Config.headroom): a cost above what is
    * left can never be admitted, so it is refused here already. @default 0
@@ -129,6 +132,8 @@ export class Producer {
   private readonly limits: DimensionLimits;
   private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
   private readonly headroom: number;
+  /** The model patterns of the `model:` scopes, and whether a model must match one. */
+  private readonly models: { readonly patterns: readonly string[]; readonly strict: boolean };
   private readonly tokenCounter: TokenCounter | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
@@ -145,6 +150,10 @@ export class Producer {
     this.limits = options.limits ?? {};
     this.scopeLimits = options.scopes ?? {};
     this.headroom = options.headroom ?? 0;
+    this.models = {
+      patterns: Object.keys(this.scopeLimits).filter(isModelScope).map(patternOfScope),
+      strict: options.modelsStrict ?? false,
+    };
     this.tokenCounter = options.tokenCounter;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.retention = {
@@ -402,6 +411,8 @@ export class Producer {
     }
     checkMeta(options.meta);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
+    const modelScope = modelScopeOf(this.models.patterns, req.model, this.models.strict);
+    if (modelScope) scopes.push(modelScope);
     this.refuseNeverFits(cost, scopes);
     return {
       v: 1,

@@ -3,6 +3,8 @@ import { z } from 'zod';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
 import type { DimensionLimits } from './limiter/types.ts';
+import { MODEL_PATTERN, modelScopeName } from './models.ts';
+import { type ModelPrice, pricesSchema } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -59,6 +61,23 @@ export interface Config {
    * as JSON). A job of tenant `acme` is charged to `tenant:acme` too. @default {}
    */
   readonly scopes: Readonly<Record<string, ScopeLimits>>;
+  /**
+   * Limits per model class, by model pattern (a name, or a prefix ending in `*`):
+   * `{ "claude-sonnet-*": { "itpm": 400000, "otpm": 80000, "rpm": 4000 } }` (config file
+   * `models`, or env LLMQ_MODELS as JSON). A job is charged to `model:<pattern>` too. @default {}
+   */
+  readonly models: Readonly<Record<string, ScopeLimits>>;
+  /**
+   * Refuse at enqueue a job whose model matches no pattern of `models`; when off, such a job
+   * has the global (and tenant) limits only. @default false (env LLMQ_MODELS_STRICT)
+   */
+  readonly modelsStrict: boolean;
+  /**
+   * Prices overriding or adding to the shipped table (shared/prices.json), by model pattern, in
+   * dollars per million tokens: `{ "claude-x-*": { "input": 3, "output": 15, "cacheWrite":
+   * 3.75, "cacheRead": 0.3 } }` (config file `prices`, or env LLMQ_PRICES as JSON). @default {}
+   */
+  readonly prices: Readonly<Record<string, ModelPrice>>;
 }
 
 /** A nested scope's limits, named like the global ones. */
@@ -100,17 +119,18 @@ const scopeLimits = z.strictObject({
   itpm: wholeAtLeast(1).optional(),
   otpm: wholeAtLeast(1).optional(),
 });
-const scopesSchema = z.preprocess(
-  (v) => {
+/** JSON given as a string (an env variable) is parsed first. */
+const jsonOf = (schema: z.ZodType) =>
+  z.preprocess((v) => {
     if (typeof v !== 'string') return v;
     try {
       return JSON.parse(v);
     } catch {
       return v;
     }
-  },
-  z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits),
-);
+  }, schema);
+const scopesSchema = jsonOf(z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits));
+const modelsSchema = jsonOf(z.record(z.string().regex(MODEL_PATTERN), scopeLimits));
 
 const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
@@ -239,6 +259,28 @@ const SETTINGS: Record<Key, Setting> = {
       'an object of scope name to limits, such as {"tenant:acme":{"tpm":20000,"rpm":100}} ' +
       '(names without "|", "," or spaces; limits rpm, tpm, itpm, otpm, whole numbers from 1 up)',
   },
+  models: {
+    env: 'LLMQ_MODELS',
+    schema: modelsSchema,
+    default: {},
+    expect:
+      'an object of model pattern to limits, such as {"claude-sonnet-*":{"itpm":400000,"rpm":4000}} ' +
+      '(a pattern is a lowercase model name, or a prefix ending in one "*"; limits rpm, tpm, itpm, otpm, whole numbers from 1 up)',
+  },
+  modelsStrict: {
+    env: 'LLMQ_MODELS_STRICT',
+    schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]),
+    default: false,
+    expect: 'true or false',
+  },
+  prices: {
+    env: 'LLMQ_PRICES',
+    schema: jsonOf(pricesSchema),
+    default: {},
+    expect:
+      'an object of model pattern to prices in dollars per million tokens, such as ' +
+      '{"claude-x-*":{"input":3,"output":15,"cacheWrite":3.75,"cacheRead":0.3}} (each price a number from 0 up)',
+  },
 };
 
 function loadFile(file: ConfigSources['file']): Record<string, unknown> {
@@ -274,11 +316,12 @@ export function globalLimits(c: Config): DimensionLimits {
   return toDimensionLimits(c);
 }
 
-/** The nested scopes' limits of a config, by scope name. */
+/** The nested scopes' limits of a config, by scope name: tenants', features', models'. */
 export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
-  return Object.fromEntries(
-    Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
-  );
+  return Object.fromEntries([
+    ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
+    ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
+  ]);
 }
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';

@@ -4,6 +4,7 @@ import type { Limiter } from '../shared/limiter/limiter.ts';
 import { readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
+import { modelScopeAmong } from '../shared/models.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import type { Handoff } from './handoff.ts';
@@ -52,6 +53,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const data = job.data;
   const startedAt = Date.now();
   const t0 = performance.now();
+  // The provider limits each model class: its headers update the job's model scope, if any.
+  const readingScope = modelScopeAmong(job.data.scopes) ?? GLOBAL_SCOPE;
   let begun = false;
   // The stamp once the response has begun, and the provider's reading after it, if any.
   let stamped: Promise<void> | undefined;
@@ -84,7 +87,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         );
         if (hasReading) {
           reading = stamped.then(() =>
-            limiter.observeReading(figures, GLOBAL_SCOPE, r.reservation).catch(() => {}),
+            limiter.observeReading(figures, readingScope, r.reservation).catch(() => {}),
           );
         }
       },
@@ -109,7 +112,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         : undefined;
     await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
     if (headers && feedback) {
-      await limiter.observe(headers as never, GLOBAL_SCOPE, r.reservation).catch(() => {});
+      await limiter.observe(headers as never, readingScope, r.reservation).catch(() => {});
     }
     await p.outcomes.afterFailure(job, token, {
       failure: c,
