@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { BudgetLedger, type BudgetSettings, worstCaseMicros } from '../shared/budgets.ts';
 import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
@@ -42,6 +43,8 @@ export interface ProducerOptions {
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
   /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
   readonly modelsStrict?: boolean;
+  /** Money budgets (Config.budgets): a job that can never fit one is refused; so is one whose budget is spent under the `refuse` policy. */
+  readonly budgets?: BudgetSettings | undefined;
   /**
    * The share of each limit the limiter keeps unused (Config.headroom): a cost above what is
    * left can never be admitted, so it is refused here already. @default 0
@@ -135,6 +138,7 @@ export class Producer {
   /** The model patterns of the `model:` scopes, and whether a model must match one. */
   private readonly models: { readonly patterns: readonly string[]; readonly strict: boolean };
   private readonly tokenCounter: TokenCounter | undefined;
+  private readonly ledger: BudgetLedger | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
   private readonly retention: { completedS: number; completedCount: number; failedS: number };
@@ -155,6 +159,7 @@ export class Producer {
       strict: options.modelsStrict ?? false,
     };
     this.tokenCounter = options.tokenCounter;
+    this.ledger = options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.retention = {
       completedS: options.keepCompletedS ?? 7 * DAY_S,
@@ -221,6 +226,7 @@ export class Producer {
         ? jobIdForKey(options.idempotencyKey, data.tenant)
         : newJobId();
     const attempts = checkAttempts(options.attempts);
+    await this.refuseSpent([data]);
     await this.ensureRegistered();
     const [exists] = await this.gate.reserveOrWait([id], data.tenant, options);
     if (exists) return { id, created: false };
@@ -293,6 +299,7 @@ export class Producer {
       return key !== undefined ? jobIdForKey(key, tenant) : newJobId();
     });
     const size = Math.min(checkChunk(options.chunkSize), this.gate.largestChunk(tenant));
+    await this.refuseSpent(datas);
     await this.ensureRegistered();
     for (let start = 0; start < ids.length; start += size) {
       const chunkIds = ids.slice(start, start + size);
@@ -414,6 +421,10 @@ export class Producer {
     const modelScope = modelScopeOf(this.models.patterns, req.model, this.models.strict);
     if (modelScope) scopes.push(modelScope);
     this.refuseNeverFits(cost, scopes);
+    if (this.ledger) {
+      const over = this.ledger.neverFits(tenant, worstCaseMicros(this.ledger.settings, req.model, cost));
+      if (over) throw over;
+    }
     return {
       v: 1,
       request: stripStream(req),
@@ -427,6 +438,17 @@ export class Producer {
       enqueuedAt: Date.now(),
       meta: options.meta,
     };
+  }
+
+  /** Under the `refuse` policy, a job whose budget is spent is refused with budget_exhausted. */
+  private async refuseSpent(datas: readonly JobData[]): Promise<void> {
+    const l = this.ledger;
+    if (!l || l.settings.policy !== 'refuse') return;
+    for (const d of datas) {
+      const micros = worstCaseMicros(l.settings, d.request.model, d.cost);
+      const over = await this.redisCall(() => l.noRoom(d.tenant, micros));
+      if (over) throw over;
+    }
   }
 
   /** The limiter refuses what exceeds a limit less its headroom at once; so does the producer. */

@@ -2,9 +2,10 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
+import { type BudgetLimits, type BudgetPolicy, type BudgetSettings, budgetsSchema } from './budgets.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
-import { type ModelPrice, pricesSchema } from './prices.ts';
+import { type ModelPrice, priceTable, pricesSchema } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -78,6 +79,17 @@ export interface Config {
    * 3.75, "cacheRead": 0.3 } }` (config file `prices`, or env LLMQ_PRICES as JSON). @default {}
    */
   readonly prices: Readonly<Record<string, ModelPrice>>;
+  /**
+   * Money budgets in dollars per UTC day and/or month, by `global` or `tenant:<name>`:
+   * `{ "global": { "month": 500 }, "tenant:acme": { "day": 5 } }` (config file `budgets`, or
+   * env LLMQ_BUDGETS as JSON). @default {}
+   */
+  readonly budgets: Readonly<Record<string, BudgetLimits>>;
+  /**
+   * A job whose budget is spent: `wait` for the next period, `refuse` at enqueue
+   * (budget_exhausted), or `dead-letter` it. @default 'wait' (env LLMQ_BUDGET_POLICY)
+   */
+  readonly budgetPolicy: BudgetPolicy;
 }
 
 /** A nested scope's limits, named like the global ones. */
@@ -281,6 +293,20 @@ const SETTINGS: Record<Key, Setting> = {
       'an object of model pattern to prices in dollars per million tokens, such as ' +
       '{"claude-x-*":{"input":3,"output":15,"cacheWrite":3.75,"cacheRead":0.3}} (each price a number from 0 up)',
   },
+  budgets: {
+    env: 'LLMQ_BUDGETS',
+    schema: jsonOf(budgetsSchema),
+    default: {},
+    expect:
+      'an object of budget name ("global" or "tenant:<name>") to dollars per period, such as ' +
+      '{"global":{"month":500},"tenant:acme":{"day":5}} (each budget needs day and/or month, numbers above 0)',
+  },
+  budgetPolicy: {
+    env: 'LLMQ_BUDGET_POLICY',
+    schema: z.enum(['wait', 'refuse', 'dead-letter']),
+    default: 'wait',
+    expect: 'wait, refuse or dead-letter',
+  },
 };
 
 function loadFile(file: ConfigSources['file']): Record<string, unknown> {
@@ -322,6 +348,12 @@ export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
     ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
     ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
   ]);
+}
+
+/** What budgets need of a config; undefined when no budget is set (nothing to count). */
+export function budgetSettingsOf(c: Config): BudgetSettings | undefined {
+  if (Object.keys(c.budgets).length === 0) return undefined;
+  return { budgets: c.budgets, policy: c.budgetPolicy, prices: priceTable(c.prices) };
 }
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';
