@@ -159,7 +159,8 @@ export class Producer {
       strict: options.modelsStrict ?? false,
     };
     this.tokenCounter = options.tokenCounter;
-    this.ledger = options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
+    this.ledger =
+      options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.retention = {
       completedS: options.keepCompletedS ?? 7 * DAY_S,
@@ -422,7 +423,10 @@ export class Producer {
     if (modelScope) scopes.push(modelScope);
     this.refuseNeverFits(cost, scopes);
     if (this.ledger) {
-      const over = this.ledger.neverFits(tenant, worstCaseMicros(this.ledger.settings, req.model, cost));
+      const over = this.ledger.neverFits(
+        tenant,
+        worstCaseMicros(this.ledger.settings, req.model, cost),
+      );
       if (over) throw over;
     }
     return {
@@ -443,7 +447,7 @@ export class Producer {
   /** Under the `refuse` policy, a job whose budget is spent is refused with budget_exhausted. */
   private async refuseSpent(datas: readonly JobData[]): Promise<void> {
     const l = this.ledger;
-    if (!l || l.settings.policy !== 'refuse') return;
+    if (l === undefined || l.settings.policy !== 'refuse') return;
     for (const d of datas) {
       const micros = worstCaseMicros(l.settings, d.request.model, d.cost);
       const over = await this.redisCall(() => l.noRoom(d.tenant, micros));

@@ -65,12 +65,19 @@ export class BudgetExhaustedError extends LlmqError {
   readonly period: Period;
   /** When the budget's period ends (ms since the epoch); undefined when it can never fit. */
   readonly resetsAt: number | undefined;
-  constructor(budget: string, period: Period, limitUsd: number, spentUsd: number, resetsAt?: number) {
+  constructor(
+    budget: string,
+    period: Period,
+    limitUsd: number,
+    spentUsd: number,
+    resetsAt?: number,
+  ) {
+    const every = period === 'day' ? 'daily' : 'monthly';
     super(
       'BUDGET_EXHAUSTED',
       resetsAt === undefined
-        ? `the request's worst-case cost exceeds the ${period}ly budget "${budget}" of $${limitUsd} however long it waits: lower max_tokens or raise the budget`
-        : `budget_exhausted: the ${period}ly budget "${budget}" of $${limitUsd} is spent ($${spentUsd.toFixed(6)}); ` +
+        ? `the request's worst-case cost exceeds the ${every} budget "${budget}" of $${limitUsd} however long it waits: lower max_tokens or raise the budget`
+        : `budget_exhausted: the ${every} budget "${budget}" of $${limitUsd} is spent ($${spentUsd.toFixed(6)}); ` +
             `it resets at ${new Date(resetsAt).toISOString()}`,
     );
     this.budget = budget;
@@ -130,18 +137,30 @@ export class BudgetLedger {
   }
 
   /** The first budget of the tenant without room for `micros` now (reads only). */
-  async noRoom(tenant: string | undefined, micros: number): Promise<BudgetExhaustedError | undefined> {
+  async noRoom(
+    tenant: string | undefined,
+    micros: number,
+  ): Promise<BudgetExhaustedError | undefined> {
     const now = this.clock();
     const [day, month] = this.keys(now);
     const names = budgetNames(tenant);
-    const [d, m] = await Promise.all([this.redis.hmget(day, ...names), this.redis.hmget(month, ...names)]);
+    const [d, m] = await Promise.all([
+      this.redis.hmget(day, ...names),
+      this.redis.hmget(month, ...names),
+    ]);
     for (const [i, name] of names.entries()) {
       for (const period of PERIODS) {
         const limit = this.settings.budgets[name]?.[period];
         if (limit === undefined) continue;
         const spent = Number((period === 'day' ? d : m)[i] ?? 0);
         if (spent + micros > Math.round(limit * 1e6))
-          return new BudgetExhaustedError(name, period, limit, spent / 1e6, periodOf(period, now).endsAt);
+          return new BudgetExhaustedError(
+            name,
+            period,
+            limit,
+            spent / 1e6,
+            periodOf(period, now).endsAt,
+          );
       }
     }
     return undefined;

@@ -1,11 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import {
+  type BudgetLimits,
+  type BudgetPolicy,
+  type BudgetSettings,
+  budgetsSchema,
+} from './budgets.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
-import { type BudgetLimits, type BudgetPolicy, type BudgetSettings, budgetsSchema } from './budgets.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
-import { type ModelPrice, priceTable, pricesSchema } from './prices.ts';
+import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a

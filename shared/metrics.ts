@@ -17,6 +17,7 @@ export type MetricField =
   | 'provider_4xx'
   | 'retries'
   | 'deferred_by_scope'
+  | 'deferred_by_budget'
   | 'backfilled'
   | 'dead_lettered'
   | 'completed'

@@ -20,6 +20,8 @@ export interface HeadJob {
   readonly cost: Cost;
   readonly priority: number;
   readonly scopes: readonly string[];
+  readonly model: string;
+  readonly tenant: string | undefined;
 }
 
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */
@@ -72,6 +74,8 @@ export class HeadPeeker {
           cost: data.cost,
           priority: data.priority ?? 100,
           scopes: data.scopes ?? [],
+          model: data.request.model,
+          tenant: data.tenant,
         });
       } catch {
         break;

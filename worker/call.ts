@@ -1,4 +1,5 @@
 import type { Job } from 'bullmq';
+import type { BudgetLedger } from '../shared/budgets.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import { readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
@@ -9,6 +10,7 @@ import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import type { Handoff } from './handoff.ts';
 import type { WorkerLogger } from './logger.ts';
+import { settleMoney } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 
@@ -37,6 +39,8 @@ export interface CallParts {
   readonly timeoutMs: number;
   /** Feed the provider's rate-limit headers to the limiter. */
   readonly feedback: boolean;
+  /** Money budgets, when configured. */
+  readonly ledger?: BudgetLedger | undefined;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -111,6 +115,9 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         ? await limiter.pauseFor(c.retryAfterMs ?? 1_000).catch(() => undefined)
         : undefined;
     await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
+    // A call that may have been charged keeps its worst case reserved (its retry reuses it).
+    if (!c.maybeCharged)
+      await settleMoney(p.ledger, String(job.id), data.request.model, undefined).catch(() => {});
     if (headers && feedback) {
       await limiter.observe(headers as never, readingScope, r.reservation).catch(() => {});
     }
@@ -153,6 +160,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
         throw err;
       }),
+    settleMoney(p.ledger, String(job.id), data.request.model, usage),
     p.breaker.success(),
     p.metrics.latency(res.latencyMs, {
       provider_calls: 1,

@@ -1,9 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { BudgetExhaustedError, BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import { reserveMoney } from './money.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -30,6 +32,8 @@ export interface GateParts extends TakeParts {
   readonly slots: GateSlots;
   /** The worker's backfill option. */
   readonly backfill: boolean;
+  /** Money budgets, when configured: each job reserves its worst-case cost after admission. */
+  readonly ledger: BudgetLedger | undefined;
   readonly stopped: AbortSignal;
 }
 
@@ -97,9 +101,11 @@ export class Gate {
       return;
     }
     this.idleMs = 5;
-    let behind = followers(heads);
+    // With money budgets each job reserves its own cost after admission: one job a round.
+    const alone = p.ledger !== undefined;
+    let behind = alone ? [] : followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
-    const backfillRoom = () => (p.backfill && !b.trial ? room() - 1 : 0);
+    const backfillRoom = () => (p.backfill && !b.trial && !alone ? room() - 1 : 0);
     // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
     // held by its own scope, sleep, look at the queue again.
     const line = limiter.line(head.cost, {
@@ -142,7 +148,7 @@ export class Gate {
           continue;
         }
         head = now[0];
-        behind = followers(now);
+        behind = alone ? [] : followers(now);
         line.update({
           cost: head.cost,
           priority: head.priority,
@@ -157,6 +163,14 @@ export class Gate {
       if (p.stopped.aborted) throw p.stopped.reason;
       if (err instanceof CostExceedsLimitError) return this.deadLetterHead(head.id, err);
       throw err;
+    }
+    if (p.ledger) {
+      const over = await reserveMoney(p.ledger, head);
+      if (over) {
+        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
+        handoff.completeAlone();
+        return this.holdForBudget(head.id, over);
+      }
     }
     const wanted = [head, ...behind.slice(0, reservations.length - 1)];
     const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);
@@ -240,6 +254,29 @@ export class Gate {
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(waitMs, 10), 1_000), token);
     await this.p.metrics.add({ deferred_by_scope: 1 });
+  }
+
+  /**
+   * The head job's money budget is spent: by policy it waits (delayed) until the budget's period
+   * ends, or goes to the dead letters with budget_exhausted.
+   */
+  private async holdForBudget(headId: string, over: BudgetExhaustedError): Promise<void> {
+    const token = this.p.nextToken();
+    const job = await this.p.bull.nextJob(token);
+    if (!job) return;
+    if (job.id !== headId) {
+      await job.moveToWait(token);
+      return;
+    }
+    if (this.p.ledger?.settings.policy === 'dead-letter' || over.resetsAt === undefined) {
+      await this.p.outcomes.deadLetter(job, token, {
+        reason: over.message,
+        errorClass: 'BudgetExhaustedError',
+      });
+      return;
+    }
+    await job.moveToDelayed(over.resetsAt, token);
+    await this.p.metrics.add({ deferred_by_budget: 1 });
   }
 
   /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */

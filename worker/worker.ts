@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
@@ -40,6 +41,11 @@ export interface WorkerOptions {
   readonly provider?: ProviderCaller;
   /** The shared budget: limits, window, headroom, accounting (the cap of calls is `maxInFlight`). */
   readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
+  /**
+   * Money budgets (Config.budgets, with the price table): each job reserves its worst-case cost
+   * once admitted and settles to the actual; one job a round then (no extras, no backfill).
+   */
+  readonly budgets?: BudgetSettings | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
   readonly concurrency?: number;
   /**
@@ -202,6 +208,7 @@ export class Worker implements WorkerHandle {
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
       backoff: options.backoff,
     });
+    const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);
     this.callParts = {
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       limiter,
@@ -213,6 +220,7 @@ export class Worker implements WorkerHandle {
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
+      ledger,
     };
     this.gate = new Gate({
       bull,
@@ -226,6 +234,7 @@ export class Worker implements WorkerHandle {
       // the queue as those fetches leave it.
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
       backfill: options.backfill ?? false,
+      ledger,
       stopped: signal,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),

@@ -1,5 +1,5 @@
 import { type Command, Option } from 'commander';
-import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { budgetSettingsOf, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createProviderClient } from '../../worker/provider.ts';
@@ -88,6 +88,7 @@ export function registerWorkerCommand(program: Command): void {
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
+      budgets: budgetSettingsOf(config),
       ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
       backfill: flags['backfill'] === true,
