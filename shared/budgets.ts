@@ -218,3 +218,35 @@ export class BudgetLedger {
     return { day: num(d), month: num(m) };
   }
 }
+
+/** One line of spend: a budget's or a model's, in one period. */
+export interface SpendLine {
+  /** `global`, `tenant:acme`, or `model:<name>` (spend only, no budget). */
+  readonly name: string;
+  readonly period: Period;
+  readonly spentUsd: number;
+  /** The budget, when one is set. */
+  readonly limitUsd?: number | undefined;
+  /** When the period ends (ms since the epoch). */
+  readonly resetsAt: number;
+}
+
+/** Spend against budget per budget and per model, this day and month. */
+export async function spendReport(ledger: BudgetLedger, nowMs = Date.now()): Promise<SpendLine[]> {
+  const spend = await ledger.spend();
+  const lines: SpendLine[] = [];
+  for (const period of PERIODS) {
+    const resetsAt = periodOf(period, nowMs).endsAt;
+    const names = new Set([
+      ...Object.entries(ledger.settings.budgets)
+        .filter(([, b]) => b[period] !== undefined)
+        .map(([n]) => n),
+      ...Object.keys(spend[period]),
+    ]);
+    for (const name of [...names].sort()) {
+      const limitUsd = ledger.settings.budgets[name]?.[period];
+      lines.push({ name, period, spentUsd: (spend[period][name] ?? 0) / 1e6, limitUsd, resetsAt });
+    }
+  }
+  return lines;
+}

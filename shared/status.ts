@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
@@ -21,6 +22,8 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
+  /** Money spent this day and month against each budget, and per model (budgets configured). */
+  readonly spend?: readonly SpendLine[];
   readonly breaker: {
     readonly state: string;
     readonly failures: number;
@@ -74,17 +77,20 @@ export async function getQueueStatus(
   redis: Redis,
   names: QueueNames,
   limiter?: Limiter,
+  ledger?: BudgetLedger,
 ): Promise<QueueStatus> {
-  const [counts, snapshot, b] = await Promise.all([
+  const [counts, snapshot, b, spend] = await Promise.all([
     getQueueCounts(redis, names),
     (limiter ?? new Limiter({ redis, names })).snapshot(),
     redis.hgetall(breakerKey(names)),
+    ledger ? spendReport(ledger) : undefined,
   ]);
   return {
     queue: names.queue,
     prefix: names.prefix,
     counts,
     limiter: snapshot,
+    ...(spend ? { spend } : {}),
     breaker: {
       state: b['state'] ?? 'closed',
       failures: Number(b['failures'] ?? 0),

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
+import { formatStatus } from '../scripts/cli/status.ts';
 import {
   BudgetExhaustedError,
   BudgetLedger,
@@ -7,7 +8,8 @@ import {
   type BudgetSettings,
 } from '../shared/budgets.ts';
 import { budgetSettingsOf, resolveConfig } from '../shared/config.ts';
-import { costMicros, priceOf } from '../shared/prices.ts';
+import { costMicros, formatUsd, priceOf } from '../shared/prices.ts';
+import { getQueueStatus } from '../shared/status.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
@@ -87,6 +89,12 @@ describe('money budgets', () => {
     expect(spend.day['model:claude-test-1']).toBe(aUsage.micros + bUsage.micros);
     expect(spend.day['tenant:a']).toBeLessThanOrEqual(4_000);
     expect(await pool!.deadLetters()).toEqual([]);
+    // llmq status shows it against the budget.
+    const text = formatStatus(await getQueueStatus(pool!.redis, pool!.names, undefined, r.ledger));
+    expect(text).toContain(
+      `spend tenant:a this day: ${formatUsd(aUsage.micros / 1e6)} of $0.0040 (resets ${tomorrow.toISOString()})`,
+    );
+    expect(text).toMatch(/spend model:claude-test-1 this month: \$0\.\d{4} \(resets/);
     await r.worker.stop(1_000);
     await r.producer.close();
   });
