@@ -95,10 +95,18 @@ export interface Config {
    * (budget_exhausted), or `dead-letter` it. @default 'wait' (env LLMQ_BUDGET_POLICY)
    */
   readonly budgetPolicy: BudgetPolicy;
+  /**
+   * Fair share between tenants within a priority class: deficit round robin over tokens,
+   * weighted by `weight` in the tenant's scope (`scopes: { "tenant:a": { "weight": 3 } }`,
+   * default 1). @default false (env LLMQ_FAIR_SHARE)
+   */
+  readonly fairShare: boolean;
 }
 
 /** A nested scope's limits, named like the global ones. */
 export interface ScopeLimits {
+  /** A tenant's weight under fair share. @default 1 */
+  readonly weight?: number | undefined;
   readonly rpm?: number | undefined;
   readonly tpm?: number | undefined;
   readonly itpm?: number | undefined;
@@ -131,6 +139,7 @@ const optionalLimit = wholeAtLeast(1).optional();
 const name = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/);
 
 const scopeLimits = z.strictObject({
+  weight: z.coerce.number().finite().positive().optional(),
   rpm: wholeAtLeast(1).optional(),
   tpm: wholeAtLeast(1).optional(),
   itpm: wholeAtLeast(1).optional(),
@@ -306,6 +315,12 @@ const SETTINGS: Record<Key, Setting> = {
       'an object of budget name ("global" or "tenant:<name>") to dollars per period, such as ' +
       '{"global":{"month":500},"tenant:acme":{"day":5}} (each budget needs day and/or month, numbers above 0)',
   },
+  fairShare: {
+    env: 'LLMQ_FAIR_SHARE',
+    schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]),
+    default: false,
+    expect: 'true or false',
+  },
   budgetPolicy: {
     env: 'LLMQ_BUDGET_POLICY',
     schema: z.enum(['wait', 'refuse', 'dead-letter']),
@@ -359,6 +374,16 @@ export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
 export function budgetSettingsOf(c: Config): BudgetSettings | undefined {
   if (Object.keys(c.budgets).length === 0) return undefined;
   return { budgets: c.budgets, policy: c.budgetPolicy, prices: priceTable(c.prices) };
+}
+
+/** Fair share's weights by tenant (`weight` of `tenant:<name>` scopes); undefined when off. */
+export function fairShareOf(c: Config): { weights: Record<string, number> } | undefined {
+  if (!c.fairShare) return undefined;
+  const weights: Record<string, number> = {};
+  for (const [name, l] of Object.entries(c.scopes)) {
+    if (name.startsWith('tenant:') && l.weight !== undefined) weights[name.slice(7)] = l.weight;
+  }
+  return { weights };
 }
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';

@@ -55,7 +55,7 @@ export class HeadPeeker {
    * promotion will put them); fewer when the queue holds fewer, and only the first when more
    * delayed jobs are due than one peek looks at.
    */
-  async peekMany(n: number): Promise<HeadJob[]> {
+  async peekMany(n: number, firstPerTenant = false): Promise<HeadJob[]> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
     const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
     const b = this.base;
@@ -63,7 +63,7 @@ export class HeadPeeker {
       this.redis,
       SCRIPTS['peek']!,
       [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`, `${b}:pc`],
-      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n))],
+      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n)), firstPerTenant ? 'tenants' : ''],
     )) as string[] | null;
     const heads: HeadJob[] = [];
     for (let i = 0; reply && i + 1 < reply.length; i += 2) {

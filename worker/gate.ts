@@ -5,6 +5,7 @@ import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import type { FairShare } from './fair-share.ts';
 import { reserveMoney } from './money.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
@@ -34,6 +35,8 @@ export interface GateParts extends TakeParts {
   readonly backfill: boolean;
   /** Money budgets, when configured: each job reserves its worst-case cost after admission. */
   readonly ledger: BudgetLedger | undefined;
+  /** Fair share between tenants, when on: the head is the first job of the tenant whose turn it is. */
+  readonly fair: FairShare | undefined;
   readonly stopped: AbortSignal;
 }
 
@@ -88,8 +91,11 @@ export class Gate {
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const heads = (await this.nextPeek(room())) ?? (await p.peeker.peekMany(room()));
-    let head = heads[0];
+    const { fair } = p;
+    const peek = (): Promise<HeadJob[]> =>
+      fair ? p.peeker.peekMany(fair.lookahead, true) : p.peeker.peekMany(room());
+    const heads = fair ? await peek() : ((await this.nextPeek(room())) ?? (await peek()));
+    let head = fair ? await fair.pick(heads) : heads[0];
     if (!head) {
       handoff.completeAlone();
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
@@ -102,7 +108,8 @@ export class Gate {
     }
     this.idleMs = 5;
     // With money budgets each job reserves its own cost after admission: one job a round.
-    const alone = p.ledger !== undefined;
+    // So with fair share: the jobs behind the head may be other tenants'.
+    const alone = p.ledger !== undefined || fair !== undefined;
     let behind = alone ? [] : followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
     const backfillRoom = () => (p.backfill && !b.trial && !alone ? room() - 1 : 0);
@@ -139,15 +146,16 @@ export class Gate {
         await line.sleep(a, p.stopped);
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        const now = await p.peeker.peekMany(room());
-        if (!now[0]) {
+        const now = await peek();
+        const next = fair ? await fair.pick(now) : now[0];
+        if (!next) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.
           behind = [];
           line.update({ more: [], backfill: 0 });
           continue;
         }
-        head = now[0];
+        head = next;
         behind = alone ? [] : followers(now);
         line.update({
           cost: head.cost,
@@ -171,6 +179,16 @@ export class Gate {
         handoff.completeAlone();
         return this.holdForBudget(head.id, over);
       }
+    }
+    if (fair) {
+      // The chosen job goes where BullMQ hands out from next, and its tenant is charged.
+      const moved = head === heads[0] ? [head.id] : await p.peeker.moveToFront([head.id]);
+      if (moved.length === 0) {
+        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
+        handoff.completeAlone();
+        return;
+      }
+      await fair.charge(head);
     }
     const wanted = [head, ...behind.slice(0, reservations.length - 1)];
     const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);

@@ -20,6 +20,7 @@ import {
   openGateWorker,
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
+import { FairShare, type FairShareOptions } from './fair-share.ts';
 import { Gate } from './gate.ts';
 import { Handoff } from './handoff.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
@@ -46,6 +47,12 @@ export interface WorkerOptions {
    * once admitted and settles to the actual; one job a round then (no extras, no backfill).
    */
   readonly budgets?: BudgetSettings | undefined;
+  /**
+   * Fair share between tenants within a priority class (weights per tenant, default 1): the
+   * gate serves next the first job of the tenant furthest behind in tokens per weight, among
+   * the first `lookahead` jobs of the queue; one job a round then. @default undefined (off)
+   */
+  readonly fairShare?: FairShareOptions | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
   readonly concurrency?: number;
   /**
@@ -235,6 +242,7 @@ export class Worker implements WorkerHandle {
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
       backfill: options.backfill ?? false,
       ledger,
+      fair: options.fairShare ? new FairShare(redis, names, options.fairShare) : undefined,
       stopped: signal,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),

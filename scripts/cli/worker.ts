@@ -1,5 +1,5 @@
 import { type Command, Option } from 'commander';
-import { budgetSettingsOf, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { budgetSettingsOf, fairShareOf, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createProviderClient } from '../../worker/provider.ts';
@@ -89,6 +89,7 @@ export function registerWorkerCommand(program: Command): void {
       },
       concurrency: config.concurrency,
       budgets: budgetSettingsOf(config),
+      fairShare: fairShareOf(config),
       ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
       backfill: flags['backfill'] === true,
