@@ -1,4 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { FleetReader } from '../dashboard/fleet-reader.ts';
+import { PrometheusExporter } from '../dashboard/prometheus.ts';
 import { Producer } from '../producer/producer.ts';
 import { formatStatus } from '../scripts/cli/status.ts';
 import {
@@ -95,6 +97,28 @@ describe('money budgets', () => {
       `spend tenant:a this day: ${formatUsd(aUsage.micros / 1e6)} of $0.0040 (resets ${tomorrow.toISOString()})`,
     );
     expect(text).toMatch(/spend model:claude-test-1 this month: \$0\.\d{4} \(resets/);
+    // And the dashboard's view and /metrics.
+    const reader = new FleetReader({
+      redis: pool!.redis,
+      prefix: pool!.names.prefix,
+      budgets: r.budgets.budgets,
+    });
+    const view = await reader.read(pool!.names.queue);
+    expect(view.spend).toContainEqual({
+      name: 'tenant:a',
+      period: 'day',
+      spentUsd: aUsage.micros / 1e6,
+      limitUsd: 0.004,
+      resetsAt: tomorrow.getTime(),
+    });
+    const metrics = await new PrometheusExporter().render([view]);
+    expect(metrics).toContain(
+      `llmq_spend_usd{queue="${pool!.names.queue}",name="tenant:a",period="day"} ${aUsage.micros / 1e6}`,
+    );
+    expect(metrics).toContain(
+      `llmq_budget_usd{queue="${pool!.names.queue}",name="tenant:a",period="day"} 0.004`,
+    );
+    await reader.close();
     await r.worker.stop(1_000);
     await r.producer.close();
   });
