@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Job } from 'bullmq';
 import type { BudgetExhaustedError, BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
@@ -261,17 +263,27 @@ export class Gate {
    * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
    */
   private async deferHeldJob(jobId: string, waitMs: number): Promise<void> {
-    const token = this.p.nextToken();
-    const job = await this.p.bull.nextJob(token);
-    if (!job) return;
-    if (job.id !== jobId) {
-      await job.moveToWait(token);
-      return;
-    }
+    const taken = await this.takeHead(jobId);
+    if (!taken) return;
+    const { job, token } = taken;
     // The wait is an upper bound while the scope's calls are in flight (they free their budget
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(waitMs, 10), 1_000), token);
     await this.p.metrics.add({ deferred_by_scope: 1 });
+  }
+
+  /** Moves the head job to active to act on it; undefined (and put back) when another came first. */
+  private async takeHead(
+    headId: string,
+  ): Promise<{ job: Job<JobData, JobResult>; token: string } | undefined> {
+    const token = this.p.nextToken();
+    const job = await this.p.bull.nextJob(token);
+    if (!job) return undefined;
+    if (job.id !== headId) {
+      await job.moveToWait(token);
+      return undefined;
+    }
+    return { job, token };
   }
 
   /**
@@ -279,13 +291,9 @@ export class Gate {
    * ends, or goes to the dead letters with budget_exhausted.
    */
   private async holdForBudget(headId: string, over: BudgetExhaustedError): Promise<void> {
-    const token = this.p.nextToken();
-    const job = await this.p.bull.nextJob(token);
-    if (!job) return;
-    if (job.id !== headId) {
-      await job.moveToWait(token);
-      return;
-    }
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
     if (this.p.ledger?.settings.policy === 'dead-letter' || over.resetsAt === undefined) {
       await this.p.outcomes.deadLetter(job, token, {
         reason: over.message,
@@ -299,13 +307,9 @@ export class Gate {
 
   /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */
   private async deadLetterHead(headId: string, err: CostExceedsLimitError): Promise<void> {
-    const token = this.p.nextToken();
-    const job = await this.p.bull.nextJob(token);
-    if (!job) return;
-    if (job.id !== headId) {
-      await job.moveToWait(token);
-      return;
-    }
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
     await this.p.outcomes.deadLetter(job, token, {
       reason: err.message,
       errorClass: 'CostExceedsLimitError',
