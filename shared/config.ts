@@ -284,7 +284,7 @@ const SETTINGS: Record<Key, Setting> = {
     expect:
       'an object of scope name to limits, such as {"tenant:acme":{"tpm":20000,"rpm":100}} ' +
       '(names without "|", "," or spaces; limits rpm, tpm, itpm, otpm, whole numbers from 1 up; ' +
-      'a tenant\'s weight under fair share, a number above 0)',
+      "a tenant's weight under fair share, a number above 0)",
   },
   models: {
     env: 'LLMQ_MODELS',
