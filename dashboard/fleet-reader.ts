@@ -1,3 +1,10 @@
+import {
+  BudgetLedger,
+  type BudgetLimits,
+  type BudgetSettings,
+  type SpendLine,
+  spendReport,
+} from '../shared/budgets.ts';
 /**
  * Reads what the fleet wrote to Redis about each queue (BullMQ's job counts, the limiter's
  * window, the shared pause, the breaker, the workers' counters) into one plain view. The
@@ -53,6 +60,8 @@ export interface QueueView {
   /** BullMQ's job counts by state. */
   readonly jobs: Readonly<Record<string, number>>;
   readonly deadLetters: number;
+  /** Money spent this day and month, by budget (against it) and by model. */
+  readonly spend: readonly SpendLine[];
   /** Actual over reserved tokens of settled calls; null before the first settle. */
   readonly accuracy: { readonly input: number | null; readonly output: number | null };
   readonly counters: LimiterSnapshot['counters'];
@@ -94,6 +103,8 @@ export interface FleetReaderOptions {
   readonly prefix: string;
   /** The queues' depth bound; 0 is unbounded. @default 10_000 */
   readonly maxDepth?: number;
+  /** Money budgets (Config.budgets), to show spend against them; spend alone without. */
+  readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
   /**
    * The workers' window margin. A snapshot drops what has left the window, so this must not be
    * smaller than the workers' (that would free budget early); larger only delays the display.
@@ -126,6 +137,7 @@ export class FleetReader {
   readonly maxDepth: number;
   private readonly redis: Redis;
   private readonly marginMs: number;
+  private readonly budgets: BudgetSettings;
   private readonly handles = new Map<string, QueueHandles>();
 
   constructor(options: FleetReaderOptions) {
@@ -133,6 +145,7 @@ export class FleetReader {
     this.prefix = options.prefix;
     this.maxDepth = options.maxDepth ?? 10_000;
     this.marginMs = options.windowMarginMs ?? 50;
+    this.budgets = { budgets: options.budgets ?? {}, policy: 'wait', prices: {} };
     if (!Number.isInteger(this.maxDepth) || this.maxDepth < 0) {
       throw new TypeError(
         `maxDepth must be a whole number from 0 (unbounded) up, got ${this.maxDepth}`,
@@ -240,13 +253,14 @@ export class FleetReader {
     const names = this.names(queue);
     const { queue: q, dead } = this.queues(queue);
     const limiter = await this.limiter(queue);
-    const [snap, metrics, breakerRaw, jobs, deadCounts, backlog] = await Promise.all([
+    const [snap, metrics, breakerRaw, jobs, deadCounts, backlog, spend] = await Promise.all([
       limiter.snapshot(),
       readMetrics(this.redis, names),
       this.redis.hgetall(llmqKey(names, 'breaker')),
       q.getJobCounts(),
       dead.getJobCounts(),
       readBacklog(this.redis, names),
+      spendReport(new BudgetLedger(this.redis, names, this.budgets)),
     ]);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
@@ -303,6 +317,7 @@ export class FleetReader {
       },
       jobs,
       deadLetters: Object.values(deadCounts).reduce((a, b) => a + b, 0),
+      spend,
       accuracy: {
         input: ratio(c.actualIn, c.settledReservedIn),
         output: ratio(c.actualOut, c.settledReservedOut),

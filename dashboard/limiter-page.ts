@@ -53,6 +53,9 @@ export function limiterPage(nonce: string): string {
     <h2>Current window (<span id="window-seconds" data-testid="window-seconds">&ndash;</span> s)</h2>
     <table class="usage"><thead><tr><th>scope</th><th>dimension</th><th class="n">used</th><th class="n">limit</th><th class="bar-cell">use</th><th class="n">foreign</th></tr></thead>
       <tbody id="usage-rows" data-testid="usage-rows"></tbody></table>
+    <h2>Spend <small>this UTC day and month, by budget and model</small></h2>
+    <table class="usage"><thead><tr><th>budget or model</th><th>period</th><th class="n">spent</th><th class="n">budget</th><th>resets</th></tr></thead>
+      <tbody id="spend-rows" data-testid="spend-rows"></tbody></table>
     <h2>Last 15 minutes <small>tokens per 10 s: <i class="key reserved"></i> reserved <i class="key actual"></i> actual <i class="key limit"></i> limit (pro rata)</small></h2>
     <svg id="chart" data-testid="chart" viewBox="0 0 960 240" role="img" aria-label="tokens reserved and actual per 10 seconds over the last 15 minutes"></svg>
     <h2>Forecast <small>when the waiting jobs will have started at the current limits</small></h2>
@@ -174,6 +177,20 @@ function row(scope, dim, label, use) {
   cell('bar-cell', '').appendChild(bar);
   cell('n', 'foreign');
   return tr;
+}
+
+function spend(lines) {
+  const money = (usd) => '$' + usd.toFixed(4);
+  $('spend-rows').replaceChildren(...lines.map((l) => {
+    const tr = document.createElement('tr');
+    for (const [text, cls] of [[l.name], [l.period], [money(l.spentUsd), 'n'], [l.limitUsd === undefined ? '\u2013' : money(l.limitUsd), 'n'], [new Date(l.resetsAt).toISOString()]]) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (cls) td.className = cls;
+      tr.append(td);
+    }
+    return tr;
+  }));
 }
 
 function usage(scopes) {
@@ -309,6 +326,7 @@ function render(data) {
   set('settled', v.counters.settled);
   usage(v.scopes);
   forecast(v.forecast);
+  spend(v.spend || []);
   chart(v);
   const p = v.provider;
   set('provider-calls', p.calls);

@@ -61,6 +61,7 @@ export function resolveDashboardOptions(sources: {
     readOnly: flags.readOnly === true || yes.test(env['LLMQ_DASHBOARD_READ_ONLY'] ?? ''),
     auth: dashboardAuthFromEnv(env),
     maxDepth: config.maxDepth,
+    budgets: config.budgets,
     windowMarginMs: config.windowMarginMs,
     queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,
     authThrottle: { log: (line) => process.stderr.write(`llmq dashboard: ${line}\n`) },

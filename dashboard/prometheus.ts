@@ -197,6 +197,16 @@ export class PrometheusExporter {
       'queue',
     ]),
     slotCap: this.gauge('llmq_slots_cap', 'Cap on calls in flight (absent: no cap).', ['queue']),
+    spend: this.gauge('llmq_spend_usd', 'Money spent this UTC day or month, by budget or model.', [
+      'queue',
+      'name',
+      'period',
+    ]),
+    budget: this.gauge('llmq_budget_usd', 'Money budget of this UTC day or month.', [
+      'queue',
+      'name',
+      'period',
+    ]),
     waiters: this.gauge('llmq_limiter_waiters', 'Workers waiting in line for budget or a slot.', [
       'queue',
     ]),
@@ -280,5 +290,10 @@ export class PrometheusExporter {
     m.inFlight.set({ queue }, v.slots.inFlight);
     if (v.slots.cap !== null) m.slotCap.set({ queue }, v.slots.cap);
     m.waiters.set({ queue }, v.waiters);
+    for (const l of v.spend) {
+      const labels = { queue, name: l.name, period: l.period };
+      m.spend.set(labels, l.spentUsd);
+      if (l.limitUsd !== undefined) m.budget.set(labels, l.limitUsd);
+    }
   }
 }

@@ -1,3 +1,4 @@
+import type { BudgetLimits } from '../shared/budgets.ts';
 /**
  * The dashboard's HTTP server: Bull Board at `/`, the limiter's live page at `/limiter` (and its
  * JSON at `/api/limiter`), Prometheus text at `/metrics`. Every path needs credentials (see
@@ -38,6 +39,8 @@ export interface DashboardOptions {
   readonly auth?: DashboardAuth;
   /** The queues' depth bound, shown against their depth; 0 is unbounded. @default 10_000 */
   readonly maxDepth?: number;
+  /** Money budgets (Config.budgets), shown against spend on the limiter page and in /metrics. */
+  readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
   /** The workers' window margin in ms (see `FleetReaderOptions.windowMarginMs`). @default 50 */
   readonly windowMarginMs?: number;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
@@ -132,6 +135,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     redis,
     prefix: options.prefix ?? 'llmq',
     maxDepth: options.maxDepth,
+    budgets: options.budgets,
     windowMarginMs: options.windowMarginMs,
   });
   const exporter = new PrometheusExporter();

@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
-import { type Config, globalLimits, scopeLimitsOf } from '../shared/config.ts';
+import { budgetSettingsOf, type Config, globalLimits, scopeLimitsOf } from '../shared/config.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { Producer, type ProducerOptions } from './producer.ts';
 
@@ -32,6 +32,8 @@ export function createProducer(
     names: { prefix: config.prefix, queue: config.queue },
     limits: globalLimits(config),
     scopes: scopeLimitsOf(config),
+    modelsStrict: config.modelsStrict,
+    budgets: budgetSettingsOf(config),
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     ...(tokenCounter ? { tokenCounter } : {}),

@@ -1,5 +1,6 @@
 import { FlowProducer } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { BudgetLedger, type BudgetSettings, worstCaseMicros } from '../shared/budgets.ts';
 import { combineInputTokens } from '../shared/combine.ts';
 import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
@@ -7,7 +8,7 @@ import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
-import { contextTokensOf } from '../shared/models.ts';
+import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
 import { type PriorityLane, resolvePriority } from '../shared/priority.ts';
 import {
   type DeadLetterQueue,
@@ -42,8 +43,12 @@ export interface ProducerOptions {
   readonly names: QueueNames;
   /** Limits of the global scope, to refuse a job that could never fit. */
   readonly limits?: DimensionLimits;
-  /** Limits of nested scopes (`tenant:acme`). */
+  /** Limits of nested scopes (`tenant:acme`, `model:claude-sonnet-*`). */
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
+  readonly modelsStrict?: boolean;
+  /** Money budgets (Config.budgets): a job that can never fit one is refused; so is one whose budget is spent under the `refuse` policy. */
+  readonly budgets?: BudgetSettings | undefined;
   /**
    * The share of each limit the limiter keeps unused (Config.headroom): a cost above what is
    * left can never be admitted, so it is refused here already. @default 0
@@ -143,7 +148,10 @@ export class Producer {
   private readonly limits: DimensionLimits;
   private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
   private readonly headroom: number;
+  /** The model patterns of the `model:` scopes, and whether a model must match one. */
+  private readonly models: { readonly patterns: readonly string[]; readonly strict: boolean };
   private readonly tokenCounter: TokenCounter | undefined;
+  private readonly ledger: BudgetLedger | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
   private readonly retention: { completedS: number; completedCount: number; failedS: number };
@@ -160,7 +168,13 @@ export class Producer {
     this.limits = options.limits ?? {};
     this.scopeLimits = options.scopes ?? {};
     this.headroom = options.headroom ?? 0;
+    this.models = {
+      patterns: Object.keys(this.scopeLimits).filter(isModelScope).map(patternOfScope),
+      strict: options.modelsStrict ?? false,
+    };
     this.tokenCounter = options.tokenCounter;
+    this.ledger =
+      options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.retention = {
       completedS: options.keepCompletedS ?? 7 * DAY_S,
@@ -227,6 +241,7 @@ export class Producer {
         ? jobIdForKey(options.idempotencyKey, data.tenant)
         : newJobId();
     const attempts = checkAttempts(options.attempts);
+    await this.refuseSpent([data]);
     await this.ensureRegistered();
     const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
     try {
@@ -401,6 +416,7 @@ export class Producer {
       return key !== undefined ? jobIdForKey(key, tenant) : newJobId();
     });
     const size = Math.min(checkChunk(options.chunkSize), this.gate.largestChunk(tenant));
+    await this.refuseSpent(datas);
     await this.ensureRegistered();
     for (let start = 0; start < ids.length; start += size) {
       const chunkIds = ids.slice(start, start + size);
@@ -534,9 +550,18 @@ export class Producer {
     checkMeta(options.meta);
     checkProviderHeaders(options.providerHeaders);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
+    const modelScope = modelScopeOf(this.models.patterns, req.model, this.models.strict);
+    if (modelScope) scopes.push(modelScope);
     // Message Batches run outside the per-minute limits; the model's context still bounds them.
     if (options.via === 'batches') refuseOverContext(req.model, cost);
     else this.refuseNeverFits(cost, scopes);
+    if (this.ledger) {
+      const over = this.ledger.neverFits(
+        tenant,
+        worstCaseMicros(this.ledger.settings, req.model, cost),
+      );
+      if (over) throw over;
+    }
     return {
       v: 1,
       request: stripStream(req),
@@ -552,6 +577,17 @@ export class Producer {
       enqueuedAt: Date.now(),
       meta: options.meta,
     };
+  }
+
+  /** Under the `refuse` policy, a job whose budget is spent is refused with budget_exhausted. */
+  private async refuseSpent(datas: readonly JobData[]): Promise<void> {
+    const l = this.ledger;
+    if (l === undefined || l.settings.policy !== 'refuse') return;
+    for (const d of datas) {
+      const micros = worstCaseMicros(l.settings, d.request.model, d.cost);
+      const over = await this.redisCall(() => l.noRoom(d.tenant, micros));
+      if (over) throw over;
+    }
   }
 
   /** The limiter refuses what exceeds a limit less its headroom at once; so does the producer. */

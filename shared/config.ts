@@ -1,8 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import {
+  type BudgetLimits,
+  type BudgetPolicy,
+  type BudgetSettings,
+  budgetsSchema,
+} from './budgets.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
 import type { DimensionLimits } from './limiter/types.ts';
+import { MODEL_PATTERN, modelScopeName } from './models.ts';
+import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -59,10 +67,46 @@ export interface Config {
    * as JSON). A job of tenant `acme` is charged to `tenant:acme` too. @default {}
    */
   readonly scopes: Readonly<Record<string, ScopeLimits>>;
+  /**
+   * Limits per model class, by model pattern (a name, or a prefix ending in `*`):
+   * `{ "claude-sonnet-*": { "itpm": 400000, "otpm": 80000, "rpm": 4000 } }` (config file
+   * `models`, or env LLMQ_MODELS as JSON). A job is charged to `model:<pattern>` too. @default {}
+   */
+  readonly models: Readonly<Record<string, ScopeLimits>>;
+  /**
+   * Refuse at enqueue a job whose model matches no pattern of `models`; when off, such a job
+   * has the global (and tenant) limits only. @default false (env LLMQ_MODELS_STRICT)
+   */
+  readonly modelsStrict: boolean;
+  /**
+   * Prices overriding or adding to the shipped table (shared/prices.json), by model pattern, in
+   * dollars per million tokens: `{ "claude-x-*": { "input": 3, "output": 15, "cacheWrite":
+   * 3.75, "cacheRead": 0.3 } }` (config file `prices`, or env LLMQ_PRICES as JSON). @default {}
+   */
+  readonly prices: Readonly<Record<string, ModelPrice>>;
+  /**
+   * Money budgets in dollars per UTC day and/or month, by `global` or `tenant:<name>`:
+   * `{ "global": { "month": 500 }, "tenant:acme": { "day": 5 } }` (config file `budgets`, or
+   * env LLMQ_BUDGETS as JSON). @default {}
+   */
+  readonly budgets: Readonly<Record<string, BudgetLimits>>;
+  /**
+   * A job whose budget is spent: `wait` for the next period, `refuse` at enqueue
+   * (budget_exhausted), or `dead-letter` it. @default 'wait' (env LLMQ_BUDGET_POLICY)
+   */
+  readonly budgetPolicy: BudgetPolicy;
+  /**
+   * Fair share between tenants within a priority class: deficit round robin over tokens,
+   * weighted by `weight` in the tenant's scope (`scopes: { "tenant:a": { "weight": 3 } }`,
+   * default 1). @default false (env LLMQ_FAIR_SHARE)
+   */
+  readonly fairShare: boolean;
 }
 
 /** A nested scope's limits, named like the global ones. */
 export interface ScopeLimits {
+  /** A tenant's weight under fair share. @default 1 */
+  readonly weight?: number | undefined;
   readonly rpm?: number | undefined;
   readonly tpm?: number | undefined;
   readonly itpm?: number | undefined;
@@ -95,22 +139,24 @@ const optionalLimit = wholeAtLeast(1).optional();
 const name = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/);
 
 const scopeLimits = z.strictObject({
+  weight: z.coerce.number().finite().positive().optional(),
   rpm: wholeAtLeast(1).optional(),
   tpm: wholeAtLeast(1).optional(),
   itpm: wholeAtLeast(1).optional(),
   otpm: wholeAtLeast(1).optional(),
 });
-const scopesSchema = z.preprocess(
-  (v) => {
+/** JSON given as a string (an env variable) is parsed first. */
+const jsonOf = (schema: z.ZodType) =>
+  z.preprocess((v) => {
     if (typeof v !== 'string') return v;
     try {
       return JSON.parse(v);
     } catch {
       return v;
     }
-  },
-  z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits),
-);
+  }, schema);
+const scopesSchema = jsonOf(z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits));
+const modelsSchema = jsonOf(z.record(z.string().regex(MODEL_PATTERN), scopeLimits));
 
 const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
@@ -237,7 +283,50 @@ const SETTINGS: Record<Key, Setting> = {
     default: {},
     expect:
       'an object of scope name to limits, such as {"tenant:acme":{"tpm":20000,"rpm":100}} ' +
-      '(names without "|", "," or spaces; limits rpm, tpm, itpm, otpm, whole numbers from 1 up)',
+      '(names without "|", "," or spaces; limits rpm, tpm, itpm, otpm, whole numbers from 1 up; ' +
+      "a tenant's weight under fair share, a number above 0)",
+  },
+  models: {
+    env: 'LLMQ_MODELS',
+    schema: modelsSchema,
+    default: {},
+    expect:
+      'an object of model pattern to limits, such as {"claude-sonnet-*":{"itpm":400000,"rpm":4000}} ' +
+      '(a pattern is a lowercase model name, or a prefix ending in one "*"; limits rpm, tpm, itpm, otpm, whole numbers from 1 up)',
+  },
+  modelsStrict: {
+    env: 'LLMQ_MODELS_STRICT',
+    schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]),
+    default: false,
+    expect: 'true or false',
+  },
+  prices: {
+    env: 'LLMQ_PRICES',
+    schema: jsonOf(pricesSchema),
+    default: {},
+    expect:
+      'an object of model pattern to prices in dollars per million tokens, such as ' +
+      '{"claude-x-*":{"input":3,"output":15,"cacheWrite":3.75,"cacheRead":0.3}} (each price a number from 0 up)',
+  },
+  budgets: {
+    env: 'LLMQ_BUDGETS',
+    schema: jsonOf(budgetsSchema),
+    default: {},
+    expect:
+      'an object of budget name ("global" or "tenant:<name>") to dollars per period, such as ' +
+      '{"global":{"month":500},"tenant:acme":{"day":5}} (each budget needs day and/or month, numbers above 0)',
+  },
+  fairShare: {
+    env: 'LLMQ_FAIR_SHARE',
+    schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]),
+    default: false,
+    expect: 'true or false',
+  },
+  budgetPolicy: {
+    env: 'LLMQ_BUDGET_POLICY',
+    schema: z.enum(['wait', 'refuse', 'dead-letter']),
+    default: 'wait',
+    expect: 'wait, refuse or dead-letter',
   },
 };
 
@@ -274,11 +363,28 @@ export function globalLimits(c: Config): DimensionLimits {
   return toDimensionLimits(c);
 }
 
-/** The nested scopes' limits of a config, by scope name. */
+/** The nested scopes' limits of a config, by scope name: tenants', features', models'. */
 export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
-  return Object.fromEntries(
-    Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
-  );
+  return Object.fromEntries([
+    ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
+    ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
+  ]);
+}
+
+/** What budgets need of a config; undefined when no budget is set (nothing to count). */
+export function budgetSettingsOf(c: Config): BudgetSettings | undefined {
+  if (Object.keys(c.budgets).length === 0) return undefined;
+  return { budgets: c.budgets, policy: c.budgetPolicy, prices: priceTable(c.prices) };
+}
+
+/** Fair share's weights by tenant (`weight` of `tenant:<name>` scopes); undefined when off. */
+export function fairShareOf(c: Config): { weights: Record<string, number> } | undefined {
+  if (!c.fairShare) return undefined;
+  const weights: Record<string, number> = {};
+  for (const [name, l] of Object.entries(c.scopes)) {
+    if (name.startsWith('tenant:') && l.weight !== undefined) weights[name.slice(7)] = l.weight;
+  }
+  return { weights };
 }
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';

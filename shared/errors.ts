@@ -11,6 +11,7 @@ export type LlmqErrorCode =
   | 'LIMITER_UNAVAILABLE'
   | 'COST_EXCEEDS_LIMIT'
   | 'QUEUE_FULL'
+  | 'BUDGET_EXHAUSTED'
   | 'QUEUE_NOT_EMPTY'
   | 'JOB_NOT_FOUND'
   | 'JOB_FAILED'

@@ -24,6 +24,7 @@ export type MetricField =
   | 'provider_4xx'
   | 'retries'
   | 'deferred_by_scope'
+  | 'deferred_by_budget'
   | 'backfilled'
   | 'dead_lettered'
   | 'completed'

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
@@ -25,6 +26,8 @@ export interface QueueStatus {
   readonly limiter: LimiterSnapshot;
   /** When the waiting jobs will have started at the current limits, per priority class. */
   readonly forecast: Forecast;
+  /** Money spent this day and month against each budget, and per model (budgets configured). */
+  readonly spend?: readonly SpendLine[];
   readonly breaker: {
     readonly state: string;
     readonly failures: number;
@@ -78,14 +81,16 @@ export async function getQueueStatus(
   redis: Redis,
   names: QueueNames,
   limiter?: Limiter,
+  ledger?: BudgetLedger,
 ): Promise<QueueStatus> {
   const lim = limiter ?? new Limiter({ redis, names });
-  const [counts, snapshot, b, backlog, metrics] = await Promise.all([
+  const [counts, snapshot, b, backlog, metrics, spend] = await Promise.all([
     getQueueCounts(redis, names),
     lim.snapshot(),
     redis.hgetall(breakerKey(names)),
     readBacklog(redis, names),
     readMetrics(redis, names),
+    ledger ? spendReport(ledger) : undefined,
   ]);
   return {
     queue: names.queue,
@@ -97,6 +102,7 @@ export async function getQueueStatus(
       callMs: medianLatencyMs(metrics),
       sampled: backlog.sampled,
     }),
+    ...(spend ? { spend } : {}),
     breaker: {
       state: b['state'] ?? 'closed',
       failures: Number(b['failures'] ?? 0),

@@ -96,6 +96,7 @@ describe('the mock-anthropic command', () => {
       port: 0,
       windowMs: 500,
       limits: { requests: 50, input_tokens: 80_000, output_tokens: 16_000, tokens: 100_000 },
+      modelLimits: {},
       algorithm: 'bucket',
       outputAccounting: 'actual',
       inputCounting: { charsPerToken: 3.6, perMessageTokens: 7 },

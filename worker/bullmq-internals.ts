@@ -21,6 +21,8 @@ export interface HeadJob {
   readonly cost: Cost;
   readonly priority: number;
   readonly scopes: readonly string[];
+  readonly model: string;
+  readonly tenant: string | undefined;
 }
 
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */
@@ -54,7 +56,7 @@ export class HeadPeeker {
    * promotion will put them); fewer when the queue holds fewer, and only the first when more
    * delayed jobs are due than one peek looks at.
    */
-  async peekMany(n: number): Promise<HeadJob[]> {
+  async peekMany(n: number, firstPerTenant = false): Promise<HeadJob[]> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
     const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
     const b = this.base;
@@ -62,7 +64,7 @@ export class HeadPeeker {
       this.redis,
       SCRIPTS['peek']!,
       [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`, `${b}:pc`],
-      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n))],
+      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n)), firstPerTenant ? 'tenants' : ''],
     )) as string[] | null;
     const heads: HeadJob[] = [];
     for (let i = 0; reply && i + 1 < reply.length; i += 2) {
@@ -73,6 +75,8 @@ export class HeadPeeker {
           cost: data.cost,
           priority: data.priority ?? 100,
           scopes: data.scopes ?? [],
+          model: data.request.model,
+          tenant: data.tenant,
         });
       } catch {
         break;

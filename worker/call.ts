@@ -1,9 +1,11 @@
 import type { Job } from 'bullmq';
+import type { BudgetLedger } from '../shared/budgets.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import { header, readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
+import { modelScopeAmong } from '../shared/models.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import { requestOf } from './combine.ts';
@@ -13,6 +15,7 @@ import type { JobHistory } from './job-history.ts';
 import { reportFailure, reportSuccess } from './job-report.ts';
 import { JobTrace } from './job-trace.ts';
 import type { WorkerLogger } from './logger.ts';
+import { settleMoney } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
@@ -47,6 +50,8 @@ export interface CallParts {
   readonly feedback: boolean;
   /** Publishes stream events of jobs whose caller reads them (the gateway's streams). */
   readonly events?: StreamEventPublisher | undefined;
+  /** Money budgets, when configured. */
+  readonly ledger?: BudgetLedger | undefined;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -63,6 +68,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const data = job.data;
   const startedAt = Date.now();
   const t0 = performance.now();
+  // The provider limits each model class: its headers update the job's model scope, if any.
+  const readingScope = modelScopeAmong(job.data.scopes) ?? GLOBAL_SCOPE;
   let begun = false;
   // The stamp once the response has begun, and the provider's reading after it, if any.
   let stamped: Promise<void> | undefined;
@@ -103,7 +110,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         );
         if (hasReading) {
           reading = stamped.then(() =>
-            limiter.observeReading(figures, GLOBAL_SCOPE, r.reservation).catch(() => {}),
+            limiter.observeReading(figures, readingScope, r.reservation).catch(() => {}),
           );
         }
       },
@@ -130,8 +137,11 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         ? await limiter.pauseFor(c.retryAfterMs ?? 1_000).catch(() => undefined)
         : undefined;
     await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
+    // A call that may have been charged keeps its worst case reserved (its retry reuses it).
+    if (!c.maybeCharged)
+      await settleMoney(p.ledger, String(job.id), data.request.model, undefined).catch(() => {});
     if (headers && feedback) {
-      await limiter.observe(headers as never, GLOBAL_SCOPE, r.reservation).catch(() => {});
+      await limiter.observe(headers as never, readingScope, r.reservation).catch(() => {});
     }
     await p.outcomes.afterFailure(job, token, {
       failure: c,
@@ -183,6 +193,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
         throw err;
       }),
+    settleMoney(p.ledger, String(job.id), data.request.model, usage),
     p.breaker.success(),
     reportSuccess(p, job, r.waits, startedAt, result, {
       provider_calls: 1,

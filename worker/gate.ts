@@ -1,11 +1,16 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Job } from 'bullmq';
+import type { BudgetExhaustedError, BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
 import type { MarkerWait } from './marker-wait.ts';
+import { reserveMoney } from './money.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -36,6 +41,10 @@ export interface GateParts extends TakeParts {
   readonly idleCheckMs: number;
   /** The worker's backfill option. */
   readonly backfill: boolean;
+  /** Money budgets, when configured: each job reserves its worst-case cost after admission. */
+  readonly ledger: BudgetLedger | undefined;
+  /** Fair share between tenants, when on: the head is the first job of the tenant whose turn it is. */
+  readonly fair: FairShare | undefined;
   readonly stopped: AbortSignal;
   /** What the gate waits for, per job (traces, job logs, the wait histogram). */
   readonly waits: GateWaits;
@@ -96,8 +105,11 @@ export class Gate {
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const heads = (await this.nextPeek(room())) ?? (await p.peeker.peekMany(room()));
-    let head = heads[0];
+    const { fair } = p;
+    const peek = (): Promise<HeadJob[]> =>
+      fair ? p.peeker.peekMany(fair.lookahead, true) : p.peeker.peekMany(room());
+    const heads = fair ? await peek() : ((await this.nextPeek(room())) ?? (await peek()));
+    let head = fair ? await fair.pick(heads) : heads[0];
     if (!head) {
       handoff.completeAlone();
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
@@ -116,9 +128,12 @@ export class Gate {
       return;
     }
     this.idleMs = 5;
-    let behind = followers(heads);
+    // With money budgets each job reserves its own cost after admission: one job a round.
+    // So with fair share: the jobs behind the head may be other tenants'.
+    const alone = p.ledger !== undefined || fair !== undefined;
+    let behind = alone ? [] : followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
-    const backfillRoom = () => (p.backfill && !b.trial ? room() - 1 : 0);
+    const backfillRoom = () => (p.backfill && !b.trial && !alone ? room() - 1 : 0);
     // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
     // held by its own scope, sleep, look at the queue again.
     const line = limiter.line(head.cost, {
@@ -153,16 +168,17 @@ export class Gate {
         await line.sleep(a, p.stopped);
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        const now = await p.peeker.peekMany(room());
-        if (!now[0]) {
+        const now = await peek();
+        const next = fair ? await fair.pick(now) : now[0];
+        if (!next) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.
           behind = [];
           line.update({ more: [], backfill: 0 });
           continue;
         }
-        head = now[0];
-        behind = followers(now);
+        head = next;
+        behind = alone ? [] : followers(now);
         line.update({
           cost: head.cost,
           priority: head.priority,
@@ -179,6 +195,24 @@ export class Gate {
       throw err;
     }
     p.waits.admitted(head.id);
+    if (p.ledger) {
+      const over = await reserveMoney(p.ledger, head);
+      if (over) {
+        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
+        handoff.completeAlone();
+        return this.holdForBudget(head.id, over);
+      }
+    }
+    if (fair) {
+      // The chosen job goes where BullMQ hands out from next, and its tenant is charged.
+      const moved = head === heads[0] ? [head.id] : await p.peeker.moveToFront([head.id]);
+      if (moved.length === 0) {
+        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
+        handoff.completeAlone();
+        return;
+      }
+      await fair.charge(head);
+    }
     const wanted = [head, ...behind.slice(0, reservations.length - 1)];
     const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);
     if (n === 0) {
@@ -250,28 +284,53 @@ export class Gate {
    * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
    */
   private async deferHeldJob(jobId: string, waitMs: number): Promise<void> {
-    const token = this.p.nextToken();
-    const job = await this.p.bull.nextJob(token);
-    if (!job) return;
-    if (job.id !== jobId) {
-      await job.moveToWait(token);
-      return;
-    }
+    const taken = await this.takeHead(jobId);
+    if (!taken) return;
+    const { job, token } = taken;
     // The wait is an upper bound while the scope's calls are in flight (they free their budget
     // when they settle, not at a known time): look again within a second.
     await job.moveToDelayed(Date.now() + Math.min(Math.max(waitMs, 10), 1_000), token);
     await this.p.metrics.add({ deferred_by_scope: 1 });
   }
 
-  /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */
-  private async deadLetterHead(headId: string, err: CostExceedsLimitError): Promise<void> {
+  /** Moves the head job to active to act on it; undefined (and put back) when another came first. */
+  private async takeHead(
+    headId: string,
+  ): Promise<{ job: Job<JobData, JobResult>; token: string } | undefined> {
     const token = this.p.nextToken();
     const job = await this.p.bull.nextJob(token);
-    if (!job) return;
+    if (!job) return undefined;
     if (job.id !== headId) {
       await job.moveToWait(token);
+      return undefined;
+    }
+    return { job, token };
+  }
+
+  /**
+   * The head job's money budget is spent: by policy it waits (delayed) until the budget's period
+   * ends, or goes to the dead letters with budget_exhausted.
+   */
+  private async holdForBudget(headId: string, over: BudgetExhaustedError): Promise<void> {
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
+    if (this.p.ledger?.settings.policy === 'dead-letter' || over.resetsAt === undefined) {
+      await this.p.outcomes.deadLetter(job, token, {
+        reason: over.message,
+        errorClass: 'BudgetExhaustedError',
+      });
       return;
     }
+    await job.moveToDelayed(over.resetsAt, token);
+    await this.p.metrics.add({ deferred_by_budget: 1 });
+  }
+
+  /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */
+  private async deadLetterHead(headId: string, err: CostExceedsLimitError): Promise<void> {
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
     await this.p.outcomes.deadLetter(job, token, {
       reason: err.message,
       errorClass: 'CostExceedsLimitError',

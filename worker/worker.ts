@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
@@ -19,6 +20,7 @@ import {
   openGateWorker,
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
+import { FairShare, type FairShareOptions } from './fair-share.ts';
 import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
@@ -44,6 +46,17 @@ export interface WorkerOptions {
   readonly provider?: ProviderCaller;
   /** The shared budget: limits, window, headroom, accounting (the cap of calls is `maxInFlight`). */
   readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
+  /**
+   * Money budgets (Config.budgets, with the price table): each job reserves its worst-case cost
+   * once admitted and settles to the actual; one job a round then (no extras, no backfill).
+   */
+  readonly budgets?: BudgetSettings | undefined;
+  /**
+   * Fair share between tenants within a priority class (weights per tenant, default 1): the
+   * gate serves next the first job of the tenant furthest behind in tokens per weight, among
+   * the first `lookahead` jobs of the queue; one job a round then. @default undefined (off)
+   */
+  readonly fairShare?: FairShareOptions | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
   readonly concurrency?: number;
   /**
@@ -222,6 +235,7 @@ export class Worker implements WorkerHandle {
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
       backoff: options.backoff,
     });
+    const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);
     this.callParts = {
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       limiter,
@@ -235,6 +249,7 @@ export class Worker implements WorkerHandle {
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
       events: new StreamEventPublisher(this.metricsRedis, names),
+      ledger,
     };
     this.idleWait = new MarkerWait(redis, names);
     this.gate = new Gate({
@@ -251,6 +266,8 @@ export class Worker implements WorkerHandle {
       idleWait: this.idleWait,
       idleCheckMs: options.idleCheckMs ?? 1_000,
       backfill: options.backfill ?? false,
+      ledger,
+      fair: options.fairShare ? new FairShare(redis, names, options.fairShare) : undefined,
       stopped: signal,
       waits: this.waits,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,

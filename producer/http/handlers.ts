@@ -63,6 +63,7 @@ export type ApiErrorCode =
   | 'job_not_cancellable'
   | 'queue_full'
   | 'cost_exceeds_limit'
+  | 'budget_exhausted'
   | 'redis_unavailable'
   | 'internal_error';
 
@@ -94,6 +95,8 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         });
       case 'COST_EXCEEDS_LIMIT':
         return errorResponse(422, 'cost_exceeds_limit', err.message);
+      case 'BUDGET_EXHAUSTED':
+        return errorResponse(402, 'budget_exhausted', err.message);
       case 'REDIS_UNAVAILABLE':
         return errorResponse(
           503,

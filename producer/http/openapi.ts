@@ -57,6 +57,10 @@ export const OPENAPI = {
             'Not JSON, or a field is wrong (`field` names it, e.g. `request.max_tokens`).',
           ),
           '401': error(['unauthorized'], 'No API key, or an unknown one.'),
+          '402': error(
+            ['budget_exhausted'],
+            'A money budget of the tenant (or the global one) is spent (policy refuse; the message names it and when it resets), or the request could never fit it.',
+          ),
           '413': error(['body_too_large'], 'The body is larger than the server accepts.'),
           '415': error(['unsupported_media_type'], 'The body is not application/json.'),
           '422': error(
@@ -264,6 +268,7 @@ export const OPENAPI = {
                   'job_not_cancellable',
                   'queue_full',
                   'cost_exceeds_limit',
+                  'budget_exhausted',
                   'redis_unavailable',
                   'internal_error',
                 ],

@@ -3,6 +3,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
@@ -20,6 +21,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   fleet: fleetScenario,
   split: splitScenario,
   neighbour: neighbourScenario,
+  fairness: fairnessScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
   gateway: gatewayScenario,

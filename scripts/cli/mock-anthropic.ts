@@ -24,6 +24,7 @@ export interface MockAnthropicFlags {
   tpm?: string;
   itpm?: string;
   otpm?: string;
+  modelLimits?: string;
   window?: string;
   algo?: string;
   outputAccounting?: string;
@@ -53,6 +54,10 @@ export function registerMockAnthropicCommand(program: Command): void {
     .option('--tpm <n>', 'total (input + output) tokens per window')
     .option('--itpm <n>', 'input tokens per window')
     .option('--otpm <n>', 'output tokens per window')
+    .option(
+      '--model-limits <json>',
+      'limits by model name prefix, such as {"claude-sonnet-":{"requests":50,"inputTokens":30000}}',
+    )
     .option('--window <seconds>', 'rate-limit window in seconds (decimals allowed)', '60')
     .option('--algo <algorithm>', 'sliding (exact window log) or bucket (token bucket)', 'sliding')
     .option('--output-accounting <mode>', 'reserve (max_tokens stays charged) or actual', 'reserve')
@@ -82,6 +87,18 @@ export function registerMockAnthropicCommand(program: Command): void {
       await untilStopSignal();
       await mock.close();
     });
+}
+
+/** `--model-limits` as JSON; the options' schema checks its shape. */
+function parseModelLimits(raw: string | undefined): unknown {
+  if (raw === undefined) return undefined;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    throw new ConfigError(
+      `--model-limits must be a JSON object of model name prefix to limits, such as {"claude-sonnet-":{"requests":50}}, got ${JSON.stringify(raw)}`,
+    );
+  }
 }
 
 /**
@@ -115,6 +132,7 @@ export function resolveMockAnthropicFlags(flags: MockAnthropicFlags): MockAnthro
       inputTokens: number('limits.inputTokens', flags.itpm),
       outputTokens: number('limits.outputTokens', flags.otpm),
     }),
+    modelLimits: parseModelLimits(typed('modelLimits', flags.modelLimits)),
     algorithm: typed('algorithm', flags.algo),
     outputAccounting: typed('outputAccounting', flags.outputAccounting),
     charsPerToken: number('charsPerToken', flags.charsPerToken),

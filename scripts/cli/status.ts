@@ -1,8 +1,10 @@
 import type { Command } from 'commander';
-import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { BudgetLedger } from '../../shared/budgets.ts';
+import { budgetSettingsOf, type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
 import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
+import { formatUsd } from '../../shared/prices.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -23,6 +25,12 @@ export function formatStatus(s: QueueStatus): string {
     lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
   }
   lines.push(...formatForecast(s.forecast));
+  for (const l of s.spend ?? []) {
+    const of = l.limitUsd === undefined ? '' : ` of ${formatUsd(l.limitUsd)}`;
+    lines.push(
+      `  spend ${l.name} this ${l.period}: ${formatUsd(l.spentUsd)}${of} (resets ${new Date(l.resetsAt).toISOString()})`,
+    );
+  }
   return lines.join('\n');
 }
 
@@ -49,7 +57,9 @@ export function registerStatusCommand(program: Command): void {
             }
           : {}),
       });
-      const status = await getQueueStatus(redis, names, limiter);
+      const budgets = budgetSettingsOf(config);
+      const ledger = budgets && new BudgetLedger(redis, names, budgets);
+      const status = await getQueueStatus(redis, names, limiter, ledger);
       process.stdout.write(
         flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`,
       );

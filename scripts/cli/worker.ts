@@ -1,5 +1,5 @@
 import { type Command, Option } from 'commander';
-import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { budgetSettingsOf, fairShareOf, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
@@ -83,6 +83,8 @@ export function registerWorkerCommand(program: Command): void {
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
+      budgets: budgetSettingsOf(config),
+      fairShare: fairShareOf(config),
       ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
       backfill: flags['backfill'] === true,

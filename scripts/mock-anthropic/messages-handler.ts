@@ -77,7 +77,7 @@ export async function handleMessages(
     const body = apiErrorBody('rate_limit_error', spendCapMessage(now), requestId, {
       error_code: 'enforced_spend_limit_reached',
     });
-    return sendJson(res, 429, body, rateLimitHeaders(state.limiter.state(now)));
+    return sendJson(res, 429, body, rateLimitHeaders(state.limiterFor(request.model).state(now)));
   }
 
   const fault = state.faults.beforeAdmission();
@@ -103,7 +103,8 @@ export async function handleMessages(
     output_tokens: request.max_tokens,
     tokens: inputTokens + request.max_tokens,
   };
-  const { limiter, options } = state;
+  const { options } = state;
+  const limiter = state.limiterFor(request.model);
   const admission = limiter.consume(cost, now);
   const limitHeaders = rateLimitHeaders(limiter.state(now));
   if (!admission.admitted) {

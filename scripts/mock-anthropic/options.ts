@@ -31,6 +31,12 @@ export interface MockAnthropicOptions {
     readonly tokens?: number;
   };
   /**
+   * Limits of model classes, by model name prefix (`claude-sonnet-`): a model that starts with
+   * a prefix (the longest that matches) is limited by its own limiter instead of `limits`.
+   * @default {}
+   */
+  readonly modelLimits?: Readonly<Record<string, NonNullable<MockAnthropicOptions['limits']>>>;
+  /**
    * `sliding`: exact sliding-window log (never more than the limit in any window).
    * `bucket`: token bucket refilled continuously, as the real API documents.
    * @default 'sliding'
@@ -80,6 +86,8 @@ export interface ResolvedMockAnthropicOptions {
   readonly port: number;
   readonly windowMs: number;
   readonly limits: Limits;
+  /** Limits by model name prefix. */
+  readonly modelLimits: Readonly<Record<string, Limits>>;
   readonly algorithm: Algorithm;
   readonly outputAccounting: 'reserve' | 'actual';
   readonly inputCounting: InputCounting;
@@ -125,6 +133,13 @@ const outputShareSchema = z.union(
 );
 
 /** The schema of {@link MockAnthropicOptions} (unknown keys are refused: they are typos). */
+const limitsSchema = z.strictObject({
+  requests: positiveInteger().optional(),
+  inputTokens: positiveInteger().optional(),
+  outputTokens: positiveInteger().optional(),
+  tokens: positiveInteger().optional(),
+});
+
 export const mockAnthropicOptionsSchema = z
   .strictObject(
     {
@@ -142,14 +157,8 @@ export const mockAnthropicOptionsSchema = z
         .min(1, { error: 'a number of milliseconds >= 1' })
         .max(86_400_000, { error: 'a number of milliseconds up to a day' })
         .optional(),
-      limits: z
-        .strictObject({
-          requests: positiveInteger().optional(),
-          inputTokens: positiveInteger().optional(),
-          outputTokens: positiveInteger().optional(),
-          tokens: positiveInteger().optional(),
-        })
-        .optional(),
+      limits: limitsSchema.optional(),
+      modelLimits: z.record(z.string().min(1), limitsSchema).optional(),
       algorithm: z.enum(['sliding', 'bucket'], { error: 'sliding or bucket' }).optional(),
       outputAccounting: z.enum(['reserve', 'actual'], { error: 'reserve or actual' }).optional(),
       charsPerToken: z
@@ -211,6 +220,16 @@ export interface OptionLabel {
   readonly allowed?: string;
 }
 
+/** Limits named as in the options to the limiter's dimensions. */
+function toLimits(l: MockAnthropicOptions['limits']): Limits {
+  const limits: Limits = {};
+  if (l?.requests !== undefined) limits.requests = l.requests;
+  if (l?.inputTokens !== undefined) limits.input_tokens = l.inputTokens;
+  if (l?.outputTokens !== undefined) limits.output_tokens = l.outputTokens;
+  if (l?.tokens !== undefined) limits.tokens = l.tokens;
+  return limits;
+}
+
 /**
  * Validates `input` as {@link MockAnthropicOptions} and fills in the defaults.
  *
@@ -223,16 +242,16 @@ export function parseMockAnthropicOptions(
   const parsed = mockAnthropicOptionsSchema.safeParse(input);
   if (!parsed.success) throw toConfigError(parsed.error.issues, input, labels);
   const o = parsed.data;
-  const limits: Limits = {};
-  if (o.limits?.requests !== undefined) limits.requests = o.limits.requests;
-  if (o.limits?.inputTokens !== undefined) limits.input_tokens = o.limits.inputTokens;
-  if (o.limits?.outputTokens !== undefined) limits.output_tokens = o.limits.outputTokens;
-  if (o.limits?.tokens !== undefined) limits.tokens = o.limits.tokens;
+  const limits = toLimits(o.limits);
+  const modelLimits = Object.fromEntries(
+    Object.entries(o.modelLimits ?? {}).map(([prefix, l]) => [prefix, toLimits(l)]),
+  );
   return {
     host: o.host ?? '127.0.0.1',
     port: o.port ?? 0,
     windowMs: o.windowMs ?? 60_000,
     limits,
+    modelLimits,
     algorithm: o.algorithm ?? 'sliding',
     outputAccounting: o.outputAccounting ?? 'reserve',
     inputCounting:

@@ -32,7 +32,9 @@ export class MockState {
   latencyPerOutputTokenMs: number;
   outputShare: OutputShare;
   spendCappedKeys: ReadonlySet<string>;
-  limiter: RateLimiter;
+  limiter!: RateLimiter;
+  /** A limiter per model name prefix of `modelLimits`. */
+  modelLimiters = new Map<string, RateLimiter>();
   stats: StatsRecorder;
   readonly faults: FaultInjector;
   /** Message Batches: kept across `reset()` only in their options. */
@@ -46,7 +48,7 @@ export class MockState {
     this.latencyPerOutputTokenMs = options.latencyPerOutputTokenMs;
     this.outputShare = options.outputShare;
     this.spendCappedKeys = new Set(options.spendCappedKeys);
-    this.limiter = this.newLimiter();
+    this.newLimiters();
     this.stats = this.newStats();
     this.faults = createFaultInjector(options.seed, options.faults);
     this.batches = new BatchStore(this);
@@ -55,7 +57,7 @@ export class MockState {
   /** Clears stats and limit state and restarts the fault generator from the seed. */
   reset(): void {
     this.generation++;
-    this.limiter = this.newLimiter();
+    this.newLimiters();
     this.stats = this.newStats();
     this.faults.reset();
     this.batches.reset();
@@ -91,9 +93,22 @@ export class MockState {
       this.spendCappedKeys = new Set(parsed.spendCappedKeys);
   }
 
-  private newLimiter(): RateLimiter {
-    const { algorithm, limits, windowMs } = this.options;
-    return createRateLimiter(algorithm, limits, windowMs);
+  /** The limiter of a model: that of the longest prefix of `modelLimits` it starts with, else the global one. */
+  limiterFor(model: string): RateLimiter {
+    let best: string | undefined;
+    for (const prefix of this.modelLimiters.keys()) {
+      if (model.startsWith(prefix) && (best === undefined || prefix.length > best.length))
+        best = prefix;
+    }
+    return best === undefined ? this.limiter : this.modelLimiters.get(best)!;
+  }
+
+  private newLimiters(): void {
+    const { algorithm, limits, modelLimits, windowMs } = this.options;
+    this.limiter = createRateLimiter(algorithm, limits, windowMs);
+    this.modelLimiters = new Map(
+      Object.entries(modelLimits).map(([p, l]) => [p, createRateLimiter(algorithm, l, windowMs)]),
+    );
   }
 
   private newStats(): StatsRecorder {

@@ -16,7 +16,9 @@
     ARGV[1] job key prefix (`<prefix>:<queue>:`), in the same hash tag
     ARGV[2] the highest delayed score that is due now
     ARGV[3] how many due delayed jobs to look at
-    ARGV[4] how many jobs to give at most
+    ARGV[4] how many jobs to give at most (with ARGV[5], how many to look at)
+    ARGV[5] "tenants": give only the first job of each tenant, of the first job's priority
+            (fair share: the gate picks among tenants; their jobs keep their order)
 
   Output: {jobId, data JSON, jobId, data JSON, ...} in the order BullMQ hands them out, or false
   when there is nothing to hand out. When more delayed jobs are due than it looks at, only the
@@ -69,13 +71,26 @@ if #heads < want then
 end
 
 local out = {}
+local perTenant = ARGV[5] == 'tenants'
+local seen, firstPriority = {}, nil
 for k = 1, math.min(#heads, want) do
   local id = heads[k]
   local data = redis.call('HGET', ARGV[1] .. id, 'data')
   -- A job whose hash is gone ends the list: BullMQ would stumble on it first.
   if not data then break end
-  out[#out + 1] = id
-  out[#out + 1] = data
+  local keep = true
+  if perTenant then
+    local priority = string.match(data, '"priority":(%d+)') or ''
+    if firstPriority == nil then firstPriority = priority end
+    if priority ~= firstPriority then break end
+    local tenant = string.match(data, '"tenant":"([^"]*)"') or ''
+    keep = not seen[tenant]
+    seen[tenant] = true
+  end
+  if keep then
+    out[#out + 1] = id
+    out[#out + 1] = data
+  end
 end
 if #out == 0 then return false end
 return out
