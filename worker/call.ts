@@ -83,8 +83,11 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
           }),
         );
         if (hasReading) {
+          // The provider read its counts when it admitted the call, about when it was sent.
           reading = stamped.then(() =>
-            limiter.observeReading(figures, GLOBAL_SCOPE, r.reservation).catch(() => {}),
+            limiter
+              .observeReading(figures, GLOBAL_SCOPE, r.reservation, performance.now() - t0)
+              .catch(() => {}),
           );
         }
       },
@@ -109,7 +112,9 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         : undefined;
     await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
     if (headers && feedback) {
-      await limiter.observe(headers as never, GLOBAL_SCOPE, r.reservation).catch(() => {});
+      await limiter
+        .observe(headers as never, GLOBAL_SCOPE, r.reservation, performance.now() - t0)
+        .catch(() => {});
     }
     await p.outcomes.afterFailure(job, token, {
       failure: c,
