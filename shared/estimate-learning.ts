@@ -134,6 +134,11 @@ export class EstimateLearning {
     return ratio;
   }
 
+  /** The ratio last read or learned here, however old (1 before any): no Redis round trip. */
+  cachedRatio(model: string): number {
+    return this.cache.get(model)?.ratio ?? 1;
+  }
+
   /** Input tokens to reserve for an estimate: `ceil(estimate × ratio)`. */
   async reserveFor(model: string, estimate: number): Promise<number> {
     return Math.ceil(estimate * (await this.ratio(model)) - 1e-9);

@@ -7,6 +7,7 @@ import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import type { Handoff } from './handoff.ts';
+import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
@@ -36,6 +37,8 @@ export interface CallParts {
   readonly timeoutMs: number;
   /** Feed the provider's rate-limit headers to the limiter. */
   readonly feedback: boolean;
+  /** Learns from each settle how the provider counts input against the estimate. */
+  readonly costs: LearnedCosts;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -131,6 +134,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   // has reserved for one. A failure in the bookkeeping (the limiter fails fast while Redis
   // reconnects) must not turn a successful call into a retry that calls, and pays, again.
   const usage = res.message.usage;
+  const providerInput = usage.input_tokens + (usage.cache_creation_input_tokens ?? 0);
   await reading;
   const h = [...(job.data.history ?? [])];
   h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
@@ -146,7 +150,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
     limiter
       .settle(r.reservation, {
-        inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
+        inputTokens: providerInput,
         outputTokens: usage.output_tokens,
       })
       .catch(async (err: unknown) => {
@@ -155,6 +159,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
         throw err;
       }),
+    // One command of its own per settle (not folded into the settle script yet).
+    p.costs.record(data, providerInput),
     p.breaker.success(),
     p.metrics.latency(res.latencyMs, {
       provider_calls: 1,

@@ -84,7 +84,9 @@ export class Gate {
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const heads = (await this.nextPeek(room())) ?? (await p.peeker.peekMany(room()));
+    const heads = await p.costs.scale(
+      (await this.nextPeek(room())) ?? (await p.peeker.peekMany(room())),
+    );
     let head = heads[0];
     if (!head) {
       handoff.completeAlone();
@@ -133,7 +135,7 @@ export class Gate {
         await line.sleep(a, p.stopped);
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        const now = await p.peeker.peekMany(room());
+        const now = await p.costs.scale(await p.peeker.peekMany(room()));
         if (!now[0]) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.

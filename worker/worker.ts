@@ -4,6 +4,7 @@ import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { LimiterUnavailableError } from '../shared/errors.ts';
+import { EstimateLearning, type EstimateLearningOptions } from '../shared/estimate-learning.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
@@ -21,6 +22,7 @@ import {
 import { type CallParts, type Running, runCall } from './call.ts';
 import { Gate } from './gate.ts';
 import { Handoff } from './handoff.ts';
+import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
@@ -88,6 +90,12 @@ export interface WorkerOptions {
    * while the gate waits for budget. @default 25
    */
   readonly handoffWaitMs?: number;
+  /**
+   * Learn per model how the provider counts input against llmq's estimate, and reserve that
+   * (a high quantile of it) instead of the estimate; false reserves the estimate as is. Shared
+   * by the fleet in Redis. @default true
+   */
+  readonly learnEstimates?: boolean | Omit<EstimateLearningOptions, 'redis' | 'names'>;
   readonly logger?: WorkerLogger;
 }
 
@@ -202,6 +210,12 @@ export class Worker implements WorkerHandle {
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
       backoff: options.backoff,
     });
+    const learn = options.learnEstimates ?? true;
+    const costs = new LearnedCosts(
+      learn === false
+        ? undefined
+        : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
+    );
     this.callParts = {
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       limiter,
@@ -213,6 +227,7 @@ export class Worker implements WorkerHandle {
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
+      costs,
     };
     this.gate = new Gate({
       bull,
@@ -221,6 +236,7 @@ export class Worker implements WorkerHandle {
       outcomes,
       breaker,
       metrics,
+      costs,
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
