@@ -4,6 +4,7 @@ import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import type { JobArrival } from './job-arrival.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -28,6 +29,8 @@ export interface GateParts extends TakeParts {
   /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
   readonly peekerBehindFetches: HeadPeeker;
   readonly slots: GateSlots;
+  /** Wakes the gate idling on an empty queue when a job is added (else it polls). */
+  readonly arrival?: JobArrival;
   /** The worker's backfill option. */
   readonly backfill: boolean;
   readonly stopped: AbortSignal;
@@ -95,7 +98,7 @@ export class Gate {
         this.lastPrune = Date.now();
         await limiter.prune();
       }
-      await this.idle();
+      await this.idle(true);
       return;
     }
     this.idleMs = 5;
@@ -194,9 +197,18 @@ export class Gate {
     p.metrics.add({ backfilled: take.length }).catch(() => {});
   }
 
-  /** Waits a little longer each time the gate finds nothing to do, 200 ms at most. */
-  private async idle(): Promise<void> {
-    await sleep(this.idleMs, undefined, { signal: this.p.stopped });
+  /**
+   * Waits a little longer each time the gate finds nothing to do, 200 ms at most; on an empty
+   * queue, no longer than until a job is added.
+   */
+  private async idle(empty = false): Promise<void> {
+    const { arrival, stopped } = this.p;
+    if (empty && arrival) {
+      await arrival.wait(this.idleMs);
+      stopped.throwIfAborted();
+    } else {
+      await sleep(this.idleMs, undefined, { signal: stopped });
+    }
     this.idleMs = Math.min(this.idleMs * 2, 200);
   }
 

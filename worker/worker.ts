@@ -22,6 +22,7 @@ import {
 import { type CallParts, type Running, runCall } from './call.ts';
 import { Gate } from './gate.ts';
 import { Handoff } from './handoff.ts';
+import { JobArrival } from './job-arrival.ts';
 import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { Outcomes } from './outcome.ts';
@@ -134,6 +135,7 @@ export class Worker implements WorkerHandle {
   /** Connections of their own: ioredis copies BullMQ's 60 scripts into every MULTI on its. */
   private readonly dlqRedis: Redis;
   private readonly metricsRedis: Redis;
+  private readonly arrival: JobArrival;
   private readonly dlq: DeadLetterQueue;
   private readonly bull: GateWorker;
   private readonly handoff: Handoff;
@@ -183,6 +185,9 @@ export class Worker implements WorkerHandle {
     this.breaker = breaker;
     this.dlqRedis = redis.duplicate();
     this.metricsRedis = redis.duplicate();
+    const blocking = redis.duplicate();
+    blocking.on('error', () => {});
+    this.arrival = new JobArrival(blocking, names);
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
     const metrics = new MetricsWriter(this.metricsRedis, names);
@@ -237,6 +242,7 @@ export class Worker implements WorkerHandle {
       breaker,
       metrics,
       costs,
+      arrival: this.arrival,
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
@@ -364,6 +370,7 @@ export class Worker implements WorkerHandle {
     await this.bull.close();
     await this.dlq.close();
     for (const c of [this.dlqRedis, this.metricsRedis]) await c.quit().catch(() => c.disconnect());
+    await this.arrival.close();
     await (this.bull.opts.connection as Redis).quit().catch(() => {});
     await this.breaker.abandonTrial().catch(() => {});
     await this.limiter.close();
