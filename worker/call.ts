@@ -159,7 +159,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
         throw err;
       }),
-    // One command of its own per settle (not folded into the settle script yet).
+    // Gathered with other settles of its model: one command for those (beside the settle's).
     p.costs.record(data, providerInput),
     p.breaker.success(),
     p.metrics.latency(res.latencyMs, {

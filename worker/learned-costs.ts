@@ -1,6 +1,15 @@
+import { Batcher } from '../shared/batcher.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { EstimateLearning } from '../shared/estimate-learning.ts';
 import type { JobData } from '../shared/job.ts';
+
+interface Settle {
+  readonly estimate: number;
+  readonly actual: number;
+}
+
+/** How long a settle's record waits for others (as the settles themselves do). */
+const GATHER_MS = 5;
 
 /** A job as far as its cost goes. */
 interface Costed {
@@ -16,6 +25,9 @@ interface Costed {
  * at admission. Without learning, the estimate as is.
  */
 export class LearnedCosts {
+  /** Settles gathered per model for a few ms: one command for those that end together. */
+  private readonly batches = new Map<string, Batcher<Settle, void>>();
+
   constructor(private readonly learning: EstimateLearning | undefined) {}
 
   /** The jobs with the cost to reserve for each (reads the ratios older than the cache). */
@@ -42,8 +54,21 @@ export class LearnedCosts {
 
   /** Learns from a settled call: the estimate (unscaled) against the provider's count. */
   async record(data: JobData, providerInput: number): Promise<void> {
-    if (!this.learning || data.inputCounted) return;
-    await this.learning.record(data.request.model, data.cost.inputTokens, providerInput);
+    const learning = this.learning;
+    if (!learning || data.inputCounted) return;
+    const model = data.request.model;
+    let b = this.batches.get(model);
+    if (!b) {
+      b = new Batcher<Settle, void>(
+        async (settles) => {
+          await learning.recordMany(model, settles);
+          return [];
+        },
+        { delayMs: GATHER_MS },
+      );
+      this.batches.set(model, b);
+    }
+    await b.push({ estimate: data.cost.inputTokens, actual: providerInput });
   }
 }
 
