@@ -213,11 +213,10 @@ export class Producer {
   async prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
     const req = parseMessagesRequest(request);
     if (!options.exactCount) return this.build(req, options, estimateCost(stripStream(req)));
-    return this.build(
-      req,
-      options,
-      estimateCost(stripStream(req), await this.countInputTokens(req)),
-    );
+    return {
+      ...this.build(req, options, estimateCost(stripStream(req), await this.countInputTokens(req))),
+      inputCounted: true,
+    };
   }
 
   /** Validates, costs and adds one request; resolves with the job id (the first job's id for a repeated idempotency key). */

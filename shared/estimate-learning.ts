@@ -110,13 +110,34 @@ export class EstimateLearning {
    *
    * @throws ConfigError on a bad count; LimiterUnavailableError when Redis cannot answer.
    */
-  async record(model: string, estimate: number, actual: number): Promise<number> {
+  record(model: string, estimate: number, actual: number): Promise<number> {
+    return this.recordMany(model, [{ estimate, actual }]);
+  }
+
+  /** {@link record} for several settles of one model, oldest first, in one command. */
+  async recordMany(
+    model: string,
+    settles: readonly { readonly estimate: number; readonly actual: number }[],
+  ): Promise<number> {
     const key = this.keyOf(model);
-    if (!Number.isInteger(estimate) || estimate < 1)
-      throw new ConfigError(`estimate must be a whole number of tokens from 1 up, got ${estimate}`);
-    if (!Number.isInteger(actual) || actual < 0)
-      throw new ConfigError(`actual input tokens must be a whole number from 0 up, got ${actual}`);
-    const reply = await this.run(key, [estimate, actual, ...this.args]);
+    for (const { estimate, actual } of settles) {
+      if (!Number.isInteger(estimate) || estimate < 1)
+        throw new ConfigError(
+          `estimate must be a whole number of tokens from 1 up, got ${estimate}`,
+        );
+      if (!Number.isInteger(actual) || actual < 0)
+        throw new ConfigError(
+          `actual input tokens must be a whole number from 0 up, got ${actual}`,
+        );
+    }
+    if (settles.length === 0) return this.ratio(model);
+    const list = (f: (s: { estimate: number; actual: number }) => number) =>
+      settles.map(f).join(',');
+    const reply = await this.run(key, [
+      list((s) => s.estimate),
+      list((s) => s.actual),
+      ...this.args,
+    ]);
     const ratio = Number(reply);
     this.cache.set(model, { ratio, at: this.clock() });
     return ratio;
@@ -132,6 +153,11 @@ export class EstimateLearning {
     const ratio = stored === null ? 1 : Number(stored);
     this.cache.set(model, { ratio, at: this.clock() });
     return ratio;
+  }
+
+  /** The ratio last read or learned here, however old (1 before any): no Redis round trip. */
+  cachedRatio(model: string): number {
+    return this.cache.get(model)?.ratio ?? 1;
   }
 
   /** Input tokens to reserve for an estimate: `ceil(estimate × ratio)`. */
@@ -162,7 +188,7 @@ export class EstimateLearning {
     await this.redis.del(this.keyOf(model));
   }
 
-  private async run(key: string, args: readonly number[]): Promise<unknown> {
+  private async run(key: string, args: readonly (number | string)[]): Promise<unknown> {
     try {
       return await runLua(this.redis, SCRIPTS['learnRatio']!, [key], args);
     } catch (err) {

@@ -20,8 +20,10 @@ export interface AttemptRecord {
 export interface JobData {
   readonly v: 1;
   readonly request: MessagesRequest;
-  /** The estimate reserved before the call. */
+  /** The estimate reserved before the call (the worker scales its input by what it learned). */
   readonly cost: Cost;
+  /** The input was counted by the provider's count_tokens: exact, reserved as is. */
+  readonly inputCounted?: true | undefined;
   readonly priority: number;
   readonly tenant?: string | undefined;
   /** Nested limiter scopes besides the global one (`tenant:acme`). */

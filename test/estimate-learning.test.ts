@@ -130,4 +130,16 @@ describe('estimates that learn', () => {
     await expect(l.record('a model', 10, 2)).rejects.toThrow('model must be a model name');
     expect(await redis.exists(l.keyOf(MODEL))).toBe(0);
   });
+
+  it('learns the same from settles recorded together as one by one', async () => {
+    const l = learning({ minSamples: 5, recent: 4 });
+    const settles = Array.from({ length: 30 }, (_, i) => ({
+      estimate: 100 + i * 7,
+      actual: 40 + ((i * 37) % 60),
+    }));
+    for (const s of settles) await l.record('one-by-one', s.estimate, s.actual);
+    await l.recordMany('together', settles.slice(0, 13));
+    await l.recordMany('together', settles.slice(13));
+    expect(await l.learned('together')).toEqual(await l.learned('one-by-one'));
+  });
 });

@@ -115,6 +115,8 @@ class Model {
    * one since it, and the latest reading of what may have been foreign.
    */
   readonly ext = new Map<string, { held?: Step; next?: Step; last?: Step }>();
+  /** The latest reading's "possibly foreign" per "scope|dim": the next reading must agree. */
+  readonly seen = new Map<string, Step>();
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
 
@@ -324,9 +326,16 @@ class Model {
       // possibly: unbegun ones not.
       const ours = this.counted(scope, dim);
       const certain = Math.max(limit - remaining - ours, 0);
-      const possible = Math.max(limit - remaining - (ours - this.unseen(scope, dim)), 0);
+      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)), 0);
       let until = this.now + this.windowArg;
       if (reset !== null && reset > this.now && reset < until) until = reset;
+      // Possibly foreign only as far as the reading before agrees (a race shows in one).
+      const seen = this.seen.get(field);
+      const possible = Math.max(
+        Math.min(raw, seen && seen.until > this.now ? seen.amount : 0),
+        certain,
+      );
+      this.seen.set(field, { amount: raw, until });
       const [first, second] = this.steps(scope, dim);
       let e: { held?: Step; next?: Step; last?: Step };
       if (!first || certain >= first.amount) {

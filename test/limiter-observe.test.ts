@@ -64,7 +64,9 @@ describe('observing the provider’s rate-limit headers', () => {
     // Admitted here, but no response has begun: the provider has not counted it yet.
     const onTheWay = await lim.tryAcquire(cost(100, 200));
     expect(onTheWay.ok).toBe(true);
-    // The provider counts 300 of ours and 250 of someone else's: 450 left.
+    // The provider counts 300 of ours and 250 of someone else's: 450 left. Two readings agree
+    // (one alone might have counted our call on its way).
+    await lim.observe(tokenHeaders(1_000, 450, t + 5_000));
     await lim.observe(tokenHeaders(1_000, 450, t + 5_000));
     expect(await foreign(lim)).toBe(250);
     // Once its response has begun the provider counts it as ours: 300 more used, the same 250
@@ -74,11 +76,15 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await foreign(lim)).toBe(250);
   });
 
-  it('what may have been our own calls racing their headers counts only until the next reading', async () => {
+  it('what may have been our own calls racing their headers counts only when two readings agree, until the next', async () => {
     const lim = make();
     // Admitted here, its response not begun: the provider's 700 left may or may not count it.
     const racing = await lim.tryAcquire(cost(100, 200));
     expect(racing.ok).toBe(true);
+    // One reading alone holds nothing: our own call racing its stamp shows in one reading only.
+    await lim.observe(tokenHeaders(1_000, 700, t + 9_000));
+    expect(await foreign(lim)).toBe(0);
+    // The next agrees (another client's spend would show in both): 300 may be foreign.
     await lim.observe(tokenHeaders(1_000, 700, t + 9_000));
     expect(await foreign(lim)).toBe(300);
     // Its response begins: the same 700 left is all ours, and nothing is held back.
@@ -131,6 +137,34 @@ describe('observing the provider’s rate-limit headers', () => {
     // provider counted 200: the other client's 900 would have looked like ours, then vanished
     // with the settle.
     expect(await foreign(lim)).toBe(900);
+  });
+
+  it('takes the window as it was when the provider read it: a call that left it since is ours', async () => {
+    const lim = make();
+    await spend(lim, 300, 300);
+    t += W + 500;
+    // The reading was taken a second ago (the provider admitted its call then, and answered it
+    // unstreamed): our 600 was still in its window, and nothing else.
+    await lim.observe(tokenHeaders(1_000, 400, t + 5_000), 'global', undefined, 1_000);
+    expect(await foreign(lim)).toBe(0);
+    // Read now, the same 600 would be someone else's.
+    await lim.observe(tokenHeaders(1_000, 400, t + 5_000));
+    expect(await foreign(lim)).toBe(600);
+  });
+
+  it('counts output reserved for calls that gave it back after the reading was taken', async () => {
+    const lim = make({ limits: { tokens: 10_000 }, outputAccounting: 'actual' });
+    const [ended, carrier] = await lim.acquireMany(cost(100, 1_000), { more: [cost(100, 1_000)] });
+    await Promise.all([lim.start(ended!), lim.start(carrier!)]);
+    // The provider read 2,200 (both calls at max_tokens) when it admitted the carrier, 500 ms
+    // ago; the first call has ended since, with 100 of its 1,000 output, given back here.
+    t += 500;
+    await lim.settle(ended!, { inputTokens: 100, outputTokens: 100 });
+    await lim.observe(tokenHeaders(10_000, 7_800, t + 9_000), 'global', carrier, 500);
+    expect(await foreign(lim)).toBe(0);
+    // Another client's 700 in the same reading shows, all of it.
+    await lim.observe(tokenHeaders(10_000, 7_100, t + 9_000), 'global', carrier, 500);
+    expect(await foreign(lim)).toBe(700);
   });
 
   it('holds the highest reading until its reset even when later ones are lower, then the highest since', async () => {

@@ -18,10 +18,13 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 /** The job BullMQ would hand out next, as much of it as the gate needs. */
 export interface HeadJob {
   readonly id: string;
+  /** The job's estimate; the gate reserves it scaled by what the fleet learned (learned-costs). */
   readonly cost: Cost;
+  readonly model: string;
+  /** Its input was counted by count_tokens: reserved as is. */
+  readonly counted: boolean;
   readonly priority: number;
   readonly scopes: readonly string[];
-  readonly model: string;
   readonly tenant: string | undefined;
 }
 
@@ -73,9 +76,10 @@ export class HeadPeeker {
         heads.push({
           id: reply[i]!,
           cost: data.cost,
+          model: data.request.model,
+          counted: data.inputCounted === true,
           priority: data.priority ?? 100,
           scopes: data.scopes ?? [],
-          model: data.request.model,
           tenant: data.tenant,
         });
       } catch {

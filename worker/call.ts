@@ -14,6 +14,7 @@ import type { Handoff } from './handoff.ts';
 import type { JobHistory } from './job-history.ts';
 import { reportFailure, reportSuccess } from './job-report.ts';
 import { JobTrace } from './job-trace.ts';
+import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
 import { settleMoney } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
@@ -52,6 +53,8 @@ export interface CallParts {
   readonly events?: StreamEventPublisher | undefined;
   /** Money budgets, when configured. */
   readonly ledger?: BudgetLedger | undefined;
+  /** Learns from each settle how the provider counts input against the estimate. */
+  readonly costs: LearnedCosts;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -109,8 +112,11 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
           }),
         );
         if (hasReading) {
+          // The provider read its counts when it admitted the call, about when it was sent.
           reading = stamped.then(() =>
-            limiter.observeReading(figures, readingScope, r.reservation).catch(() => {}),
+            limiter
+              .observeReading(figures, readingScope, r.reservation, performance.now() - t0)
+              .catch(() => {}),
           );
         }
       },
@@ -141,7 +147,9 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     if (!c.maybeCharged)
       await settleMoney(p.ledger, String(job.id), data.request.model, undefined).catch(() => {});
     if (headers && feedback) {
-      await limiter.observe(headers as never, readingScope, r.reservation).catch(() => {});
+      await limiter
+        .observe(headers as never, readingScope, r.reservation, performance.now() - t0)
+        .catch(() => {});
     }
     await p.outcomes.afterFailure(job, token, {
       failure: c,
@@ -160,6 +168,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   // reconnects) must not turn a successful call into a retry that calls, and pays, again.
   const usage = res.message.usage;
   jt?.ok(res);
+  const providerInput = usage.input_tokens + (usage.cache_creation_input_tokens ?? 0);
   await Promise.all([reading, relay?.end()]);
   const h = [...(job.data.history ?? [])];
   h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
@@ -194,6 +203,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         throw err;
       }),
     settleMoney(p.ledger, String(job.id), data.request.model, usage),
+    // Gathered with other settles of its model: one command for those (beside the settle's).
+    p.costs.record(data, providerInput),
     p.breaker.success(),
     reportSuccess(p, job, r.waits, startedAt, result, {
       provider_calls: 1,

@@ -106,9 +106,13 @@ export class Gate {
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
     const { fair } = p;
-    const peek = (): Promise<HeadJob[]> =>
-      fair ? p.peeker.peekMany(fair.lookahead, true) : p.peeker.peekMany(room());
-    const heads = fair ? await peek() : ((await this.nextPeek(room())) ?? (await peek()));
+    const peek = async (): Promise<HeadJob[]> =>
+      p.costs.scale(
+        fair ? await p.peeker.peekMany(fair.lookahead, true) : await p.peeker.peekMany(room()),
+      );
+    const heads = fair
+      ? await peek()
+      : await p.costs.scale((await this.nextPeek(room())) ?? (await p.peeker.peekMany(room())));
     let head = fair ? await fair.pick(heads) : heads[0];
     if (!head) {
       handoff.completeAlone();

@@ -4,6 +4,7 @@ import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import type { GateWorker, HeadJob } from './bullmq-internals.ts';
 import type { Handoff } from './handoff.ts';
+import type { LearnedCosts } from './learned-costs.ts';
 import type { Outcomes } from './outcome.ts';
 
 /** What taking jobs needs, built once per worker. */
@@ -12,6 +13,8 @@ export interface TakeParts {
   readonly limiter: Limiter;
   readonly handoff: Handoff;
   readonly outcomes: Outcomes;
+  /** What to reserve for a job (its estimate scaled by what was learned). */
+  readonly costs: LearnedCosts;
   /** A fresh lock token for a job this worker moves to active. */
   nextToken(): string;
   /** Starts a job's call with its reservation. */
@@ -95,7 +98,7 @@ export async function takeJobs(
         handled.add(job);
         continue;
       }
-      const c = job.data.cost;
+      const c = p.costs.costOfData(job.data);
       const fit = [...spare.values()].find(
         ({ head, reservation }) =>
           c.inputTokens <= reservation.cost.inputTokens &&

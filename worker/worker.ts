@@ -5,6 +5,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
+import { EstimateLearning, type EstimateLearningOptions } from '../shared/estimate-learning.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
@@ -25,6 +26,7 @@ import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
+import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
@@ -111,6 +113,12 @@ export interface WorkerOptions {
    * the job. @default 1_000
    */
   readonly idleCheckMs?: number;
+  /**
+   * Learn per model how the provider counts input against llmq's estimate, and reserve that
+   * (a high quantile of it) instead of the estimate; false reserves the estimate as is. Shared
+   * by the fleet in Redis. @default true
+   */
+  readonly learnEstimates?: boolean | Omit<EstimateLearningOptions, 'redis' | 'names'>;
   readonly logger?: WorkerLogger;
   /**
    * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
@@ -236,6 +244,12 @@ export class Worker implements WorkerHandle {
       backoff: options.backoff,
     });
     const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);
+    const learn = options.learnEstimates ?? true;
+    const costs = new LearnedCosts(
+      learn === false
+        ? undefined
+        : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
+    );
     this.callParts = {
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       limiter,
@@ -250,6 +264,7 @@ export class Worker implements WorkerHandle {
       feedback: options.feedback ?? true,
       events: new StreamEventPublisher(this.metricsRedis, names),
       ledger,
+      costs,
     };
     this.idleWait = new MarkerWait(redis, names);
     this.gate = new Gate({
@@ -259,6 +274,7 @@ export class Worker implements WorkerHandle {
       outcomes,
       breaker,
       metrics,
+      costs,
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { StoredMessage } from '../../shared/job.ts';
 import type { MessagesRequest } from '../../shared/request.ts';
 import type { ProviderCaller } from '../../worker/provider.ts';
@@ -9,10 +10,11 @@ const NO_HEADERS = new Headers();
  * the overhead scenario, so what is left is llmq's own cost (gate, stamping, settling, BullMQ).
  * It charges what the request says it will: its estimated input and one output token.
  */
-export function instantProvider(): ProviderCaller {
+export function instantProvider(delayMs = 0): ProviderCaller {
   let n = 0;
   return async (request: MessagesRequest, options) => {
     await options.onStart?.(NO_HEADERS);
+    if (delayMs > 0) await sleep(delayMs);
     const message: StoredMessage = {
       id: `msg_instant_${++n}`,
       model: request.model,

@@ -8,6 +8,7 @@
  * parent goes away) stops, sends its report and exits. By hand it starts at once and prints its
  * report as JSON on stdout after SIGTERM or SIGINT.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { writeHeapSnapshot } from 'node:v8';
 import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
@@ -77,7 +78,7 @@ async function go(): Promise<void> {
     const handle = await startWorker({
       redis,
       names: config.names,
-      ...(instant ? { provider: instantProvider() } : { client }),
+      ...(instant ? { provider: instantProvider(config.providerDelayMs) } : { client }),
       limiter: config.limiter,
       concurrency: config.concurrency,
       maxInFlight: config.maxInFlight,
@@ -95,7 +96,10 @@ async function go(): Promise<void> {
   one?.defineCommand('benchOne', { numberOfKeys: 1, lua: "return redis.call('INCR', KEYS[1])" });
   const processor =
     config.mode === 'bare'
-      ? async () => null
+      ? async () => {
+          if (config.providerDelayMs) await sleep(config.providerDelayMs);
+          return null;
+        }
       : config.mode === 'bare-script'
         ? async () => {
             await (one as unknown as { benchOne(k: string): Promise<number> }).benchOne(scriptKey);

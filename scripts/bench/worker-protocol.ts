@@ -38,6 +38,8 @@ export interface WorkerProcessConfig {
   readonly counting?: InputCounting;
   /** Count the Redis commands this process sends while it works. @default false */
   readonly countCommands?: boolean;
+  /** The no-op processor (`bare`) and the in-process provider (`llmq-instant`) take this long, ms. @default 0 */
+  readonly providerDelayMs?: number;
   /** Node.js options for the process (`--max-old-space-size=128`, say). @default none */
   readonly nodeOptions?: readonly string[];
 }

@@ -350,18 +350,23 @@ export class Limiter {
     headers: HeaderSource | undefined,
     scope: string = GLOBAL_SCOPE,
     of?: Reservation,
+    ageMs = 0,
   ): Promise<void> {
-    return this.observeReading(readRateLimitHeaders(headers), scope, of);
+    return this.observeReading(readRateLimitHeaders(headers), scope, of, ageMs);
   }
 
   /**
    * {@link observe} with the headers already read (`readRateLimitHeaders`). `of` is the call
    * whose response brought them: when it went as a probe, the calls held for its reading go.
+   * `ageMs`: how long ago the provider took the reading, i.e. admitted that call (for a call
+   * not streamed, its whole duration): calls that left the window or gave output back since
+   * are counted as the provider counted them then.
    */
   async observeReading(
     reading: ProviderReading,
     scope: string = GLOBAL_SCOPE,
     of?: Reservation,
+    ageMs = 0,
   ): Promise<void> {
     if (!DIMENSIONS.some((d) => reading[d.name])) return;
     // A reading counts as ours only the calls stamped (or marked begun) before it, with what they
@@ -379,6 +384,7 @@ export class Limiter {
       reading,
       of: of?.id ?? '',
       channel: this.wakeChannel,
+      ageMs: Math.max(0, Math.round(ageMs)),
     });
   }
 

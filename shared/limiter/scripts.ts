@@ -230,6 +230,8 @@ export class LimiterScripts {
     readonly reading: ProviderReading;
     readonly of: string;
     readonly channel: string;
+    /** How long before now the provider took the reading (when it admitted its call), ms. */
+    readonly ageMs: number;
   }): Promise<void> {
     const { reading, ...rest } = a;
     const readings: Record<string, { limit: number; remaining: number; reset: number }> = {};

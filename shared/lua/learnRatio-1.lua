@@ -17,8 +17,8 @@
                          b<index> -> weight of bucket index (ratio in (1.02^(i-1), 1.02^i]),
                          recent -> latest ratios, comma-separated, q -> quantile ratio,
                          ratio -> the ratio to reserve with
-    ARGV[1] llmq's estimate (tokens, > 0)
-    ARGV[2] the provider's count (tokens, >= 0)
+    ARGV[1] llmq's estimate (tokens, > 0); several settles' comma-separated, oldest first
+    ARGV[2] the provider's count (tokens, >= 0); as many, in the same order
     ARGV[3] half-life, in observations
     ARGV[4] quantile, in (0, 1]
     ARGV[5] margin on the quantile, a share
@@ -29,21 +29,30 @@
   Output: the ratio to reserve with, as a string
 ]]
 local key = KEYS[1]
-local estimate, actual = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- Several settles at once: comma-separated, in the order they happened.
+local estimates, actuals = {}, {}
+for v in string.gmatch(ARGV[1], '[^,]+') do estimates[#estimates + 1] = tonumber(v) end
+for v in string.gmatch(ARGV[2], '[^,]+') do actuals[#actuals + 1] = tonumber(v) end
 local halfLife, quantile, margin = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local minSamples, keep, maxRatio = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local STEP = math.log(1.02)
 local LIMIT = 210 -- 1.02^210 ≈ 64: ratios beyond 1/64..64 are clamped
 
-local ratio = math.max(actual, 0.5) / estimate
-local index = math.ceil(math.log(ratio) / STEP - 1e-9)
-index = math.max(-LIMIT, math.min(LIMIT, index))
-
-local n = redis.call('HINCRBY', key, 'n', 1)
+local ratios = {}
+local n = tonumber(redis.call('HGET', key, 'n') or '0')
 local base = tonumber(redis.call('HGET', key, 'base') or '0')
-local weight = 2 ^ ((n - base) / halfLife)
-redis.call('HINCRBYFLOAT', key, 'b' .. index, weight)
-local total = tonumber(redis.call('HINCRBYFLOAT', key, 'total', weight))
+local weight, total = 0, 0
+for i, estimate in ipairs(estimates) do
+  local ratio = math.max(actuals[i], 0.5) / estimate
+  ratios[#ratios + 1] = ratio
+  local index = math.ceil(math.log(ratio) / STEP - 1e-9)
+  index = math.max(-LIMIT, math.min(LIMIT, index))
+  n = redis.call('HINCRBY', key, 'n', 1)
+  weight = 2 ^ ((n - base) / halfLife)
+  redis.call('HINCRBYFLOAT', key, 'b' .. index, weight)
+  total = tonumber(redis.call('HINCRBYFLOAT', key, 'total', weight))
+end
+local ratio = ratios[#ratios]
 
 -- The histogram, rescaled when weights grow large (and buckets too light to matter dropped).
 local buckets = {}
@@ -80,8 +89,11 @@ for _, b in ipairs(buckets) do
 end
 
 -- The latest ratios, newest first.
-local recent = { tostring(ratio) }
-local recentMax = ratio
+local recent, recentMax = {}, 0
+for i = #ratios, math.max(1, #ratios - keep + 1), -1 do
+  recent[#recent + 1] = tostring(ratios[i])
+  recentMax = math.max(recentMax, ratios[i])
+end
 for v in string.gmatch(redis.call('HGET', key, 'recent') or '', '[^,]+') do
   if #recent >= keep then break end
   recent[#recent + 1] = v

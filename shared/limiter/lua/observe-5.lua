@@ -9,8 +9,12 @@
   taking that room at once is what collides with its next call; the highest reading since takes
   over when the held one lapses, so the estimate steps down, never to nothing at once. What may
   have been ours (calls admitted here whose response had not begun: the provider may or may not
-  have counted them yet) counts only until the next reading, so our own calls racing their
-  headers never hold budget back for a whole window.
+  have counted them yet) counts only as far as the reading before agrees, and only until the
+  next reading: another client's spend shows in both, our own call racing its stamp in one.
+
+  The reading is the provider's count when it admitted the call that brought it (`ageMs` ago):
+  the window is taken as it was then (what has left it since is still ours), and calls settled
+  since with output given back count the output reserved, as the provider still did.
 
   Our spend is what is inside the window now: what has left it is dropped first, or a call the
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
@@ -24,10 +28,11 @@
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
     KEYS[2] ext    HASH "scope|dim" -> foreign spend held, "scope|dim|until" -> when it lapses,
                    "scope|dim|next", "scope|dim|next|until": the highest reading since,
-                   "scope|dim|last", "scope|dim|last|until": the latest reading, at its highest
+                   "scope|dim|last", "scope|dim|last|until": the latest reading, at its highest,
+                   "scope|dim|seen", "scope|dim|seen|until": the latest reading's "possibly"
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
-    KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes"
+    KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes[|reservedOut]"
     ARGV[1] msgpack map (scripts.ts packs it):
       dims      the dimensions' short names in order
       now       ms; absent for Redis TIME
@@ -38,6 +43,7 @@
       of        the reservation whose response brought the reading, or ''
       channel   to PUBLISH on when the reading is a probe's (waiters wake), or ''
       marginMs  the margin included in windowMs: the provider's window is the rest
+      ageMs     how long before now the provider took the reading (0: now)
 
   Output: {foreign req, foreign in, foreign out, foreign tok} as now counted
 ]]
@@ -50,7 +56,10 @@
 local now = now_ms(args.now)
 local windowMs = args.windowMs
 local scope = args.scope
-expire_log(KEYS[4], KEYS[5], KEYS[1], now, windowMs)
+-- The reading's own moment: the provider computed it when it admitted the call that brought
+-- it, maybe long before its response arrived (a whole call, unstreamed).
+local readAt = now - math.max(0, math.min(args.ageMs or 0, windowMs))
+expire_log(KEYS[4], KEYS[5], KEYS[1], readAt, windowMs)
 
 local marginMs = args.marginMs or 0
 
@@ -73,14 +82,29 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')) do
   end
 end
 
--- Calls still in the window only by its margin: the provider no longer counts them.
+-- Calls still in the window only by its margin: the provider no longer counted them.
 local dropped = { req = 0, ['in'] = 0, out = 0, tok = 0 }
 if marginMs > 0 then
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - windowMs), now - windowMs + marginMs,
-    'LIMIT', 0, 1000)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (readAt - windowMs),
+    readAt - windowMs + marginMs, 'LIMIT', 0, 1000)
   if #ids > 0 then
     for _, enc in ipairs(redis.call('HMGET', KEYS[5], unpack(ids))) do
       if enc then add_in_scope(dropped, decode(enc)) end
+    end
+  end
+end
+
+-- Calls settled after the reading with output given back: the provider still counted the
+-- output reserved for them (max_tokens) when it read. Counted back in, as negative drops.
+if readAt < now then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. readAt, now, 'LIMIT', 0, 1000)
+  if #ids > 0 then
+    for _, enc in ipairs(redis.call('HMGET', KEYS[5], unpack(ids))) do
+      local r = enc and decode(enc)
+      if r and r.flags == 's' and r.rout then
+        local back = { req = 0, inp = 0, out = r.out - r.rout, scopes = r.scopes }
+        add_in_scope(dropped, back)
+      end
     end
   end
 end
@@ -97,8 +121,12 @@ for i, d in ipairs(DIMS) do
     local possible = math.max((limit - remaining) - (used - unseen[d]), 0)
     local untilMs = now + windowMs
     if reset > now and reset < untilMs then untilMs = reset end
-    if possible > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end
+    -- What may have been ours counts only as far as the reading before agrees: our own call
+    -- racing its stamp shows in one reading, another client's spend in both.
     local f = foreign_of(KEYS[2], field, now)
+    redis.call('HSET', KEYS[2], field .. '|seen', possible, field .. '|seen|until', untilMs)
+    possible = math.max(math.min(possible, f.seen), certain)
+    if possible > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end
     local first, second = f.steps[1], f.steps[2]
     if first == nil or certain >= first[2] then
       -- A new highest reading: held from now, and nothing below it matters.

@@ -73,6 +73,7 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
       local delta = { req = 0, inp = dIn, out = dOut, scopes = r.scopes }
       tally_totals(totals, delta, 1)
       r.inp = r.inp + dIn
+      if dOut < 0 and r.rout == nil then r.rout = r.out end
       r.out = r.out + dOut
     end
   end

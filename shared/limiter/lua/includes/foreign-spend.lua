@@ -6,8 +6,11 @@
 -- `promoted` says the first step is the stored next: the held reading before it has lapsed.
 local function foreign_of(extKey, field, now)
   local e = redis.call('HMGET', extKey, field, field .. '|until', field .. '|next',
-    field .. '|next|until', field .. '|last', field .. '|last|until')
-  local f = { steps = {}, last = nil, promoted = false }
+    field .. '|next|until', field .. '|last', field .. '|last|until', field .. '|seen',
+    field .. '|seen|until')
+  -- `seen`: what the reading before may have counted of another client's (observe's rule).
+  local f = { steps = {}, last = nil, promoted = false, seen = 0 }
+  if e[7] and tonumber(e[8] or '0') > now then f.seen = tonumber(e[7]) end
   local peakUntil = tonumber(e[2] or '0')
   if e[1] and peakUntil > now then f.steps[1] = { peakUntil, tonumber(e[1]) } end
   local nextUntil = tonumber(e[4] or '0')

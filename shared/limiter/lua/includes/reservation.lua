@@ -1,6 +1,7 @@
 -- A reservation is stored in the res hash as "requests|input|output|flags|scope1,scope2" where
 -- flags is "s" once its stamp is final, "b" once the provider's response began but the
--- reservation stays open (actual accounting).
+-- reservation stays open (actual accounting). A settle that gave output back appends
+-- "|reservedOutput": what the provider counted until the call ended (see observe).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -10,14 +11,18 @@ local function now_ms(given)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local req, inp, out, flags, scopes, rout =
+    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
   local list = {}
   for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
-  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list }
+  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list,
+    rout = tonumber(rout) }
 end
 
 local function encode(r)
-  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
+  local enc = r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
+  if r.rout and r.rout ~= r.out then enc = enc .. '|' .. r.rout end
+  return enc
 end
 
 -- The amount a reservation spends of one dimension.

@@ -1,0 +1,81 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { EstimateLearning } from '../shared/estimate-learning.ts';
+import { JOB_NAME } from '../shared/job.ts';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { until } from './helpers.ts';
+
+let pool: Pool | undefined;
+afterEach(async () => {
+  await pool?.cleanup();
+  pool = undefined;
+});
+
+// The provider counts input unlike llmq's estimate: characters / 3.6 + 7 a message.
+const DIFFERING = { charsPerToken: 3.6, perMessageTokens: 7 };
+const texts = (n: number, from: number) =>
+  Array.from({ length: n }, (_, i) =>
+    request(`${'lorem ipsum dolor sit amet '.repeat(1 + ((from + i) % 23))}#${from + i}`, 60),
+  );
+
+async function settledInputs(w: { limiter: { snapshot(): Promise<unknown> } }) {
+  const s = (await w.limiter.snapshot()) as {
+    counters: { settled: number; actualIn: number; settledReservedIn: number };
+  };
+  return s.counters;
+}
+
+describe('estimates that learn', () => {
+  it('reserves what the provider counts after 50 calls (accuracy ≥ 90%), with zero 429s', async () => {
+    pool = await openPool('learn', {
+      latencyMs: 5,
+      ...DIFFERING,
+      windowMs: 60_000,
+      limits: { inputTokens: 40_000 },
+    });
+    const worker = await pool.worker({
+      concurrency: 4,
+      limiter: { limits: { inputTokens: 40_000 }, windowMs: 60_000 },
+    });
+    const first = await pool.producer.enqueueMany(texts(50, 0));
+    await allCompleted(pool, first, 30_000);
+    await until(async () => (await settledInputs(worker)).settled === 50, 5_000);
+    const before = await settledInputs(worker);
+
+    const next = await pool.producer.enqueueMany(texts(30, 50));
+    await allCompleted(pool, next, 30_000);
+    await until(async () => (await settledInputs(worker)).settled === 80, 5_000);
+    const after = await settledInputs(worker);
+    const accuracy =
+      (after.actualIn - before.actualIn) / (after.settledReservedIn - before.settledReservedIn);
+    expect(accuracy).toBeGreaterThanOrEqual(0.9);
+    expect(accuracy).toBeLessThanOrEqual(1);
+    expect(pool.mock.stats().responses['429'] ?? 0).toBe(0);
+    const learned = await new EstimateLearning({ redis: pool.redis, names: pool.names }).learned(
+      'claude-test-1',
+    );
+    expect(learned.observations).toBe(80);
+  });
+
+  it('reserves a count from count_tokens as is and learns nothing from it', async () => {
+    pool = await openPool('learncount', { latencyMs: 5, ...DIFFERING });
+    const learning = new EstimateLearning({ redis: pool.redis, names: pool.names });
+    // Learned before: the provider counts half the estimate.
+    for (let i = 0; i < 25; i++) await learning.record('claude-test-1', 100, 50);
+    const ratio = (await learning.learned('claude-test-1')).ratio;
+    expect(ratio).toBeLessThan(0.6);
+    const worker = await pool.worker({ limiter: { limits: { inputTokens: 40_000 } } });
+    const req = texts(1, 3)[0]!;
+    const estimate = pool.producer.prepare(req).cost.inputTokens;
+    await allCompleted(pool, [await pool.producer.enqueue(req)], 15_000);
+    await until(async () => (await settledInputs(worker)).settled === 1, 5_000);
+    const one = await settledInputs(worker);
+    expect(one.settledReservedIn).toBe(Math.ceil(estimate * ratio - 1e-9));
+    // A job whose input count_tokens counted: reserved at its count, and not learned from.
+    const counted = { ...pool.producer.prepare(req), inputCounted: true as const };
+    await pool.queue.add(JOB_NAME, counted, { priority: 100 });
+    await until(async () => (await settledInputs(worker)).settled === 2, 15_000);
+    const two = await settledInputs(worker);
+    expect(two.settledReservedIn - one.settledReservedIn).toBe(estimate);
+    expect((await learning.learned('claude-test-1')).observations).toBe(26);
+  });
+});
