@@ -4,7 +4,6 @@
  * limiter page's JSON and `/metrics` are both made from it, so they never disagree.
  */
 
-import type { Redis } from 'ioredis';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
@@ -16,6 +15,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
+import type { RedisClient } from '../shared/redis.ts';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
@@ -84,7 +84,7 @@ export interface QueueView {
 
 export interface FleetReaderOptions {
   /** Used, not owned. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly prefix: string;
   /** The queues' depth bound; 0 is unbounded. @default 10_000 */
   readonly maxDepth?: number;
@@ -116,7 +116,7 @@ interface PublishedConfig {
 export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly marginMs: number;
   private readonly handles = new Map<string, QueueHandles>();
 

@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
@@ -12,6 +11,7 @@ import {
   openQueue,
   registerQueue,
 } from '../shared/queues.ts';
+import { describeRedis, type RedisClient } from '../shared/redis.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
 import type { Via } from './batches/via.ts';
@@ -30,7 +30,7 @@ export interface TokenCounter {
 
 export interface ProducerOptions {
   /** The connection the producer uses; it closes it only when `ownsRedis`. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** Close `redis` with the producer. @default false */
   readonly ownsRedis?: boolean;
   readonly names: QueueNames;
@@ -124,7 +124,7 @@ export class Producer {
   readonly queue: LlmqQueue;
   readonly deadLetters: DeadLetterQueue;
   readonly gate: DepthGate;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly limits: DimensionLimits;
   private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
@@ -152,8 +152,7 @@ export class Producer {
       completedCount: options.keepCompletedCount ?? 100_000,
       failedS: options.keepFailedS ?? 7 * DAY_S,
     };
-    const o = this.redis.options;
-    this.redisUrl = options.redisUrl ?? `redis://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
+    this.redisUrl = options.redisUrl ?? describeRedis(this.redis);
     if (!(this.headroom >= 0 && this.headroom <= 0.5)) {
       throw new TypeError(`headroom must be a share from 0 to 0.5, got ${this.headroom}`);
     }

@@ -1,5 +1,4 @@
 import { type ConnectionOptions, QueueEvents } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -8,6 +7,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
+import type { RedisClient } from '../shared/redis.ts';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 
@@ -18,7 +18,7 @@ export interface WaitOptions {
 }
 
 export interface ResultWaiterOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** The queue to read; opened on `redis` when absent. */
   readonly queue?: LlmqQueue;
@@ -42,7 +42,7 @@ interface Pending {
  * costs a delay, never a hang. No busy loop: waiters sleep on promises.
  */
 export class ResultWaiter {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly queue: LlmqQueue;
   private readonly deadLetters: DeadLetterQueue;
@@ -237,7 +237,7 @@ export class ResultWaiter {
  * after. A process waiting for many jobs should keep one {@link ResultWaiter} (or a Producer).
  */
 export async function waitForJobResult(
-  target: { readonly redis: Redis; readonly names: QueueNames },
+  target: { readonly redis: RedisClient; readonly names: QueueNames },
   id: string,
   options: WaitOptions = {},
 ): Promise<JobResult> {

@@ -1,7 +1,7 @@
 import { type ConnectionOptions, Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { DeadLetter, JobData, JobResult } from './job.ts';
 import { bullPrefix, deadLetterQueueName, type QueueNames, queueRegistryKey } from './keys.ts';
+import type { RedisClient } from './redis.ts';
 
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
@@ -26,11 +26,11 @@ export function openDeadLetterQueue(
 }
 
 /** Records a queue name under its prefix so the dashboard and status can find every queue. */
-export async function registerQueue(redis: Redis, names: QueueNames): Promise<void> {
+export async function registerQueue(redis: RedisClient, names: QueueNames): Promise<void> {
   await redis.sadd(queueRegistryKey(names.prefix), names.queue);
 }
 
 /** Every queue name registered under a prefix. */
-export async function listQueues(redis: Redis, prefix: string): Promise<string[]> {
+export async function listQueues(redis: RedisClient, prefix: string): Promise<string[]> {
   return (await redis.smembers(queueRegistryKey(prefix))).sort();
 }

@@ -1,8 +1,8 @@
-import type { Redis } from 'ioredis';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
 import { openDeadLetterQueue, openQueue } from './queues.ts';
+import type { RedisClient } from './redis.ts';
 
 export interface QueueStatus {
   readonly queue: string;
@@ -26,7 +26,7 @@ export interface QueueStatus {
 
 /** Counts per state, the limiter's use per scope and dimension, the pause, slots and breaker. */
 export async function getQueueStatus(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   limiter?: Limiter,
 ): Promise<QueueStatus> {

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Redis, ReplyError } from 'ioredis';
+import { ReplyError } from 'ioredis';
 import { Batcher } from '../batcher.ts';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import { llmqKey, type QueueNames } from '../keys.ts';
 import { loadLuaScripts, runLua } from '../lua-scripts.ts';
+import { isCluster, type RedisClient } from '../redis.ts';
+import { slotMaster } from '../redis-slot.ts';
 import {
   type HeaderSource,
   type ProviderDimension,
@@ -48,7 +50,7 @@ export const SETTLE_WAIT_MS = 5;
 
 export interface LimiterOptions {
   /** A connection of its own is best; commands fail fast when it is not ready. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** Prefix and queue: the limiter's keys share the queue's hash tag. */
   readonly names: QueueNames;
   /** The provider's window. @default 60_000 */
@@ -89,7 +91,7 @@ export interface LimiterOptions {
    * settle and release of any process, so a waiter wakes as soon as budget or a slot comes back
    * instead of at its next poll. Not owned: close it after {@link Limiter.close}.
    */
-  readonly subscriber?: Redis;
+  readonly subscriber?: RedisClient;
 }
 
 export interface AcquireOptions {
@@ -188,15 +190,22 @@ function scopeList(scopes: readonly string[]): string[] {
 }
 
 /**
- * True from a lost connection until ioredis is ready again. Between two retries it is
- * 'connecting' for a moment, as on the first connection (whose commands should wait for it);
- * its retry counter, reset when ready, tells the two apart.
+ * Why commands cannot be answered now, from a lost connection until ioredis is ready again; or
+ * undefined. Between two retries it is 'connecting' for a moment, as on the first connection
+ * (whose commands should wait for it); its retry counter, reset when ready, tells the two apart.
  */
-function lostConnection(redis: Redis): boolean {
+function lostConnection(redis: RedisClient, key: string): string | undefined {
+  if (isCluster(redis) && redis.status === 'ready') {
+    // A Cluster stays ready while one master is replaced: look at the one serving this key.
+    const master = slotMaster(redis, key);
+    if (!master) return 'Redis Cluster has no reachable master for this queue (failover?)';
+    return lostConnection(master, key);
+  }
   const s = redis.status;
-  if (s === 'reconnecting' || s === 'end' || s === 'close') return true;
+  const lost = `Redis connection is ${s}`;
+  if (s === 'reconnecting' || s === 'end' || s === 'close') return lost;
   const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
-  return (s === 'connecting' || s === 'connect') && retries > 0;
+  return (s === 'connecting' || s === 'connect') && retries > 0 ? lost : undefined;
 }
 
 function reservationOf(
@@ -227,7 +236,7 @@ export class Limiter {
   readonly headroom: number;
   readonly outputAccounting: 'reserve' | 'actual';
   readonly probeMs: number;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly keys: Record<
     | 'log'
     | 'res'
@@ -251,7 +260,7 @@ export class Limiter {
   private readonly maxPollMs: number;
   private readonly commandTimeoutMs: number;
   private readonly wakeChannel: string;
-  private readonly subscriber: Redis | undefined;
+  private readonly subscriber: RedisClient | undefined;
   private readonly sleepers = new Set<() => void>();
   private readonly onMessage = (channel: string) => {
     if (channel !== this.wakeChannel) return;
@@ -371,9 +380,10 @@ export class Limiter {
   ): Promise<unknown> {
     const script = SCRIPTS[name];
     if (!script) throw new Error(`no limiter script named ${name}`);
-    if (lostConnection(this.redis)) {
+    const lost = lostConnection(this.redis, keys[0] ?? '');
+    if (lost) {
       // Commands sent now would queue until Redis comes back: fail closed instead.
-      throw new LimiterUnavailableError(`Redis connection is ${this.redis.status}`);
+      throw new LimiterUnavailableError(lost);
     }
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -611,8 +621,8 @@ export class Limiter {
       return;
     }
     if (!this.subscribed) {
-      this.subscriber.on('message', this.onMessage);
-      this.subscribed = this.subscriber.subscribe(this.wakeChannel).catch(() => {
+      this.subscriber.on('smessage', this.onMessage);
+      this.subscribed = this.subscriber.ssubscribe(this.wakeChannel).catch(() => {
         this.subscribed = undefined;
       });
     }
@@ -640,8 +650,8 @@ export class Limiter {
     this.ends.flush();
     this.stamps.flush();
     if (!this.subscriber || !this.subscribed) return;
-    this.subscriber.off('message', this.onMessage);
-    await this.subscriber.unsubscribe(this.wakeChannel).catch(() => {});
+    this.subscriber.off('smessage', this.onMessage);
+    await this.subscriber.sunsubscribe(this.wakeChannel).catch(() => {});
     this.subscribed = undefined;
   }
 

@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
 import { Producer } from '../../../producer/producer.ts';
 import type { QueueNames } from '../../../shared/keys.ts';
 import { openQueue } from '../../../shared/queues.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
 import type { CommandCounts } from '../command-counter.ts';
 import { withMock } from '../mock.ts';
 import { WorkerChild } from '../processes.ts';
@@ -15,7 +15,7 @@ import { shortCall } from '../workload.ts';
 const CONCURRENCY = 10;
 
 /** Enqueues `jobs` requests with the producer (the same job data in every setup). */
-async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void> {
+async function fill(redis: RedisClient, names: QueueNames, jobs: number): Promise<void> {
   const producer = new Producer({ redis, names });
   try {
     const requests = Array.from({ length: jobs }, (_, i) => shortCall(i, 16));
@@ -27,7 +27,7 @@ async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void
 
 /** Polls until `jobs` jobs are completed or failed; resolves with the time it took from `t0`. */
 export async function drained(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   jobs: number,
   t0: number,
@@ -49,7 +49,7 @@ export async function drained(
 }
 
 /** CPU seconds the Redis server has used since it started (user + system, from INFO). */
-async function redisCpuSeconds(redis: Redis): Promise<number> {
+async function redisCpuSeconds(redis: RedisClient): Promise<number> {
   const info = await redis.info('cpu');
   let total = 0;
   for (const m of info.matchAll(/^used_cpu_(?:sys|user):([\d.]+)/gm)) total += Number(m[1]);

@@ -1,10 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
 import { Producer } from '../../../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import { Limiter } from '../../../shared/limiter/limiter.ts';
 import type { Reservation } from '../../../shared/limiter/types.ts';
 import { openQueue } from '../../../shared/queues.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
 import { withMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
 import { withBenchScope } from '../redis-scope.ts';
@@ -22,7 +22,7 @@ const CONCURRENCY = 50;
 export const WORKER_HEAP_OPTION = '--max-old-space-size=128 --max-semi-space-size=4';
 const LEVELS = [10, 1_000, 10_000] as const;
 
-async function usedMemory(redis: Redis): Promise<number> {
+async function usedMemory(redis: RedisClient): Promise<number> {
   const info = await redis.info('memory');
   return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
 }
@@ -33,7 +33,7 @@ const limiterKey = (limiter: Limiter, suffix: string) =>
 
 /** Entries and bytes (MEMORY USAGE) of the limiter's keys of a queue. */
 async function limiterFootprint(
-  redis: Redis,
+  redis: RedisClient,
   limiter: Limiter,
 ): Promise<{ entries: number; bytes: number }> {
   const keys = limiter.allKeys;
@@ -61,7 +61,7 @@ interface AcquireLatency {
  * request so large that it needs the whole window to clear, so the script walks the log.
  */
 async function acquireLatency(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   samples: number,
 ): Promise<AcquireLatency[]> {

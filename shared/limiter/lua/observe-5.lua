@@ -34,7 +34,7 @@
     ARGV[4..15] per dimension (req, in, out, tok): provider limit, remaining, reset ms
               (-1 where the header was absent)
     ARGV[16] the reservation whose response brought the reading, or ''
-    ARGV[17] channel to PUBLISH on when the reading is a probe's (waiters wake), or ''
+    ARGV[17] channel to SPUBLISH on when the reading is a probe's (waiters wake), or ''
     ARGV[18] the margin included in the window ms: the provider's window is the rest
 
   Output: {foreign req, foreign in, foreign out, foreign tok} as now counted
@@ -132,6 +132,6 @@ end
 local id = ARGV[16] or ''
 if id ~= '' and redis.call('HGET', KEYS[2], 'probe') == id then
   redis.call('HDEL', KEYS[2], 'probe', 'probe|until')
-  if (ARGV[17] or '') ~= '' then redis.call('PUBLISH', ARGV[17], 'probe') end
+  if (ARGV[17] or '') ~= '' then redis.call('SPUBLISH', ARGV[17], 'probe') end
 end
 return out

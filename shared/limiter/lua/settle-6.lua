@@ -16,7 +16,7 @@
 
     ARGV[1] now ms, or '' for Redis TIME
     ARGV[2] history bucket length ms
-    ARGV[3] channel to PUBLISH on when budget or a slot comes back (waiters wake), or ''
+    ARGV[3] channel to SPUBLISH on (it carries the queue's hash tag) when budget or a slot comes back (waiters wake), or ''
     then per call, six values:
       reservation id
       mode: 'usage' (the provider answered), 'keep' (it may have been reached; charge the
@@ -29,7 +29,7 @@
             is still worth knowing
 
   Output: per call, three values: known (1, or 0 for a reservation that already left the
-  window), inputDelta, outputDelta (actual minus reserved). One PUBLISH for the whole run.
+  window), inputDelta, outputDelta (actual minus reserved). One SPUBLISH for the whole run.
 ]]
 --- @include "reservations"
 
@@ -110,5 +110,5 @@ flush_tally(hist, histKey)
 -- Keep about 20 minutes of buckets: drop the one that just fell out.
 local old = bucket - 120 * bucketMs
 redis.call('HDEL', histKey, old .. '|calls', old .. '|reserved_in', old .. '|reserved_out', old .. '|actual_in', old .. '|actual_out')
-if wake and channel ~= '' then redis.call('PUBLISH', channel, '1') end
+if wake and channel ~= '' then redis.call('SPUBLISH', channel, '1') end
 return out
