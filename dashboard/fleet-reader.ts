@@ -132,9 +132,29 @@ export class FleetReader {
     }
   }
 
-  /** Every queue registered under the prefix, sorted. */
+  /** Every queue registered under the prefix whose keys are still there, sorted. */
   listQueues(): Promise<string[]> {
     return listQueues(this.redis, this.prefix);
+  }
+
+  /** The queue with the most jobs waiting, delayed or active (the first by name on a tie). */
+  async busiest(queues: readonly string[]): Promise<string | undefined> {
+    const loads = await Promise.all(
+      queues.map(async (q) => {
+        const c = await this.handle(q).queue.getJobCounts(
+          'wait',
+          'prioritized',
+          'delayed',
+          'active',
+        );
+        return Object.values(c).reduce((a, b) => a + b, 0);
+      }),
+    );
+    let best: number | undefined;
+    loads.forEach((load, i) => {
+      if (best === undefined || load > loads[best]!) best = i;
+    });
+    return best === undefined ? undefined : queues[best];
   }
 
   private names(queue: string): QueueNames {

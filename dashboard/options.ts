@@ -62,5 +62,7 @@ export function resolveDashboardOptions(sources: {
     auth: dashboardAuthFromEnv(env),
     maxDepth: config.maxDepth,
     windowMarginMs: config.windowMarginMs,
+    queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,
+    authThrottle: { log: (line) => process.stderr.write(`llmq dashboard: ${line}\n`) },
   };
 }

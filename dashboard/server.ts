@@ -6,6 +6,7 @@
 
 import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { AuthThrottle, type AuthThrottleOptions } from '../shared/auth-throttle.ts';
 import { LlmqError } from '../shared/errors.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { connectRedis } from '../shared/redis.ts';
@@ -41,6 +42,13 @@ export interface DashboardOptions {
   readonly windowMarginMs?: number;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
   readonly rescanMs?: number;
+  /** The queue the limiter page opens on (LLMQ_QUEUE); without it, the busiest one. */
+  readonly queue?: string | undefined;
+  /**
+   * Failed logins per address before it is refused for a while (in this process's memory).
+   * @default {} (5 failures, then 1 s doubling up to 60 s)
+   */
+  readonly authThrottle?: AuthThrottleOptions;
 }
 
 export interface DashboardHandle {
@@ -56,6 +64,15 @@ export interface DashboardHandle {
   /** Stops serving, closes the queues it opened and the connection it owns. */
   close(): Promise<void>;
 }
+
+/**
+ * Bull Board's pages: its scripts are files served from here (no inline script runs), its
+ * markup has inline styles. The limiter page sets a stricter one with a nonce.
+ */
+const BOARD_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+  "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; " +
+  "frame-ancestors 'none'";
 
 const wantsHtml = (req: FastifyRequest) => (req.headers.accept ?? '').includes('text/html');
 
@@ -101,6 +118,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
   const rescanMs = options.rescanMs ?? 5_000;
   if (!(rescanMs >= 100)) throw new TypeError(`rescanMs must be at least 100, got ${rescanMs}`);
   const guard = new AccessGuard(options.auth ?? {});
+  const throttle = new AuthThrottle(options.authThrottle);
   const readOnly = options.readOnly ?? false;
   const ownsRedis = options.redis === undefined;
   // No worker runs on this connection: commands may fail fast (a 503) instead of queueing
@@ -123,13 +141,34 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
   try {
     app.addHook('onRequest', async (req, reply) => {
       reply
+        .header('content-security-policy', BOARD_CSP)
         .header('x-content-type-options', 'nosniff')
         .header('referrer-policy', 'no-referrer')
         .header('x-frame-options', 'DENY');
       const url = new URL(req.url, 'http://dashboard');
       const localPort = req.socket.localPort;
-      const access = guard.check(req.headers, url.searchParams.get('token'), localPort);
-      if (!access.ok) return unauthorized(req, reply, guard);
+      const refused = throttle.check(req.ip);
+      if (!refused.ok) {
+        const seconds = Math.max(1, Math.ceil(refused.retryAfterMs / 1000));
+        return reply
+          .code(429)
+          .header('retry-after', String(seconds))
+          .header('cache-control', 'no-store')
+          .send({
+            error: {
+              code: 'TOO_MANY_AUTH_FAILURES',
+              message: `too many failed logins from this address: try again in ${seconds} s`,
+            },
+          });
+      }
+      const queryToken = url.searchParams.get('token');
+      const access = guard.check(req.headers, queryToken, localPort);
+      if (!access.ok) {
+        // A wrong password or token is a guess; no credentials (or a stale cookie) is not.
+        if (req.headers.authorization !== undefined || queryToken !== null) throttle.failed(req.ip);
+        return unauthorized(req, reply, guard);
+      }
+      if (access.via !== 'cookie') throttle.succeeded(req.ip);
       if (access.via === 'query') {
         reply.header('set-cookie', guard.sessionCookie(localPort));
         if (req.method === 'GET' && wantsHtml(req)) {
@@ -188,7 +227,9 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
       const queues = await board.refresh();
       const asked =
         typeof req.query.queue === 'string' && req.query.queue !== '' ? req.query.queue : undefined;
-      const queue = asked ?? queues[0];
+      const preferred =
+        options.queue !== undefined && queues.includes(options.queue) ? options.queue : undefined;
+      const queue = asked ?? preferred ?? (await reader.busiest(queues));
       if (queue === undefined) return { prefix: reader.prefix, queues, view: null };
       if (!queues.includes(queue)) {
         return reply.code(404).send({

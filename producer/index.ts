@@ -24,6 +24,7 @@ export { DepthGate, type DepthGateOptions } from './depth-gate.ts';
 export { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 export { ApiKeyStore, hashApiKey } from './http/api-keys.ts';
 export {
+  apiKeyAuth,
   createRoutes,
   type Handler,
   type HandlerRequest,

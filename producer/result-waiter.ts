@@ -1,4 +1,4 @@
-import { type ConnectionOptions, QueueEvents } from 'bullmq';
+import { QueueEvents } from 'bullmq';
 import type { JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -139,8 +139,8 @@ export class ResultWaiter {
       const eventsKey = `${bullPrefix(this.names)}:${this.names.queue}:events`;
       const last = (await this.redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
       const events = new QueueEvents(this.names.queue, {
-        // Its own blocking connection, from the same settings; BullMQ needs retries unbounded there.
-        connection: { ...this.redis.options, maxRetriesPerRequest: null } as ConnectionOptions,
+        // BullMQ reads on a duplicate of it (a Cluster's too), which it owns and closes.
+        connection: this.redis,
         prefix: bullPrefix(this.names),
         lastEventId: last,
       });

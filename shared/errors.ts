@@ -11,6 +11,7 @@ export type LlmqErrorCode =
   | 'LIMITER_UNAVAILABLE'
   | 'COST_EXCEEDS_LIMIT'
   | 'QUEUE_FULL'
+  | 'QUEUE_NOT_EMPTY'
   | 'JOB_NOT_FOUND'
   | 'JOB_FAILED'
   | 'TIMEOUT';
@@ -108,12 +109,15 @@ export class QueueFullError extends LlmqError {
   readonly retryAfterMs: number;
   readonly depth: number;
   readonly maxDepth: number;
+  /** What is full and how full, without the advice (`queue "q" is full (4 waiting, bound 4)`). */
+  readonly summary: string;
   constructor(what: string, depth: number, maxDepth: number, retryAfterMs: number) {
+    const summary = `${what} is full (${depth} waiting, bound ${maxDepth})`;
     super(
       'QUEUE_FULL',
-      `${what} is full (${depth} waiting, bound ${maxDepth}): retry in ${Math.ceil(retryAfterMs / 1000)} s ` +
-        'or enqueue with { wait: true }',
+      `${summary}: retry in ${Math.ceil(retryAfterMs / 1000)} s or enqueue with { wait: true }`,
     );
+    this.summary = summary;
     this.depth = depth;
     this.maxDepth = maxDepth;
     this.retryAfterMs = retryAfterMs;

@@ -1,7 +1,14 @@
 import { type ConnectionOptions, Queue } from 'bullmq';
 import type { DeadLetter, JobData, JobResult } from './job.ts';
-import { bullPrefix, deadLetterQueueName, type QueueNames, queueRegistryKey } from './keys.ts';
+import {
+  bullPrefix,
+  deadLetterQueueName,
+  llmqKey,
+  type QueueNames,
+  queueRegistryKey,
+} from './keys.ts';
 import type { RedisClient } from './redis.ts';
+import { deleteKeysMatching } from './redis.ts';
 
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
@@ -30,7 +37,54 @@ export async function registerQueue(redis: RedisClient, names: QueueNames): Prom
   await redis.sadd(queueRegistryKey(names.prefix), names.queue);
 }
 
-/** Every queue name registered under a prefix. */
-export async function listQueues(redis: RedisClient, prefix: string): Promise<string[]> {
+/** Every queue name registered under a prefix, including those whose keys are gone. */
+export async function listRegisteredQueues(redis: RedisClient, prefix: string): Promise<string[]> {
   return (await redis.smembers(queueRegistryKey(prefix))).sort();
+}
+
+/**
+ * Keys that exist while a queue has held jobs or dead letters, or a worker has published its
+ * limits; when none is left (obliterated, deleted, flushed), the queue is gone. Not BullMQ's
+ * `meta`, which merely opening a queue writes.
+ */
+function traceKeys(names: QueueNames): string[] {
+  const main = `${bullPrefix(names)}:${names.queue}`;
+  const dead = `${bullPrefix(names)}:${deadLetterQueueName(names.queue)}`;
+  return [
+    `${main}:id`,
+    `${main}:events`,
+    `${dead}:id`,
+    `${dead}:events`,
+    llmqKey(names, 'limiter', 'config'),
+  ];
+}
+
+/**
+ * The registered queues that still have keys (`live`), and those whose keys are gone: a read,
+ * it removes nothing (`forgetQueue` does, when asked).
+ */
+export async function listQueueNames(
+  redis: RedisClient,
+  prefix: string,
+): Promise<{ readonly live: string[]; readonly gone: string[] }> {
+  const all = await listRegisteredQueues(redis, prefix);
+  // One EXISTS per queue: its keys share one hash tag, so this works on a cluster too.
+  const found = await Promise.all(
+    all.map((queue) => redis.exists(...traceKeys({ prefix, queue }))),
+  );
+  return { live: all.filter((_, i) => found[i]! > 0), gone: all.filter((_, i) => found[i] === 0) };
+}
+
+/** Every registered queue under a prefix whose keys are still there. */
+export async function listQueues(redis: RedisClient, prefix: string): Promise<string[]> {
+  return (await listQueueNames(redis, prefix)).live;
+}
+
+/**
+ * Takes a queue out of the registry and deletes what is left of its keys. The caller checks
+ * that it is empty first; a producer or worker using it registers it again.
+ */
+export async function forgetQueue(redis: RedisClient, names: QueueNames): Promise<void> {
+  await redis.srem(queueRegistryKey(names.prefix), names.queue);
+  await deleteKeysMatching(redis, `${bullPrefix(names).replace(/[*?[\]\\]/g, '\\$&')}:*`);
 }

@@ -1,13 +1,17 @@
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
-import { openDeadLetterQueue, openQueue } from './queues.ts';
+import { type DeadLetterQueue, type LlmqQueue, openDeadLetterQueue, openQueue } from './queues.ts';
 import type { RedisClient } from './redis.ts';
 
 export interface QueueStatus {
   readonly queue: string;
   readonly prefix: string;
-  /** `waiting` counts every job not yet started and not delayed (BullMQ's wait + prioritized). */
+  /**
+   * Each job once. `waiting` counts every job not yet started and not delayed (BullMQ's wait +
+   * prioritized); `dead` the dead letters; `failed` the failed jobs without one (its letter was
+   * purged or retried away), since BullMQ also keeps every dead-lettered job as failed.
+   */
   readonly counts: {
     readonly waiting: number;
     readonly active: number;
@@ -24,41 +28,67 @@ export interface QueueStatus {
   };
 }
 
+/** How many dead letters' jobs are also in the queue's failed set (one read, no write). */
+async function deadAndFailed(
+  redis: RedisClient,
+  queue: LlmqQueue,
+  dlq: DeadLetterQueue,
+): Promise<number> {
+  const ids = await dlq.getRanges(['wait', 'prioritized', 'delayed'], 0, -1);
+  let both = 0;
+  for (let i = 0; i < ids.length; i += 1_000) {
+    const scores = await redis.zmscore(queue.keys['failed']!, ...ids.slice(i, i + 1_000));
+    both += scores.filter((v) => v !== null).length;
+  }
+  return both;
+}
+
+export type QueueCounts = QueueStatus['counts'];
+
+/** A queue's jobs per state, each job once (see {@link QueueStatus.counts}). */
+export async function getQueueCounts(redis: RedisClient, names: QueueNames): Promise<QueueCounts> {
+  const queue = openQueue(redis, names);
+  const dlq = openDeadLetterQueue(redis, names);
+  try {
+    const [c, d, both] = await Promise.all([
+      queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
+      dlq.getJobCounts('wait', 'prioritized', 'delayed'),
+      deadAndFailed(redis, queue, dlq),
+    ]);
+    const n = (v: number | undefined) => v ?? 0;
+    return {
+      waiting: n(c['wait']) + n(c['prioritized']),
+      active: n(c['active']),
+      delayed: n(c['delayed']),
+      completed: n(c['completed']),
+      failed: Math.max(0, n(c['failed']) - both),
+      dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
+    };
+  } finally {
+    await Promise.all([queue.close(), dlq.close()]);
+  }
+}
+
 /** Counts per state, the limiter's use per scope and dimension, the pause, slots and breaker. */
 export async function getQueueStatus(
   redis: RedisClient,
   names: QueueNames,
   limiter?: Limiter,
 ): Promise<QueueStatus> {
-  const queue = openQueue(redis, names);
-  const dlq = openDeadLetterQueue(redis, names);
-  try {
-    const [c, d, snapshot, b] = await Promise.all([
-      queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
-      dlq.getJobCounts('wait', 'prioritized', 'delayed'),
-      (limiter ?? new Limiter({ redis, names })).snapshot(),
-      redis.hgetall(breakerKey(names)),
-    ]);
-    const n = (v: number | undefined) => v ?? 0;
-    return {
-      queue: names.queue,
-      prefix: names.prefix,
-      counts: {
-        waiting: n(c['wait']) + n(c['prioritized']),
-        active: n(c['active']),
-        delayed: n(c['delayed']),
-        completed: n(c['completed']),
-        failed: n(c['failed']),
-        dead: n(d['wait']) + n(d['prioritized']) + n(d['delayed']),
-      },
-      limiter: snapshot,
-      breaker: {
-        state: b['state'] ?? 'closed',
-        failures: Number(b['failures'] ?? 0),
-        openUntil: b['open_until'] ? Number(b['open_until']) : null,
-      },
-    };
-  } finally {
-    await Promise.all([queue.close(), dlq.close()]);
-  }
+  const [counts, snapshot, b] = await Promise.all([
+    getQueueCounts(redis, names),
+    (limiter ?? new Limiter({ redis, names })).snapshot(),
+    redis.hgetall(breakerKey(names)),
+  ]);
+  return {
+    queue: names.queue,
+    prefix: names.prefix,
+    counts,
+    limiter: snapshot,
+    breaker: {
+      state: b['state'] ?? 'closed',
+      failures: Number(b['failures'] ?? 0),
+      openUntil: b['open_until'] ? Number(b['open_until']) : null,
+    },
+  };
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   type CallShape,
+  fluidMinimumMs,
   idealSchedule,
   uniformMinimumMs,
   utilization,
@@ -22,7 +23,7 @@ describe("the budget's own minimum", () => {
   it('for identical calls, the ideal client finishes when the closed form says', () => {
     for (const n of [1, 19, 20, 60, 61, 200]) {
       const ideal = idealSchedule(same(n), {
-        limit: 4_000,
+        limits: { tokens: 4_000 },
         windowMs: 10_000,
         concurrency: 10,
         accounting: 'reserve',
@@ -48,7 +49,7 @@ describe("the budget's own minimum", () => {
       latencyMs: 100 + (i % 7) * 50,
     }));
     const ideal = idealSchedule(calls, {
-      limit: 20_000,
+      limits: { tokens: 20_000 },
       windowMs: 2_000,
       concurrency: 20,
       accounting: 'reserve',
@@ -67,7 +68,7 @@ describe("the budget's own minimum", () => {
 
   it('is shorter when the provider gives unused output back', () => {
     const calls = same(100, { output: 40 });
-    const budget = { limit: 4_000, windowMs: 10_000, concurrency: 10 };
+    const budget = { limits: { tokens: 4_000 }, windowMs: 10_000, concurrency: 10 };
     const reserve = idealSchedule(calls, { ...budget, accounting: 'reserve' }).minimumMs;
     const actual = idealSchedule(calls, { ...budget, accounting: 'actual' }).minimumMs;
     expect(actual).toBeLessThan(reserve / 2);
@@ -75,13 +76,90 @@ describe("the budget's own minimum", () => {
 
   it('waits for a free slot when every slot is busy', () => {
     const ideal = idealSchedule(same(4, { latencyMs: 1_000 }), {
-      limit: 1_000_000,
+      limits: { tokens: 1_000_000 },
       windowMs: 10_000,
       concurrency: 2,
       accounting: 'reserve',
     });
     expect(ideal.starts).toEqual([0, 0, 1_000, 1_000]);
     expect(ideal.minimumMs).toBe(2_000);
+  });
+});
+
+describe('the ideal client under split limits', () => {
+  const call = (input: number, maxTokens: number, output: number, latencyMs: number) => ({
+    input,
+    maxTokens,
+    output,
+    latencyMs,
+  });
+  const budget = (limits: object, accounting: 'reserve' | 'actual' = 'reserve') => ({
+    limits,
+    windowMs: 1_000,
+    concurrency: 10,
+    accounting,
+  });
+
+  it('waits for the input limit even when total tokens would fit', () => {
+    const calls = [call(60, 40, 40, 100), call(60, 10, 10, 100)];
+    expect(idealSchedule(calls, budget({ tokens: 200 })).starts).toEqual([0, 0]);
+    const split = idealSchedule(calls, budget({ input: 100, output: 100 }));
+    expect(split.starts).toEqual([0, 1_000]);
+    expect(split.minimumMs).toBe(1_100);
+  });
+
+  it('starts a call when an earlier one gives unused output back, under actual accounting', () => {
+    const calls = [call(1, 100, 20, 500), call(1, 80, 80, 100)];
+    expect(idealSchedule(calls, budget({ output: 100 })).starts).toEqual([0, 1_000]);
+    const actual = idealSchedule(calls, budget({ output: 100 }, 'actual'));
+    expect(actual.starts).toEqual([0, 500]);
+    expect(actual.minimumMs).toBe(600);
+  });
+
+  it('counts requests against the requests limit', () => {
+    const calls = [call(1, 1, 1, 10), call(1, 1, 1, 10), call(1, 1, 1, 10)];
+    expect(idealSchedule(calls, budget({ requests: 2 })).starts).toEqual([0, 0, 1_000]);
+  });
+
+  it('refuses a call larger than a limit, naming the dimension', () => {
+    expect(() => idealSchedule([call(150, 1, 1, 10)], budget({ input: 100 }))).toThrow(
+      'call 0 costs 150 (input), above the limit 100',
+    );
+  });
+});
+
+describe('the fluid minimum', () => {
+  it('is a window of work at once, the rest at the limit per window, plus the shortest call', () => {
+    const calls = same(3, { input: 50, maxTokens: 50, output: 50, latencyMs: 100 });
+    const b = {
+      limits: { tokens: 100 },
+      windowMs: 1_000,
+      concurrency: 10,
+      accounting: 'reserve',
+    } as const;
+    expect(fluidMinimumMs(calls, b)).toBe(2_100);
+    expect(idealSchedule(calls, b).minimumMs).toBe(2_100);
+  });
+
+  it('takes the dimension that needs longest, and never exceeds the ideal client', () => {
+    const calls = mixedCalls(60).map((r, i) => ({
+      input: 20 + (i % 13) * 40,
+      maxTokens: r.max_tokens % 1_500,
+      output: Math.round((r.max_tokens % 1_500) / 2),
+      latencyMs: 100 + (i % 5) * 100,
+    }));
+    for (const accounting of ['reserve', 'actual'] as const) {
+      const b = {
+        limits: { input: 6_000, output: 8_000, requests: 30 },
+        windowMs: 1_000,
+        concurrency: 10,
+        accounting,
+      };
+      const fluid = fluidMinimumMs(calls, b);
+      const input = calls.reduce((s, c) => s + c.input, 0);
+      expect(fluid).toBeGreaterThanOrEqual((input / 6_000 - 1) * 1_000 + 100);
+      expect(fluid).toBeLessThanOrEqual(idealSchedule(calls, b).minimumMs);
+    }
   });
 });
 

@@ -24,7 +24,8 @@ describe('llmq bench', () => {
       'wall',
       'worst window / limit',
       'utilization',
-      'wall / minimum',
+      'wall / ideal',
+      'wall / fluid',
     ]) {
       expect(text).toContain(header);
     }
@@ -62,7 +63,7 @@ describe('llmq bench', () => {
     const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
     await expect(run).rejects.toBeInstanceOf(ConfigError);
     await expect(run).rejects.toThrow(
-      /--scenario must be one of published, refunds, fleet, neighbour, overhead, scale, got "nope"/,
+      /--scenario must be one of published, refunds, fleet, split, neighbour, overhead, scale, got "nope"/,
     );
   });
 });

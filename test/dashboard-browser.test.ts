@@ -1,22 +1,15 @@
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { launchChromium, skipWithoutChromium } from './fixtures/chromium.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
 // In CI the browser must be there (.ci/run installs it); elsewhere a missing one skips, loudly.
-const skip = !haveChromium && !process.env['CI'];
-if (skip) {
-  console.warn(
-    `dashboard-browser: skipped, ${CHROMIUM} is absent (apt-get install -y chromium to run it)`,
-  );
-}
+const skip = skipWithoutChromium('dashboard-browser');
 /** Set to a folder to keep screenshots of the pages for a look (never committed). */
 const SHOTS = process.env['LLMQ_DASHBOARD_SCREENSHOTS'];
 const TOKEN = 'browser-test-token-5b1f';
@@ -53,19 +46,7 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
       port: 0,
       auth: { token: TOKEN },
     });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
   });
 
   afterAll(async () => {

@@ -79,6 +79,8 @@ describe('the mock-anthropic command', () => {
       window: '0.5',
       algo: 'bucket',
       outputAccounting: 'actual',
+      charsPerToken: '3.6',
+      perMessageTokens: '7',
       latency: '20',
       latencyPerToken: '0.5',
       outputShare: '0.2-0.4',
@@ -96,6 +98,7 @@ describe('the mock-anthropic command', () => {
       limits: { requests: 50, input_tokens: 80_000, output_tokens: 16_000, tokens: 100_000 },
       algorithm: 'bucket',
       outputAccounting: 'actual',
+      inputCounting: { charsPerToken: 3.6, perMessageTokens: 7 },
       latencyMs: 20,
       latencyPerOutputTokenMs: 0.5,
       outputShare: [0.2, 0.4],
@@ -123,6 +126,15 @@ describe('the mock-anthropic command', () => {
     [{ port: '70000' }, '--port must be a port from 0 to 65535, got "70000"'],
     [{ latency: '-1' }, '--latency must be a number >= 0, got "-1"'],
     [{ seed: 'x' }, '--seed must be an integer, got "x"'],
+    [
+      { charsPerToken: '0' },
+      '--chars-per-token must be a number of characters from 0.1 to 100, got "0"',
+    ],
+    [
+      { charsPerToken: '4', perMessageTokens: '2.5' },
+      '--per-message-tokens must be a whole number of tokens from 0 to 1000, got "2.5"',
+    ],
+    [{ perMessageTokens: '7' }, '--per-message-tokens must be given only with charsPerToken'],
   ])('refuses %o with a ConfigError naming the flag and the value', (flags, message) => {
     expect(() => resolveMockAnthropicFlags(flags)).toThrow(ConfigError);
     expect(() => resolveMockAnthropicFlags(flags)).toThrow(message);

@@ -178,6 +178,24 @@ describe('mock Anthropic server, as the SDK sees it', () => {
     expect(mock.stats()).toMatchObject({ countTokensCalls: 3, attempts: 1, admitted: 1 });
   });
 
+  it('counts input as characters / charsPerToken + perMessageTokens a message when asked, in usage, count_tokens and limits alike', async () => {
+    // 'You answer briefly.' (19) + the question (54): 73 characters, one message.
+    const counting = { charsPerToken: 3.6, perMessageTokens: 7 };
+    const expected = Math.ceil(73 / 3.6) + 7;
+    const mock = await start({ ...counting, limits: { inputTokens: 2 * expected } });
+    const client = sdk(mock);
+    const { max_tokens: _unused, ...countParams } = params;
+    expect((await client.messages.countTokens(countParams)).input_tokens).toBe(expected);
+    const created = await client.messages.create(params);
+    expect(created.usage.input_tokens).toBe(expected);
+    expect(expected).not.toBe(countMockTokens(params));
+    expect(countMockTokens(params, counting)).toBe(expected);
+    // The limit counts the same way: two fit in the window, the third is refused.
+    await client.messages.create(params);
+    await expect(client.messages.create(params)).rejects.toBeInstanceOf(RateLimitError);
+    expect(mock.stats()).toMatchObject({ admitted: 2 });
+  });
+
   it('answers 401 authentication_error without an API key, with the request id in body and header', async () => {
     const mock = await start();
     for (const headers of [{}, { 'x-api-key': '' }]) {

@@ -1,10 +1,12 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import { Producer } from '../producer/producer.ts';
 import { formatStatus } from '../scripts/cli/status.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { getQueueStatus } from '../shared/status.ts';
-import { eachTestRedis, sendProbe } from './helpers.ts';
+import { type FakeAnswer, startFakeWorker } from './fixtures/fake-worker.ts';
+import { eachTestRedis, sendProbe, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -24,5 +26,42 @@ describe('llmq status', () => {
     expect(formatStatus(status)).toContain(
       `pause none  probe out until ${new Date(status.limiter.probeUntil!).toISOString()}  breaker closed`,
     );
+  });
+
+  it('counts a dead-lettered job once, under dead, not under failed too', async () => {
+    const producer = new Producer({ redis, names });
+    const worker = startFakeWorker(
+      redis,
+      names,
+      (prompt): FakeAnswer =>
+        prompt === 'ok'
+          ? { text: 'fine', usage: { input_tokens: 3, output_tokens: 1 } }
+          : {
+              deadLetter: {
+                reason: '429 without retry-after: spend cap reached',
+                errorClass: 'RateLimitError',
+                status: 429,
+              },
+            },
+    );
+    try {
+      const ask = (content: string) => ({
+        model: 'claude-test',
+        max_tokens: 10,
+        messages: [{ role: 'user', content }],
+      });
+      for (const p of ['capped', 'capped', 'capped', 'ok']) await producer.enqueue(ask(p));
+      await until(async () => (await producer.queue.getFailedCount()) === 3);
+      const status = await getQueueStatus(redis, names);
+      expect(status.counts).toMatchObject({ completed: 1, failed: 0, dead: 3 });
+      expect(formatStatus(status)).toContain('completed 1  failed 0  dead 3');
+      // A purged dead letter leaves its job failed: counted there, still once.
+      const dead = await producer.deadLetters.getJobs(['wait']);
+      await dead[0]!.remove();
+      expect((await getQueueStatus(redis, names)).counts).toMatchObject({ failed: 1, dead: 2 });
+    } finally {
+      await worker.close();
+      await producer.close();
+    }
   });
 });

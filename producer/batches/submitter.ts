@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Anthropic from '@anthropic-ai/sdk';
-import { type ConnectionOptions, type Job, Worker } from 'bullmq';
+import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../../shared/keys.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
@@ -100,7 +100,7 @@ export class BatchSubmitter {
     this.messages.on('error', () => {});
     const b = batchNames(this.names);
     this.taker = new Worker<JobData, JobResult>(b.queue, null, {
-      connection: { ...this.redis.options, maxRetriesPerRequest: null } as ConnectionOptions,
+      connection: this.redis, // duplicated by BullMQ for its blocking reads
       prefix: bullPrefix(b),
       autorun: false,
     });

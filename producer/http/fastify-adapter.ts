@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
+  type Authenticate,
   errorResponse,
   type HandlerRequest,
   type HandlerResponse,
@@ -28,12 +29,28 @@ function flat(o: unknown): Record<string, string | undefined> {
  * Mounts framework-free routes on a fastify instance: JSON bodies parsed here (bad JSON and
  * oversize bodies answered with the API's error codes), every other framework error mapped too,
  * and the long polls aborted when the client goes away or `shutdown` fires. Nothing is logged.
+ * Credentials are checked first, before the body is read: a caller without them learns nothing
+ * about a route (its body type, its size) and gets the same 401 on paths that do not exist.
  */
 export function mountRoutes(
   app: FastifyInstance,
   routes: readonly Route[],
-  options: { readonly shutdown?: AbortSignal } = {},
+  options: {
+    readonly shutdown?: AbortSignal;
+    /** Checks requests that match no route. */
+    readonly authenticate?: Authenticate;
+  } = {},
 ): void {
+  const tenants = new WeakMap<FastifyRequest, { readonly tenant: string }>();
+  app.addHook('onRequest', async (req, reply) => {
+    const config = req.routeOptions.config as { llmqAuth?: Authenticate } | undefined;
+    const check = req.routeOptions.url === undefined ? options.authenticate : config?.llmqAuth;
+    if (!check) return;
+    const outcome = check({ headers: flat(req.headers), address: req.ip });
+    if ('status' in outcome) return send(reply, outcome);
+    tenants.set(req, outcome);
+  });
+
   // JSON only: any other body type is answered 415.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
@@ -84,6 +101,7 @@ export function mountRoutes(
     app.route({
       method: route.method,
       url: route.path,
+      config: { llmqAuth: route.authenticate },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
         const gone = new AbortController();
         const onClose = () => {
@@ -95,6 +113,7 @@ export function mountRoutes(
           query: flat(req.query),
           body: req.body,
           headers: flat(req.headers),
+          auth: tenants.get(req),
           signal: options.shutdown ? AbortSignal.any([gone.signal, options.shutdown]) : gone.signal,
         };
         const res = await route.handler(request);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { AuthThrottle } from '../../shared/auth-throttle.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { toFieldIssues } from '../../shared/request.ts';
 import type { JobStatus } from '../job-status.ts';
@@ -14,7 +15,7 @@ export interface HandlerRequest {
   readonly body: unknown;
   /** Lower-case header names. */
   readonly headers: Readonly<Record<string, string | undefined>>;
-  /** Who is calling; set by {@link withAuth}. */
+  /** Who is calling; set by the adapter from the route's {@link Authenticate}. */
   readonly auth?: { readonly tenant: string } | undefined;
   /** Aborted when the client goes away (long polls stop waiting). */
   readonly signal?: AbortSignal | undefined;
@@ -28,11 +29,22 @@ export interface HandlerResponse {
 
 export type Handler = (req: HandlerRequest) => Promise<HandlerResponse>;
 
+/**
+ * Decides who is calling from the headers and the peer's address alone, before the body is
+ * read: the tenant, or the answer that refuses the request.
+ */
+export type Authenticate = (req: {
+  readonly headers: Readonly<Record<string, string | undefined>>;
+  readonly address: string;
+}) => { readonly tenant: string } | HandlerResponse;
+
 export interface Route {
   readonly method: 'GET' | 'POST' | 'DELETE';
   /** `:name` segments become params. */
   readonly path: string;
   readonly handler: Handler;
+  /** Run by the adapter before the body is read; absent on a public route. */
+  readonly authenticate?: Authenticate;
 }
 
 /** The stable error codes of the HTTP API. */
@@ -41,7 +53,10 @@ export type ApiErrorCode =
   | 'invalid_request'
   | 'unsupported_media_type'
   | 'body_too_large'
+  | 'headers_too_large'
+  | 'request_timeout'
   | 'unauthorized'
+  | 'too_many_auth_failures'
   | 'not_found'
   | 'job_not_found'
   | 'job_not_cancellable'
@@ -66,7 +81,7 @@ export function errorResponse(
 export function toErrorResponse(err: unknown): HandlerResponse {
   if (err instanceof QueueFullError) {
     const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return errorResponse(429, 'queue_full', err.message, {
+    return errorResponse(429, 'queue_full', `${err.summary}: retry in ${seconds} s (Retry-After)`, {
       headers: { 'retry-after': String(seconds) },
     });
   }
@@ -96,22 +111,44 @@ export function toErrorResponse(err: unknown): HandlerResponse {
   return errorResponse(500, 'internal_error', 'internal error');
 }
 
-/** A guard: answers 401 unless the request carries a known bearer key, else passes the tenant on. */
-export function withAuth(keys: ApiKeyStore, handler: Handler): Handler {
-  return async (req) => {
-    const tenant = keys.authenticate(req.headers['authorization']);
-    if (tenant === undefined) {
+const UNAUTHORIZED = errorResponse(
+  401,
+  'unauthorized',
+  'a valid API key is required: send Authorization: Bearer <key>',
+  { headers: { 'www-authenticate': 'Bearer' } },
+);
+
+/**
+ * Bearer API keys, with failed attempts counted per address when a throttle is given: an
+ * address refused by it gets 429 `too_many_auth_failures`, whatever key it sends.
+ */
+export function apiKeyAuth(keys: ApiKeyStore, throttle?: AuthThrottle): Authenticate {
+  return ({ headers, address }) => {
+    const verdict = throttle?.check(address);
+    if (verdict && !verdict.ok) {
+      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
       return errorResponse(
-        401,
-        'unauthorized',
-        'a valid API key is required: send Authorization: Bearer <key>',
-        {
-          headers: { 'www-authenticate': 'Bearer' },
-        },
+        429,
+        'too_many_auth_failures',
+        `too many failed authentications from this address: try again in ${seconds} s`,
+        { headers: { 'retry-after': String(seconds) } },
       );
     }
-    return handler({ ...req, auth: { tenant } });
+    const tenant = keys.authenticate(headers['authorization']);
+    if (tenant === undefined) {
+      // A request without credentials is not a guess; a wrong or malformed one is.
+      if (headers['authorization'] !== undefined || headers['x-api-key'] !== undefined)
+        throttle?.failed(address);
+      return UNAUTHORIZED;
+    }
+    throttle?.succeeded(address);
+    return { tenant };
   };
+}
+
+/** A guard: answers 401 unless the adapter authenticated the request. */
+function withAuth(handler: Handler): Handler {
+  return async (req) => (req.auth ? handler(req) : UNAUTHORIZED);
 }
 
 /** Turns typed errors thrown by a handler into answers. */
@@ -159,16 +196,17 @@ const JOB_ID = /^[A-Za-z0-9_.-]{1,128}$/;
 
 export interface ApiHandlersOptions {
   readonly producer: Producer;
-  readonly keys: ApiKeyStore;
+  /** Who may call (see {@link apiKeyAuth}). */
+  readonly authenticate: Authenticate;
   /** The longest `/wait` long-poll, in ms. @default 60_000 */
   readonly maxWaitMs?: number;
 }
 
 /** Every route of the HTTP API, framework-free. */
 export function createRoutes(options: ApiHandlersOptions): Route[] {
-  const { producer, keys } = options;
+  const { producer, authenticate } = options;
   const maxWaitMs = options.maxWaitMs ?? 60_000;
-  const guarded = (h: Handler) => caught(withAuth(keys, h));
+  const guarded = (h: Handler) => caught(withAuth(h));
 
   /** The job if it exists and belongs to the caller's tenant; a stranger's job is "not found". */
   async function ownJob(req: HandlerRequest): Promise<JobStatus | HandlerResponse> {
@@ -281,10 +319,10 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
   const openapi: Handler = async () => ({ status: 200, body: OPENAPI });
 
   return [
-    { method: 'POST', path: '/v1/jobs', handler: guarded(createJob) },
-    { method: 'GET', path: '/v1/jobs/:id', handler: guarded(getJob) },
-    { method: 'GET', path: '/v1/jobs/:id/wait', handler: guarded(waitJob) },
-    { method: 'DELETE', path: '/v1/jobs/:id', handler: guarded(cancelJob) },
+    { method: 'POST', path: '/v1/jobs', handler: guarded(createJob), authenticate },
+    { method: 'GET', path: '/v1/jobs/:id', handler: guarded(getJob), authenticate },
+    { method: 'GET', path: '/v1/jobs/:id/wait', handler: guarded(waitJob), authenticate },
+    { method: 'DELETE', path: '/v1/jobs/:id', handler: guarded(cancelJob), authenticate },
     { method: 'GET', path: '/openapi.json', handler: caught(openapi) },
   ];
 }

@@ -65,8 +65,9 @@ export const OPENAPI = {
           ),
           '429': {
             ...error(
-              ['queue_full'],
-              "The queue, or this tenant's share of it, is at its depth bound.",
+              ['queue_full', 'too_many_auth_failures'],
+              "The queue, or this tenant's share of it, is at its depth bound; or this address " +
+                'failed to authenticate too often and is refused for a while.',
             ),
             headers: {
               'Retry-After': {
@@ -240,7 +241,10 @@ export const OPENAPI = {
                   'invalid_request',
                   'unsupported_media_type',
                   'body_too_large',
+                  'headers_too_large',
+                  'request_timeout',
                   'unauthorized',
+                  'too_many_auth_failures',
                   'not_found',
                   'job_not_found',
                   'job_not_cancellable',

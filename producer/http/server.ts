@@ -1,10 +1,12 @@
-import Fastify from 'fastify';
+import { STATUS_CODES } from 'node:http';
+import Fastify, { type FastifyReply } from 'fastify';
+import { AuthThrottle, type AuthThrottleOptions } from '../../shared/auth-throttle.ts';
 import type { Config } from '../../shared/config.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { mountRoutes } from './fastify-adapter.ts';
-import { createRoutes } from './handlers.ts';
+import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
 
 export interface HttpApiOptions {
   /** Where the queue is (redisUrl, queue, prefix, maxDepth, limits). */
@@ -21,6 +23,11 @@ export interface HttpApiOptions {
   readonly maxWaitMs?: number;
   /** A Redis command that takes longer answers 503. @default 5_000 */
   readonly commandTimeoutMs?: number;
+  /**
+   * Failed authentications per address before it is refused for a while (in this process's
+   * memory). @default {} (5 failures, then 1 s doubling up to 60 s)
+   */
+  readonly authThrottle?: AuthThrottleOptions;
   /** More producer settings (tenantMaxDepth, retryAfterMs, …). */
   readonly producer?: Partial<Omit<ProducerOptions, 'redis' | 'names'>>;
 }
@@ -48,18 +55,48 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     logger: false,
     bodyLimit: options.bodyLimit ?? 1_048_576,
     return503OnClosing: true,
+    // A URL that does not decode (`/%`) is answered before any route or hook runs.
+    frameworkErrors: (_err, _req, reply) =>
+      (reply as FastifyReply)
+        .code(400)
+        .type('application/json; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .send(
+          JSON.stringify(
+            errorResponse(400, 'invalid_request', 'the URL could not be decoded').body,
+          ),
+        ),
+    // What Node's parser refuses (headers too large, a malformed request line) still answers
+    // in the API's error format.
+    clientErrorHandler: (err: Error & { code?: string }, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return;
+      const [status, code, message]: [number, ApiErrorCode, string] =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'headers_too_large', 'the request headers are larger than this server accepts']
+          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'request_timeout', 'the request took too long to arrive']
+            : [400, 'invalid_request', 'the request could not be read as HTTP'];
+      const body = JSON.stringify(errorResponse(status, code, message).body);
+      // Not after an answer already sent on this connection (bytes after a `Connection: close`).
+      if (socket.writable && !socket.writableEnded) {
+        socket.write(
+          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
+            `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        );
+      }
+      socket.destroy();
+    },
   });
   const shutdown = new AbortController();
+  const authenticate = apiKeyAuth(keys, new AuthThrottle(options.authThrottle));
   mountRoutes(
     app,
     createRoutes({
       producer,
-      keys,
+      authenticate,
       ...(options.maxWaitMs !== undefined ? { maxWaitMs: options.maxWaitMs } : {}),
     }),
-    {
-      shutdown: shutdown.signal,
-    },
+    { shutdown: shutdown.signal, authenticate },
   );
   try {
     await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8080 });

@@ -18,10 +18,12 @@
  * In general ({@link idealSchedule}), the minimum is the finish of an ideal client that runs the
  * same calls in the same (first come, first served) order with no overhead at all: each call
  * starts at the earliest instant at which (a) the call before it has started, (b) fewer than C
- * calls are in flight, and (c) the provider's sliding window has room for it — counting each
- * earlier call at its full charge (input + max_tokens) while in flight and, when the provider
- * gives unused output back (`actual`), at input + actual output once it has ended. The minimum is
- * when its last call ends. For identical calls it equals the closed form above.
+ * calls are in flight, and (c) the provider's sliding window has room for it in every limited
+ * dimension (requests, input, output, input + output) — counting each earlier call at its full
+ * charge (input as the provider counts it, and max_tokens) while in flight and, when the provider
+ * gives unused output back (`actual`), at input + actual output once it has ended. It knows every
+ * charge exactly, so it never draws a 429. The minimum is when its last call ends. For identical
+ * calls it equals the closed form above. {@link fluidMinimumMs} is a lower bound below it.
  *
  * ## Utilization
  *
@@ -42,9 +44,17 @@ export interface CallShape {
   readonly latencyMs: number;
 }
 
+/** Limits per window of each dimension the provider limits; an absent one is unlimited. */
+export interface BudgetLimits {
+  readonly requests?: number | undefined;
+  readonly input?: number | undefined;
+  readonly output?: number | undefined;
+  /** Input plus output. */
+  readonly tokens?: number | undefined;
+}
+
 export interface BudgetShape {
-  /** Total-token limit per window. */
-  readonly limit: number;
+  readonly limits: BudgetLimits;
   readonly windowMs: number;
   /** Calls in flight at once. */
   readonly concurrency: number;
@@ -54,11 +64,20 @@ export interface BudgetShape {
 export interface IdealSchedule {
   /** Start of each call, ms from the first. */
   readonly starts: readonly number[];
-  /** When the last call ends, ms from the first start: the budget's own minimum. */
+  /** When the last call ends, ms from the first start: the ideal client's wall time. */
   readonly minimumMs: number;
-  /** Utilization of the ideal run (see the module comment). */
+  /** Utilization of the ideal run (see the module comment), of the tokens limit or else input. */
   readonly utilization: number;
 }
+
+type Charge = readonly [requests: number, input: number, output: number, tokens: number];
+
+const limitsOf = (l: BudgetLimits): readonly (number | undefined)[] => [
+  l.requests,
+  l.input,
+  l.output,
+  l.tokens,
+];
 
 /** The closed form for identical calls (see the module comment). */
 export function uniformMinimumMs(
@@ -74,22 +93,58 @@ export function uniformMinimumMs(
   return (waves - 1) * budget.windowMs + Math.ceil(last / budget.concurrency) * latencyMs;
 }
 
+/**
+ * The fluid minimum: the least wall time the limits allow if the work could be poured in as a
+ * fluid: a window's worth at once, the rest at the limit per window, in the dimension that takes
+ * longest, plus the shortest call. No client, however clever its order, beats it.
+ */
+export function fluidMinimumMs(calls: readonly CallShape[], budget: BudgetShape): number {
+  if (calls.length === 0) return 0;
+  const totals = [0, 0, 0, 0];
+  for (const c of calls) {
+    const charge = settledCharge(c, budget.accounting);
+    for (let d = 0; d < 4; d++) totals[d]! += charge[d]!;
+  }
+  let windows = 0;
+  limitsOf(budget.limits).forEach((limit, d) => {
+    if (limit !== undefined) windows = Math.max(windows, totals[d]! / limit - 1);
+  });
+  return windows * budget.windowMs + Math.min(...calls.map((c) => c.latencyMs));
+}
+
+const fullCharge = (c: CallShape): Charge => [1, c.input, c.maxTokens, c.input + c.maxTokens];
+
+function settledCharge(c: CallShape, accounting: 'reserve' | 'actual'): Charge {
+  return accounting === 'actual' ? [1, c.input, c.output, c.input + c.output] : fullCharge(c);
+}
+
 /** The ideal first-come-first-served client's schedule (see the module comment). */
 export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape): IdealSchedule {
   const W = budget.windowMs;
+  const limits = limitsOf(budget.limits);
   const starts: number[] = [];
   const ends: number[] = [];
-  const full = (c: CallShape) => c.input + c.maxTokens;
-  const settled = (c: CallShape) => (budget.accounting === 'actual' ? c.input + c.output : full(c));
   // What call j holds in the provider's window at time t (it entered at starts[j]).
-  const held = (j: number, t: number) => {
-    if (starts[j]! <= t - W) return 0;
-    return t < ends[j]! ? full(calls[j]!) : settled(calls[j]!);
+  const held = (j: number, t: number): Charge | undefined => {
+    if (starts[j]! <= t - W) return undefined;
+    return t < ends[j]! ? fullCharge(calls[j]!) : settledCharge(calls[j]!, budget.accounting);
+  };
+  const fits = (i: number, at: number) => {
+    const sum = [...fullCharge(calls[i]!)];
+    for (let j = 0; j < i; j++) {
+      const h = held(j, at);
+      if (h) for (let d = 0; d < 4; d++) sum[d]! += h[d]!;
+    }
+    return limits.every((limit, d) => limit === undefined || sum[d]! <= limit);
   };
   for (let i = 0; i < calls.length; i++) {
-    const call = calls[i]!;
-    if (full(call) > budget.limit)
-      throw new RangeError(`call ${i} costs ${full(call)}, above the limit ${budget.limit}`);
+    const call = fullCharge(calls[i]!);
+    limits.forEach((limit, d) => {
+      if (limit !== undefined && call[d]! > limit)
+        throw new RangeError(
+          `call ${i} costs ${call[d]} (${DIMENSION_NAMES[d]}), above the limit ${limit}`,
+        );
+    });
     let t = i === 0 ? 0 : starts[i - 1]!;
     // (b) a free slot: once fewer than C earlier calls are still running.
     const running = ends.filter((e) => e > t).sort((a, b) => a - b);
@@ -103,22 +158,21 @@ export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape):
       if (budget.accounting === 'actual' && ends[j]! > t) candidates.push(ends[j]!);
     }
     candidates.sort((a, b) => a - b);
-    let start = Number.NaN;
-    for (const at of candidates) {
-      let sum = full(call);
-      for (let j = 0; j < i; j++) sum += held(j, at);
-      if (sum <= budget.limit) {
-        start = at;
-        break;
-      }
-    }
+    const start = candidates.find((at) => fits(i, at)) ?? Number.NaN;
     starts.push(start);
-    ends.push(start + call.latencyMs);
+    ends.push(start + calls[i]!.latencyMs);
   }
   const minimumMs = ends.length > 0 ? Math.max(...ends) : 0;
-  const admissions = calls.map((c, i) => ({ at: starts[i]!, charge: settled(c) }));
-  return { starts, minimumMs, utilization: utilization(admissions, budget.limit, W).mean };
+  const byTokens = budget.limits.tokens !== undefined;
+  const limit = budget.limits.tokens ?? budget.limits.input ?? Number.NaN;
+  const admissions = calls.map((c, i) => {
+    const charge = settledCharge(c, budget.accounting);
+    return { at: starts[i]!, charge: byTokens ? charge[3] : charge[1] };
+  });
+  return { starts, minimumMs, utilization: utilization(admissions, limit, W).mean };
 }
+
+const DIMENSION_NAMES = ['requests', 'input', 'output', 'tokens'] as const;
 
 export interface UtilizationReport {
   /** Share of the limit admitted in each full window. */

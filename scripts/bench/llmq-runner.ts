@@ -3,7 +3,9 @@ import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
 import type { RedisClient } from '../../shared/redis.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
+import type { InputCounting } from '../mock-anthropic/index.ts';
 import type { ClientRun } from './clients/run-baseline.ts';
+import { type LimiterWatchReport, watchLimiter } from './limiter-watch.ts';
 import { startWorkers, type WorkerChild } from './processes.ts';
 import { benchProviderClient } from './provider-client.ts';
 import { CallRecorder, mergeReports, type RecorderReport } from './recorder.ts';
@@ -34,12 +36,18 @@ export interface LlmqRunOptions {
   readonly recordOutput?: boolean;
   /** Give up waiting for results after this long. @default 600_000 */
   readonly timeoutMs?: number;
+  /** Sample the limiter's foreign spend and estimate accuracy while it runs. @default false */
+  readonly watchLimiter?: boolean;
+  /** How the mock counts input, for the recorders. @default the mock's tokenizer */
+  readonly counting?: InputCounting | undefined;
 }
 
 export interface LlmqRun extends ClientRun {
   readonly calls: RecorderReport;
   /** One per worker process (only with `where: 'processes'`). */
   readonly processes: readonly WorkerProcessReport[];
+  /** With `watchLimiter`. */
+  readonly limiterWatch?: LimiterWatchReport | undefined;
 }
 
 /** The rate scenarios' budget: `limit` tokens per sliding window, `maxInFlight` calls at once. */
@@ -70,7 +78,11 @@ async function runInScope(
   names: QueueNames,
 ): Promise<LlmqRun> {
   const { limiter } = options;
-  const record = { mode: 'full', output: options.recordOutput ?? false } as const;
+  const record = {
+    mode: 'full',
+    output: options.recordOutput ?? false,
+    counting: options.counting,
+  } as const;
   const recorders: CallRecorder[] = [];
   const handles: WorkerHandle[] = [];
   const connections: RedisClient[] = [];
@@ -118,10 +130,12 @@ async function runInScope(
         backfill: options.backfill ?? false,
         record: record.mode,
         recordOutput: record.output,
+        ...(options.counting ? { counting: options.counting } : {}),
       }));
       for (const c of children) c.go();
     }
 
+    const watch = options.watchLimiter ? watchLimiter(redis, names) : undefined;
     const t0 = Date.now();
     const ids = await producer.enqueueMany(options.requests, {
       exactCount: options.exactCount ?? false,
@@ -147,6 +161,7 @@ async function runInScope(
       ),
     );
     const wallMs = last - t0;
+    const limiterWatch = await watch?.stop();
     await Promise.all(handles.map((h) => h.stop(5_000)));
     handles.length = 0;
     const processes = await Promise.all(children.map((c) => c.stop()));
@@ -155,7 +170,7 @@ async function runInScope(
       ...(await Promise.all(recorders.map((r) => r.report()))),
       ...processes.map((p) => p.calls),
     ]);
-    return { completed, failed, wallMs, errors, calls, processes };
+    return { completed, failed, wallMs, errors, calls, processes, limiterWatch };
   } finally {
     await Promise.all(handles.map((h) => h.stop(1_000).catch(() => {})));
     for (const c of children) c.kill();

@@ -1,4 +1,4 @@
-import { countMockTokens } from '../mock-anthropic/index.ts';
+import { countMockTokens, type InputCounting } from '../mock-anthropic/index.ts';
 
 /**
  * One call the provider admitted (a 200), as a client saw it: when it was sent (the mock admits on
@@ -7,7 +7,10 @@ import { countMockTokens } from '../mock-anthropic/index.ts';
  */
 export interface AdmittedCall {
   readonly at: number;
-  readonly input: number;
+  /** The first 12 characters of the first message: which request it was. */
+  readonly key: string;
+  /** As the mock's tokenizer counts it; as the response says when output is recorded. */
+  input: number;
   readonly maxTokens: number;
   output: number | undefined;
 }
@@ -29,9 +32,12 @@ export interface RecorderOptions {
   readonly mode?: 'counts' | 'full';
   /** Read each 200's body for its output tokens (for `actual` output accounting). @default false */
   readonly output?: boolean;
+  /** How the mock counts input (until the response says). @default the mock's tokenizer */
+  readonly counting?: InputCounting | undefined;
 }
 
 const OUTPUT_TOKENS = /"output_tokens"\s*:\s*(\d+)/g;
+const INPUT_TOKENS = /"input_tokens"\s*:\s*(\d+)/;
 
 /**
  * A `fetch` for the SDK's `fetch` option that watches the Messages calls a client makes, so the
@@ -45,10 +51,12 @@ export class CallRecorder {
   private readonly pending = new Set<Promise<void>>();
   private readonly mode: 'counts' | 'full';
   private readonly withOutput: boolean;
+  private readonly counting: InputCounting;
 
   constructor(options: RecorderOptions = {}) {
     this.mode = options.mode ?? 'full';
     this.withOutput = options.output ?? false;
+    this.counting = options.counting ?? {};
   }
 
   readonly fetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
@@ -74,15 +82,23 @@ export class CallRecorder {
 
   private admit(at: number, body: unknown, response: Response): void {
     if (typeof body !== 'string') return;
-    let request: { max_tokens?: number };
+    let request: { max_tokens?: number; messages?: { content?: unknown }[] };
     let input: number;
     try {
-      request = JSON.parse(body) as { max_tokens?: number };
-      input = countMockTokens(request);
+      request = JSON.parse(body) as typeof request;
+      input = countMockTokens(request, this.counting);
     } catch {
       return;
     }
-    const call: AdmittedCall = { at, input, maxTokens: request.max_tokens ?? 0, output: undefined };
+    const content = request.messages?.[0]?.content;
+    const key = typeof content === 'string' ? content.slice(0, 12) : '';
+    const call: AdmittedCall = {
+      at,
+      key,
+      input,
+      maxTokens: request.max_tokens ?? 0,
+      output: undefined,
+    };
     this.admitted.push(call);
     if (!this.withOutput) return;
     // A tee of the body: the client reads its own copy as if nothing happened.
@@ -93,6 +109,9 @@ export class CallRecorder {
         let last: string | undefined;
         for (const m of text.matchAll(OUTPUT_TOKENS)) last = m[1];
         if (last !== undefined) call.output = Number(last);
+        // The provider's own count, whatever counter it uses.
+        const input = INPUT_TOKENS.exec(text)?.[1];
+        if (input !== undefined) call.input = Number(input);
       })
       .catch(() => {})
       .finally(() => this.pending.delete(read));

@@ -1,3 +1,4 @@
+import type { InputCounting } from '../mock-anthropic/index.ts';
 import { renderTable } from './table.ts';
 
 /** What every scenario gets. */
@@ -10,6 +11,8 @@ export interface ScenarioContext {
    */
   readonly smoke?: boolean;
   readonly redisUrl: string;
+  /** How the mock counts input tokens (`--counter differing`); its tokenizer when absent. */
+  readonly counting?: InputCounting | undefined;
   /** Progress, one line at a time (stderr under the CLI). */
   readonly log: (line: string) => void;
 }

@@ -9,12 +9,15 @@ import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
 import { refundsScenario } from './scenarios/refunds.ts';
 import { scaleScenario } from './scenarios/scale.ts';
+import { splitScenario } from './scenarios/split.ts';
+import { DIFFERING_COUNTER } from './workload.ts';
 
 /** Every scenario, in the order a full run takes them. */
 export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   published: publishedScenario,
   refunds: refundsScenario,
   fleet: fleetScenario,
+  split: splitScenario,
   neighbour: neighbourScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
@@ -27,6 +30,11 @@ export interface BenchOptions {
   readonly quick?: boolean;
   /** A tiny workload for the smoke test (see ScenarioContext.smoke); not for figures. */
   readonly smoke?: boolean;
+  /**
+   * How the mock counts input: `tokenizer` (its own, near llmq's estimate) or `differing`
+   * (characters / 3.6 + 7 a message, an independent provider's). @default 'tokenizer'
+   */
+  readonly counter?: 'tokenizer' | 'differing';
   /** Write every figure as JSON here. */
   readonly json?: string | undefined;
   readonly redisUrl: string;
@@ -92,7 +100,17 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     for (const name of names) {
       const t0 = performance.now();
       log(`${name}: starting${quick ? ' (quick)' : ''}`);
-      const result = await SCENARIOS[name]!({ quick, smoke, redisUrl: options.redisUrl, log });
+      const counting = options.counter === 'differing' ? DIFFERING_COUNTER : undefined;
+      const ran = await SCENARIOS[name]!({
+        quick,
+        smoke,
+        redisUrl: options.redisUrl,
+        log,
+        counting,
+      });
+      const result = counting
+        ? { ...ran, title: `${ran.title}; input counted as characters / 3.6 + 7 a message` }
+        : ran;
       (report.scenarios as ScenarioResult[]).push(result);
       log(`${name}: done in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
       print(renderScenario(result));

@@ -45,6 +45,7 @@ redis.on('error', (err) =>
 const recorder = new CallRecorder({
   mode: config.record ?? 'counts',
   output: config.recordOutput ?? false,
+  counting: config.counting,
 });
 const client = config.mockUrl ? benchProviderClient(config.mockUrl, recorder) : undefined;
 

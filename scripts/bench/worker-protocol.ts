@@ -1,5 +1,6 @@
 import type { QueueNames } from '../../shared/keys.ts';
 import type { WorkerOptions } from '../../worker/worker.ts';
+import type { InputCounting } from '../mock-anthropic/index.ts';
 import type { CommandCounts } from './command-counter.ts';
 import type { RecorderReport } from './recorder.ts';
 
@@ -33,6 +34,8 @@ export interface WorkerProcessConfig {
   readonly record?: 'counts' | 'full';
   /** Read each response's output tokens (for `actual` accounting). @default false */
   readonly recordOutput?: boolean;
+  /** How the mock counts input, for the recorder. @default the mock's tokenizer */
+  readonly counting?: InputCounting;
   /** Count the Redis commands this process sends while it works. @default false */
   readonly countCommands?: boolean;
   /** Node.js options for the process (`--max-old-space-size=128`, say). @default none */

@@ -1,4 +1,4 @@
-import { countMockTokens } from '../mock-anthropic/index.ts';
+import { countMockTokens, type InputCounting } from '../mock-anthropic/index.ts';
 import type { CallShape } from './budget.ts';
 
 /** A Messages request as the bench sends it (the SDK's params, llmq's job request). */
@@ -99,16 +99,41 @@ export function mixedCalls(n: number, seed = 7): BenchRequest[] {
   return calls;
 }
 
+/** The counter of an independent stand-in (issue 21): characters / 3.6 + 7 a message. */
+export const DIFFERING_COUNTER: InputCounting = { charsPerToken: 3.6, perMessageTokens: 7 };
+
+/**
+ * The split-limits fleet's mix: input of 15 to 1,500 tokens as {@link DIFFERING_COUNTER} counts
+ * it and max_tokens of 50 to 1,500, each uniform, from a fixed seed.
+ */
+export function splitCalls(n: number, seed = 21): BenchRequest[] {
+  const next = prng(seed);
+  const { charsPerToken = 3.6, perMessageTokens = 7 } = DIFFERING_COUNTER;
+  return Array.from({ length: n }, (_, i) => {
+    const input = Math.round(15 + 1_485 * next());
+    const maxTokens = Math.round(50 + 1_450 * next());
+    const chars = Math.max(7, Math.floor((input - perMessageTokens) * charsPerToken));
+    let text = tag(i);
+    for (let k = 1; text.length < chars; k++) text += ` ${WORDS[(i + k) % WORDS.length]}`;
+    return {
+      model: MODEL,
+      max_tokens: maxTokens,
+      messages: [{ role: 'user', content: text.slice(0, chars) }],
+    };
+  });
+}
+
 /** Each request's shape at the mock: its charge, the output a fixed share produces, its latency. */
 export function shapesOf(
   requests: readonly BenchRequest[],
   share: number,
   latency: Latency,
+  counting: InputCounting = {},
 ): CallShape[] {
   return requests.map((r) => {
     const output = outputTokens(r.max_tokens, share);
     return {
-      input: countMockTokens(r),
+      input: countMockTokens(r, counting),
       maxTokens: r.max_tokens,
       output,
       latencyMs: latency.baseMs + latency.perTokenMs * output,
@@ -117,4 +142,5 @@ export function shapesOf(
 }
 
 /** Total tokens the mock charges for a request at admission (input + max_tokens). */
-export const costAtMock = (r: BenchRequest): number => countMockTokens(r) + r.max_tokens;
+export const costAtMock = (r: BenchRequest, counting: InputCounting = {}): number =>
+  countMockTokens(r, counting) + r.max_tokens;

@@ -31,6 +31,10 @@ export function registerDashboardCommand(program: Command): void {
       'hide and refuse retry, promote, clean and every other action (env LLMQ_DASHBOARD_READ_ONLY=1)',
     )
     .option('--prefix <prefix>', 'prefix of the Redis keys (env LLMQ_PREFIX)')
+    .option(
+      '--queue <name>',
+      'the queue the limiter page opens on (env LLMQ_QUEUE; default the busiest)',
+    )
     .action(async (_flags: DashboardFlags, command: Command) => {
       const options = resolveDashboardOptions({
         flags: command.optsWithGlobals(),

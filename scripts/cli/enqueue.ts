@@ -4,7 +4,7 @@ import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
-import { RequestValidationError } from '../../shared/errors.ts';
+import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -38,13 +38,16 @@ export function registerEnqueueCommand(program: Command): void {
     program
       .command('enqueue')
       .description(
-        'enqueue Messages requests (JSON, or JSON Lines for many); prints one job id per line',
+        'enqueue Messages requests (JSON, or JSON Lines for many); prints one job id per line. ' +
+          'Every request is checked before any is added; when the queue is full (without --wait) ' +
+          'the command stops there: the lines before that one were enqueued (their ids are printed)',
       )
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
       .option('--tenant <name>', 'charge the tenant’s scope too')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
-      .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)'),
+      .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
+      .option('--wait', 'when the queue is full, wait for room instead of stopping'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
     const file = typeof flags['file'] === 'string' && flags['file'] !== '-' ? flags['file'] : 0;
@@ -77,11 +80,29 @@ export function registerEnqueueCommand(program: Command): void {
             throw err;
           }
         });
-        for (const r of requests) {
-          const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
-          process.stdout.write(
-            `${await producer.enqueue(r, { priority, via, ...(deadlineAt ? { deadlineAt } : {}), ...(tenant ? { tenant } : {}) })}\n`,
-          );
+        const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
+        const wait = flags['wait'] === true;
+        for (const [i, r] of requests.entries()) {
+          let id: string;
+          try {
+            id = await producer.enqueue(r, {
+              priority,
+              wait,
+              via,
+              ...(deadlineAt ? { deadlineAt } : {}),
+              ...(tenant ? { tenant } : {}),
+            });
+          } catch (err) {
+            if (!(err instanceof QueueFullError)) throw err;
+            throw new LlmqError(
+              'QUEUE_FULL',
+              `${err.summary}: retry in ${Math.ceil(err.retryAfterMs / 1000)} s, or pass --wait to wait for room; ` +
+                (i === 0
+                  ? 'nothing was enqueued'
+                  : `the ${i} request(s) before request ${i + 1} were enqueued (their ids are printed above)`),
+            );
+          }
+          process.stdout.write(`${id}\n`);
         }
       } finally {
         await producer.close();

@@ -10,6 +10,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   worker: async () => (await import('./worker.ts')).registerWorkerCommand,
   enqueue: async () => (await import('./enqueue.ts')).registerEnqueueCommand,
   status: async () => (await import('./status.ts')).registerStatusCommand,
+  queues: async () => (await import('./queues.ts')).registerQueuesCommand,
   dlq: async () => (await import('./dlq.ts')).registerDlqCommand,
   'mock-anthropic': async () => (await import('./mock-anthropic.ts')).registerMockAnthropicCommand,
   demo: async () => (await import('./demo.ts')).registerDemoCommand,

@@ -27,6 +27,8 @@ export interface MockAnthropicFlags {
   window?: string;
   algo?: string;
   outputAccounting?: string;
+  charsPerToken?: string;
+  perMessageTokens?: string;
   latency?: string;
   latencyPerToken?: string;
   outputShare?: string;
@@ -54,6 +56,11 @@ export function registerMockAnthropicCommand(program: Command): void {
     .option('--window <seconds>', 'rate-limit window in seconds (decimals allowed)', '60')
     .option('--algo <algorithm>', 'sliding (exact window log) or bucket (token bucket)', 'sliding')
     .option('--output-accounting <mode>', 'reserve (max_tokens stays charged) or actual', 'reserve')
+    .option(
+      '--chars-per-token <n>',
+      'count input as characters / n + a per-message overhead (default: the mock tokenizer)',
+    )
+    .option('--per-message-tokens <n>', 'tokens a message costs with --chars-per-token')
     .option('--latency <ms>', 'base latency in ms', '0')
     .option('--latency-per-token <ms>', 'extra latency per output token in ms', '0')
     .option('--output-share <share>', 'share of max_tokens produced: X or LO-HI', '0.3-0.9')
@@ -110,6 +117,8 @@ export function resolveMockAnthropicFlags(flags: MockAnthropicFlags): MockAnthro
     }),
     algorithm: typed('algorithm', flags.algo),
     outputAccounting: typed('outputAccounting', flags.outputAccounting),
+    charsPerToken: number('charsPerToken', flags.charsPerToken),
+    perMessageTokens: number('perMessageTokens', flags.perMessageTokens),
     latencyMs: number('latencyMs', flags.latency),
     latencyPerOutputTokenMs: number('latencyPerOutputTokenMs', flags.latencyPerToken),
     outputShare: parseShare(typed('outputShare', flags.outputShare)),
@@ -137,6 +146,8 @@ const FLAG_NAMES: Record<string, string> = {
   'limits.outputTokens': '--otpm',
   algorithm: '--algo',
   outputAccounting: '--output-accounting',
+  charsPerToken: '--chars-per-token',
+  perMessageTokens: '--per-message-tokens',
   latencyMs: '--latency',
   latencyPerOutputTokenMs: '--latency-per-token',
   outputShare: '--output-share',
@@ -201,8 +212,13 @@ export function summarize(options: ResolvedMockAnthropicOptions): string {
     .filter(([, rate]) => rate > 0)
     .map(([kind, rate]) => `${kind} ${rate}`);
   const share = options.outputShare;
+  const { charsPerToken, perMessageTokens } = options.inputCounting;
+  const counting =
+    charsPerToken === undefined
+      ? 'input by the tokenizer'
+      : `input characters / ${charsPerToken} + ${perMessageTokens} a message`;
   return (
-    `${limitText} (${options.algorithm}, output ${options.outputAccounting}); ` +
+    `${limitText} (${options.algorithm}, output ${options.outputAccounting}); ${counting}; ` +
     `latency ${options.latencyMs} ms + ${options.latencyPerOutputTokenMs} ms/token; ` +
     `output share ${typeof share === 'number' ? share : share.join('-')}; ` +
     `faults ${faults.length > 0 ? faults.join(', ') : 'none'}; seed ${options.seed}`

@@ -54,6 +54,7 @@ export function registerServeCommand(program: Command): Command {
         host: flags.host ?? '127.0.0.1',
         port,
         maxWaitMs: maxWait * 1000,
+        authThrottle: { log: (line) => process.stderr.write(`llmq serve: ${line}\n`) },
       });
       process.stdout.write(`${api.url}\n`);
       process.stderr.write(

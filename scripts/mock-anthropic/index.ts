@@ -19,6 +19,7 @@ export {
 export type { MockAnthropicHandle } from './server.ts';
 export { startMockAnthropic } from './server.ts';
 export type { MockStats } from './stats.ts';
+export type { InputCounting } from './tokenizer.ts';
 export {
   countMockTokens,
   countTextTokens,

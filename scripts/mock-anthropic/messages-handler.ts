@@ -96,7 +96,7 @@ export async function handleMessages(
     return fail('api_error', 'Internal server error');
   }
 
-  const inputTokens = countRequestTokens(request);
+  const inputTokens = countRequestTokens(request, state.options.inputCounting);
   const cost: Charge = {
     requests: 1,
     input_tokens: inputTokens,

@@ -9,6 +9,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import type { FaultRates } from './faults.ts';
 import type { OutputShare } from './output.ts';
 import type { Algorithm, Limits } from './rate-limits.ts';
+import { type InputCounting, MESSAGE_OVERHEAD_TOKENS } from './tokenizer.ts';
 
 export interface MockAnthropicOptions {
   /** Interface to bind. @default '127.0.0.1' */
@@ -42,6 +43,16 @@ export interface MockAnthropicOptions {
    * @default 'reserve'
    */
   readonly outputAccounting?: 'reserve' | 'actual';
+  /**
+   * Count input tokens as `ceil(characters / charsPerToken)` plus `perMessageTokens` a message,
+   * in `/v1/messages` (usage and limits) and `count_tokens` alike: a provider whose counter
+   * differs from llmq's estimate. Absent: the mock's tokenizer (see tokenizer.ts).
+   * @default undefined
+   * @example 3.6
+   */
+  readonly charsPerToken?: number;
+  /** Tokens a message costs on top of its text when `charsPerToken` is set. @default 3 */
+  readonly perMessageTokens?: number;
   /** Latency before the response (streaming: before the first delta), ms. @default 0 */
   readonly latencyMs?: number;
   /** Extra latency per output token, ms (streaming: spread over the deltas). @default 0 */
@@ -71,6 +82,7 @@ export interface ResolvedMockAnthropicOptions {
   readonly limits: Limits;
   readonly algorithm: Algorithm;
   readonly outputAccounting: 'reserve' | 'actual';
+  readonly inputCounting: InputCounting;
   readonly latencyMs: number;
   readonly latencyPerOutputTokenMs: number;
   readonly outputShare: OutputShare;
@@ -140,6 +152,16 @@ export const mockAnthropicOptionsSchema = z
         .optional(),
       algorithm: z.enum(['sliding', 'bucket'], { error: 'sliding or bucket' }).optional(),
       outputAccounting: z.enum(['reserve', 'actual'], { error: 'reserve or actual' }).optional(),
+      charsPerToken: z
+        .number({ error: 'a number of characters from 0.1 to 100' })
+        .min(0.1, { error: 'a number of characters from 0.1 to 100' })
+        .max(100, { error: 'a number of characters from 0.1 to 100' })
+        .optional(),
+      perMessageTokens: z
+        .int({ error: 'a whole number of tokens from 0 to 1000' })
+        .min(0, { error: 'a whole number of tokens from 0 to 1000' })
+        .max(1000, { error: 'a whole number of tokens from 0 to 1000' })
+        .optional(),
       latencyMs: nonNegative().optional(),
       latencyPerOutputTokenMs: nonNegative().optional(),
       outputShare: outputShareSchema.optional(),
@@ -152,6 +174,14 @@ export const mockAnthropicOptionsSchema = z
     { error: 'an object' },
   )
   .check((ctx) => {
+    if (ctx.value.perMessageTokens !== undefined && ctx.value.charsPerToken === undefined) {
+      ctx.issues.push({
+        code: 'custom',
+        input: ctx.value.perMessageTokens,
+        path: ['perMessageTokens'],
+        message: 'given only with charsPerToken (the tokenizer has its own overheads)',
+      });
+    }
     const faults = ctx.value.faults;
     if (!faults) return;
     const front = (faults.overloaded ?? 0) + (faults.serverError ?? 0) + (faults.drop ?? 0);
@@ -205,6 +235,13 @@ export function parseMockAnthropicOptions(
     limits,
     algorithm: o.algorithm ?? 'sliding',
     outputAccounting: o.outputAccounting ?? 'reserve',
+    inputCounting:
+      o.charsPerToken === undefined
+        ? {}
+        : {
+            charsPerToken: o.charsPerToken,
+            perMessageTokens: o.perMessageTokens ?? MESSAGE_OVERHEAD_TOKENS,
+          },
     latencyMs: o.latencyMs ?? 0,
     latencyPerOutputTokenMs: o.latencyPerOutputTokenMs ?? 0,
     outputShare: o.outputShare ?? [0.3, 0.9],

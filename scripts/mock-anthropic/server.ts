@@ -4,7 +4,8 @@
  *
  * Routes:
  * - `POST /v1/messages` — see messages-handler.ts;
- * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}`, not rate limited;
+ * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}` by the same counter as
+ *   `/v1/messages`, not rate limited;
  * - `/v1/messages/batches…` — Message Batches, see batches.ts;
  * - `GET /__stats` — MockStats JSON; `POST /__reset` — 204; `POST /__faults` — 204, body as
  *   `setFaults`.
@@ -174,7 +175,9 @@ async function handleCountTokens(
   if (!parsed.data.model.startsWith('claude-')) {
     return fail('not_found_error', `model: ${parsed.data.model}`);
   }
-  sendJson(res, 200, { input_tokens: countRequestTokens(parsed.data) });
+  sendJson(res, 200, {
+    input_tokens: countRequestTokens(parsed.data, state.options.inputCounting),
+  });
 }
 
 async function handleSetFaults(

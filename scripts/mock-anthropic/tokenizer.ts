@@ -25,6 +25,9 @@
  * A request counts `REQUEST_BASE_TOKENS`, plus its system text, plus for each message
  * `MESSAGE_OVERHEAD_TOKENS` and its texts, plus for each tool `TOOL_OVERHEAD_TOKENS` and the text
  * of its JSON definition.
+ *
+ * A provider whose tokenizer differs more from llmq's estimate is had with {@link InputCounting}:
+ * `ceil(characters / charsPerToken)` over every text, plus `perMessageTokens` a message.
  */
 
 import { RequestValidationError } from '../../shared/errors.ts';
@@ -71,8 +74,30 @@ function countPiece(piece: string): number {
   return isWord ? Math.ceil(units / 6) : Math.ceil(units / 2);
 }
 
+/**
+ * How the mock counts input tokens. With `charsPerToken`, a request counts
+ * `ceil(characters / charsPerToken) + perMessageTokens × messages` (characters of the system
+ * text, every message's texts and each tool's JSON, counted as code points; nothing else), a
+ * counter unlike llmq's estimate (e.g. 3.6 and 7). Without it, the tokenizer above.
+ */
+export interface InputCounting {
+  /** Characters a token. @default undefined (the tokenizer) */
+  readonly charsPerToken?: number | undefined;
+  /** Tokens each message costs on top of its text, with `charsPerToken`. @default 3 */
+  readonly perMessageTokens?: number | undefined;
+}
+
 /** Input tokens of an already validated request body (system + messages + tools). */
-export function countRequestTokens(request: CountTokensRequest): number {
+export function countRequestTokens(
+  request: CountTokensRequest,
+  counting: InputCounting = {},
+): number {
+  if (counting.charsPerToken !== undefined)
+    return countByRatio(
+      request,
+      counting.charsPerToken,
+      counting.perMessageTokens ?? MESSAGE_OVERHEAD_TOKENS,
+    );
   let tokens = REQUEST_BASE_TOKENS;
   if (request.system !== undefined) tokens += countContentTokens(request.system);
   for (const message of request.messages) {
@@ -82,6 +107,24 @@ export function countRequestTokens(request: CountTokensRequest): number {
     tokens += TOOL_OVERHEAD_TOKENS + countTextTokens(JSON.stringify(tool));
   }
   return tokens;
+}
+
+function countByRatio(
+  request: CountTokensRequest,
+  charsPerToken: number,
+  perMessageTokens: number,
+): number {
+  const texts: string[] = [];
+  const add = (content: string | readonly { text: string }[]) => {
+    if (typeof content === 'string') texts.push(content);
+    else for (const block of content) texts.push(block.text);
+  };
+  if (request.system !== undefined) add(request.system);
+  for (const message of request.messages) add(message.content);
+  for (const tool of request.tools ?? []) texts.push(JSON.stringify(tool));
+  let characters = 0;
+  for (const text of texts) for (const _ of text) characters++;
+  return Math.ceil(characters / charsPerToken) + perMessageTokens * request.messages.length;
 }
 
 function countContentTokens(content: string | readonly { text: string }[]): number {
@@ -98,10 +141,10 @@ function countContentTokens(content: string | readonly { text: string }[]): numb
  * @throws RequestValidationError when the body is not a valid Messages request, naming the field
  *   the way the mock's 400 would.
  */
-export function countMockTokens(request: unknown): number {
+export function countMockTokens(request: unknown, counting: InputCounting = {}): number {
   const parsed = countTokensRequestSchema.safeParse(request);
   if (!parsed.success) {
     throw new RequestValidationError([firstIssue(parsed.error.issues)], 'invalid Messages request');
   }
-  return countRequestTokens(parsed.data);
+  return countRequestTokens(parsed.data, counting);
 }

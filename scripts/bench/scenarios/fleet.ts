@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
@@ -26,15 +26,18 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const requests = mixedCalls(ctx.quick ? 60 : 100);
-  const totalTokens = requests.reduce((s, r) => s + costAtMock(r), 0);
-  const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const totalTokens = requests.reduce((s, r) => s + costAtMock(r, ctx.counting), 0);
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'reserve',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -49,6 +52,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     windowMs,
     accounting: 'reserve' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const rows: RateRow[] = [];
   const baselines = [
@@ -75,7 +79,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     for (const b of baselines) {
       ctx.log(`fleet: ${b.client}`);
       await mock.reset();
-      const recorder = new CallRecorder();
+      const recorder = new CallRecorder({ counting: ctx.counting });
       const run = await runBaselineClient({
         mockUrl: mock.url,
         requests,
@@ -102,6 +106,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         scope: 'fleet',
         mockUrl: mock.url,
         requests,
+        counting: ctx.counting,
         ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: PROCESSES, where: 'processes' },
         concurrency: CONCURRENCY / PROCESSES,

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import Anthropic from '@anthropic-ai/sdk';
-import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import type { InputCounting, MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder, type RecorderReport } from '../recorder.ts';
@@ -40,8 +40,9 @@ async function runNeighbour(
   mockUrl: string,
   windowMs: number,
   signal: AbortSignal,
+  counting: InputCounting | undefined,
 ): Promise<NeighbourRun> {
-  const recorder = new CallRecorder();
+  const recorder = new CallRecorder({ counting });
   const client = new Anthropic({
     apiKey: 'neighbour-key',
     baseURL: mockUrl,
@@ -91,16 +92,19 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i, 400));
   // llmq's minimum: the ideal client's on what the neighbour left it in that run (its measured
   // share of the limit per window).
-  const shapes = shapesOf(requests, SHARE, latency);
-  const minimumOn = (neighbourShare: number) =>
-    idealSchedule(shapes, {
-      limit: Math.round(LIMIT * (1 - (Number.isFinite(neighbourShare) ? neighbourShare : 0))),
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
+  const budgetOn = (neighbourShare: number) =>
+    ({
+      limits: {
+        tokens: Math.round(LIMIT * (1 - (Number.isFinite(neighbourShare) ? neighbourShare : 0))),
+      },
       windowMs,
       concurrency: CONCURRENCY,
       accounting: 'reserve',
-    }).minimumMs;
+    }) as const;
   const minimums: number[] = [];
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -116,7 +120,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
       ctx.log(`neighbour: ${client}`);
       await mock.reset();
       const stop = new AbortController();
-      const neighbour = runNeighbour(mock.url, windowMs, stop.signal);
+      const neighbour = runNeighbour(mock.url, windowMs, stop.signal, ctx.counting);
       // Let the neighbour take its share first, as a client that was already there.
       await sleep(windowMs / 2);
       const run = await runLlmq({
@@ -124,6 +128,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         scope: 'neighbour',
         mockUrl: mock.url,
         requests,
+        counting: ctx.counting,
         ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
@@ -140,9 +145,14 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         total: n.sent,
         minimumMs: Number.NaN,
       });
-      const minimumMs = minimumOn(nb.utilization);
+      const budget = budgetOn(nb.utilization);
+      const minimumMs = idealSchedule(shapes, budget).minimumMs;
+      const fluidMs = fluidMinimumMs(shapes, budget);
       minimums.push(minimumMs);
-      rows.push(rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs }), nb);
+      rows.push(
+        rateRow({ ...common, client, run, calls: run.calls, total: calls, minimumMs, fluidMs }),
+        nb,
+      );
     }
   });
 
@@ -151,7 +161,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
   const neighbourShare = (r: RateRow) => r.utilization;
   return {
     name: 'neighbour',
-    title: `${calls} llmq calls of ${costAtMock(requests[0]!)} tokens while another client spends ~30% of ${LIMIT} tokens per sliding ${W} s window`,
+    title: `${calls} llmq calls of ${costAtMock(requests[0]!, ctx.counting)} tokens while another client spends ~30% of ${LIMIT} tokens per sliding ${W} s window`,
     settings: {
       mock: mockOptions,
       calls,

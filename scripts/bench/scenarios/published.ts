@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule, uniformMinimumMs } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule, uniformMinimumMs } from '../budget.ts';
 import type { TokenLimiter } from '../clients/primitives.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
@@ -27,14 +27,16 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
-  const cost = costAtMock(requests[0]!);
-  const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const cost = costAtMock(requests[0]!, ctx.counting);
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'reserve',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const closedForm = uniformMinimumMs(
     calls,
     cost,
@@ -42,6 +44,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     shapes[0]!.latencyMs,
   );
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -88,6 +91,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     windowMs,
     accounting: 'reserve' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const llmqClient = 'llmq (1 worker, concurrency 10)';
   // One mock for the scenario, reset before each client: every client starts on an empty window.
@@ -95,7 +99,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     for (const b of baselines) {
       ctx.log(`published: ${b.client}`);
       await mock.reset();
-      const recorder = new CallRecorder();
+      const recorder = new CallRecorder({ counting: ctx.counting });
       const run = await runBaselineClient({
         mockUrl: mock.url,
         requests,

@@ -20,8 +20,12 @@ export interface RateRow {
   readonly limit: number;
   /** Tokens this client had admitted per window over the limit (see budget.ts). */
   readonly utilization: number;
+  /** The ideal first-come-first-served client's wall time (budget.ts, idealSchedule). */
   readonly minimumMs: number;
   readonly wallOverMinimum: number;
+  /** The fluid minimum (budget.ts, fluidMinimumMs): no client can beat it. */
+  readonly fluidMs: number;
+  readonly wallOverFluid: number;
   /** The article's figures for this client, when it has them. */
   readonly published?: string | undefined;
   readonly errors: Readonly<Record<string, number>>;
@@ -35,7 +39,8 @@ export const RATE_HEADERS = [
   'wall',
   'worst window / limit',
   'utilization',
-  'wall / minimum',
+  'wall / ideal',
+  'wall / fluid',
   'published',
 ] as const;
 
@@ -48,7 +53,10 @@ export interface RateRowInput {
   readonly limit: number;
   readonly windowMs: number;
   readonly accounting: 'reserve' | 'actual';
+  /** The ideal client's wall time. */
   readonly minimumMs: number;
+  /** The fluid minimum; NaN when not computed. */
+  readonly fluidMs?: number | undefined;
   readonly published?: string | undefined;
 }
 
@@ -67,6 +75,8 @@ export function rateRow(i: RateRowInput): RateRow {
     utilization: utilization(admissions, i.limit, i.windowMs).mean,
     minimumMs: i.minimumMs,
     wallOverMinimum: i.run.wallMs / i.minimumMs,
+    fluidMs: i.fluidMs ?? Number.NaN,
+    wallOverFluid: i.run.wallMs / (i.fluidMs ?? Number.NaN),
     published: i.published,
     errors: i.run.errors,
   };
@@ -82,6 +92,7 @@ export function rateCells(r: RateRow): string[] {
     `${count(r.worstWindow)}/${count(r.limit)}`,
     percent(r.utilization),
     ratio(r.wallOverMinimum),
+    ratio(r.wallOverFluid),
     r.published ?? '',
   ];
 }

@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
-import { idealSchedule } from '../budget.ts';
+import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
@@ -25,14 +25,17 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const calls = ctx.quick ? 100 : 150;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
-  const shapes = shapesOf(requests, SHARE, latency);
-  const ideal = idealSchedule(shapes, {
-    limit: LIMIT,
+  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
+  const budget = {
+    limits: { tokens: LIMIT },
     windowMs,
     concurrency: CONCURRENCY,
     accounting: 'actual',
-  });
+  } as const;
+  const ideal = idealSchedule(shapes, budget);
+  const fluidMs = fluidMinimumMs(shapes, budget);
   const mockOptions: MockAnthropicOptions = {
+    ...ctx.counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -47,13 +50,14 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
     windowMs,
     accounting: 'actual' as const,
     minimumMs: ideal.minimumMs,
+    fluidMs,
   };
   const rows: RateRow[] = [];
 
   const swClient = `client sliding window (${LIMIT} / ${W} s), no reconciliation`;
   await withMock(mockOptions, async (mock) => {
     ctx.log(`refunds: ${swClient}`);
-    const recorder = new CallRecorder({ output: true });
+    const recorder = new CallRecorder({ output: true, counting: ctx.counting });
     const run = await runBaselineClient({
       mockUrl: mock.url,
       requests,
@@ -81,6 +85,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         scope: 'refunds',
         mockUrl: mock.url,
         requests,
+        counting: ctx.counting,
         ...tokenBudget(windowMs, LIMIT, CONCURRENCY, accounting),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
@@ -94,7 +99,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   const speedup = sw.wallMs / llmq.wallMs;
   return {
     name: 'refunds',
-    title: `${calls} calls of ${costAtMock(requests[0]!)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per sliding ${W} s window, unused output given back`,
+    title: `${calls} calls of ${costAtMock(requests[0]!, ctx.counting)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per sliding ${W} s window, unused output given back`,
     settings: {
       mock: mockOptions,
       calls,
