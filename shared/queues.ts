@@ -3,6 +3,7 @@ import type { DeadLetter, JobData, JobResult } from './job.ts';
 import {
   bullPrefix,
   deadLetterQueueName,
+  legacyQueueRegistryKey,
   llmqKey,
   type QueueNames,
   queueRegistryKey,
@@ -37,9 +38,17 @@ export async function registerQueue(redis: RedisClient, names: QueueNames): Prom
   await redis.sadd(queueRegistryKey(names.prefix), names.queue);
 }
 
-/** Every queue name registered under a prefix, including those whose keys are gone. */
+/**
+ * Every queue name registered under a prefix, including those whose keys are gone. Workers
+ * register again when Redis comes back, so a registration a failover lost returns.
+ */
 export async function listRegisteredQueues(redis: RedisClient, prefix: string): Promise<string[]> {
-  return (await redis.smembers(queueRegistryKey(prefix))).sort();
+  // Two reads, not SUNION: on a Cluster the two keys may live on different masters.
+  const [now, legacy] = await Promise.all([
+    redis.smembers(queueRegistryKey(prefix)),
+    redis.smembers(legacyQueueRegistryKey(prefix)),
+  ]);
+  return [...new Set([...now, ...legacy])].sort();
 }
 
 /**
@@ -86,5 +95,6 @@ export async function listQueues(redis: RedisClient, prefix: string): Promise<st
  */
 export async function forgetQueue(redis: RedisClient, names: QueueNames): Promise<void> {
   await redis.srem(queueRegistryKey(names.prefix), names.queue);
+  await redis.srem(legacyQueueRegistryKey(names.prefix), names.queue);
   await deleteKeysMatching(redis, `${bullPrefix(names).replace(/[*?[\]\\]/g, '\\$&')}:*`);
 }

@@ -122,6 +122,8 @@ export class Worker implements WorkerHandle {
   private readonly log: WorkerLogger;
   private readonly concurrency: number;
   private readonly lockDurationMs: number;
+  /** Where the queue is registered (again after Redis comes back). */
+  private readonly registerOn: Pick<WorkerOptions, 'redis' | 'names'>;
   private readonly subscriber: RedisClient;
   /** Connections of their own: ioredis copies BullMQ's 60 scripts into every MULTI on its. */
   private readonly dlqRedis: RedisClient;
@@ -160,6 +162,7 @@ export class Worker implements WorkerHandle {
     this.log = log;
     this.concurrency = options.concurrency ?? 10;
     this.lockDurationMs = options.lockDurationMs ?? 30_000;
+    this.registerOn = { redis, names };
     // Its own connection in subscriber mode: the gate wakes when any process frees budget.
     this.subscriber = duplicateRedis(redis, { shardedSubscribers: true });
     this.subscriber.on('error', () => {});
@@ -272,12 +275,22 @@ export class Worker implements WorkerHandle {
   /** Gate rounds until the worker stops; a failed round is logged and retried after a pause. */
   private async run(): Promise<void> {
     const signal = this.stopper.signal;
+    let failedSince: number | undefined;
     while (!signal.aborted) {
       try {
         await this.gate.round();
+        if (failedSince !== undefined) {
+          this.log.info('Redis answers again; the worker carries on', {
+            afterMs: Date.now() - failedSince,
+          });
+          failedSince = undefined;
+          // A failover may have lost the registration with writes not yet replicated.
+          registerQueue(this.registerOn.redis, this.registerOn.names).catch(() => {});
+        }
       } catch (err) {
         this.handoff.completeAlone();
         if (signal.aborted) break;
+        failedSince ??= Date.now();
         const msg =
           err instanceof LimiterUnavailableError
             ? err.message
