@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { deleteKeysMatching } from '../shared/redis.ts';
+import { connectRedis, deleteKeysMatching } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -15,8 +15,9 @@ export function testNames(label = 't'): QueueNames {
   return { prefix: `llmqtest-${label}-${id}`, queue: `q${id}` };
 }
 
+/** A connection to the shared test Redis, a single node (the cluster tests start their own). */
 export function newRedis(): Redis {
-  return new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  return connectRedis(REDIS_URL) as Redis;
 }
 
 /** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */

@@ -6,6 +6,7 @@ import type { RedisClient } from '../../../shared/redis.ts';
 import type { CommandCounts } from '../command-counter.ts';
 import { withMock } from '../mock.ts';
 import { WorkerChild } from '../processes.ts';
+import { redisCpuSeconds } from '../redis-info.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, megabytes, percent, seconds } from '../table.ts';
@@ -46,14 +47,6 @@ export async function drained(
   } finally {
     await queue.close();
   }
-}
-
-/** CPU seconds the Redis server has used since it started (user + system, from INFO). */
-async function redisCpuSeconds(redis: RedisClient): Promise<number> {
-  const info = await redis.info('cpu');
-  let total = 0;
-  for (const m of info.matchAll(/^used_cpu_(?:sys|user):([\d.]+)/gm)) total += Number(m[1]);
-  return total;
 }
 
 interface Setup {

@@ -7,6 +7,7 @@ import { openQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
 import { withMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
+import { usedMemory } from '../redis-info.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult, Target } from '../report.ts';
 import { count, megabytes, millis, percent, percentile, seconds } from '../table.ts';
@@ -21,11 +22,6 @@ const CONCURRENCY = 50;
  */
 export const WORKER_HEAP_OPTION = '--max-old-space-size=128 --max-semi-space-size=4';
 const LEVELS = [10, 1_000, 10_000] as const;
-
-async function usedMemory(redis: RedisClient): Promise<number> {
-  const info = await redis.info('memory');
-  return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
-}
 
 /** The limiter's key that ends with `suffix` (`:log`, `:stats`...). */
 const limiterKey = (limiter: Limiter, suffix: string) =>
