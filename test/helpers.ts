@@ -4,7 +4,7 @@ import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { connectRedis, deleteKeysMatching } from '../shared/redis.ts';
+import { connectRedis, deleteKeysMatching, type RedisClient } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -21,7 +21,7 @@ export function newRedis(): Redis {
 }
 
 /** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */
-export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+export function deleteKeys(redis: RedisClient, prefix: string): Promise<number> {
   return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
