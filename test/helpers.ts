@@ -104,18 +104,7 @@ export async function sendProbe(limiter: Limiter): Promise<Reservation> {
 export const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
-export async function until(
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 10_000,
-  everyMs = 20,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { until } from '../scripts/bench/redis-servers.ts';
 
 /** Samples `read()` every `everyMs` until `stop()`, which returns the highest value seen. */
 export function watchHighest(read: () => number, everyMs = 2): { stop(): number } {
