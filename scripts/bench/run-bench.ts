@@ -3,6 +3,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { clusterScenario } from './scenarios/cluster.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
@@ -21,6 +22,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   neighbour: neighbourScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
+  cluster: clusterScenario,
 };
 
 export interface BenchOptions {
