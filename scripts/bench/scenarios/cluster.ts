@@ -17,8 +17,8 @@ const QUEUE_COUNTS = [1, 2, 4, 8] as const;
 /** Admission loops per queue: its "workers" (acquire, then keep what was reserved). */
 const LOOPS = 4;
 const COST = { requests: 1, inputTokens: 10, outputTokens: 10 };
-/** Queue names as a team might pick them (one per model or tenant group): fixed, so slots are too. */
-const QUEUES = ['opus', 'sonnet', 'haiku', 'batch', 'tenant-a', 'tenant-b', 'tenant-c', 'eval'];
+/** Queue names as a team might pick them (one per model or tenant group). */
+const BASES = ['opus', 'sonnet', 'haiku', 'batch', 'tenant-a', 'tenant-b', 'tenant-c', 'eval'];
 
 interface MasterShare {
   readonly master: string;
@@ -33,6 +33,7 @@ interface MasterShare {
 interface Cell {
   readonly deployment: 'single node' | 'cluster (3 masters)';
   readonly queues: number;
+  readonly names: readonly string[];
   readonly perSecond: number;
   readonly masters: readonly MasterShare[];
 }
@@ -54,13 +55,14 @@ export async function clusterScenario(ctx: ScenarioContext): Promise<ScenarioRes
     throw err;
   });
   try {
+    const queues = await spreadNames(cluster.url);
     for (const [deployment, url] of [
       ['single node', single.url],
       ['cluster (3 masters)', cluster.url],
     ] as const) {
       for (const n of QUEUE_COUNTS) {
         ctx.log(`cluster: ${deployment}, ${n} queue(s)`);
-        cells.push(await measure(deployment, url, n, runMs));
+        cells.push(await measure(deployment, url, queues.slice(0, n), runMs));
       }
     }
   } finally {
@@ -97,7 +99,6 @@ export async function clusterScenario(ctx: ScenarioContext): Promise<ScenarioRes
       loopsPerQueue: LOOPS,
       runMs,
       cost: COST,
-      queues: QUEUES,
     },
     headers: [
       'deployment',
@@ -113,7 +114,8 @@ export async function clusterScenario(ctx: ScenarioContext): Promise<ScenarioRes
     figures: cells,
     targets,
     notes: [
-      `each queue: ${LOOPS} loops of acquire + keep (${COST.inputTokens + COST.outputTokens} tokens, a budget it never reaches), for ${runMs / 1000} s; queues named ${QUEUES.join(', ')} (the first n)`,
+      `each queue: ${LOOPS} loops of acquire + keep (${COST.inputTokens + COST.outputTokens} tokens, a budget it never reaches), for ${runMs / 1000} s`,
+      `queues: the first n of ${cells.at(-1)?.names.join(', ')}, suffixed so that they take the masters in turn (the bare names ${BASES.slice(0, 4).join(', ')} put 3 of 4 on one master: check where names land)`,
       'one queue is one hash slot: its admissions all go to one master; a cluster spreads queues, not one queue',
       'this machine has 2 cores shared by the bench, every Redis and the replicas: the total is bound by the client; the per-core projection (1 / CPU per admission) is the figure that carries to a real cluster',
     ],
@@ -124,7 +126,7 @@ export async function clusterScenario(ctx: ScenarioContext): Promise<ScenarioRes
 async function measure(
   deployment: Cell['deployment'],
   url: string,
-  queues: number,
+  names: readonly string[],
   runMs: number,
 ): Promise<Cell> {
   const redis = connectRedis(url);
@@ -132,7 +134,7 @@ async function measure(
   const { prefix } = benchNames('cluster');
   try {
     await redis.ping();
-    const limiters = QUEUES.slice(0, queues).map(
+    const limiters = names.map(
       (queue) =>
         new Limiter({
           redis,
@@ -177,10 +179,36 @@ async function measure(
         perCore: perAdmission > 0 ? 1000 / perAdmission : Number.NaN,
       };
     });
-    return { deployment, queues, perSecond: total / elapsedS, masters };
+    return { deployment, queues: names.length, names, perSecond: total / elapsedS, masters };
   } finally {
     await deleteKeysMatching(redis, `${prefix}:*`).catch(() => {});
     await redis.quit().catch(() => redis.disconnect());
+  }
+}
+
+/**
+ * {@link BASES} with a suffix each, so that queue i lands on master i mod 3, as a team that
+ * checks where its queues land would name them.
+ */
+async function spreadNames(clusterUrl: string): Promise<string[]> {
+  const redis = connectRedis(clusterUrl);
+  redis.on('error', () => {});
+  try {
+    await redis.ping();
+    const masters = isCluster(redis)
+      ? redis
+          .nodes('master')
+          .map((m) => `${m.options.host}:${m.options.port}`)
+          .sort()
+      : [nodeName(redis, '')];
+    return BASES.map((base, i) => {
+      for (let k = 1; ; k++) {
+        const name = `${base}-${k}`;
+        if (nodeName(redis, `{${name}}`) === masters[i % masters.length]) return name;
+      }
+    });
+  } finally {
+    redis.disconnect();
   }
 }
 
