@@ -5,6 +5,8 @@
  * read it. Dynamic text is only ever set with `textContent`: names from Redis are not markup.
  */
 
+import { DIMENSIONS } from '../shared/dimensions.ts';
+
 /** The page, with `nonce` allowing its inline script and style under the page's CSP. */
 export function limiterPage(nonce: string): string {
   return `<!doctype html>
@@ -120,7 +122,7 @@ svg .limit { stroke:var(--limit); stroke-dasharray:6 4; stroke-width:1.5; }
 // Plain ES2020 in the browser; no build step.
 const SCRIPT = `
 'use strict';
-const DIMS = [['requests', 'requests'], ['inputTokens', 'input tokens'], ['outputTokens', 'output tokens'], ['tokens', 'tokens (in + out)']];
+const DIMS = ${JSON.stringify(DIMENSIONS.map((d) => [d.name, d.label]))};
 const $ = (id) => document.getElementById(id);
 const num = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 let queue = new URLSearchParams(location.search).get('queue') || '';

@@ -7,15 +7,9 @@
  */
 
 import { Counter, Gauge, Registry } from 'prom-client';
+import { DIMENSIONS } from '../shared/dimensions.ts';
 import type { QueueView } from './fleet-reader.ts';
 
-const DIMENSIONS = ['requests', 'inputTokens', 'outputTokens', 'tokens'] as const;
-const DIMENSION_LABEL: Record<(typeof DIMENSIONS)[number], string> = {
-  requests: 'requests',
-  inputTokens: 'input_tokens',
-  outputTokens: 'output_tokens',
-  tokens: 'tokens',
-};
 const BREAKER_STATES = ['closed', 'open', 'half_open'] as const;
 const LATENCY = 'llmq_provider_latency_seconds';
 
@@ -179,8 +173,8 @@ export class PrometheusExporter {
     m.windowSeconds.set({ queue }, v.windowMs / 1000);
     for (const s of v.scopes) {
       for (const d of DIMENSIONS) {
-        const use = s.dimensions[d];
-        const labels = { queue, scope: s.scope, dimension: DIMENSION_LABEL[d] };
+        const use = s.dimensions[d.name];
+        const labels = { queue, scope: s.scope, dimension: d.metric };
         m.windowUsed.set(labels, use.used);
         m.windowForeign.set(labels, use.foreign);
         if (use.limit !== undefined) m.windowLimit.set(labels, use.limit);

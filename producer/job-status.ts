@@ -11,7 +11,10 @@ export interface JobFailure {
   readonly status?: number | undefined;
 }
 
-export type JobStatus =
+/** A job's status; `via` is `batches` for a job bound for Message Batches. */
+export type JobStatus = StatusByState & { readonly via?: 'batches' | undefined };
+
+type StatusByState =
   | {
       readonly id: string;
       readonly state: 'waiting' | 'delayed' | 'active';

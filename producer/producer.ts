@@ -1,8 +1,12 @@
+import { FlowProducer } from 'bullmq';
+import { combineInputTokens } from '../shared/combine.ts';
+import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
-import type { QueueNames } from '../shared/keys.ts';
+import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
+import { contextTokensOf } from '../shared/models.ts';
 import { type PriorityLane, resolvePriority } from '../shared/priority.ts';
 import {
   type DeadLetterQueue,
@@ -17,6 +21,7 @@ import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
 import type { Via } from './batches/via.ts';
 import { DepthGate, type WaitForRoomOptions } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
+import { type EnqueuedFlow, type MapReduceRequest, mapReduceFlow, partKey } from './flows.ts';
 import { checkIdempotencyKey, jobIdForKey, newJobId } from './idempotency.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 import { ResultWaiter, type WaitOptions } from './result-waiter.ts';
@@ -78,6 +83,10 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly idempotencyKey?: string;
   /** Stream the response. */
   readonly stream?: boolean;
+  /** Append the provider's stream events to the job's event stream for a reader (implies `stream`). */
+  readonly relayEvents?: boolean;
+  /** `anthropic-version` and `anthropic-beta` to send with the call; no other header. */
+  readonly providerHeaders?: Readonly<Record<string, string>>;
   /** Per-call timeout in ms. @default 600_000 (the worker's default) */
   readonly timeoutMs?: number;
   /** Tries for retryable failures. @default 5 */
@@ -111,7 +120,6 @@ export interface EnqueuedJob {
   readonly created: boolean;
 }
 
-const DIM_ORDER = ['requests', 'inputTokens', 'outputTokens', 'tokens'] as const;
 const TENANT = /^[A-Za-z0-9_.@-]{1,100}$/;
 const DAY_S = 24 * 3600;
 
@@ -136,6 +144,7 @@ export class Producer {
   private readonly ownsRedis: boolean;
   private waiter: ResultWaiter | undefined;
   private batches: BatchJobs | undefined;
+  private flows: FlowProducer | undefined;
   private registered = false;
 
   constructor(options: ProducerOptions) {
@@ -222,6 +231,98 @@ export class Producer {
       await this.gate.release([id], data.tenant).catch(() => {});
     }
     return { id, created: true };
+  }
+
+  /**
+   * Adds a map-reduce (see {@link MapReduceRequest}) as one BullMQ flow, all or nothing. The
+   * combine job reserves, before its parts have answered, an upper bound: its template plus
+   * every part's max_tokens. With an idempotency key every id is derived from it (the parts'
+   * from `<key>:part-<i>`), and a key whose combine job exists adds nothing. Resolves with the
+   * combine job's id, the one to wait for. Parts via batches skip the depth bound.
+   */
+  async enqueueMapReduce(
+    flow: MapReduceRequest,
+    options: EnqueueOptions = {},
+  ): Promise<EnqueuedFlow> {
+    const batches = options.via === 'batches';
+    const key = options.idempotencyKey;
+    const attempts = checkAttempts(options.attempts);
+    if (flow.parts.length === 0) {
+      throw new RequestValidationError([
+        { field: 'parts', message: 'must hold at least one request' },
+      ]);
+    }
+    const parts = flow.parts.map((r, i) => {
+      try {
+        if (batches) checkBatchable(r, options);
+        const data = this.prepare(r, {
+          ...options,
+          ...(key ? { idempotencyKey: partKey(key, i) } : {}),
+        });
+        return batches && options.deadlineAt !== undefined
+          ? { ...data, deadlineAt: options.deadlineAt }
+          : data;
+      } catch (err) {
+        if (!(err instanceof RequestValidationError)) throw err;
+        throw new RequestValidationError(
+          err.issues.map((s) => ({ field: `parts.${i}.${s.field}`, message: s.message })),
+        );
+      }
+    });
+    const template = parseMessagesRequest(flow.combine);
+    const tenant = parts[0]?.tenant;
+    const id = key !== undefined ? jobIdForKey(key, tenant) : newJobId();
+    const partIds = parts.map((_, i) =>
+      key !== undefined ? jobIdForKey(partKey(key, i), tenant) : newJobId(),
+    );
+    const combine: JobData = {
+      ...this.build(
+        template,
+        { ...options, via: 'messages' },
+        {
+          ...estimateCost(template),
+          inputTokens: combineInputTokens(
+            template,
+            parts.map((p) => p.request.max_tokens),
+          ),
+        },
+      ),
+      combine: { parts: partIds },
+    };
+    await this.ensureRegistered();
+    if (await this.redisCall(() => this.queue.getJob(id))) return { id, partIds, created: false };
+    // Parts via messages wait in the queue: they take room under the depth bound.
+    const room = batches ? [] : partIds;
+    const bound = this.gate.largestChunk(tenant);
+    if (room.length > bound) {
+      throw new RequestValidationError([
+        {
+          field: 'parts',
+          message: `holds ${room.length} requests, more than the queue's depth bound (${bound}) lets in at once: use fewer, larger parts or raise the bound`,
+        },
+      ]);
+    }
+    await this.gate.reserveOrWait(room, tenant, options);
+    this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
+    const flows = this.flows;
+    try {
+      await this.redisCall(() =>
+        flows.add(
+          mapReduceFlow({
+            names: this.names,
+            id,
+            combine,
+            partIds,
+            parts,
+            batches,
+            jobOptions: (d) => this.jobOptions(d, attempts),
+          }),
+        ),
+      );
+    } finally {
+      await this.gate.release(room, tenant).catch(() => {});
+    }
+    return { id, partIds, created: true };
   }
 
   /**
@@ -330,9 +431,14 @@ export class Producer {
     return waiter.wait(id, options);
   }
 
-  /** A job's state and, once finished, its result or failure; null when there is no such job. */
-  status(id: string): Promise<JobStatus | null> {
-    return this.redisCall(() => readJobStatus(this.queue, this.deadLetters, id));
+  /** A job's state and, once finished, its result or failure (batch-bound jobs too); null when there is no such job. */
+  async status(id: string): Promise<JobStatus | null> {
+    const s = await this.redisCall(() => readJobStatus(this.queue, this.deadLetters, id));
+    if (s) return s;
+    const batchBound = await this.redisCall(() =>
+      readJobStatus(this.batchJobs.queue, this.deadLetters, id),
+    );
+    return batchBound && { ...batchBound, via: 'batches' };
   }
 
   /**
@@ -364,6 +470,7 @@ export class Producer {
   async close(): Promise<void> {
     await this.waiter?.close();
     await this.batches?.close();
+    await this.flows?.close();
     await Promise.all([this.queue.close(), this.deadLetters.close()]);
     if (this.ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
   }
@@ -400,8 +507,11 @@ export class Producer {
       ]);
     }
     checkMeta(options.meta);
+    checkProviderHeaders(options.providerHeaders);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
-    this.refuseNeverFits(cost, scopes);
+    // Message Batches run outside the per-minute limits; the model's context still bounds them.
+    if (options.via === 'batches') refuseOverContext(req.model, cost);
+    else this.refuseNeverFits(cost, scopes);
     return {
       v: 1,
       request: stripStream(req),
@@ -409,7 +519,9 @@ export class Producer {
       priority,
       tenant,
       scopes: scopes.length > 0 ? scopes : undefined,
-      stream: options.stream ?? req.stream,
+      stream: options.relayEvents ? true : (options.stream ?? req.stream),
+      relayEvents: options.relayEvents || undefined,
+      providerHeaders: options.providerHeaders,
       timeoutMs: options.timeoutMs,
       idempotencyKey: options.idempotencyKey,
       enqueuedAt: Date.now(),
@@ -421,11 +533,11 @@ export class Producer {
   private refuseNeverFits(cost: Cost, scopes: readonly string[]): void {
     for (const scope of [GLOBAL_SCOPE, ...scopes]) {
       const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
-      for (const dim of DIM_ORDER) {
+      for (const dim of DIMENSION_NAMES) {
         const raw = limits[dim];
         if (raw === undefined || raw <= 0) continue;
         const limit = Math.max(1, Math.floor(raw * (1 - this.headroom)));
-        const need = dim === 'tokens' ? cost.inputTokens + cost.outputTokens : cost[dim];
+        const need = amountOf(cost, dim);
         if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit);
       }
     }
@@ -473,6 +585,18 @@ function stripStream(req: MessagesRequest): MessagesRequest {
   return clean as MessagesRequest;
 }
 
+function refuseOverContext(model: string, cost: Cost): void {
+  const need = cost.inputTokens + cost.outputTokens;
+  const context = contextTokensOf(model);
+  if (need <= context) return;
+  throw new RequestValidationError([
+    {
+      field: 'messages',
+      message: `the request needs an estimated ${need} tokens (input and max_tokens), more than the model's context of ${context}: shorten the input, lower max_tokens, or split it (llmq batch summarize --chunk-tokens)`,
+    },
+  ]);
+}
+
 function checkAttempts(n: number | undefined): number {
   if (n === undefined) return 5;
   if (!Number.isInteger(n) || n < 1 || n > 100) {
@@ -494,6 +618,29 @@ function checkChunk(n: number | undefined): number {
     );
   }
   return n;
+}
+
+const PROVIDER_HEADERS = new Set(['anthropic-version', 'anthropic-beta']);
+
+function checkProviderHeaders(headers: Readonly<Record<string, string>> | undefined): void {
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (!PROVIDER_HEADERS.has(name)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: 'is not a header llmq sends on (only anthropic-version and anthropic-beta)',
+        },
+      ]);
+    }
+    if (typeof value !== 'string' || !/^[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$/.test(value)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: `must be 1 to 256 printable characters (got ${JSON.stringify(value)?.slice(0, 60)})`,
+        },
+      ]);
+    }
+  }
 }
 
 function checkMeta(meta: unknown): void {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 
@@ -267,7 +268,7 @@ const truncate = (s: string, max = 120) => (s.length > max ? `${s.slice(0, max)}
 
 /** Limits named as in the config (rpm, tpm…) to the limiter's dimensions. */
 export function toDimensionLimits(l: ScopeLimits): DimensionLimits {
-  return { requests: l.rpm, tokens: l.tpm, inputTokens: l.itpm, outputTokens: l.otpm };
+  return Object.fromEntries(DIMENSIONS.map((d) => [d.name, l[d.limit]])) as DimensionLimits;
 }
 
 /** The global scope's limits of a config. */

@@ -17,6 +17,11 @@ const BASE_TOKENS = 16;
 const utf8 = new TextEncoder();
 const bytes = (s: string) => utf8.encode(s).length;
 
+/** A text's tokens as the estimate counts them: one per three bytes of UTF-8, rounded up. */
+export function estimateTextTokens(text: string): number {
+  return Math.ceil(bytes(text) / 3);
+}
+
 function blockBytes(block: unknown): { bytes: number; media: number } {
   if (typeof block === 'string') return { bytes: bytes(block), media: 0 };
   if (block === null || typeof block !== 'object') return { bytes: 0, media: 0 };

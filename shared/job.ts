@@ -1,3 +1,4 @@
+import type { CombineSpec } from './combine.ts';
 import type { Cost } from './estimate.ts';
 import type { MessagesRequest } from './request.ts';
 
@@ -27,6 +28,13 @@ export interface JobData {
   readonly scopes?: readonly string[] | undefined;
   /** Stream the response even when max_tokens does not need it. */
   readonly stream?: boolean | undefined;
+  /**
+   * A caller reads the provider's stream events as they come (the gateway's `stream: true`):
+   * the worker appends them to the job's event stream (`jobEventsKey`).
+   */
+  readonly relayEvents?: boolean | undefined;
+  /** `anthropic-version` / `anthropic-beta` the caller sent, sent with the call (never a key). */
+  readonly providerHeaders?: Readonly<Record<string, string>> | undefined;
   /** Per-call timeout in ms. */
   readonly timeoutMs?: number | undefined;
   readonly idempotencyKey?: string | undefined;
@@ -38,6 +46,8 @@ export interface JobData {
   readonly history?: readonly AttemptRecord[] | undefined;
   /** When a batch-bound job must be done by (ms since the epoch); see producer/batches. */
   readonly deadlineAt?: number | undefined;
+  /** A flow's combine job: its request is built from its part jobs' answers when it runs. */
+  readonly combine?: CombineSpec | undefined;
 }
 
 /** The Message as stored: what a caller of the API would keep. */

@@ -54,3 +54,8 @@ export function batchesKey(
 ): string {
   return llmqKey(names, 'batches', part);
 }
+
+/** A job's relayed stream events (a Redis stream, capped and expiring), read by the gateway. */
+export function jobEventsKey(names: QueueNames, jobId: string): string {
+  return llmqKey(names, 'sse', jobId);
+}

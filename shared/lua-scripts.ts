@@ -41,7 +41,10 @@ export function loadLuaScripts(dir: string): Record<string, LuaScript> {
   return out;
 }
 
-type ScriptRunner = (...args: (string | number)[]) => Promise<unknown>;
+/** A script argument; a Buffer goes as is (msgpack, see shared/limiter/scripts.ts). */
+export type LuaArg = string | number | Buffer;
+
+type ScriptRunner = (...args: LuaArg[]) => Promise<unknown>;
 
 /**
  * Runs a script on a connection, defining it there on first use (ioredis then sends EVALSHA
@@ -51,7 +54,7 @@ export function runLua(
   redis: RedisClient,
   script: LuaScript,
   keys: readonly string[],
-  args: readonly (string | number)[],
+  args: readonly LuaArg[],
 ): Promise<unknown> {
   const commands = redis as unknown as Record<string, ScriptRunner | undefined>;
   if (typeof commands[script.command] !== 'function') {

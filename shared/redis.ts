@@ -93,15 +93,19 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
 }
 
 /**
- * A second connection to the same deployment, with the same options. `shardedSubscribers` for
- * one that SSUBSCRIBEs: on a Cluster it then keeps one subscriber per master, across failovers.
+ * A second connection to the same deployment, with the same options (`node` overrides some, on
+ * each node of a Cluster). `shardedSubscribers` for one that SSUBSCRIBEs: on a Cluster it then
+ * keeps one subscriber per master, across failovers.
  */
 export function duplicateRedis(
   redis: RedisClient,
-  options: { readonly shardedSubscribers?: boolean } = {},
+  options: { readonly shardedSubscribers?: boolean; readonly node?: Partial<RedisOptions> } = {},
 ): RedisClient {
-  if (!isCluster(redis)) return redis.duplicate();
-  return redis.duplicate([], { shardedSubscribers: options.shardedSubscribers ?? false });
+  if (!isCluster(redis)) return redis.duplicate(options.node);
+  return redis.duplicate([], {
+    shardedSubscribers: options.shardedSubscribers ?? false,
+    ...(options.node ? { redisOptions: options.node } : {}),
+  });
 }
 
 /** Where a client connects, as a URL without its password, for messages. */

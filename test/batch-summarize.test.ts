@@ -346,7 +346,7 @@ describe('llmq batch summarize', () => {
     await until(
       async () =>
         (await redis.zcard(`${bullPrefix(names)}:${names.queue}:completed`)) === first.enqueued,
-      20_000,
+      60_000,
     );
 
     const second: BatchReport = await runBatchSummarize({
@@ -365,7 +365,7 @@ describe('llmq batch summarize', () => {
     const lines = readLines(out);
     expect(lines).toHaveLength(30);
     expect(new Set(lines.map((l) => l.file))).toEqual(new Set(files));
-  }, 30_000);
+  }, 90_000);
 
   it('SIGINT leaves the jobs queued and the results file valid, and exits 130', async () => {
     writeDocs(12);
@@ -406,7 +406,7 @@ describe('llmq batch summarize', () => {
     // Nobody works the queue: once all 12 jobs are in, the run only waits.
     await until(
       async () => (await redis.zcard(`${bullPrefix(names)}:${names.queue}:prioritized`)) === 12,
-      20_000,
+      60_000,
       50,
     );
     child.kill('SIGINT');
@@ -417,7 +417,7 @@ describe('llmq batch summarize', () => {
     expect(existsSync(out)).toBe(true);
     expect(readLines(out)).toEqual([]);
     expect(await redis.zcard(`${bullPrefix(names)}:${names.queue}:prioritized`)).toBe(12);
-  }, 30_000);
+  }, 90_000);
 });
 
 describe('results file and progress', () => {

@@ -1,5 +1,3 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +9,8 @@ import { startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { Producer } from '../producer/producer.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import { batchesKey, type QueueNames } from '../shared/keys.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
+import { batchCli } from './fixtures/batch-cli.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -42,36 +41,14 @@ function writeDocs(n: number): string {
   return docs;
 }
 
-const CLI = `
-  import { Command } from 'commander';
-  import { registerBatchCommand } from './scripts/cli/batch.ts';
-  const program = new Command('llmq').exitOverride();
-  registerBatchCommand(program);
-  try {
-    await program.parseAsync(process.argv.slice(1), { from: 'user' });
-  } catch (err) {
-    process.stderr.write('llmq: ' + err.message + '\\n');
-    process.exitCode = 1;
-  }
-`;
-
-function cli(args: string[]) {
-  const child = spawn(process.execPath, tsxEval(CLI, args), {
-    cwd: process.cwd(),
-    env: {
-      ...process.env,
-      REDIS_URL,
-      LLMQ_QUEUE: names.queue,
-      LLMQ_PREFIX: names.prefix,
-      ANTHROPIC_API_KEY: 'sk-test-batches',
-      ANTHROPIC_BASE_URL: mock.url,
-    },
+const cli = (args: string[]) =>
+  batchCli(args, {
+    REDIS_URL,
+    LLMQ_QUEUE: names.queue,
+    LLMQ_PREFIX: names.prefix,
+    ANTHROPIC_API_KEY: 'sk-test-batches',
+    ANTHROPIC_BASE_URL: mock.url,
   });
-  const out = { stdout: '', stderr: '' };
-  child.stdout.on('data', (c) => (out.stdout += c));
-  child.stderr.on('data', (c) => (out.stderr += c));
-  return { child, out, exit: once(child, 'exit').then(([code]) => code as number) };
-}
 
 const lines = (path: string) =>
   readFileSync(path, 'utf8')

@@ -354,7 +354,7 @@ describe('llmq serve', () => {
     );
     let out = '';
     child.stdout.on('data', (c) => (out += c));
-    await until(() => out.includes('\n'), 15_000, 50);
+    await until(() => out.includes('\n'), 60_000, 50);
     const url = out.split('\n')[0]!;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const res = await fetch(`${url}/v1/jobs`, {
@@ -366,7 +366,7 @@ describe('llmq serve', () => {
     child.kill('SIGINT');
     const [code] = await once(child, 'exit');
     expect(code).toBe(0);
-  }, 30_000);
+  }, 90_000);
 
   it('refuses to start without API keys', async () => {
     const script = `
@@ -385,5 +385,49 @@ describe('llmq serve', () => {
     const [code] = await once(child, 'exit');
     expect(code).toBe(2);
     expect(err).toContain('no API keys');
-  }, 30_000);
+  }, 90_000);
+});
+
+describe('HTTP API: via and deadline', () => {
+  it('takes a job via batches outside the per-minute limits, and shows it as batch-bound', async () => {
+    // 5000 output tokens can never fit the per-minute limit of 1000 through messages…
+    const big = message('Summarize the annual report.', 5_000);
+    const refused = await post({ request: big });
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.code).toBe('cost_exceeds_limit');
+    // …but Message Batches run outside it.
+    const r = await post({ request: big, via: 'batches', deadline: '6h' });
+    expect(r.status).toBe(202);
+    const got = await call('GET', `/v1/jobs/${r.body.id}`);
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ id: r.body.id, state: 'waiting', via: 'batches' });
+    // auto with room before the deadline takes batches too; a tight deadline, messages.
+    const auto = await post({ request: message('auto, far'), via: 'auto', deadline: '2d' });
+    expect((await call('GET', `/v1/jobs/${auto.body.id}`)).body.via).toBe('batches');
+    const soon = await post({ request: message('auto, near'), via: 'auto', deadline: '10m' });
+    expect((await call('GET', `/v1/jobs/${soon.body.id}`)).body.via).toBe('messages');
+  });
+
+  it('answers 400 naming the field for a bad via or deadline, or what batches refuse; adds nothing', async () => {
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [{ via: 'carrier-pigeon' }, 'via', /messages.*batches.*auto/],
+      [{ via: 'batches', deadline: 'tomorrow' }, 'deadline', /duration such as 90m/],
+      [{ via: 'batches', deadline: '2001-01-01T00:00:00Z' }, 'deadline', /in the future/],
+      [{ via: 'batches', stream: true }, 'request.stream', /does not stream/],
+      [
+        { via: 'batches', request: message('x'.repeat(10), 250_000) },
+        'request.messages',
+        /context of 200000/,
+      ],
+    ];
+    const batchBound = await api.producer.batchJobs.queue.count();
+    for (const [extra, field, message_] of cases) {
+      const r = await post({ request: message('never added'), ...extra });
+      expect(r.status, JSON.stringify(extra)).toBe(400);
+      expect(r.body.error).toMatchObject({ code: 'invalid_request', field });
+      expect(r.body.error.message).toMatch(message_);
+    }
+    expect(await api.producer.queue.count()).toBe(0);
+    expect(await api.producer.batchJobs.queue.count()).toBe(batchBound);
+  });
 });

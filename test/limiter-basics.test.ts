@@ -65,6 +65,7 @@ describe('limiter memory', () => {
     }
     expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(1_200);
     t += 10_001;
+    await lim.prune();
     const snap = await lim.snapshot();
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
     expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(0);

@@ -57,7 +57,7 @@ describe('llmq dlq', () => {
     const retry = await runCli(['dlq', 'retry', id], env);
     expect(retry.code, retry.stderr).toBe(0);
     expect(retry.stdout.trim()).toBe(id);
-    await allCompleted(pool, [id], 15_000);
+    await allCompleted(pool, [id], 60_000);
     const job = (await pool.job(id))!;
     expect(job.returnvalue.attempts).toBe(1);
     expect(job.data.history ?? []).toEqual([]);
@@ -75,7 +75,7 @@ describe('llmq dlq', () => {
     expect(await pool.queue.getJobState(other)).toBe('failed');
     // The completed job is untouched.
     expect(await pool.queue.getJobState(id)).toBe('completed');
-  });
+  }, 180_000);
 
   it('retries a letter whose job was removed meanwhile under the same id', async () => {
     pool = await openPool('dlqgone', { faults: { overloaded: 1 } });
@@ -90,7 +90,7 @@ describe('llmq dlq', () => {
 
     pool.mock.setFaults({});
     expect(await retryDeadLetter(pool.dlq, pool.queue, id)).toBe(id);
-    await allCompleted(pool, [id], 15_000);
+    await allCompleted(pool, [id], 60_000);
     expect((await pool.job(id))!.returnvalue.attempts).toBe(1);
     expect(await listDeadLetters(pool.dlq)).toEqual([]);
   });
@@ -105,7 +105,7 @@ describe('llmq dlq', () => {
     await failed(pool, id);
     pool.mock.setFaults({});
     await (await pool.job(id))!.retry('failed');
-    await allCompleted(pool, [id], 15_000);
+    await allCompleted(pool, [id], 60_000);
 
     expect(await retryDeadLetter(pool.dlq, pool.queue, id)).toBe(id);
     expect(await listDeadLetters(pool.dlq)).toEqual([]);

@@ -1,15 +1,17 @@
 import type { Job } from 'bullmq';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
-import { readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
+import { header, readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
+import { requestOf } from './combine.ts';
 import type { Handoff } from './handoff.ts';
 import type { WorkerLogger } from './logger.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
+import { relayedError, type StreamEventPublisher } from './stream-events.ts';
 
 /** One launch of a job: a job fetched again while its earlier entry still finishes is another. */
 export interface Running {
@@ -36,6 +38,8 @@ export interface CallParts {
   readonly timeoutMs: number;
   /** Feed the provider's rate-limit headers to the limiter. */
   readonly feedback: boolean;
+  /** Publishes stream events of jobs whose caller reads them (the gateway's streams). */
+  readonly events?: StreamEventPublisher | undefined;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -60,14 +64,19 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     p.stream === 'always' ||
     data.stream === true ||
     data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
+  // The gateway's relay: events once the response began, an error event if it breaks after.
+  const relay = p.events?.open(job.id ?? '', data.relayEvents);
   let res: ProviderCallResult;
   try {
-    res = await p.call(data.request, {
+    res = await p.call(await requestOf(job), {
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
       signal: r.abort.signal,
+      headers: data.providerHeaders,
+      onEvent: relay?.event,
       onStart: async (headers) => {
         begun = true;
+        relay?.start(header(headers, 'request-id') ?? null);
         // Not stamped now means stamped later, at settle or at the lease's end: never too early.
         // The response is read meanwhile. The provider's reading goes once the stamp is
         // answered, so that the calls which began in the same moment (their stamps share its
@@ -91,6 +100,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     });
   } catch (err) {
     const latencyMs = performance.now() - t0;
+    await relay?.end(relayedError(err));
     // The reading, if any, goes first; a stamp not sent yet is taken back by the end below.
     await reading;
     if (r.abort.signal.aborted) {
@@ -126,7 +136,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   // has reserved for one. A failure in the bookkeeping (the limiter fails fast while Redis
   // reconnects) must not turn a successful call into a retry that calls, and pays, again.
   const usage = res.message.usage;
-  await reading;
+  await Promise.all([reading, relay?.end()]);
   const h = [...(job.data.history ?? [])];
   h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
   const result: JobResult = {

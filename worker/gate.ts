@@ -9,17 +9,6 @@ import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
 const AHEAD_PEEK_MAX_AGE_MS = 20;
 
-/** Thrown from the gate's wait when only the head job's own nested scope holds it back. */
-class HeldByOwnScope extends Error {
-  constructor(
-    readonly jobId: string,
-    readonly scope: string,
-    readonly waitMs: number,
-  ) {
-    super(`job ${jobId} waits for scope ${scope}`);
-  }
-}
-
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
   /** Calls this process runs at once. */
@@ -111,69 +100,61 @@ export class Gate {
     let behind = followers(heads);
     // Backfill goes by the slots free now, keeping one for the head.
     const backfillRoom = () => (p.backfill && !b.trial ? room() - 1 : 0);
+    // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
+    // held by its own scope, sleep, look at the queue again.
+    const line = limiter.line(head.cost, {
+      scopes: head.scopes,
+      priority: head.priority,
+      more: behind.map((h) => h.cost),
+      backfill: backfillRoom(),
+    });
     let reservations: Reservation[];
     try {
-      reservations = await limiter.acquireMany(head.cost, {
-        scopes: head.scopes,
-        priority: head.priority,
-        more: behind.map((h) => h.cost),
-        backfill: backfillRoom(),
-        onBackfill: async (rs, indexes) => {
-          const ahead = indexes.map((i) => behind[i]!);
-          let take: number[];
-          try {
-            const moved = new Set(await p.peeker.moveToFront(ahead.map((h) => h.id)));
-            take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
-          } catch (err) {
-            await Promise.all(rs.map((r) => limiter.release(r).catch(() => {})));
-            throw err;
-          }
-          // Reservations for jobs no longer waiting (another worker took them) go back.
-          await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => limiter.release(r)));
-          const n = await takeJobs(
-            p,
-            take.map((i) => ahead[i]!),
-            take.map((i) => rs[i]!),
-            false,
-            this.hooks,
-          );
-          if (n === 0) handoff.completeAlone();
-          p.metrics.add({ backfilled: take.length }).catch(() => {});
-        },
-        signal: p.stopped,
+      for (;;) {
+        p.stopped.throwIfAborted();
+        const a = await line.attempt();
+        if (a.ok) {
+          reservations = a.reservations;
+          break;
+        }
+        if (a.ahead.length > 0) {
+          const ahead = a.aheadIndexes.map((i) => behind[i]!);
+          await this.takeAhead([...a.ahead], ahead);
+        }
+        // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
+        handoff.completeAlone();
+        const d = a.denial;
         // A job held back by its own tenant's (or team's) budget must not hold back everyone
         // behind it: BullMQ would hand it out first all the same. Step around it instead.
-        onDenied: (d) => {
-          // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
-          handoff.completeAlone();
-          if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE && head) {
-            throw new HeldByOwnScope(head.id, d.scope, d.waitMs);
-          }
-        },
-        onWait: async () => {
-          // Look again: the head may have changed (a more urgent job), and so may the jobs
-          // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-          const now = await p.peeker.peekMany(room());
-          if (!now[0]) {
-            // Nothing to see (paused, or another worker took the head): no jobs behind either,
-            // rather than the ones seen before, which may have started since.
-            behind = [];
-            return { more: [], backfill: 0 };
-          }
-          head = now[0];
-          behind = followers(now);
-          return {
-            cost: head.cost,
-            priority: head.priority,
-            scopes: head.scopes,
-            more: behind.map((h) => h.cost),
-            backfill: backfillRoom(),
-          };
-        },
-      });
+        if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE) {
+          await line.leave().catch(() => {});
+          return this.deferHeldJob(head.id, d.waitMs);
+        }
+        await line.sleep(a, p.stopped);
+        // Look again: the head may have changed (a more urgent job), and so may the jobs
+        // behind it (some went ahead) and the slots free for them (a trial still goes alone).
+        const now = await p.peeker.peekMany(room());
+        if (!now[0]) {
+          // Nothing to see (paused, or another worker took the head): no jobs behind either,
+          // rather than the ones seen before, which may have started since.
+          behind = [];
+          line.update({ more: [], backfill: 0 });
+          continue;
+        }
+        head = now[0];
+        behind = followers(now);
+        line.update({
+          cost: head.cost,
+          priority: head.priority,
+          scopes: head.scopes,
+          more: behind.map((h) => h.cost),
+          backfill: backfillRoom(),
+        });
+      }
     } catch (err) {
+      await line.leave().catch(() => {});
       handoff.completeAlone();
-      if (err instanceof HeldByOwnScope) return this.deferHeldJob(err);
+      if (p.stopped.aborted) throw p.stopped.reason;
       if (err instanceof CostExceedsLimitError) return this.deadLetterHead(head.id, err);
       throw err;
     }
@@ -185,6 +166,30 @@ export class Gate {
       handoff.completeAlone();
       await this.idle();
     }
+  }
+
+  /** Takes the jobs whose reservations went ahead of the waiting head (backfill). */
+  private async takeAhead(rs: Reservation[], ahead: HeadJob[]): Promise<void> {
+    const { p } = this;
+    let take: number[];
+    try {
+      const moved = new Set(await p.peeker.moveToFront(ahead.map((h) => h.id)));
+      take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
+    } catch (err) {
+      await Promise.all(rs.map((r) => p.limiter.release(r).catch(() => {})));
+      throw err;
+    }
+    // Reservations for jobs no longer waiting (another worker took them) go back.
+    await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => p.limiter.release(r)));
+    const n = await takeJobs(
+      p,
+      take.map((i) => ahead[i]!),
+      take.map((i) => rs[i]!),
+      false,
+      this.hooks,
+    );
+    if (n === 0) p.handoff.completeAlone();
+    p.metrics.add({ backfilled: take.length }).catch(() => {});
   }
 
   /** Waits a little longer each time the gate finds nothing to do, 200 ms at most. */
@@ -223,17 +228,17 @@ export class Gate {
    * Moves a job that only its own scope's budget holds back to the delayed set until that budget
    * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
    */
-  private async deferHeldJob(held: HeldByOwnScope): Promise<void> {
+  private async deferHeldJob(jobId: string, waitMs: number): Promise<void> {
     const token = this.p.nextToken();
     const job = await this.p.bull.nextJob(token);
     if (!job) return;
-    if (job.id !== held.jobId) {
+    if (job.id !== jobId) {
       await job.moveToWait(token);
       return;
     }
     // The wait is an upper bound while the scope's calls are in flight (they free their budget
     // when they settle, not at a known time): look again within a second.
-    await job.moveToDelayed(Date.now() + Math.min(Math.max(held.waitMs, 10), 1_000), token);
+    await job.moveToDelayed(Date.now() + Math.min(Math.max(waitMs, 10), 1_000), token);
     await this.p.metrics.add({ deferred_by_scope: 1 });
   }
 

@@ -24,6 +24,10 @@ export interface ProviderCallOptions {
   readonly signal?: AbortSignal | undefined;
   /** Called once the response has begun (headers in hand), before the body is read. */
   readonly onStart?: ((headers: HeaderSource) => Promise<void>) | undefined;
+  /** Extra request headers (the caller's `anthropic-version`, `anthropic-beta`). */
+  readonly headers?: Readonly<Record<string, string>> | undefined;
+  /** Every stream event as it arrives: its SSE name and its data (JSON text). */
+  readonly onEvent?: ((name: string, data: string) => void) | undefined;
 }
 
 export interface ProviderCallResult {
@@ -72,6 +76,7 @@ export async function callProvider(
   const reqOptions = {
     timeout: options.timeoutMs,
     ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.headers ? { headers: { ...options.headers } } : {}),
   };
   const params = request as unknown as Anthropic.MessageCreateParamsNonStreaming;
   if (options.stream) {
@@ -81,6 +86,9 @@ export async function callProvider(
     );
     // Keep an unhandled rejection from escaping while we wait for the headers.
     stream.on('error', () => {});
+    const onEvent = options.onEvent;
+    // The event's name is its `type`; serialized at once, before the SDK's accumulation reuses it.
+    if (onEvent) stream.on('streamEvent', (event) => onEvent(event.type, JSON.stringify(event)));
     const { response, request_id } = await stream.withResponse();
     await options.onStart?.(response.headers);
     const message = await stream.finalMessage();

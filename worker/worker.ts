@@ -24,6 +24,7 @@ import { Handoff } from './handoff.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { Outcomes } from './outcome.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
+import { StreamEventPublisher } from './stream-events.ts';
 
 export type { WorkerLogger } from './logger.ts';
 
@@ -216,6 +217,7 @@ export class Worker implements WorkerHandle {
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
+      events: new StreamEventPublisher(this.metricsRedis, names),
     };
     this.gate = new Gate({
       bull,

@@ -7,6 +7,8 @@ export type ResultLine =
       readonly id: string;
       readonly summary: string;
       readonly usage: { readonly input_tokens: number; readonly output_tokens: number };
+      /** A document summarized in parts: how many (the usage is of every call, parts and final). */
+      readonly parts?: number;
     }
   | { readonly file: string; readonly id: string; readonly error: string };
 

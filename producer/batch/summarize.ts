@@ -1,14 +1,17 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { answerText } from '../../shared/combine.ts';
 import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
 import type { JobResult } from '../../shared/job.ts';
 import { batchSavingUsd, formatUsd } from '../../shared/prices.ts';
 import type { PriorityLane } from '../../shared/priority.ts';
 import type { Via } from '../batches/via.ts';
 import { JobFailedError, JobNotFoundError } from '../errors.ts';
+import type { EnqueuedFlow } from '../flows.ts';
 import { jobIdForKey } from '../idempotency.ts';
 import type { Producer } from '../producer.ts';
 import { collectFiles } from './collect-files.ts';
+import { planDocument, summaryFlow, waitForDocument } from './long-document.ts';
 import { Progress, type ProgressState } from './progress.ts';
 import { type ResultLine, ResultsFile } from './results-file.ts';
 
@@ -27,6 +30,11 @@ export interface BatchSummarizeOptions {
   readonly model?: string;
   /** @default 512 */
   readonly maxTokens?: number;
+  /**
+   * Documents longer than this many tokens (estimated) are summarized in parts of at most this
+   * size, then the parts' summaries combined. @default what the model's context leaves
+   */
+  readonly chunkTokens?: number;
   /** The system prompt. @default {@link DEFAULT_SUMMARY_PROMPT} */
   readonly prompt?: string;
   /** @default 'batch' */
@@ -70,6 +78,8 @@ export interface BatchReport {
   readonly pending: number;
   /** Empty files, left out. */
   readonly empty: readonly string[];
+  /** Files summarized in parts (their part jobs and final job are a BullMQ flow). */
+  readonly split: number;
   readonly inputTokens: number;
   readonly outputTokens: number;
   readonly elapsedMs: number;
@@ -119,6 +129,7 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   let outputTokens = 0;
   let arrived = 0;
   let savedUsd = 0;
+  let split = 0;
   const via = options.via ?? 'messages';
 
   // What earlier runs wrote, by file: a line counts for the file's current content only.
@@ -155,21 +166,28 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   // Each wait settles quietly; the first unexpected error (Redis gone) is thrown at the end.
   const waits: Promise<void>[] = [];
   let unexpected: unknown;
+  const failedWait = (p: Pending) => (err: unknown) => {
+    if (err instanceof JobFailedError) write({ file: p.file, id: p.id, error: err.reason });
+    // Removed meanwhile (cancelled, or its retention ran out): no line, so a rerun enqueues it again.
+    else if (err instanceof JobNotFoundError)
+      progress.note(`warning: job ${p.id} of ${p.file} was removed; rerun to summarize it`);
+    else if (!signal?.aborted) unexpected ??= err;
+  };
   const collect = (p: Pending) => {
     waits.push(
-      producer.waitForResult(p.id, { via, ...(signal ? { signal } : {}) }).then(
-        (result) => {
-          if (result.batchId) savedUsd += batchSavingUsd(result.message.model, usageOf(result));
-          write({ file: p.file, id: p.id, summary: summaryOf(result), usage: usageOf(result) });
-        },
-        (err: unknown) => {
-          if (err instanceof JobFailedError) write({ file: p.file, id: p.id, error: err.reason });
-          // Removed meanwhile (cancelled, or its retention ran out): no line, so a rerun enqueues it again.
-          else if (err instanceof JobNotFoundError)
-            progress.note(`warning: job ${p.id} of ${p.file} was removed; rerun to summarize it`);
-          else if (!signal?.aborted) unexpected ??= err;
-        },
-      ),
+      producer.waitForResult(p.id, { via, ...(signal ? { signal } : {}) }).then((result) => {
+        if (result.batchId) savedUsd += batchSavingUsd(result.message.model, usageOf(result));
+        write({ file: p.file, id: p.id, summary: answerText(result), usage: usageOf(result) });
+      }, failedWait(p)),
+    );
+  };
+  const collectDocument = (p: Pending, flow: EnqueuedFlow) => {
+    waits.push(
+      waitForDocument(producer, flow, { via, signal }).then((d) => {
+        savedUsd += d.savedUsd;
+        const summary = answerText(d.result);
+        write({ file: p.file, id: p.id, summary, usage: d.usage, parts: d.parts });
+      }, failedWait(p)),
     );
   };
 
@@ -183,7 +201,20 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
         empty.push(file);
         continue;
       }
-      const baseKey = idempotencyKey({ model, maxTokens, prompt, text });
+      const plan = planDocument(text, {
+        model,
+        maxTokens,
+        prompt,
+        chunkTokens: options.chunkTokens,
+      });
+      const parted = plan.parts.length > 1;
+      const baseKey = idempotencyKey({
+        model,
+        maxTokens,
+        prompt,
+        text,
+        ...(parted ? { partTokens: plan.partTokens } : {}),
+      });
       const decided = decide(
         baseKey,
         earlier.get(file) ?? [],
@@ -202,20 +233,35 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
         system: prompt,
         messages: [{ role: 'user' as const, content: text }],
       };
+      const enqueueOptions = {
+        idempotencyKey: decided.key,
+        priority,
+        ...(tenant !== undefined ? { tenant } : {}),
+        meta: { file },
+        wait: true,
+        via,
+        ...(options.deadlineAt !== undefined ? { deadlineAt: options.deadlineAt } : {}),
+        ...(signal ? { signal } : {}),
+      };
       try {
-        const job = await producer.enqueueJob(request, {
-          idempotencyKey: decided.key,
-          priority,
-          ...(tenant !== undefined ? { tenant } : {}),
-          meta: { file },
-          wait: true,
-          via,
-          ...(options.deadlineAt !== undefined ? { deadlineAt: options.deadlineAt } : {}),
-          ...(signal ? { signal } : {}),
-        });
-        if (job.created) enqueued++;
-        else reattached++;
-        if (wait) collect({ file, key: decided.key, id: job.id });
+        if (parted) {
+          const flow = await producer.enqueueMapReduce(
+            summaryFlow(plan.parts, { model, maxTokens, prompt }),
+            enqueueOptions,
+          );
+          if (split++ === 0 && via === 'batches')
+            progress.note(
+              'note: documents summarized in parts send their parts by batch and their final call through messages: a worker must run (llmq worker)',
+            );
+          if (flow.created) enqueued++;
+          else reattached++;
+          if (wait) collectDocument({ file, key: decided.key, id: flow.id }, flow);
+        } else {
+          const job = await producer.enqueueJob(request, enqueueOptions);
+          if (job.created) enqueued++;
+          else reattached++;
+          if (wait) collect({ file, key: decided.key, id: job.id });
+        }
       } catch (err) {
         if (signal?.aborted) break;
         if (err instanceof RedisUnavailableError || !(err instanceof LlmqError)) throw err;
@@ -245,6 +291,7 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
     failed,
     pending,
     empty,
+    split,
     inputTokens,
     outputTokens,
     elapsedMs: Date.now() - started,
@@ -269,6 +316,7 @@ export function reportLine(r: BatchReport, waited = true): string {
     `${r.enqueued} enqueued, ${r.reattached} re-attached, ${r.skipped} already done`,
   ];
   if (r.empty.length > 0) parts.push(`${r.empty.length} empty skipped`);
+  if (r.split > 0) parts.push(`${r.split} summarized in parts`);
   const head = r.interrupted
     ? 'batch interrupted (jobs stay queued; rerun to resume)'
     : waited
@@ -285,10 +333,12 @@ export function idempotencyKey(p: {
   maxTokens: number;
   prompt: string;
   text: string;
+  /** For a document summarized in parts: their size, which decides them. */
+  partTokens?: number;
 }): string {
-  const h = createHash('sha256').update(
-    JSON.stringify(['llmq-batch-summarize/v1', p.model, p.maxTokens, p.prompt, p.text]),
-  );
+  const fields = ['llmq-batch-summarize/v1', p.model, p.maxTokens, p.prompt, p.text];
+  if (p.partTokens !== undefined) fields.push(`parts:${p.partTokens}`);
+  const h = createHash('sha256').update(JSON.stringify(fields));
   return `batch:${h.digest('hex')}`;
 }
 
@@ -318,17 +368,6 @@ function decide(
   const last = errors.at(-1);
   if (last && !retryFailed) return { kind: 'done', line: last };
   return { kind: 'enqueue', key: keyOf(errors.length) };
-}
-
-function summaryOf(result: JobResult): string {
-  return result.message.content
-    .map((b) =>
-      b && typeof b === 'object' && (b as { type?: unknown }).type === 'text'
-        ? String((b as { text?: unknown }).text ?? '')
-        : '',
-    )
-    .join('')
-    .trim();
 }
 
 function usageOf(result: JobResult): { input_tokens: number; output_tokens: number } {

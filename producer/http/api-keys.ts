@@ -1,11 +1,14 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../../shared/errors.ts';
+import { resolvePriority } from '../../shared/priority.ts';
 
 /** One accepted key: its tenant and the sha256 of the key (the key itself is never kept). */
 export interface ApiKeyEntry {
   readonly tenant: string;
   readonly sha256: Buffer;
+  /** The priority of this key's gateway calls without an `llmq-priority` header (a lane or a number). */
+  readonly priority?: string | undefined;
 }
 
 const TENANT = /^[A-Za-z0-9_.@-]{1,100}$/;
@@ -32,7 +35,8 @@ export class ApiKeyStore {
   }
 
   /**
-   * Parses `tenant:sha256hex` entries separated by commas or newlines (`#` starts a comment).
+   * Parses `tenant:sha256hex[:priority]` entries separated by commas or newlines (`#` starts a
+   * comment); the priority (a lane or a number) is the key's default on `POST /v1/messages`.
    * Throws a ConfigError naming the bad entry's position, never its hash.
    */
   static parse(spec: string, source = 'LLMQ_API_KEYS'): ApiKeyStore {
@@ -42,16 +46,21 @@ export class ApiKeyStore {
       .map((s) => s.replace(/#.*$/, '').trim())
       .filter((s) => s.length > 0);
     items.forEach((item, i) => {
-      const at = item.lastIndexOf(':');
-      const tenant = item.slice(0, at);
-      const hex = item.slice(at + 1);
-      if (at < 1 || !TENANT.test(tenant) || !HEX.test(hex)) {
+      const [tenant = '', hex = '', priority, ...more] = item.split(':');
+      if (more.length > 0 || !TENANT.test(tenant) || !HEX.test(hex)) {
         throw new ConfigError(
-          `${source} entry ${i + 1} must be tenant:sha256hex (tenant of letters, digits, "_", ".", "@" or "-"; 64 hex digits), ` +
+          `${source} entry ${i + 1} must be tenant:sha256hex[:priority] (tenant of letters, digits, "_", ".", "@" or "-"; 64 hex digits), ` +
             `got ${TENANT.test(tenant) ? `"${tenant}:…"` : 'something else'}`,
         );
       }
-      entries.push({ tenant, sha256: Buffer.from(hex.toLowerCase(), 'hex') });
+      if (priority !== undefined) {
+        try {
+          resolvePriority(priority);
+        } catch (err) {
+          throw new ConfigError(`${source} entry ${i + 1} (${tenant}): ${(err as Error).message}`);
+        }
+      }
+      entries.push({ tenant, sha256: Buffer.from(hex.toLowerCase(), 'hex'), priority });
     });
     return new ApiKeyStore(entries);
   }
@@ -85,13 +94,17 @@ export class ApiKeyStore {
   /** The tenant of an `Authorization: Bearer <key>` header, or undefined. */
   authenticate(authorization: string | undefined): string | undefined {
     const m = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(authorization ?? '');
-    if (!m) return undefined;
-    const presented = createHash('sha256').update(m[1]!, 'utf8').digest();
-    let tenant: string | undefined;
+    return m ? this.entryOf(m[1]!)?.tenant : undefined;
+  }
+
+  /** The entry of a presented key (as sent, not hashed), or undefined. */
+  entryOf(key: string): ApiKeyEntry | undefined {
+    const presented = createHash('sha256').update(key, 'utf8').digest();
+    let found: ApiKeyEntry | undefined;
     for (const e of this.entries) {
       // Every entry is compared, whatever matched before.
-      if (timingSafeEqual(presented, e.sha256) && tenant === undefined) tenant = e.tenant;
+      if (timingSafeEqual(presented, e.sha256) && found === undefined) found = e;
     }
-    return tenant;
+    return found;
   }
 }

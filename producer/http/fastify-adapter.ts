@@ -7,7 +7,8 @@ import {
   type Route,
 } from './handlers.ts';
 
-const INVALID_JSON = 'LLMQ_INVALID_JSON';
+/** The code of the JSON parser's error, for error handlers of other route sets. */
+export const INVALID_JSON = 'LLMQ_INVALID_JSON';
 
 function send(reply: FastifyReply, res: HandlerResponse): FastifyReply {
   return reply

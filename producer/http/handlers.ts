@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { AuthThrottle } from '../../shared/auth-throttle.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { toFieldIssues } from '../../shared/request.ts';
+import { parseDeadline, resolveVia } from '../batches/via.ts';
 import type { JobStatus } from '../job-status.ts';
 import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';
 import type { ApiKeyStore } from './api-keys.ts';
@@ -170,7 +171,29 @@ const CreateJobBody = z.strictObject({
   idempotency_key: z.string().optional(),
   stream: z.boolean().optional(),
   meta: z.record(z.string(), z.string()).optional(),
+  via: z.enum(['messages', 'batches', 'auto']).optional(),
+  /** A duration from now (`90m`, `6h`, `2d`) or an ISO 8601 date-time. */
+  deadline: z
+    .string()
+    .refine(
+      (d) => deadlineAt(d) !== undefined,
+      'must be a duration such as 90m, 6h or 2d, or an ISO 8601 date-time in the future',
+    )
+    .optional(),
 });
+
+/** When a `deadline` of the body ends (ms since the epoch), or undefined when it is not one. */
+function deadlineAt(text: string): number | undefined {
+  if (/^\d/.test(text) && /[smhd]\s*$/.test(text)) {
+    try {
+      return Date.now() + parseDeadline(text);
+    } catch {
+      return undefined;
+    }
+  }
+  const at = /^\d{4}-\d{2}-\d{2}T/.test(text) ? Date.parse(text) : Number.NaN;
+  return at > Date.now() ? at : undefined;
+}
 
 /** Option names of the producer as the HTTP body spells them. */
 const BODY_FIELD: Record<string, string> = {
@@ -178,6 +201,7 @@ const BODY_FIELD: Record<string, string> = {
   priority: 'priority',
   meta: 'meta',
   tenant: 'tenant',
+  deadlineAt: 'deadline',
 };
 
 function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
@@ -185,7 +209,8 @@ function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
     issue.code === 'unrecognized_keys'
       ? issue.keys.map((k) => ({
           field: k,
-          message: 'is not a field of this body (request, priority, idempotency_key, stream, meta)',
+          message:
+            'is not a field of this body (request, priority, idempotency_key, stream, meta, via, deadline)',
         }))
       : toFieldIssues(new z.ZodError([issue]), body),
   );
@@ -233,12 +258,16 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
     const parsed = CreateJobBody.safeParse(req.body);
     if (!parsed.success) throw bodyIssues(parsed.error, req.body);
     const b = parsed.data;
+    const at = b.deadline !== undefined ? deadlineAt(b.deadline) : undefined;
+    const via = resolveVia(b.via ?? 'messages', at !== undefined ? at - Date.now() : undefined);
     const opts: EnqueueOptions = {
       tenant: req.auth!.tenant,
       ...(b.priority !== undefined ? { priority: b.priority } : {}),
       ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
       ...(b.stream !== undefined ? { stream: b.stream } : {}),
       ...(b.meta !== undefined ? { meta: b.meta } : {}),
+      via,
+      ...(at !== undefined ? { deadlineAt: at } : {}),
     };
     let job: EnqueuedJob;
     try {
@@ -285,7 +314,11 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
     if (status.state === 'completed' || status.state === 'failed')
       return { status: 200, body: jobView(status) };
     try {
-      await producer.waitForResult(status.id, { timeout: seconds * 1000, signal: req.signal });
+      await producer.waitForResult(status.id, {
+        timeout: seconds * 1000,
+        signal: req.signal,
+        ...(status.via ? { via: status.via } : {}),
+      });
     } catch (err) {
       // Finished as failed, timed out, removed, or the wait was cut short: answer with the state now.
       if (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') throw err;
@@ -334,6 +367,7 @@ export function jobView(status: JobStatus): Record<string, unknown> {
     state: status.state,
     priority: status.data.priority,
     enqueued_at: new Date(status.data.enqueuedAt).toISOString(),
+    via: status.via ?? 'messages',
     ...(status.data.meta ? { meta: status.data.meta } : {}),
   };
   if (status.state === 'completed') return { ...base, result: status.result };

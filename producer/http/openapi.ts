@@ -198,6 +198,19 @@ export const OPENAPI = {
             additionalProperties: { type: 'string' },
             description: 'Labels kept with the job.',
           },
+          via: {
+            type: 'string',
+            enum: ['messages', 'batches', 'auto'],
+            default: 'messages',
+            description:
+              'messages: a worker calls the provider now. batches: through Message Batches, at half the price and outside the per-minute limits, done within 24 h (a batch submitter must run; no streaming). auto: batches when the deadline leaves an hour or more, else messages.',
+          },
+          deadline: {
+            type: 'string',
+            examples: ['6h', '2026-12-01T18:00:00Z'],
+            description:
+              'When the job must be done: a duration from now (90m, 6h, 2d) or an ISO 8601 date-time. Via batches, retries past it go through messages.',
+          },
         },
       },
       Job: {
@@ -208,6 +221,7 @@ export const OPENAPI = {
           state: { type: 'string', enum: ['waiting', 'delayed', 'active', 'completed', 'failed'] },
           priority: { type: 'integer' },
           enqueued_at: { type: 'string', format: 'date-time' },
+          via: { type: 'string', enum: ['messages', 'batches'] },
           meta: { type: 'object', additionalProperties: { type: 'string' } },
           result: {
             type: 'object',

@@ -2,11 +2,14 @@ import { STATUS_CODES } from 'node:http';
 import Fastify, { type FastifyReply } from 'fastify';
 import { AuthThrottle, type AuthThrottleOptions } from '../../shared/auth-throttle.ts';
 import type { Config } from '../../shared/config.ts';
+import { connectRedis } from '../../shared/redis.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
+import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
 import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
+import { mountMessagesGateway } from './messages-gateway.ts';
 
 export interface HttpApiOptions {
   /** Where the queue is (redisUrl, queue, prefix, maxDepth, limits). */
@@ -28,6 +31,15 @@ export interface HttpApiOptions {
    * memory). @default {} (5 failures, then 1 s doubling up to 60 s)
    */
   readonly authThrottle?: AuthThrottleOptions;
+  /** The drop-in Messages API (`POST /v1/messages`, docs/gateway.md). */
+  readonly gateway?: {
+    /** A call not started after this long is cancelled and answered 529. @default maxWaitMs */
+    readonly maxWaitMs?: number;
+    /** A waiting stream's ping interval. @default 5_000 */
+    readonly pingMs?: number;
+    /** count_tokens requests per minute forwarded (with config's ANTHROPIC_API_KEY). @default 100 */
+    readonly countTokensRpm?: number;
+  };
   /** More producer settings (tenantMaxDepth, retryAfterMs, …). */
   readonly producer?: Partial<Omit<ProducerOptions, 'redis' | 'names'>>;
 }
@@ -98,9 +110,40 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     }),
     { shutdown: shutdown.signal, authenticate },
   );
+  const names = { prefix: options.config.prefix, queue: options.config.queue };
+  const gatewayRedis = connectRedis(options.config.redisUrl, {
+    maxRetriesPerRequest: 1,
+    connectTimeout: 2_000,
+  });
+  gatewayRedis.on('error', () => {});
+  const g = options.gateway ?? {};
+  const apiKey = options.config.anthropicApiKey;
+  const gateway = mountMessagesGateway(app, {
+    producer,
+    keys,
+    redis: gatewayRedis,
+    names,
+    shutdown: shutdown.signal,
+    maxWaitMs: g.maxWaitMs ?? options.maxWaitMs ?? 60_000,
+    ...(g.pingMs !== undefined ? { pingMs: g.pingMs } : {}),
+    countTokens: apiKey
+      ? new CountTokensForwarder({
+          redis: gatewayRedis,
+          names,
+          apiKey,
+          baseURL: options.config.anthropicBaseUrl,
+          ...(g.countTokensRpm !== undefined ? { rpm: g.countTokensRpm } : {}),
+        })
+      : undefined,
+  });
+  const closeGateway = async () => {
+    await gateway.close();
+    gatewayRedis.disconnect();
+  };
   try {
     await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8080 });
   } catch (err) {
+    await closeGateway();
     await producer.close();
     throw err;
   }
@@ -117,6 +160,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
         // Long polls answer first (with the job's state now), then the server closes, then Redis.
         shutdown.abort();
         await app.close();
+        await closeGateway();
         await producer.close();
       })();
       return closing;

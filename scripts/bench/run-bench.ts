@@ -5,6 +5,7 @@ import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
+import { gatewayScenario } from './scenarios/gateway.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
@@ -22,6 +23,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   neighbour: neighbourScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
+  gateway: gatewayScenario,
   cluster: clusterScenario,
 };
 

@@ -12,6 +12,7 @@ interface SummarizeFlags {
   out: string;
   model?: string;
   maxTokens?: string;
+  chunkTokens?: string;
   prompt?: string;
   promptFile?: string;
   priority?: string;
@@ -37,6 +38,10 @@ export function registerBatchCommand(program: Command): Command {
     .requiredOption('--out <file>', 'JSONL results file (appended; read first to resume)')
     .option('--model <model>', 'model to summarize with', 'claude-haiku-4-5')
     .option('--max-tokens <n>', 'max_tokens of each summary', '512')
+    .option(
+      '--chunk-tokens <n>',
+      "summarize documents longer than this many tokens in parts of at most this size, then combine the parts' summaries (default: when a document does not fit the model's context)",
+    )
     .option('--prompt <text>', 'system prompt')
     .option('--prompt-file <file>', 'read the system prompt from a file')
     .option(
@@ -64,6 +69,12 @@ export function registerBatchCommand(program: Command): Command {
       if (!Number.isInteger(maxTokens) || maxTokens < 1) {
         throw new ConfigError(
           `--max-tokens must be a whole number from 1 up, got ${JSON.stringify(flags.maxTokens)}`,
+        );
+      }
+      const chunkTokens = flags.chunkTokens === undefined ? undefined : Number(flags.chunkTokens);
+      if (chunkTokens !== undefined && !(Number.isInteger(chunkTokens) && chunkTokens >= 1_000)) {
+        throw new ConfigError(
+          `--chunk-tokens must be a whole number from 1000 up, got ${JSON.stringify(flags.chunkTokens)}`,
         );
       }
       if (flags.prompt !== undefined && flags.promptFile !== undefined) {
@@ -101,6 +112,7 @@ export function registerBatchCommand(program: Command): Command {
           producer,
           model: flags.model ?? 'claude-haiku-4-5',
           maxTokens,
+          ...(chunkTokens !== undefined ? { chunkTokens } : {}),
           ...(prompt !== undefined ? { prompt } : {}),
           priority: flags.priority ?? 'batch',
           ...(flags.tenant !== undefined ? { tenant: flags.tenant } : {}),

@@ -12,6 +12,7 @@ interface ServeFlags {
   queue?: string;
   apiKeysFile?: string;
   maxWait?: string;
+  countTokensRpm?: string;
 }
 
 /** Adds `llmq serve`: the HTTP enqueue API. */
@@ -19,14 +20,21 @@ export function registerServeCommand(program: Command): Command {
   return program
     .command('serve')
     .description(
-      'serve the HTTP enqueue API (POST /v1/jobs, GET /v1/jobs/:id[/wait], DELETE /v1/jobs/:id, GET /openapi.json); ' +
-        'API keys from LLMQ_API_KEYS ("tenant:sha256hex,…") or --api-keys-file',
+      'serve the HTTP enqueue API (POST /v1/jobs, GET /v1/jobs/:id[/wait], DELETE /v1/jobs/:id, GET /openapi.json) ' +
+        'and the drop-in Messages API (POST /v1/messages[/count_tokens]); ' +
+        'API keys from LLMQ_API_KEYS ("tenant:sha256hex[:priority],…") or --api-keys-file; ' +
+        'count_tokens is forwarded with ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL)',
     )
     .option('--port <n>', 'port to listen on', '8080')
     .option('--host <addr>', 'address to bind (default only this machine)', '127.0.0.1')
     .option('--queue <name>', 'queue to enqueue into (env LLMQ_QUEUE, default llmq)')
     .option('--api-keys-file <path>', 'file of tenant:sha256hex lines (env LLMQ_API_KEYS_FILE)')
-    .option('--max-wait <s>', 'longest /wait long-poll in seconds', '60')
+    .option(
+      '--max-wait <s>',
+      'longest /wait long-poll, and longest a /v1/messages call waits to start (then 529), in seconds',
+      '60',
+    )
+    .option('--count-tokens-rpm <n>', 'count_tokens requests forwarded per minute', '100')
     .action(async (flags: ServeFlags) => {
       const config = resolveConfig({ flags: { ...flags }, env: process.env });
       const port = Number(flags.port);
@@ -39,6 +47,12 @@ export function registerServeCommand(program: Command): Command {
       if (!Number.isFinite(maxWait) || maxWait < 0 || maxWait > 3_600) {
         throw new ConfigError(
           `--max-wait must be a number of seconds from 0 to 3600, got ${JSON.stringify(flags.maxWait)}`,
+        );
+      }
+      const countTokensRpm = Number(flags.countTokensRpm);
+      if (!Number.isInteger(countTokensRpm) || countTokensRpm < 1) {
+        throw new ConfigError(
+          `--count-tokens-rpm must be a whole number from 1 up, got ${JSON.stringify(flags.countTokensRpm)}`,
         );
       }
       const keys = ApiKeyStore.fromSources({ env: process.env, file: flags.apiKeysFile });
@@ -55,6 +69,7 @@ export function registerServeCommand(program: Command): Command {
         port,
         maxWaitMs: maxWait * 1000,
         authThrottle: { log: (line) => process.stderr.write(`llmq serve: ${line}\n`) },
+        gateway: { countTokensRpm },
       });
       process.stdout.write(`${api.url}\n`);
       process.stderr.write(

@@ -1,16 +1,9 @@
 import type { Command } from 'commander';
 import { type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { DIMENSIONS } from '../../shared/dimensions.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
-import type { Dimension } from '../../shared/limiter/types.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
-
-const DIM_LABEL: Record<Dimension, string> = {
-  requests: 'requests',
-  inputTokens: 'input tokens',
-  outputTokens: 'output tokens',
-  tokens: 'tokens',
-};
 
 export function formatStatus(s: QueueStatus): string {
   const c = s.counts;
@@ -21,13 +14,11 @@ export function formatStatus(s: QueueStatus): string {
     `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}${s.limiter.probeUntil ? `  probe out until ${new Date(s.limiter.probeUntil).toISOString()}` : ''}  breaker ${s.breaker.state}`,
   ];
   for (const scope of s.limiter.scopes) {
-    const parts = (Object.keys(DIM_LABEL) as Dimension[])
-      .map((d) => {
-        const u = scope.dimensions[d];
-        if (u.limit === undefined && u.used === 0) return undefined;
-        return `${DIM_LABEL[d]} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}`;
-      })
-      .filter(Boolean);
+    const parts = DIMENSIONS.map((d) => {
+      const u = scope.dimensions[d.name];
+      if (u.limit === undefined && u.used === 0) return undefined;
+      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}`;
+    }).filter(Boolean);
     lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
   }
   return lines.join('\n');

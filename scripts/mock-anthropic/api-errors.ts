@@ -4,19 +4,11 @@
  */
 
 import { randomBytes } from 'node:crypto';
+import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-types.ts';
 
+export type { ApiErrorType };
 /** The error types of the real API, each with its HTTP status. */
-export const ERROR_STATUS = {
-  invalid_request_error: 400,
-  authentication_error: 401,
-  not_found_error: 404,
-  request_too_large: 413,
-  rate_limit_error: 429,
-  api_error: 500,
-  overloaded_error: 529,
-} as const;
-
-export type ApiErrorType = keyof typeof ERROR_STATUS;
+export const ERROR_STATUS = API_ERROR_STATUS;
 
 export interface ApiErrorBody {
   type: 'error';

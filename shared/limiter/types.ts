@@ -1,17 +1,12 @@
+import type { Dimension } from '../dimensions.ts';
 import type { Cost } from '../estimate.ts';
 
 export type { Cost };
 
-/** Limits of one scope, per window. An absent dimension is unlimited. */
-export interface DimensionLimits {
-  readonly requests?: number | undefined;
-  readonly inputTokens?: number | undefined;
-  readonly outputTokens?: number | undefined;
-  /** Input plus output tokens. */
-  readonly tokens?: number | undefined;
-}
+/** Limits of one scope, per window (tokens: input plus output). An absent one is unlimited. */
+export type DimensionLimits = { readonly [D in Dimension]?: number | undefined };
 
-export type Dimension = keyof DimensionLimits;
+export type { Dimension };
 
 /** The scope every call belongs to: the provider key. */
 export const GLOBAL_SCOPE = 'global';

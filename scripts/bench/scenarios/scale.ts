@@ -250,9 +250,9 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       figures['workerIdleHeapBytes'] = reports.map((r) => r.idleHeapBytes);
       figures['http429'] = reports.reduce((a, r) => a + (r.calls.statuses['429'] ?? 0), 0);
       figures['limiterDuring'] = during;
-      // One window (and its margin) after the last call, the next script run prunes what left.
+      // One window (and its margin) after the last call, a prune (an idle worker's) drops what left.
       await sleep(windowMs + 200);
-      await limiter.snapshot();
+      await limiter.prune();
       figures['limiterAfter'] = await limiterFootprint(redis, limiter);
     }),
   );

@@ -13,14 +13,16 @@
     KEYS[5] stats    HASH counters
     KEYS[6] waiters  ZSET ticket -> rank
     KEYS[7] waitexp  ZSET ticket -> heartbeat expiry
-    ARGV[1] the acquire's ticket; ARGV[2..] the tickets of its extras
+    ARGV[1] msgpack map: dims, ids (the acquire's ticket, then the tickets of its extras)
 
   Output: how many admissions were undone
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
+--- @include "tally"
 
 local undone = 0
-for _, id in ipairs(ARGV) do
+for _, id in ipairs(args.ids) do
   redis.call('ZREM', KEYS[6], id)
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[3], id)

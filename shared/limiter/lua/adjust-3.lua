@@ -6,22 +6,22 @@
     KEYS[1] res    HASH reservation id -> "req|in|out|flags|scopes"
     KEYS[2] tot    HASH "scope|dim" -> spend inside the window
     KEYS[3] stats  HASH counters
-    ARGV[1] reservation id
-    ARGV[2] new input tokens
-    ARGV[3] new output tokens
+    ARGV[1] msgpack map: dims, id (reservation id), input, output (the new token counts)
 
   Output: 1 adjusted, 0 unknown reservation
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
+--- @include "tally"
 
-local enc = redis.call('HGET', KEYS[1], ARGV[1])
+local enc = redis.call('HGET', KEYS[1], args.id)
 if not enc then return 0 end
 local r = decode(enc)
-local dIn, dOut = tonumber(ARGV[2]) - r.inp, tonumber(ARGV[3]) - r.out
+local dIn, dOut = args.input - r.inp, args.output - r.out
 add_totals(KEYS[2], { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
 r.inp = r.inp + dIn
 r.out = r.out + dOut
-redis.call('HSET', KEYS[1], ARGV[1], encode(r))
+redis.call('HSET', KEYS[1], args.id, encode(r))
 redis.call('HINCRBY', KEYS[3], 'reserved_in', dIn)
 redis.call('HINCRBY', KEYS[3], 'reserved_out', dOut)
 return 1

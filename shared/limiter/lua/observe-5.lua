@@ -28,25 +28,31 @@
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
     KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes"
-    ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] window ms
-    ARGV[3] scope
-    ARGV[4..15] per dimension (req, in, out, tok): provider limit, remaining, reset ms
-              (-1 where the header was absent)
-    ARGV[16] the reservation whose response brought the reading, or ''
-    ARGV[17] channel to SPUBLISH on when the reading is a probe's (waiters wake), or ''
-    ARGV[18] the margin included in the window ms: the provider's window is the rest
+    ARGV[1] msgpack map (scripts.ts packs it):
+      dims      the dimensions' short names in order
+      now       ms; absent for Redis TIME
+      windowMs  the window, margin included
+      scope
+      readings  by dimension short name: { limit, remaining, reset ms (-1 unknown) }; a
+                dimension whose headers were absent is absent
+      of        the reservation whose response brought the reading, or ''
+      channel   to SPUBLISH on (it carries the queue's hash tag) when the reading is a probe's (waiters wake), or ''
+      marginMs  the margin included in windowMs: the provider's window is the rest
 
   Output: {foreign req, foreign in, foreign out, foreign tok} as now counted
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
+--- @include "tally"
+--- @include "expiry"
+--- @include "foreign-spend"
 
-local now = now_ms(ARGV[1])
-local windowMs = tonumber(ARGV[2])
-local scope = ARGV[3]
+local now = now_ms(args.now)
+local windowMs = args.windowMs
+local scope = args.scope
 expire_log(KEYS[4], KEYS[5], KEYS[1], now, windowMs)
 
-local marginMs = tonumber(ARGV[18] or '0')
+local marginMs = args.marginMs or 0
 
 local function add_in_scope(sum, r)
   for _, s in ipairs(r.scopes) do
@@ -81,8 +87,8 @@ end
 
 local out = {}
 for i, d in ipairs(DIMS) do
-  local b = 3 + (i - 1) * 3
-  local limit, remaining, reset = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local reading = args.readings[d] or {}
+  local limit, remaining, reset = reading.limit or -1, reading.remaining or -1, reading.reset or -1
   local field = scope .. '|' .. d
   local held = 0
   if limit >= 0 and remaining >= 0 then
@@ -129,9 +135,9 @@ for i, d in ipairs(DIMS) do
   out[i] = held
 end
 -- The reading a probe was waiting for (see acquire): the others may go, knowing it.
-local id = ARGV[16] or ''
+local id = args.of or ''
 if id ~= '' and redis.call('HGET', KEYS[2], 'probe') == id then
   redis.call('HDEL', KEYS[2], 'probe', 'probe|until')
-  if (ARGV[17] or '') ~= '' then redis.call('SPUBLISH', ARGV[17], 'probe') end
+  if (args.channel or '') ~= '' then redis.call('SPUBLISH', args.channel, 'probe') end
 end
 return out

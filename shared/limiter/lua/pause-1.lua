@@ -3,15 +3,15 @@
 
   Input:
     KEYS[1] pause  STRING until ms
-    ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] pause length ms from now
+    ARGV[1] msgpack map: now (ms; absent for Redis TIME), ms (pause length from now)
 
   Output: the pause's end (ms), which may be later than asked when one was already longer
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
 
-local now = now_ms(ARGV[1])
-local untilMs = now + tonumber(ARGV[2])
+local now = now_ms(args.now)
+local untilMs = now + args.ms
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if current >= untilMs then return current end
 -- The value decides; the expiry only collects the key, a minute after the pause ends, so a

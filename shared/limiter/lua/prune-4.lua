@@ -7,15 +7,17 @@
     KEYS[2] res    HASH reservation id -> "req|in|out|flags|scopes"
     KEYS[3] slots  ZSET reservation id -> lease expiry ms
     KEYS[4] tot    HASH "scope|dim" -> spend inside the window
-    ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] window ms
+    ARGV[1] msgpack map: dims, now (ms; absent for Redis TIME), windowMs
 
   Output: {now (ms), reservations dropped}; at most 500 a call, so call again while it
           drops 500
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
+--- @include "tally"
+--- @include "expiry"
 
-local now = now_ms(ARGV[1])
+local now = now_ms(args.now)
 expire_slots(KEYS[3], now)
-local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, tonumber(ARGV[2]))
+local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 return { now, dropped }

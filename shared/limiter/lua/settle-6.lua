@@ -14,29 +14,33 @@
     KEYS[5] stats  HASH counters
     KEYS[6] hist   HASH "bucket|name" -> per-bucket counters for the live view
 
-    ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] history bucket length ms
-    ARGV[3] channel to SPUBLISH on (it carries the queue's hash tag) when budget or a slot comes back (waiters wake), or ''
-    then per call, six values:
-      reservation id
-      mode: 'usage' (the provider answered), 'keep' (it may have been reached; charge the
-            estimate), 'release' (it was never reached; give everything back)
-      actual input tokens (mode 'usage'; -1 keeps the estimate)
-      actual output tokens (mode 'usage'; -1 keeps the estimate)
-      '1' to restamp now even when the start already stamped it
-      output tokens the provider reported, for the counters only (-1 unknown); under
-            'reserve' accounting the charge stays max_tokens but the estimate's accuracy
-            is still worth knowing
+    ARGV[1] msgpack map (scripts.ts packs it):
+      dims      the dimensions' short names in order
+      now       ms; absent for Redis TIME
+      bucketMs  history bucket length
+      channel   to SPUBLISH on (it carries the queue's hash tag) when budget or a slot comes back (waiters wake), or ''
+      calls     list of {
+        id        reservation id
+        mode      'usage' (the provider answered), 'keep' (it may have been reached; charge
+                  the estimate), 'release' (it was never reached; give everything back)
+        input     actual input tokens (mode 'usage'; -1 keeps the estimate)
+        output    actual output tokens (mode 'usage'; -1 keeps the estimate)
+        restamp   true to restamp now even when the start already stamped it
+        reported  output tokens the provider reported, for the counters only (-1 unknown);
+                  under 'reserve' accounting the charge stays max_tokens but the estimate's
+                  accuracy is still worth knowing }
 
   Output: per call, three values: known (1, or 0 for a reservation that already left the
   window), inputDelta, outputDelta (actual minus reserved). One SPUBLISH for the whole run.
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
+--- @include "tally"
 
 local logKey, resKey, slotsKey, totKey, statsKey, histKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local now = now_ms(ARGV[1])
-local bucketMs = tonumber(ARGV[2])
-local channel = ARGV[3] or ''
+local now = now_ms(args.now)
+local bucketMs = args.bucketMs
+local channel = args.channel or ''
 local bucket = math.floor(now / bucketMs) * bucketMs
 local wake = false
 local out = {}
@@ -95,9 +99,8 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
   return 1, dIn, dOut
 end
 
-for i = 4, #ARGV, 6 do
-  local known, dIn, dOut = settle_one(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
-    ARGV[i + 4] == '1', tonumber(ARGV[i + 5] or '-1'))
+for _, c in ipairs(args.calls) do
+  local known, dIn, dOut = settle_one(c.id, c.mode, c.input, c.output, c.restamp, c.reported)
   out[#out + 1] = known
   out[#out + 1] = dIn
   out[#out + 1] = dOut

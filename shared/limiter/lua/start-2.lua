@@ -8,19 +8,18 @@
   Input:
     KEYS[1] log  ZSET reservation id -> stamp ms
     KEYS[2] res  HASH reservation id -> "req|in|out|flags|scopes"
-    ARGV[1] now ms, or '' for Redis TIME
-    ARGV[2] 'stamp', or 'mark' (begun, stays open)
-    ARGV[3..] reservation ids
+    ARGV[1] msgpack map: now (ms; absent for Redis TIME), mode ('stamp', or 'mark': begun,
+            stays open), ids (reservation ids)
 
   Output: how many were stamped or marked (unknown or already done ones are not)
 ]]
---- @include "reservations"
+--- @include "args"
+--- @include "reservation"
 
-local now = now_ms(ARGV[1])
-local mode = ARGV[2]
+local now = now_ms(args.now)
+local mode = args.mode
 local done = 0
-for i = 3, #ARGV do
-  local id = ARGV[i]
+for _, id in ipairs(args.ids) do
   local enc = redis.call('HGET', KEYS[2], id)
   if enc then
     local r = decode(enc)

@@ -1,0 +1,116 @@
+import { estimateTextTokens } from '../../shared/estimate.ts';
+import type { JobResult } from '../../shared/job.ts';
+import { contextTokensOf } from '../../shared/models.ts';
+import { batchSavingUsd } from '../../shared/prices.ts';
+import type { Via } from '../batches/via.ts';
+import { JobFailedError } from '../errors.ts';
+import type { EnqueuedFlow, MapReduceRequest } from '../flows.ts';
+import type { Producer } from '../producer.ts';
+import { type DocumentPart, splitDocument } from './split-document.ts';
+
+export const COMBINE_PROMPT =
+  'The user sends summaries of consecutive parts of one document, in order (each part begins ' +
+  'with the end of the one before it). Combine them into one summary of the whole document in ' +
+  'three to five sentences. Keep the names, numbers and conclusions that matter; add nothing ' +
+  'that is not in the summaries.';
+
+/** Tokens kept free in the context beside a part, the prompt and max_tokens (message overheads). */
+const CONTEXT_MARGIN_TOKENS = 256;
+
+export interface SummaryParams {
+  readonly model: string;
+  readonly maxTokens: number;
+  readonly prompt: string;
+  /** The most tokens a part may hold; unset: what the model's context leaves. */
+  readonly chunkTokens?: number | undefined;
+}
+
+/** How a document is summarized: one call, or in parts of at most `partTokens`. */
+export interface DocumentPlan {
+  readonly parts: readonly DocumentPart[];
+  readonly partTokens: number;
+}
+
+/**
+ * Splits a document longer than `chunkTokens` (or, without it, than the model's context leaves
+ * beside the prompt and max_tokens) into parts; a shorter one is one part.
+ */
+export function planDocument(text: string, p: SummaryParams): DocumentPlan {
+  const partTokens =
+    p.chunkTokens ??
+    contextTokensOf(p.model) - p.maxTokens - estimateTextTokens(p.prompt) - CONTEXT_MARGIN_TOKENS;
+  return { parts: splitDocument(text, { maxTokens: partTokens }), partTokens };
+}
+
+/** The map-reduce of a split document: one summary per part, then one of the summaries. */
+export function summaryFlow(parts: readonly DocumentPart[], p: SummaryParams): MapReduceRequest {
+  const ask = (system: string, content: string) => ({
+    model: p.model,
+    max_tokens: p.maxTokens,
+    system,
+    messages: [{ role: 'user' as const, content }],
+  });
+  return {
+    parts: parts.map((part) => ask(p.prompt, part.text)),
+    combine: ask(
+      COMBINE_PROMPT,
+      `Summaries of the ${parts.length} parts of one document, in order:`,
+    ),
+  };
+}
+
+/** A split document's outcome: the final answer, and the usage of every call it took. */
+export interface DocumentResult {
+  readonly result: JobResult;
+  readonly parts: number;
+  readonly usage: { input_tokens: number; output_tokens: number };
+  /** What the parts that went through Message Batches saved, in dollars. */
+  readonly savedUsd: number;
+}
+
+/**
+ * Waits for a split document: resolves with its combine job's result and the usage of all its
+ * calls; rejects with a {@link JobFailedError} naming the part when a part was dead-lettered
+ * (the combine job then waits; `llmq dlq retry` of the part lets it finish).
+ */
+export async function waitForDocument(
+  producer: Producer,
+  flow: EnqueuedFlow,
+  options: { readonly via: Via; readonly signal?: AbortSignal | undefined },
+): Promise<DocumentResult> {
+  const n = flow.partIds.length;
+  const done = new AbortController();
+  const signal = options.signal ? AbortSignal.any([done.signal, options.signal]) : done.signal;
+  const partFailed = new Promise<never>((_, reject) => {
+    flow.partIds.forEach((id, i) => {
+      producer.waitForResult(id, { via: options.via, signal }).catch((err: unknown) => {
+        if (err instanceof JobFailedError)
+          reject(new JobFailedError(id, `part ${i + 1} of ${n}: ${err.reason}`, err.deadLetter));
+      });
+    });
+  });
+  try {
+    const result = await Promise.race([producer.waitForResult(flow.id, { signal }), partFailed]);
+    // The parts' answers stay with the combine job (BullMQ keeps its children's values).
+    const job = await producer.queue.getJob(flow.id);
+    const parts = Object.values((await job?.getChildrenValues<JobResult>()) ?? {});
+    const usage = { ...pick(result) };
+    let savedUsd = 0;
+    for (const r of parts) {
+      const u = pick(r);
+      usage.input_tokens += u.input_tokens;
+      usage.output_tokens += u.output_tokens;
+      if (r.batchId) savedUsd += batchSavingUsd(r.message.model, u);
+    }
+    return { result, parts: n, usage, savedUsd };
+  } finally {
+    done.abort();
+  }
+}
+
+function pick(r: JobResult): { input_tokens: number; output_tokens: number } {
+  return {
+    input_tokens: r.message.usage.input_tokens,
+    output_tokens: r.message.usage.output_tokens,
+  };
+}

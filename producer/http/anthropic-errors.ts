@@ -1,0 +1,67 @@
+import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-types.ts';
+import {
+  CostExceedsLimitError,
+  LlmqError,
+  QueueFullError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
+import type { DeadLetter } from '../../shared/job.ts';
+
+/** An answer of the gateway in the API's shape: `{"type":"error","error":{type,message}}`. */
+export interface ApiErrorAnswer {
+  readonly status: number;
+  readonly body: { readonly type: 'error'; readonly error: { type: string; message: string } };
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+export function apiError(
+  type: ApiErrorType,
+  message: string,
+  headers: Record<string, string> = {},
+): ApiErrorAnswer {
+  return {
+    status: API_ERROR_STATUS[type],
+    body: { type: 'error', error: { type, message } },
+    headers,
+  };
+}
+
+/** Maps an error thrown while enqueueing to the API's answer; unknown errors reveal nothing. */
+export function toApiError(err: unknown): ApiErrorAnswer {
+  if (err instanceof QueueFullError) {
+    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+    return apiError('rate_limit_error', `llmq: ${err.message}`, { 'retry-after': String(seconds) });
+  }
+  if (err instanceof RequestValidationError) {
+    const first = err.issues[0];
+    return apiError(
+      'invalid_request_error',
+      first ? `${first.field}: ${first.message}` : err.message,
+    );
+  }
+  if (err instanceof CostExceedsLimitError) {
+    return apiError('invalid_request_error', `max_tokens: ${err.message}`);
+  }
+  if (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') {
+    return apiError('overloaded_error', 'llmq: the queue is unavailable (Redis did not answer)', {
+      'retry-after': '5',
+    });
+  }
+  return apiError('api_error', 'llmq: internal error');
+}
+
+/** The answer for a dead-lettered job: the provider's own status and error when it gave one. */
+export function deadLetterError(reason: string, dead: DeadLetter | undefined): ApiErrorAnswer {
+  const status = dead?.status;
+  if (status !== undefined && status >= 400 && dead?.providerType) {
+    return {
+      status,
+      body: {
+        type: 'error',
+        error: { type: dead.providerType, message: dead.providerMessage ?? reason },
+      },
+      headers: {},
+    };
+  }
+  return apiError('api_error', `llmq: the call failed: ${reason}`);
+}

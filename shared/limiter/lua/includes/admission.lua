@@ -1,0 +1,41 @@
+-- One acquire's run (`run`: its keys, clock, scopes and what it admitted so far): whether a
+-- cost fits, and admitting it. What the run admits is added to the totals and counters once,
+-- at its end (finish_run); need_of counts it meanwhile. Needs "tally" and "foreign-spend".
+
+-- What `c` lacks in scope s, dimension d, now (0 or less: it fits), and the foreign spend.
+local function need_of(run, s, d, c)
+  local field = s.name .. '|' .. d
+  local used = tonumber(redis.call('HGET', run.tot, field) or '0') + tallied(run.totals, field)
+  local f = foreign_of(run.ext, field, run.now)
+  return used + foreign_at(f, run.now, 0) + amount(c, d) - s.limits[d], f
+end
+
+-- Whether c fits every dimension of every scope and a slot right now, leaving `spareSlots`.
+local function fits_now(run, c, spareSlots)
+  if run.maxSlots > 0 and redis.call('ZCARD', run.slots) + 1 + spareSlots > run.maxSlots then
+    return false
+  end
+  for _, s in ipairs(run.scopes) do
+    for _, d in ipairs(DIMS) do
+      if s.limits[d] > 0 and need_of(run, s, d, c) > 0 then return false end
+    end
+  end
+  return true
+end
+
+-- An open reservation whose stamp is its lease expiry until the call starts or settles.
+local function admit(run, id, c)
+  redis.call('ZADD', run.log, run.leaseExpiry, id)
+  redis.call('HSET', run.res, id, encode(c))
+  tally_totals(run.totals, c, 1)
+  redis.call('ZADD', run.slots, run.leaseExpiry, id)
+  tally(run.stats, 'admitted', 1)
+  tally(run.stats, 'reserved_in', c.inp)
+  tally(run.stats, 'reserved_out', c.out)
+end
+
+local function finish_run(run, reply)
+  flush_tally(run.totals, run.tot)
+  flush_tally(run.stats, run.statsKey)
+  return reply
+end

@@ -1,0 +1,43 @@
+-- Another client's spend, as the provider's headers showed it (see observe). What was certainly
+-- someone else's is held: the highest reading until its own time, then the highest since it
+-- until that one's (`steps`, in time order, each { until ms, amount }). What may have been ours
+-- (calls the provider may have counted before their response reached us) counts only until the
+-- next reading (`last`, { until ms, amount }). The spend counted now is the larger of the two.
+-- `promoted` says the first step is the stored next: the held reading before it has lapsed.
+local function foreign_of(extKey, field, now)
+  local e = redis.call('HMGET', extKey, field, field .. '|until', field .. '|next',
+    field .. '|next|until', field .. '|last', field .. '|last|until')
+  local f = { steps = {}, last = nil, promoted = false }
+  local peakUntil = tonumber(e[2] or '0')
+  if e[1] and peakUntil > now then f.steps[1] = { peakUntil, tonumber(e[1]) } end
+  local nextUntil = tonumber(e[4] or '0')
+  if e[3] and nextUntil > now and (f.steps[1] == nil or nextUntil > peakUntil) then
+    f.steps[#f.steps + 1] = { nextUntil, tonumber(e[3]) }
+    f.promoted = #f.steps == 1
+  end
+  local lastUntil = tonumber(e[6] or '0')
+  if e[5] and lastUntil > now then f.last = { lastUntil, tonumber(e[5]) } end
+  return f
+end
+
+-- The foreign spend still counted `at` ms after `now`.
+local function foreign_at(f, now, at)
+  local a = 0
+  for _, st in ipairs(f.steps) do
+    if st[1] - now > at then
+      a = st[2]
+      break
+    end
+  end
+  if f.last and f.last[1] - now > at and f.last[2] > a then a = f.last[2] end
+  return a
+end
+
+-- The moments (ms from `now`) at which the foreign spend may step down, in order.
+local function foreign_moments(f, now)
+  local m = {}
+  for _, st in ipairs(f.steps) do m[#m + 1] = st[1] - now end
+  if f.last then m[#m + 1] = f.last[1] - now end
+  table.sort(m)
+  return m
+end

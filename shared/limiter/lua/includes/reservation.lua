@@ -1,0 +1,29 @@
+-- A reservation is stored in the res hash as "requests|input|output|flags|scope1,scope2" where
+-- flags is "s" once its stamp is final, "b" once the provider's response began but the
+-- reservation stays open (actual accounting).
+
+-- `now` as given (an injected clock), else Redis's TIME in ms.
+local function now_ms(given)
+  if given ~= nil then return given end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function decode(enc)
+  local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local list = {}
+  for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
+  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list }
+end
+
+local function encode(r)
+  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
+end
+
+-- The amount a reservation spends of one dimension.
+local function amount(r, dim)
+  if dim == 'req' then return r.req end
+  if dim == 'in' then return r.inp end
+  if dim == 'out' then return r.out end
+  return r.inp + r.out
+end

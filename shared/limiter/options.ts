@@ -1,0 +1,221 @@
+import { DIMENSIONS } from '../dimensions.ts';
+import type { QueueNames } from '../keys.ts';
+import type { RedisClient } from '../redis.ts';
+import type { ScriptScope } from './scripts.ts';
+import {
+  type Cost,
+  type Decision,
+  type DimensionLimits,
+  GLOBAL_SCOPE,
+  type Reservation,
+  type Usage,
+} from './types.ts';
+
+export interface LimiterOptions {
+  /** A connection of its own is best; commands fail fast when it is not ready. */
+  readonly redis: RedisClient;
+  /** Prefix and queue: the limiter's keys share the queue's hash tag. */
+  readonly names: QueueNames;
+  /** The provider's window. @default 60_000 */
+  readonly windowMs?: number;
+  /** Limits of the global scope (the provider key). */
+  readonly limits?: DimensionLimits;
+  /** Limits of nested scopes, by name (`tenant:acme`, `feature:summaries`). */
+  readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /** Calls in flight across every process; 0 for no cap. @default 0 */
+  readonly concurrency?: number;
+  /** Share of each limit left unused. @default 0.01 */
+  readonly headroom?: number;
+  /** Added to the window, in ms. @default 50 */
+  readonly windowMarginMs?: number;
+  /** How long a slot and an open reservation live without renewal. @default 30_000 */
+  readonly leaseMs?: number;
+  /**
+   * How the provider charges output: `actual` gives unused max_tokens back at settle and
+   * restamps the reservation then (output is produced until the end). @default 'reserve'
+   */
+  readonly outputAccounting?: 'reserve' | 'actual';
+  /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */
+  readonly clock?: () => number;
+  /** The longest a waiter sleeps between two attempts. @default 1_000 */
+  readonly maxPollMs?: number;
+  /**
+   * Probes: after waiting for budget while another client's spend is counted (provider
+   * feedback), the first call admitted when room comes back goes alone, and the others wait
+   * for the provider's reading of it (or its end) up to this long, so that room the other
+   * client took meanwhile is known before the rest is spent. 0: no probes.
+   * @default a tenth of the window, at most the lease
+   */
+  readonly probeMs?: number;
+  /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
+  readonly commandTimeoutMs?: number;
+  /**
+   * A connection of its own (it enters subscriber mode) on which the limiter hears every
+   * settle and release of any process, so a waiter wakes as soon as budget or a slot comes back
+   * instead of at its next poll. Not owned: close it after {@link Limiter.close}.
+   */
+  readonly subscriber?: RedisClient;
+}
+
+export interface AcquireOptions {
+  /** Nested scopes besides the global one. */
+  readonly scopes?: readonly string[];
+  /** 1 is the most urgent. @default 100 */
+  readonly priority?: number;
+  readonly signal?: AbortSignal;
+  /**
+   * Called after each denial, before sleeping. To stop waiting, abort the signal; a caller that
+   * decides per denial drives a {@link Limiter.line} instead.
+   */
+  readonly onDenied?: (d: Decision & { ok: false }) => void;
+  /**
+   * Called before each new attempt while waiting; may return a new cost and priority (another
+   * job came to the head of the queue).
+   */
+  readonly onWait?: (d: Decision & { ok: false }) =>
+    | Promise<
+        | {
+            cost?: Cost;
+            priority?: number;
+            scopes?: readonly string[];
+            more?: readonly Cost[];
+            backfill?: number;
+          }
+        | undefined
+      >
+    | undefined;
+}
+
+/** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
+export interface AcquireManyOptions extends AcquireOptions {
+  /**
+   * The costs of the calls queued behind this one, charged to the same scopes. Once this one
+   * is admitted, they are admitted in the same round trip, in order, while each fits at once
+   * and nobody else waits in line.
+   */
+  readonly more?: readonly Cost[];
+  /**
+   * Backfill: while this call waits for budget, up to this many of `more` may go ahead of it,
+   * each only when it fits now and this call would start no later for it (its spend must fit
+   * beside this call's when this call's room comes), and a slot stays free for this call.
+   * @default 0
+   */
+  readonly backfill?: number;
+  /**
+   * Takes the reservations made for calls of `more` that go ahead (`indexes` into `more`);
+   * awaited before the next attempt. Required with `backfill`.
+   */
+  readonly onBackfill?: (reservations: Reservation[], indexes: number[]) => Promise<void>;
+}
+
+/** A scope's name: no "|", "," or spaces (Lua keys totals and reservations by it). */
+export function checkScopeName(name: string): void {
+  if (!/^[^|,\s]{1,200}$/.test(name)) {
+    throw new TypeError(
+      `scope name must be 1 to 200 characters without "|", "," or spaces, got ${JSON.stringify(name)}`,
+    );
+  }
+}
+
+/** {@link LimiterOptions} with every default filled in and checked. */
+export type LimiterSettings = Required<
+  Omit<LimiterOptions, 'clock' | 'subscriber' | 'limits' | 'scopes'>
+> &
+  Pick<LimiterOptions, 'clock' | 'subscriber'> & {
+    readonly limits: DimensionLimits;
+    readonly scopes: Readonly<Record<string, DimensionLimits>>;
+    /** Whether the window was given; when not, snapshots use the window workers published. */
+    readonly windowGiven: boolean;
+  };
+
+/** Defaults first, then every option checked, the bad value repeated in the error. */
+export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings {
+  const windowMs = options.windowMs ?? 60_000;
+  const leaseMs = options.leaseMs ?? 30_000;
+  const s: LimiterSettings = {
+    windowMs,
+    limits: {},
+    scopes: {},
+    concurrency: 0,
+    headroom: 0.01,
+    windowMarginMs: 50,
+    outputAccounting: 'reserve',
+    maxPollMs: 1_000,
+    commandTimeoutMs: 5_000,
+    probeMs: Math.min(leaseMs, Math.ceil(windowMs / 10)),
+    ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
+    leaseMs,
+    windowGiven: options.windowMs !== undefined,
+  } as LimiterSettings;
+  if (!(s.windowMs >= 1)) throw new TypeError(`windowMs must be at least 1, got ${s.windowMs}`);
+  if (!(s.headroom >= 0 && s.headroom < 1))
+    throw new TypeError(`headroom must be from 0 to below 1, got ${s.headroom}`);
+  if (!(s.leaseMs >= 100)) throw new TypeError(`leaseMs must be at least 100, got ${s.leaseMs}`);
+  if (!Number.isSafeInteger(s.probeMs) || s.probeMs < 0)
+    throw new TypeError(`probeMs must be a whole number of ms from 0 up, got ${s.probeMs}`);
+  if (!Number.isInteger(s.concurrency) || s.concurrency < 0) {
+    throw new TypeError(`concurrency must be a whole number from 0 up, got ${s.concurrency}`);
+  }
+  for (const name of Object.keys(s.scopes)) checkScopeName(name);
+  return s;
+}
+
+/** A cost's every count is a whole number from 0 up. */
+export function checkCost(cost: Cost): void {
+  for (const [k, v] of Object.entries(cost)) {
+    if (!Number.isInteger(v) || v < 0)
+      throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
+  }
+}
+
+/** An attempt's costs and priority, checked before anything is sent. */
+export function checkAttempt(
+  cost: Cost,
+  more: readonly { readonly cost: Cost }[],
+  priority: number,
+): void {
+  checkCost(cost);
+  for (const m of more) checkCost(m.cost);
+  if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
+    throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
+  }
+}
+
+/** What is wrong with a settle's usage, if anything (a count Redis cannot add). */
+export function usageError(usage: Usage): TypeError | undefined {
+  for (const name of ['inputTokens', 'outputTokens'] as const) {
+    const v = usage[name];
+    if (!Number.isSafeInteger(v) || v < 0) {
+      return new TypeError(
+        `settle: usage.${name} must be a whole number of tokens from 0 up, got ${v}; pass the provider's usage, or call keep() when it is not known`,
+      );
+    }
+  }
+  return undefined;
+}
+
+/** Every scope a call is charged to, the global one first, each once (not twice when named twice). */
+export function scopeList(scopes: readonly string[]): string[] {
+  return [...new Set([GLOBAL_SCOPE, ...scopes])];
+}
+
+/** A scope's configured limits (before headroom); none for a scope not configured. */
+export function limitsOf(s: LimiterSettings, scope: string): DimensionLimits {
+  return scope === GLOBAL_SCOPE ? s.limits : (s.scopes[scope] ?? {});
+}
+
+function effective(limit: number | undefined, headroom: number): number {
+  if (limit === undefined || limit <= 0) return 0;
+  return Math.max(1, Math.floor(limit * (1 - headroom)));
+}
+
+/** Every scope charged, each with its limits less headroom by short dimension name (0: none). */
+export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): ScriptScope[] {
+  return scopeList(scopes).map((name) => {
+    checkScopeName(name);
+    const l = limitsOf(s, name);
+    const limits: Record<string, number> = {};
+    for (const d of DIMENSIONS) limits[d.lua] = effective(l[d.name], s.headroom);
+    return { name, limits };
+  });
+}
