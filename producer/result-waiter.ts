@@ -7,7 +7,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
-import type { RedisClient } from '../shared/redis.ts';
+import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 
@@ -50,6 +50,8 @@ export class ResultWaiter {
   private readonly sweepMs: number;
   private readonly pending = new Map<string, Set<Pending>>();
   private events: Promise<QueueEvents> | undefined;
+  /** The connections made for `events`, closed with the waiter. */
+  private readonly eventsConns = new Set<RedisClient>();
   private sweepTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -129,6 +131,8 @@ export class ResultWaiter {
     const events = this.events;
     this.events = undefined;
     if (events) await (await events.catch(() => undefined))?.close();
+    for (const c of this.eventsConns) c.disconnect();
+    this.eventsConns.clear();
     if (this.ownsQueues) await Promise.all([this.queue.close(), this.deadLetters.close()]);
   }
 
@@ -138,13 +142,17 @@ export class ResultWaiter {
       // the first XREAD is lost.
       const eventsKey = `${bullPrefix(this.names)}:${this.names.queue}:events`;
       const last = (await this.redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
+      // Its own connection from the same settings (a Cluster's too); BullMQ needs retries
+      // unbounded there, whatever the caller's connection allows.
+      const conn = duplicateRedis(this.redis, { node: { maxRetriesPerRequest: null } });
+      conn.on('error', () => {});
       const events = new QueueEvents(this.names.queue, {
-        // BullMQ reads on a duplicate of it (a Cluster's too), which it owns and closes.
-        connection: this.redis,
+        connection: conn,
         prefix: bullPrefix(this.names),
         lastEventId: last,
       });
       events.on('error', () => {});
+      this.eventsConns.add(conn);
       events.on('completed', ({ jobId, returnvalue }) => {
         const set = this.pending.get(jobId);
         if (!set) return;
