@@ -40,7 +40,7 @@ export type {
 } from './shared/limiter/types.ts';
 export { PRIORITY_LANES, type PriorityLane, resolvePriority } from './shared/priority.ts';
 export { openDeadLetterQueue, openQueue } from './shared/queues.ts';
-export { connectRedis } from './shared/redis.ts';
+export { connectRedis, type RedisClient } from './shared/redis.ts';
 export {
   type MessagesRequest,
   MessagesRequestSchema,

@@ -11,7 +11,6 @@ import {
  * limiter page's JSON and `/metrics` are both made from it, so they never disagree.
  */
 
-import type { Redis } from 'ioredis';
 import { type Forecast, forecastDrain, readBacklog } from '../shared/forecast.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
@@ -24,6 +23,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
+import type { RedisClient } from '../shared/redis.ts';
 import { type HistogramSeries, readHistograms } from '../shared/telemetry/histograms.ts';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -99,7 +99,7 @@ export interface QueueView {
 
 export interface FleetReaderOptions {
   /** Used, not owned. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly prefix: string;
   /** The queues' depth bound; 0 is unbounded. @default 10_000 */
   readonly maxDepth?: number;
@@ -135,7 +135,7 @@ interface PublishedConfig {
 export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly marginMs: number;
   private readonly budgets: BudgetSettings;
   private readonly handles = new Map<string, QueueHandles>();

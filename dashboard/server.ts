@@ -7,9 +7,9 @@ import type { BudgetLimits } from '../shared/budgets.ts';
 
 import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
-import type { Redis } from 'ioredis';
 import { AuthThrottle, type AuthThrottleOptions } from '../shared/auth-throttle.ts';
 import { LlmqError } from '../shared/errors.ts';
+import type { RedisClient } from '../shared/redis.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { AccessGuard, type DashboardAuth } from './auth.ts';
 import { mountBoard } from './board.ts';
@@ -19,7 +19,7 @@ import { PrometheusExporter } from './prometheus.ts';
 
 export interface DashboardOptions {
   /** A connection the dashboard uses but does not own; without it one is opened from `redisUrl`. */
-  readonly redis?: Redis;
+  readonly redis?: RedisClient;
   /** @default 'redis://127.0.0.1:6379' */
   readonly redisUrl?: string;
   /** Prefix of the queues to show. @default 'llmq' */

@@ -1,14 +1,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
 import { QueueFullError } from '../shared/errors.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
+import type { RedisClient } from '../shared/redis.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
 export interface DepthGateOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** The queue whose waiting jobs are counted (its BullMQ keys). */
   readonly queue: LlmqQueue;
@@ -50,7 +50,7 @@ export interface WaitForRoomOptions {
  */
 export class DepthGate {
   readonly maxDepth: number;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly queue: LlmqQueue;
   private readonly tenantMaxDepth: number | Readonly<Record<string, number>>;

@@ -1,5 +1,4 @@
 import { FlowProducer } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { BudgetLedger, type BudgetSettings, worstCaseMicros } from '../shared/budgets.ts';
 import { combineInputTokens } from '../shared/combine.ts';
 import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
@@ -17,6 +16,7 @@ import {
   openQueue,
   registerQueue,
 } from '../shared/queues.ts';
+import { describeRedis, type RedisClient } from '../shared/redis.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
 import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
@@ -37,7 +37,7 @@ export interface TokenCounter {
 
 export interface ProducerOptions {
   /** The connection the producer uses; it closes it only when `ownsRedis`. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** Close `redis` with the producer. @default false */
   readonly ownsRedis?: boolean;
   readonly names: QueueNames;
@@ -143,7 +143,7 @@ export class Producer {
   readonly queue: LlmqQueue;
   readonly deadLetters: DeadLetterQueue;
   readonly gate: DepthGate;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly limits: DimensionLimits;
   private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
@@ -181,8 +181,7 @@ export class Producer {
       completedCount: options.keepCompletedCount ?? 100_000,
       failedS: options.keepFailedS ?? 7 * DAY_S,
     };
-    const o = this.redis.options;
-    this.redisUrl = options.redisUrl ?? `redis://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
+    this.redisUrl = options.redisUrl ?? describeRedis(this.redis);
     if (!(this.headroom >= 0 && this.headroom <= 0.5)) {
       throw new TypeError(`headroom must be a share from 0 to 0.5, got ${this.headroom}`);
     }

@@ -1,5 +1,4 @@
-import { type ConnectionOptions, QueueEvents } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { QueueEvents } from 'bullmq';
 import type { JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -8,6 +7,7 @@ import {
   openDeadLetterQueue,
   openQueue,
 } from '../shared/queues.ts';
+import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 
@@ -18,7 +18,7 @@ export interface WaitOptions {
 }
 
 export interface ResultWaiterOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** The queue to read; opened on `redis` when absent. */
   readonly queue?: LlmqQueue;
@@ -42,7 +42,7 @@ interface Pending {
  * costs a delay, never a hang. No busy loop: waiters sleep on promises.
  */
 export class ResultWaiter {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly queue: LlmqQueue;
   private readonly deadLetters: DeadLetterQueue;
@@ -50,6 +50,8 @@ export class ResultWaiter {
   private readonly sweepMs: number;
   private readonly pending = new Map<string, Set<Pending>>();
   private events: Promise<QueueEvents> | undefined;
+  /** The connections made for `events`, closed with the waiter. */
+  private readonly eventsConns = new Set<RedisClient>();
   private sweepTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -129,6 +131,8 @@ export class ResultWaiter {
     const events = this.events;
     this.events = undefined;
     if (events) await (await events.catch(() => undefined))?.close();
+    for (const c of this.eventsConns) c.disconnect();
+    this.eventsConns.clear();
     if (this.ownsQueues) await Promise.all([this.queue.close(), this.deadLetters.close()]);
   }
 
@@ -138,13 +142,17 @@ export class ResultWaiter {
       // the first XREAD is lost.
       const eventsKey = `${bullPrefix(this.names)}:${this.names.queue}:events`;
       const last = (await this.redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
+      // Its own connection from the same settings (a Cluster's too); BullMQ needs retries
+      // unbounded there, whatever the caller's connection allows.
+      const conn = duplicateRedis(this.redis, { node: { maxRetriesPerRequest: null } });
+      conn.on('error', () => {});
       const events = new QueueEvents(this.names.queue, {
-        // Its own blocking connection, from the same settings; BullMQ needs retries unbounded there.
-        connection: { ...this.redis.options, maxRetriesPerRequest: null } as ConnectionOptions,
+        connection: conn,
         prefix: bullPrefix(this.names),
         lastEventId: last,
       });
       events.on('error', () => {});
+      this.eventsConns.add(conn);
       events.on('completed', ({ jobId, returnvalue }) => {
         const set = this.pending.get(jobId);
         if (!set) return;
@@ -237,7 +245,7 @@ export class ResultWaiter {
  * after. A process waiting for many jobs should keep one {@link ResultWaiter} (or a Producer).
  */
 export async function waitForJobResult(
-  target: { readonly redis: Redis; readonly names: QueueNames },
+  target: { readonly redis: RedisClient; readonly names: QueueNames },
   id: string,
   options: WaitOptions = {},
 ): Promise<JobResult> {

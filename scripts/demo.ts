@@ -6,6 +6,7 @@ import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { RedisUnavailableError } from '../shared/errors.ts';
 import type { JobResult } from '../shared/job.ts';
+import { queueRegistryKey } from '../shared/keys.ts';
 import {
   type PrivateRedis,
   redisServerInstalled,
@@ -163,7 +164,7 @@ export async function runDemo(
     await worker.stop(5_000);
     await producer.close();
     await deleteKeysMatching(redis, `${names.prefix}:{${names.queue}}:*`).catch(() => {});
-    await redis.srem(`${names.prefix}:queues`, names.queue).catch(() => {});
+    await redis.srem(queueRegistryKey(names.prefix), names.queue).catch(() => {});
     await redis.quit().catch(() => redis.disconnect());
     await mock?.close();
     await privateRedis?.stop();

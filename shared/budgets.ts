@@ -4,12 +4,13 @@
  * model's prices) is reserved before the call and settled to the actual cost after it, in
  * whole micro-dollars so sums are exact.
  */
-import type { Redis } from 'ioredis';
+
 import { z } from 'zod';
 import { LlmqError } from './errors.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
 import { costMicros, type ModelPrice, type PricedUsage, priceOf } from './prices.ts';
+import type { RedisClient } from './redis.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -109,7 +110,7 @@ export type PeriodSpend = Record<string, number>;
 /** The queue's money ledger in Redis (keys under the queue's hash tag, gone after their period). */
 export class BudgetLedger {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly names: QueueNames,
     readonly settings: BudgetSettings,
     private readonly clock: () => number = Date.now,

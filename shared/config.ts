@@ -162,9 +162,11 @@ const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
     env: 'REDIS_URL',
     flag: 'redisUrl',
-    schema: z.string().regex(/^rediss?:\/\//),
+    schema: z.string().regex(/^rediss?(\+cluster|\+sentinel)?:\/\//i),
     default: 'redis://127.0.0.1:6379',
-    expect: 'a redis:// or rediss:// URL',
+    expect:
+      'a redis:// or rediss:// URL, redis+cluster://host:port,host:port or ' +
+      'redis+sentinel://host:port,host:port/mastername',
   },
   anthropicApiKey: {
     env: 'ANTHROPIC_API_KEY',

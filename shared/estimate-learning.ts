@@ -1,7 +1,7 @@
-import type { Redis } from 'ioredis';
 import { ConfigError, LimiterUnavailableError } from './errors.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import type { RedisClient } from './redis.ts';
 
 /**
  * Estimates that learn: from every settle, the fleet learns per model how the provider's input
@@ -19,7 +19,7 @@ import { loadLuaScripts, runLua } from './lua-scripts.ts';
  * is exact and is neither scaled nor recorded.
  */
 export interface EstimateLearningOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** The learning's key shares the queue's hash tag. */
   readonly names: QueueNames;
   /** Observations after which an earlier one weighs half as much. @default 200 */
@@ -56,7 +56,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 const MODEL = /^[^\s]{1,200}$/;
 
 export class EstimateLearning {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly args: readonly number[];
   private readonly cacheMs: number;

@@ -1,8 +1,8 @@
-import type { Redis } from 'ioredis';
 import type { JobData } from './job.ts';
 import { bullPrefix, type QueueNames } from './keys.ts';
 import type { Dimension, LimiterSnapshot } from './limiter/types.ts';
 import { PRIORITY_LANES } from './priority.ts';
+import type { RedisClient } from './redis.ts';
 
 /** The waiting jobs of one priority, summed. */
 export interface BacklogClass {
@@ -93,7 +93,7 @@ export function forecastDrain(
  * scaled by the count. Reads only.
  */
 export async function readBacklog(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   maxJobs = 5_000,
 ): Promise<{ classes: BacklogClass[]; sampled: number }> {

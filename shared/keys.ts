@@ -24,8 +24,16 @@ export function llmqKey(names: QueueNames, ...parts: string[]): string {
   return [bullPrefix(names), ...parts].join(':');
 }
 
-/** The registry of queue names known under a prefix (used by the dashboard and status). */
+/**
+ * The registry of queue names known under a prefix (used by the dashboard and status). Its own
+ * hash tag: on a Cluster it lives in one slot, and is never written with a queue's keys.
+ */
 export function queueRegistryKey(prefix: string): string {
+  return `${prefix}:{queues}`;
+}
+
+/** Where releases before Cluster support kept the registry; read until every queue registers again. */
+export function legacyQueueRegistryKey(prefix: string): string {
   return `${prefix}:queues`;
 }
 

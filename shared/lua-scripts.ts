@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.ts';
 import { VERSION } from './version.ts';
 
 /**
@@ -51,7 +51,7 @@ type ScriptRunner = (...args: LuaArg[]) => Promise<unknown>;
  * and falls back to EVAL when Redis does not know the script yet).
  */
 export function runLua(
-  redis: Redis,
+  redis: RedisClient,
   script: LuaScript,
   keys: readonly string[],
   args: readonly LuaArg[],

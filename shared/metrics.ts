@@ -1,7 +1,7 @@
-import type { Redis } from 'ioredis';
 import { Batcher } from './batcher.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import type { RedisClient } from './redis.ts';
 import {
   histogramFields,
   LabelCap,
@@ -85,7 +85,7 @@ export class MetricsWriter {
   private readonly tenants = new LabelCap(MAX_TENANTS);
 
   /** @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS */
-  constructor(redis: Redis, names: QueueNames, options: { readonly flushMs?: number } = {}) {
+  constructor(redis: RedisClient, names: QueueNames, options: { readonly flushMs?: number } = {}) {
     const key = metricsKey(names);
     this.batcher = new Batcher<MetricsItem, void>(
       async (items) => {
@@ -138,7 +138,7 @@ export class MetricsWriter {
 }
 
 export async function readMetrics(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
 ): Promise<Record<string, number>> {
   const raw = await redis.hgetall(metricsKey(names));

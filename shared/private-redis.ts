@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
+import { connectRedis } from './redis.ts';
 
 /** A free TCP port on 127.0.0.1, as the OS hands it out. */
 export function freePort(): Promise<number> {
@@ -41,11 +41,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
   const url = `redis://127.0.0.1:${port}`;
   const deadline = Date.now() + 5_000;
   for (;;) {
-    const probe = new Redis(url, {
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
+    const probe = connectRedis(url, { lazyConnect: true, failFast: true });
     probe.on('error', () => {});
     try {
       await probe.connect();

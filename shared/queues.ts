@@ -1,13 +1,14 @@
 import { type ConnectionOptions, Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import type { DeadLetter, JobData, JobResult } from './job.ts';
 import {
   bullPrefix,
   deadLetterQueueName,
+  legacyQueueRegistryKey,
   llmqKey,
   type QueueNames,
   queueRegistryKey,
 } from './keys.ts';
+import type { RedisClient } from './redis.ts';
 import { deleteKeysMatching } from './redis.ts';
 import { bullmqTelemetry } from './telemetry/tracing.ts';
 
@@ -35,13 +36,21 @@ export function openDeadLetterQueue(
 }
 
 /** Records a queue name under its prefix so the dashboard and status can find every queue. */
-export async function registerQueue(redis: Redis, names: QueueNames): Promise<void> {
+export async function registerQueue(redis: RedisClient, names: QueueNames): Promise<void> {
   await redis.sadd(queueRegistryKey(names.prefix), names.queue);
 }
 
-/** Every queue name registered under a prefix, including those whose keys are gone. */
-export async function listRegisteredQueues(redis: Redis, prefix: string): Promise<string[]> {
-  return (await redis.smembers(queueRegistryKey(prefix))).sort();
+/**
+ * Every queue name registered under a prefix, including those whose keys are gone. Workers
+ * register again when Redis comes back, so a registration a failover lost returns.
+ */
+export async function listRegisteredQueues(redis: RedisClient, prefix: string): Promise<string[]> {
+  // Two reads, not SUNION: on a Cluster the two keys may live on different masters.
+  const [now, legacy] = await Promise.all([
+    redis.smembers(queueRegistryKey(prefix)),
+    redis.smembers(legacyQueueRegistryKey(prefix)),
+  ]);
+  return [...new Set([...now, ...legacy])].sort();
 }
 
 /**
@@ -66,7 +75,7 @@ function traceKeys(names: QueueNames): string[] {
  * it removes nothing (`forgetQueue` does, when asked).
  */
 export async function listQueueNames(
-  redis: Redis,
+  redis: RedisClient,
   prefix: string,
 ): Promise<{ readonly live: string[]; readonly gone: string[] }> {
   const all = await listRegisteredQueues(redis, prefix);
@@ -78,7 +87,7 @@ export async function listQueueNames(
 }
 
 /** Every registered queue under a prefix whose keys are still there. */
-export async function listQueues(redis: Redis, prefix: string): Promise<string[]> {
+export async function listQueues(redis: RedisClient, prefix: string): Promise<string[]> {
   return (await listQueueNames(redis, prefix)).live;
 }
 
@@ -86,7 +95,8 @@ export async function listQueues(redis: Redis, prefix: string): Promise<string[]
  * Takes a queue out of the registry and deletes what is left of its keys. The caller checks
  * that it is empty first; a producer or worker using it registers it again.
  */
-export async function forgetQueue(redis: Redis, names: QueueNames): Promise<void> {
+export async function forgetQueue(redis: RedisClient, names: QueueNames): Promise<void> {
   await redis.srem(queueRegistryKey(names.prefix), names.queue);
+  await redis.srem(legacyQueueRegistryKey(names.prefix), names.queue);
   await deleteKeysMatching(redis, `${bullPrefix(names).replace(/[*?[\]\\]/g, '\\$&')}:*`);
 }

@@ -31,27 +31,11 @@ export interface ConnectOptions extends RedisOptions {
  * (`maxRetriesPerRequest: null`, ready check) and reconnects by itself, to a promoted replica
  * too. A Cluster routes each command (and each Lua script, by its first key) to its slot's master.
  */
-export function openRedis(url: string, options: ConnectOptions = {}): RedisClient {
+export function connectRedis(url: string, options: ConnectOptions = {}): RedisClient {
   return connectDeployment(parseRedisUrl(url), options);
 }
 
-/**
- * {@link openRedis} for the callers that still take one `Redis` (a single node, or Sentinel's
- * master): a cluster URL is refused with a clear line instead of failing on MOVED later.
- * @deprecated until every caller takes a {@link RedisClient}; then callers use openRedis.
- */
-export function connectRedis(url: string, options: ConnectOptions = {}): Redis {
-  const d = parseRedisUrl(url);
-  if (d.kind === 'cluster') {
-    throw new ConfigError(
-      `REDIS_URL ${d.redacted}: this part of llmq does not take a Redis Cluster yet; ` +
-        'use redis:// or redis+sentinel://',
-    );
-  }
-  return connectDeployment(d, options) as Redis;
-}
-
-/** {@link openRedis} for a deployment already parsed. */
+/** {@link connectRedis} for a deployment already parsed. */
 export function connectDeployment(d: RedisDeployment, options: ConnectOptions = {}): RedisClient {
   const { failFast = false, shardedSubscribers = false, ...rest } = options;
   const node: RedisOptions = {
@@ -106,6 +90,39 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
     d.seeds.map((e) => ({ ...e })),
     cluster,
   );
+}
+
+/**
+ * A second connection to the same deployment, with the same options (`node` overrides some, on
+ * each node of a Cluster). `shardedSubscribers` for one that SSUBSCRIBEs: on a Cluster it then
+ * keeps one subscriber per master, across failovers.
+ */
+export function duplicateRedis(
+  redis: RedisClient,
+  options: { readonly shardedSubscribers?: boolean; readonly node?: Partial<RedisOptions> } = {},
+): RedisClient {
+  if (!isCluster(redis)) return redis.duplicate(options.node);
+  return redis.duplicate([], {
+    shardedSubscribers: options.shardedSubscribers ?? false,
+    ...(options.node ? { redisOptions: options.node } : {}),
+  });
+}
+
+/** Where a client connects, as a URL without its password, for messages. */
+export function describeRedis(redis: RedisClient): string {
+  const hostPort = (o: { host?: string | undefined; port?: number | undefined }) =>
+    `${o.host ?? '127.0.0.1'}:${o.port ?? 6379}`;
+  if (isCluster(redis)) {
+    return `redis+cluster://${redis
+      .nodes('master')
+      .map((n) => hostPort(n.options))
+      .join(',')}`;
+  }
+  const o = redis.options;
+  if (o.sentinels?.length) {
+    return `redis+sentinel://${o.sentinels.map((s) => hostPort(s)).join(',')}/${o.name ?? ''}`;
+  }
+  return `redis://${hostPort(o)}`;
 }
 
 /** Whether a client is a Cluster (its keys spread over several masters). */

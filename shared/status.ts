@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
@@ -6,6 +5,7 @@ import { Limiter } from './limiter/limiter.ts';
 import type { LimiterSnapshot } from './limiter/types.ts';
 import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { type DeadLetterQueue, type LlmqQueue, openDeadLetterQueue, openQueue } from './queues.ts';
+import type { RedisClient } from './redis.ts';
 
 export interface QueueStatus {
   readonly queue: string;
@@ -37,7 +37,7 @@ export interface QueueStatus {
 
 /** How many dead letters' jobs are also in the queue's failed set (one read, no write). */
 async function deadAndFailed(
-  redis: Redis,
+  redis: RedisClient,
   queue: LlmqQueue,
   dlq: DeadLetterQueue,
 ): Promise<number> {
@@ -53,7 +53,7 @@ async function deadAndFailed(
 export type QueueCounts = QueueStatus['counts'];
 
 /** A queue's jobs per state, each job once (see {@link QueueStatus.counts}). */
-export async function getQueueCounts(redis: Redis, names: QueueNames): Promise<QueueCounts> {
+export async function getQueueCounts(redis: RedisClient, names: QueueNames): Promise<QueueCounts> {
   const queue = openQueue(redis, names);
   const dlq = openDeadLetterQueue(redis, names);
   try {
@@ -78,7 +78,7 @@ export async function getQueueCounts(redis: Redis, names: QueueNames): Promise<Q
 
 /** Counts per state, the limiter's use per scope and dimension, the pause, slots and breaker. */
 export async function getQueueStatus(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   limiter?: Limiter,
   ledger?: BudgetLedger,

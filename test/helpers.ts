@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { deleteKeysMatching } from '../shared/redis.ts';
+import { connectRedis, deleteKeysMatching, type RedisClient } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -15,12 +15,13 @@ export function testNames(label = 't'): QueueNames {
   return { prefix: `llmqtest-${label}-${id}`, queue: `q${id}` };
 }
 
+/** A connection to the shared test Redis, a single node (the cluster tests start their own). */
 export function newRedis(): Redis {
-  return new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  return connectRedis(REDIS_URL) as Redis;
 }
 
 /** Deletes every key under a test's prefix (SCAN + DEL; never FLUSHDB). */
-export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+export function deleteKeys(redis: RedisClient, prefix: string): Promise<number> {
   return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
@@ -103,18 +104,7 @@ export async function sendProbe(limiter: Limiter): Promise<Reservation> {
 export const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 /** Resolves when `check` returns true, polling every `everyMs`; rejects after `timeoutMs`. */
-export async function until(
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 10_000,
-  everyMs = 20,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { until } from '../scripts/bench/redis-servers.ts';
 
 /** Samples `read()` every `everyMs` until `stop()`, which returns the highest value seen. */
 export function watchHighest(read: () => number, everyMs = 2): { stop(): number } {

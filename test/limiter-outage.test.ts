@@ -1,8 +1,7 @@
-import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import { connectRedis } from '../shared/redis.ts';
+import { connectRedis, type RedisClient } from '../shared/redis.ts';
 import {
   type PrivateRedis,
   startRedisProxy,
@@ -18,7 +17,7 @@ import { testNames, until } from './helpers.ts';
 const cost = { requests: 1, inputTokens: 100, outputTokens: 100 };
 
 let server: PrivateRedis | undefined;
-const connections: Redis[] = [];
+const connections: RedisClient[] = [];
 
 afterEach(async () => {
   for (const c of connections.splice(0)) c.disconnect();
@@ -26,7 +25,7 @@ afterEach(async () => {
   server = undefined;
 });
 
-function connect(url: string): Redis {
+function connect(url: string): RedisClient {
   // As the worker connects: retry forever, queue commands while reconnecting.
   const redis = connectRedis(url);
   redis.on('error', () => {});
@@ -34,7 +33,7 @@ function connect(url: string): Redis {
   return redis;
 }
 
-const makeLimiter = (redis: Redis, o: Partial<LimiterOptions> = {}) =>
+const makeLimiter = (redis: RedisClient, o: Partial<LimiterOptions> = {}) =>
   new Limiter({
     redis,
     names: testNames('limdown'),

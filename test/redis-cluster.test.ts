@@ -6,11 +6,11 @@ import { ConfigError } from '../shared/errors.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
   assertRedis,
+  connectRedis,
   countKeysMatching,
   deleteKeysMatching,
   forEachMaster,
   isCluster,
-  openRedis,
   type RedisClient,
 } from '../shared/redis.ts';
 import { startCluster, type TestCluster } from './fixtures/redis-servers.ts';
@@ -31,7 +31,7 @@ describe('on a 3-master, 3-replica Redis Cluster', () => {
 
   beforeAll(async () => {
     cluster = await startCluster(3);
-    client = openRedis(cluster.url);
+    client = connectRedis(cluster.url);
     client.on('error', () => {});
     const masters = new Set<number>();
     while (spread.length < 3) {

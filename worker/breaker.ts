@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { breakerKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import type { RedisClient } from '../shared/redis.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -35,7 +35,7 @@ export class CircuitBreaker {
   private dirty = true;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     names: QueueNames,
     options: BreakerOptions = {},
   ) {

@@ -5,12 +5,12 @@
  */
 import { createRequire } from 'node:module';
 import { type Job, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -47,7 +47,7 @@ const DUE_SCAN = 100;
 export class HeadPeeker {
   private readonly base: string;
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     names: QueueNames,
     private readonly clock: () => number = Date.now,
   ) {
@@ -141,13 +141,13 @@ export class GateWorker extends Worker<JobData, JobResult> {
 
 /** BullMQ's worker for llmq's gate: no processor, no run loop of its own (the gate pulls). */
 export function openGateWorker(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   options: { lockDuration: number; stalledInterval: number; maxStalledCount: number },
 ): GateWorker {
   assertBullmqVersion();
   return new GateWorker(names.queue, null, {
-    connection: redis.duplicate(),
+    connection: duplicateRedis(redis),
     prefix: bullPrefix(names),
     autorun: false,
     ...bullmqTelemetry(),

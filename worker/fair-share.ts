@@ -4,9 +4,10 @@
  * (worker/lua/fair-1.lua keeps that count in Redis, fleet-wide). A tenant's jobs keep their
  * order; a more urgent priority class still goes first.
  */
-import type { Redis } from 'ioredis';
+
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import type { RedisClient } from '../shared/redis.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -25,7 +26,7 @@ export class FairShare {
   readonly lookahead: number;
   private readonly key: string;
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     names: QueueNames,
     private readonly options: FairShareOptions,
   ) {

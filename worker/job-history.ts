@@ -1,7 +1,7 @@
-import type { Redis } from 'ioredis';
 import { Batcher } from '../shared/batcher.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import type { RedisClient } from '../shared/redis.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -20,7 +20,7 @@ export class JobHistory {
 
   /** @param options.enabled write job logs at all @default true */
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     names: QueueNames,
     options: { readonly flushMs?: number; readonly enabled?: boolean } = {},
   ) {

@@ -21,16 +21,15 @@ export class MarkerWait {
   private dueAt = Number.POSITIVE_INFINITY;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     names: QueueNames,
     private readonly clock: () => number = Date.now,
   ) {
     // Named for CLIENT LIST: which queue's worker is idle.
     const name = `llmq:idle:${names.queue}`.replace(/[^\w:.{}-]/g, '_');
     // (A Cluster's duplicate takes other arguments: it goes unnamed.)
-    const client = redis as RedisClient;
     this.conn = (
-      isCluster(client) ? client.duplicate() : redis.duplicate({ connectionName: name })
+      isCluster(redis) ? redis.duplicate() : redis.duplicate({ connectionName: name })
     ) as Redis;
     this.conn.on('error', () => {});
     this.key = `${bullPrefix(names)}:${names.queue}:marker`;

@@ -1,6 +1,6 @@
-import type { Redis } from 'ioredis';
 import { EVENT_FIELDS } from '../shared/job-events.ts';
 import { jobEventsKey, type QueueNames } from '../shared/keys.ts';
+import type { RedisClient } from '../shared/redis.ts';
 
 export interface StreamEventOptions {
   /** Entries kept per job (approximate trim); a reader far behind loses the oldest. @default 10_000 */
@@ -27,7 +27,7 @@ export class StreamEventPublisher {
   private readonly ttlS: number;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly names: QueueNames,
     options: StreamEventOptions = {},
   ) {

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import { EstimateLearning, type EstimateLearningOptions } from '../shared/estimate-learning.ts';
@@ -12,6 +11,7 @@ import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
+import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import type { BackoffOptions } from './backoff.ts';
 import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import {
@@ -37,7 +37,7 @@ export type { WorkerLogger } from './logger.ts';
 
 export interface WorkerOptions {
   /** A connection for the limiter, the breaker and the gate (not owned). */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** The provider client, built with `createProviderClient` (SDK retries off). */
   readonly client?: Anthropic;
@@ -158,10 +158,12 @@ export class Worker implements WorkerHandle {
   private readonly log: WorkerLogger;
   private readonly concurrency: number;
   private readonly lockDurationMs: number;
-  private readonly subscriber: Redis;
+  /** Where the queue is registered (again after Redis comes back). */
+  private readonly registerOn: Pick<WorkerOptions, 'redis' | 'names'>;
+  private readonly subscriber: RedisClient;
   /** Connections of their own: ioredis copies BullMQ's 60 scripts into every MULTI on its. */
-  private readonly dlqRedis: Redis;
-  private readonly metricsRedis: Redis;
+  private readonly dlqRedis: RedisClient;
+  private readonly metricsRedis: RedisClient;
   private readonly dlq: DeadLetterQueue;
   private readonly bull: GateWorker;
   private readonly handoff: Handoff;
@@ -199,8 +201,9 @@ export class Worker implements WorkerHandle {
     this.log = log;
     this.concurrency = options.concurrency ?? 10;
     this.lockDurationMs = options.lockDurationMs ?? 30_000;
+    this.registerOn = { redis, names };
     // Its own connection in subscriber mode: the gate wakes when any process frees budget.
-    this.subscriber = redis.duplicate();
+    this.subscriber = duplicateRedis(redis, { shardedSubscribers: true });
     this.subscriber.on('error', () => {});
     const limiter = new Limiter({
       redis,
@@ -212,8 +215,8 @@ export class Worker implements WorkerHandle {
     this.limiter = limiter;
     const breaker = new CircuitBreaker(redis, names, options.breaker);
     this.breaker = breaker;
-    this.dlqRedis = redis.duplicate();
-    this.metricsRedis = redis.duplicate();
+    this.dlqRedis = duplicateRedis(redis);
+    this.metricsRedis = duplicateRedis(redis);
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
     const metrics = new MetricsWriter(this.metricsRedis, names);
@@ -278,7 +281,7 @@ export class Worker implements WorkerHandle {
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
-      peekerBehindFetches: new HeadPeeker(bull.opts.connection as Redis, names),
+      peekerBehindFetches: new HeadPeeker(bull.opts.connection as RedisClient, names),
       idleWait: this.idleWait,
       idleCheckMs: options.idleCheckMs ?? 1_000,
       backfill: options.backfill ?? false,
@@ -331,12 +334,22 @@ export class Worker implements WorkerHandle {
   /** Gate rounds until the worker stops; a failed round is logged and retried after a pause. */
   private async run(): Promise<void> {
     const signal = this.stopper.signal;
+    let failedSince: number | undefined;
     while (!signal.aborted) {
       try {
         await this.gate.round();
+        if (failedSince !== undefined) {
+          this.log.info('Redis answers again; the worker carries on', {
+            afterMs: Date.now() - failedSince,
+          });
+          failedSince = undefined;
+          // A failover may have lost the registration with writes not yet replicated.
+          registerQueue(this.registerOn.redis, this.registerOn.names).catch(() => {});
+        }
       } catch (err) {
         this.handoff.completeAlone();
         if (signal.aborted) break;
+        failedSince ??= Date.now();
         const msg =
           err instanceof LimiterUnavailableError
             ? err.message
@@ -408,7 +421,7 @@ export class Worker implements WorkerHandle {
     await this.bull.close();
     await this.dlq.close();
     for (const c of [this.dlqRedis, this.metricsRedis]) await c.quit().catch(() => c.disconnect());
-    await (this.bull.opts.connection as Redis).quit().catch(() => {});
+    await (this.bull.opts.connection as RedisClient).quit().catch(() => {});
     await this.breaker.abandonTrial().catch(() => {});
     await this.limiter.close();
     await this.idleWait.close();

@@ -1,9 +1,9 @@
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { RequestValidationError } from '../../shared/errors.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../../shared/job.ts';
 import { batchQueueName, bullPrefix, type QueueNames } from '../../shared/keys.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../../shared/queues.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { jobIdForKey, newJobId } from '../idempotency.ts';
 import type { EnqueuedJob, EnqueueOptions } from '../producer.ts';
 import { ResultWaiter, type WaitOptions } from '../result-waiter.ts';
@@ -14,7 +14,7 @@ export function batchNames(names: QueueNames): QueueNames {
 }
 
 /** The BullMQ queue of a queue's batch-bound jobs (the connection is shared, not owned). */
-export function openBatchQueue(redis: Redis, names: QueueNames): LlmqQueue {
+export function openBatchQueue(redis: RedisClient, names: QueueNames): LlmqQueue {
   const b = batchNames(names);
   const q = new Queue<JobData, JobResult, string>(b.queue, {
     connection: redis,
@@ -54,7 +54,7 @@ export class BatchJobs {
   private waiter: ResultWaiter | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly names: QueueNames,
     private readonly deadLetters: DeadLetterQueue,
   ) {

@@ -1,5 +1,5 @@
-import type { Redis } from 'ioredis';
 import { batchesKey, type QueueNames } from '../../shared/keys.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 
 /** A submitted batch, kept in Redis until its results were applied. */
 export interface InFlight {
@@ -34,7 +34,7 @@ export type TotalsField = Exclude<keyof BatchTotals, 'savedUsd' | 'handedOff'>;
  */
 export class BatchState {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly names: QueueNames,
   ) {}
 

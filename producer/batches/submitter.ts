@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type Anthropic from '@anthropic-ai/sdk';
-import { type ConnectionOptions, type Job, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../../shared/keys.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
 import { type LlmqQueue, openDeadLetterQueue, openQueue } from '../../shared/queues.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { deadLetter } from '../../worker/dead-letters.ts';
 import { store } from '../../worker/provider.ts';
 import { batchNames, openBatchQueue } from './batch-jobs.ts';
@@ -19,7 +19,7 @@ export interface BatchesClient {
 }
 
 export interface BatchSubmitterOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   readonly client: BatchesClient;
   /** First wait before polling a batch again, doubled each poll up to `maxPollMs`. @default 1_000 */
@@ -67,7 +67,7 @@ const NO_LOCK = '0';
  * batches in flight by id, and submits only the jobs taken but not yet in a batch.
  */
 export class BatchSubmitter {
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly client: BatchesClient;
   private readonly state: BatchState;
@@ -100,7 +100,7 @@ export class BatchSubmitter {
     this.messages.on('error', () => {});
     const b = batchNames(this.names);
     this.taker = new Worker<JobData, JobResult>(b.queue, null, {
-      connection: { ...this.redis.options, maxRetriesPerRequest: null } as ConnectionOptions,
+      connection: this.redis, // duplicated by BullMQ for its blocking reads
       prefix: bullPrefix(b),
       autorun: false,
     });

@@ -1,9 +1,9 @@
-import type { Redis } from 'ioredis';
 import { llmqKey, type QueueNames } from '../../shared/keys.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { apiError } from './anthropic-errors.ts';
 
 export interface CountTokensOptions {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** The workers' provider key (never a caller's). */
   readonly apiKey: string;

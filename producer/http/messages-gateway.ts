@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Redis } from 'ioredis';
 import { breakerKey, type QueueNames } from '../../shared/keys.ts';
 import { resolvePriority } from '../../shared/priority.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedJob, Producer } from '../producer.ts';
 import { type ApiErrorAnswer, apiError, deadLetterError, toApiError } from './anthropic-errors.ts';
@@ -14,7 +14,7 @@ export interface GatewayOptions {
   readonly producer: Producer;
   readonly keys: ApiKeyStore;
   /** A connection for the breaker's state and the relays' wakes (leased copies block on reads). */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly names: QueueNames;
   /** A call not started after this long is cancelled and answered 529. @default 60_000 */
   readonly maxWaitMs?: number;

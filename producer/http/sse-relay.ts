@@ -1,8 +1,8 @@
 import type { ServerResponse } from 'node:http';
-import type { Redis } from 'ioredis';
 import type { StoredMessage } from '../../shared/job.ts';
 import { EVENT_FIELDS } from '../../shared/job-events.ts';
 import { jobEventsKey, type QueueNames } from '../../shared/keys.ts';
+import { duplicateRedis, type RedisClient } from '../../shared/redis.ts';
 import type { ApiErrorAnswer } from './anthropic-errors.ts';
 
 /** How a gateway call ended, as the relay needs to know it. */
@@ -18,33 +18,33 @@ type Entry = [id: string, fields: string[]];
  * its own (XREAD BLOCK holds it), leased from a small pool of idle ones.
  */
 export class EventStreamReader {
-  private readonly idle: Redis[] = [];
-  private readonly all = new Set<Redis>();
+  private readonly idle: RedisClient[] = [];
+  private readonly all = new Set<RedisClient>();
   private closed = false;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly names: QueueNames,
     private readonly keepIdle = 16,
   ) {}
 
-  async lease(): Promise<Redis> {
+  async lease(): Promise<RedisClient> {
     const conn = this.idle.pop();
     if (conn) return conn;
-    const fresh = this.redis.duplicate({ maxRetriesPerRequest: 1 });
+    const fresh = duplicateRedis(this.redis, { node: { maxRetriesPerRequest: 1 } });
     fresh.on('error', () => {});
     this.all.add(fresh);
     return fresh;
   }
 
-  giveBack(conn: Redis): void {
+  giveBack(conn: RedisClient): void {
     if (!this.closed && this.idle.length < this.keepIdle && conn.status === 'ready')
       this.idle.push(conn);
     else this.drop(conn);
   }
 
   /** Entries after `from`, waiting up to `blockMs` for the first. */
-  async read(conn: Redis, jobId: string, from: string, blockMs: number): Promise<Entry[]> {
+  async read(conn: RedisClient, jobId: string, from: string, blockMs: number): Promise<Entry[]> {
     const key = jobEventsKey(this.names, jobId);
     const reply = (await conn.xread('BLOCK', blockMs, 'STREAMS', key, from)) as
       | [string, Entry[]][]
@@ -67,7 +67,7 @@ export class EventStreamReader {
     for (const conn of this.all) this.drop(conn);
   }
 
-  private drop(conn: Redis): void {
+  private drop(conn: RedisClient): void {
     this.all.delete(conn);
     conn.disconnect();
   }
@@ -125,7 +125,7 @@ export async function relayEvents(o: RelayOptions): Promise<void> {
       } catch {
         return fail(res, {
           type: 'overloaded_error',
-          message: 'llmq: the queue is unavailable (Redis did not answer)',
+          message: 'llmq: the queue is unavailable (RedisClient did not answer)',
         });
       }
       if (entries.length === 0) {

@@ -9,7 +9,7 @@
  * Not a test: figures for the wiring of the limiter onto a cluster.
  */
 import { performance } from 'node:perf_hooks';
-import { deleteKeysMatching, forEachMaster, isCluster, openRedis } from '../../shared/redis.ts';
+import { connectRedis, deleteKeysMatching, forEachMaster, isCluster } from '../../shared/redis.ts';
 
 type Mode = 'PUBLISH' | 'SPUBLISH';
 
@@ -18,7 +18,7 @@ const LUA = (cmd: Mode) =>
 
 /** Cluster-bus publish messages sent, summed over every node that answers. */
 async function busMessages(url: string): Promise<number> {
-  const redis = openRedis(url);
+  const redis = connectRedis(url);
   try {
     if (!isCluster(redis)) return 0;
     await redis.ping();
@@ -37,8 +37,8 @@ async function busMessages(url: string): Promise<number> {
 async function measure(url: string, mode: Mode, rounds: number) {
   const tag = `llmqbench-pubsub-${process.pid}:{q${mode}}`;
   const channel = `${tag}:limiter:wake`;
-  const pub = openRedis(url);
-  const sub = openRedis(url, { shardedSubscribers: mode === 'SPUBLISH' });
+  const pub = connectRedis(url);
+  const sub = connectRedis(url, { shardedSubscribers: mode === 'SPUBLISH' });
   const heard = new Map<string, () => void>();
   const onMessage = (_ch: string, message: string) => heard.get(message)?.();
   sub.on(mode === 'SPUBLISH' ? 'smessage' : 'message', onMessage);
@@ -76,7 +76,7 @@ async function measure(url: string, mode: Mode, rounds: number) {
 async function main() {
   const url = process.argv[2] ?? process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
   const rounds = Number(process.argv[3] ?? 2000);
-  const probe = openRedis(url);
+  const probe = connectRedis(url);
   const masters = (await forEachMaster(probe, async () => 1)).length;
   probe.disconnect();
   const rows = [];

@@ -1,7 +1,7 @@
-import type { Redis } from 'ioredis';
 import type { QueueNames } from '../../shared/keys.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { Dimension, LimiterSnapshot } from '../../shared/limiter/types.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 
 /** What the limiter said while a run lasted, sampled every `everyMs`. */
 export interface LimiterWatchReport {
@@ -35,7 +35,7 @@ const zero = (): Record<Dimension, number> => ({
  * Polls the limiter's snapshot (what `llmq status` shows) while llmq runs: the foreign spend it
  * counts, and the estimate's accuracy (the dashboard's actual / reserved input).
  */
-export function watchLimiter(redis: Redis, names: QueueNames, everyMs = 100) {
+export function watchLimiter(redis: RedisClient, names: QueueNames, everyMs = 100) {
   const limiter = new Limiter({ redis, names });
   const sum = zero();
   const max = zero();

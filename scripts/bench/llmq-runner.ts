@@ -1,7 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
-import type { Redis } from 'ioredis';
 import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
 import type { InputCounting } from '../mock-anthropic/index.ts';
 import type { ClientRun } from './clients/run-baseline.ts';
@@ -74,7 +74,7 @@ export function runLlmq(options: LlmqRunOptions): Promise<LlmqRun> {
 
 async function runInScope(
   options: LlmqRunOptions,
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
 ): Promise<LlmqRun> {
   const { limiter } = options;
@@ -85,7 +85,7 @@ async function runInScope(
   } as const;
   const recorders: CallRecorder[] = [];
   const handles: WorkerHandle[] = [];
-  const connections: Redis[] = [];
+  const connections: RedisClient[] = [];
   let children: WorkerChild[] = [];
   const producer = new Producer({
     redis,

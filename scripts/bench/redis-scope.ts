@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import type { QueueNames } from '../../shared/keys.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { connectRedis, deleteKeysMatching } from '../../shared/redis.ts';
 
 /**
@@ -13,12 +13,12 @@ export function benchNames(label: string): QueueNames {
 }
 
 /** Deletes every key under `prefix:` and the prefix's queue registry; resolves with the count. */
-export function deleteKeys(redis: Redis, prefix: string): Promise<number> {
+export function deleteKeys(redis: RedisClient, prefix: string): Promise<number> {
   return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
 /** A connection for the bench (BullMQ needs `maxRetriesPerRequest: null`); errors are logged once. */
-export function benchRedis(url: string): Redis {
+export function benchRedis(url: string): RedisClient {
   const redis = connectRedis(url);
   let warned = false;
   redis.on('error', (err) => {
@@ -38,7 +38,7 @@ const active = new Set<string>();
 export async function withBenchScope<T>(
   url: string,
   label: string,
-  fn: (redis: Redis, names: QueueNames) => Promise<T>,
+  fn: (redis: RedisClient, names: QueueNames) => Promise<T>,
 ): Promise<T> {
   const names = benchNames(label);
   const redis = benchRedis(url);

@@ -3,6 +3,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { clusterScenario } from './scenarios/cluster.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
@@ -25,6 +26,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   overhead: overheadScenario,
   scale: scaleScenario,
   gateway: gatewayScenario,
+  cluster: clusterScenario,
 };
 
 export interface BenchOptions {

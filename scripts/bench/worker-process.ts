@@ -13,7 +13,7 @@ import { writeHeapSnapshot } from 'node:v8';
 import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix } from '../../shared/keys.ts';
-import { connectRedis } from '../../shared/redis.ts';
+import { connectRedis, duplicateRedis } from '../../shared/redis.ts';
 import { callProvider } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { countRedisCommands } from './command-counter.ts';
@@ -92,7 +92,7 @@ async function go(): Promise<void> {
   // `bare-script`: one trivial script per job on a connection of its own, the least any gate
   // that decides each call in Redis adds.
   const scriptKey = `${bullPrefix(config.names)}:bench-one`;
-  const one = config.mode === 'bare-script' ? redis.duplicate() : undefined;
+  const one = config.mode === 'bare-script' ? duplicateRedis(redis) : undefined;
   one?.defineCommand('benchOne', { numberOfKeys: 1, lua: "return redis.call('INCR', KEYS[1])" });
   const processor =
     config.mode === 'bare'
@@ -119,7 +119,7 @@ async function go(): Promise<void> {
             };
           };
   const worker = new Worker<JobData, JobResult | null>(config.names.queue, processor, {
-    connection: redis.duplicate(),
+    connection: duplicateRedis(redis),
     prefix: bullPrefix(config.names),
     concurrency: config.concurrency,
   });

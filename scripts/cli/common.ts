@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import type { Redis } from 'ioredis';
 import { type Config, resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import type { QueueNames } from '../../shared/keys.ts';
+import type { RedisClient } from '../../shared/redis.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 
 /** Adds the options every command that touches a queue takes. */
@@ -25,7 +25,10 @@ export const namesOf = (c: Config): QueueNames => ({ prefix: c.prefix, queue: c.
  * Checks that Redis answers (one clear line when it does not), then runs `fn` with a
  * connection that is closed afterwards.
  */
-export async function withRedis<T>(config: Config, fn: (redis: Redis) => Promise<T>): Promise<T> {
+export async function withRedis<T>(
+  config: Config,
+  fn: (redis: RedisClient) => Promise<T>,
+): Promise<T> {
   await assertRedis(config.redisUrl);
   const redis = connectRedis(config.redisUrl);
   redis.on('error', () => {});

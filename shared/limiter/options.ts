@@ -1,6 +1,6 @@
-import type { Redis } from 'ioredis';
 import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
+import type { RedisClient } from '../redis.ts';
 import type { ScriptScope } from './scripts.ts';
 import {
   type Cost,
@@ -13,7 +13,7 @@ import {
 
 export interface LimiterOptions {
   /** A connection of its own is best; commands fail fast when it is not ready. */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   /** Prefix and queue: the limiter's keys share the queue's hash tag. */
   readonly names: QueueNames;
   /** The provider's window. @default 60_000 */
@@ -54,7 +54,7 @@ export interface LimiterOptions {
    * settle and release of any process, so a waiter wakes as soon as budget or a slot comes back
    * instead of at its next poll. Not owned: close it after {@link Limiter.close}.
    */
-  readonly subscriber?: Redis;
+  readonly subscriber?: RedisClient;
 }
 
 export interface AcquireOptions {

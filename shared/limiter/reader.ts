@@ -1,6 +1,6 @@
-import type { Redis } from 'ioredis';
 import { DIMENSIONS, type Dimension } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
+import type { RedisClient } from '../redis.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
 import {
   type DimensionLimits,
@@ -15,7 +15,7 @@ const HISTORY_SPAN_MS = 15 * 60_000;
 
 /** What a reader knows of the limiter besides Redis: its own settings, when it has them. */
 export interface ReaderSettings {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly keys: LimiterKeys;
   /** Undefined: the window the workers published. */
   readonly windowMs: number | undefined;

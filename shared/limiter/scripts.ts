@@ -1,8 +1,10 @@
-import { type Redis, ReplyError } from 'ioredis';
+import { ReplyError } from 'ioredis';
 import { Packr } from 'msgpackr';
 import { DIMENSIONS, type Dimension, dimensionOfLua } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../lua-scripts.ts';
+import { isCluster, type RedisClient } from '../redis.ts';
+import { slotMaster } from '../redis-slot.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
 import type { ProviderReading } from './provider-headers.ts';
 import type { Cost } from './types.ts';
@@ -104,15 +106,22 @@ export interface SettleResult {
 }
 
 /**
- * True from a lost connection until ioredis is ready again. Between two retries it is
- * 'connecting' for a moment, as on the first connection (whose commands should wait for it);
- * its retry counter, reset when ready, tells the two apart.
+ * Why commands cannot be answered now, from a lost connection until ioredis is ready again; or
+ * undefined. Between two retries it is 'connecting' for a moment, as on the first connection
+ * (whose commands should wait for it); its retry counter, reset when ready, tells the two apart.
  */
-function lostConnection(redis: Redis): boolean {
+function lostConnection(redis: RedisClient, key: string): string | undefined {
+  if (isCluster(redis) && redis.status === 'ready') {
+    // A Cluster stays ready while one master is replaced: look at the one serving this key.
+    const master = slotMaster(redis, key);
+    if (!master) return 'Redis Cluster has no reachable master for this queue (failover?)';
+    return lostConnection(master, key);
+  }
   const s = redis.status;
-  if (s === 'reconnecting' || s === 'end' || s === 'close') return true;
+  const lost = `Redis connection is ${s}`;
+  if (s === 'reconnecting' || s === 'end' || s === 'close') return lost;
   const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
-  return (s === 'connecting' || s === 'connect') && retries > 0;
+  return (s === 'connecting' || s === 'connect') && retries > 0 ? lost : undefined;
 }
 
 function script(name: string): LuaScript {
@@ -127,7 +136,7 @@ function script(name: string): LuaScript {
  */
 export class LimiterScripts {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: LimiterKeys,
     private readonly commandTimeoutMs: number,
     /** Injected time in ms; undefined: every script reads Redis's TIME. */
@@ -301,9 +310,10 @@ export class LimiterScripts {
     undo?: { name: string; keys: string[]; args: Record<string, unknown> },
   ): Promise<unknown> {
     const s = script(name);
-    if (lostConnection(this.redis)) {
+    const lost = lostConnection(this.redis, keys[0] ?? '');
+    if (lost) {
       // Commands sent now would queue until Redis comes back: fail closed instead.
-      throw new LimiterUnavailableError(`Redis connection is ${this.redis.status}`);
+      throw new LimiterUnavailableError(lost);
     }
     let timer: NodeJS.Timeout | undefined;
     try {

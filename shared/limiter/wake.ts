@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../redis.ts';
 
 /**
  * Sleeps of waiters in line that end early when a settle, release or probe reading anywhere
@@ -14,7 +14,7 @@ export class WakeUps {
   private subscribed: Promise<unknown> | undefined;
 
   constructor(
-    private readonly subscriber: Redis | undefined,
+    private readonly subscriber: RedisClient | undefined,
     private readonly channel: string,
   ) {}
 
@@ -25,8 +25,8 @@ export class WakeUps {
       return;
     }
     if (!this.subscribed) {
-      this.subscriber.on('message', this.onMessage);
-      this.subscribed = this.subscriber.subscribe(this.channel).catch(() => {
+      this.subscriber.on('smessage', this.onMessage);
+      this.subscribed = this.subscriber.ssubscribe(this.channel).catch(() => {
         this.subscribed = undefined;
       });
     }
@@ -48,8 +48,8 @@ export class WakeUps {
   /** Stops listening (the subscriber connection stays its owner's to close). */
   async close(): Promise<void> {
     if (!this.subscriber || !this.subscribed) return;
-    this.subscriber.off('message', this.onMessage);
-    await this.subscriber.unsubscribe(this.channel).catch(() => {});
+    this.subscriber.off('smessage', this.onMessage);
+    await this.subscriber.sunsubscribe(this.channel).catch(() => {});
     this.subscribed = undefined;
   }
 }

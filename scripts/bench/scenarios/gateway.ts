@@ -1,9 +1,9 @@
 import Anthropic from '@anthropic-ai/sdk';
-import type { Redis } from 'ioredis';
 import { hashApiKey } from '../../../producer/http/api-keys.ts';
 import { type HttpApi, startHttpApi } from '../../../producer/http/server.ts';
 import { resolveConfig } from '../../../shared/config.ts';
 import type { QueueNames } from '../../../shared/keys.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
 import { createProviderClient } from '../../../worker/provider.ts';
 import { startWorker, type WorkerHandle } from '../../../worker/worker.ts';
 import { fluidMinimumMs, idealSchedule } from '../budget.ts';
@@ -32,7 +32,7 @@ interface Setup {
 /** A worker and `llmq serve` on one queue, in this process, against the mock. */
 async function openSetup(
   ctx: ScenarioContext,
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   mock: BenchMock,
   limiter: { windowMs: number; limits: { tokens: number } } | undefined,

@@ -1,11 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
 import { Producer } from '../../../producer/producer.ts';
 import type { QueueNames } from '../../../shared/keys.ts';
 import { openQueue } from '../../../shared/queues.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
 import type { CommandCounts } from '../command-counter.ts';
 import { withMock } from '../mock.ts';
 import { WorkerChild } from '../processes.ts';
+import { redisCpuSeconds } from '../redis-info.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, megabytes, percent, seconds } from '../table.ts';
@@ -15,7 +16,7 @@ import { shortCall } from '../workload.ts';
 const CONCURRENCY = 10;
 
 /** Enqueues `jobs` requests with the producer (the same job data in every setup). */
-async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void> {
+async function fill(redis: RedisClient, names: QueueNames, jobs: number): Promise<void> {
   const producer = new Producer({ redis, names });
   try {
     const requests = Array.from({ length: jobs }, (_, i) => shortCall(i, 16));
@@ -27,7 +28,7 @@ async function fill(redis: Redis, names: QueueNames, jobs: number): Promise<void
 
 /** Polls until `jobs` jobs are completed or failed; resolves with the time it took from `t0`. */
 export async function drained(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   jobs: number,
   t0: number,
@@ -46,14 +47,6 @@ export async function drained(
   } finally {
     await queue.close();
   }
-}
-
-/** CPU seconds the Redis server has used since it started (user + system, from INFO). */
-async function redisCpuSeconds(redis: Redis): Promise<number> {
-  const info = await redis.info('cpu');
-  let total = 0;
-  for (const m of info.matchAll(/^used_cpu_(?:sys|user):([\d.]+)/gm)) total += Number(m[1]);
-  return total;
 }
 
 interface Setup {

@@ -1,12 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Redis } from 'ioredis';
 import { Producer } from '../../../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import { Limiter } from '../../../shared/limiter/limiter.ts';
 import type { Reservation } from '../../../shared/limiter/types.ts';
 import { openQueue } from '../../../shared/queues.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
 import { withMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
+import { usedMemory } from '../redis-info.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult, Target } from '../report.ts';
 import { count, megabytes, millis, percent, percentile, seconds } from '../table.ts';
@@ -22,18 +23,13 @@ const CONCURRENCY = 50;
 export const WORKER_HEAP_OPTION = '--max-old-space-size=128 --max-semi-space-size=4';
 const LEVELS = [10, 1_000, 10_000] as const;
 
-async function usedMemory(redis: Redis): Promise<number> {
-  const info = await redis.info('memory');
-  return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
-}
-
 /** The limiter's key that ends with `suffix` (`:log`, `:stats`...). */
 const limiterKey = (limiter: Limiter, suffix: string) =>
   limiter.allKeys.find((k) => k.endsWith(suffix))!;
 
 /** Entries and bytes (MEMORY USAGE) of the limiter's keys of a queue. */
 async function limiterFootprint(
-  redis: Redis,
+  redis: RedisClient,
   limiter: Limiter,
 ): Promise<{ entries: number; bytes: number }> {
   const keys = limiter.allKeys;
@@ -61,7 +57,7 @@ interface AcquireLatency {
  * request so large that it needs the whole window to clear, so the script walks the log.
  */
 async function acquireLatency(
-  redis: Redis,
+  redis: RedisClient,
   names: QueueNames,
   samples: number,
 ): Promise<AcquireLatency[]> {

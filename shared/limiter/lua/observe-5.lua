@@ -41,7 +41,7 @@
       readings  by dimension short name: { limit, remaining, reset ms (-1 unknown) }; a
                 dimension whose headers were absent is absent
       of        the reservation whose response brought the reading, or ''
-      channel   to PUBLISH on when the reading is a probe's (waiters wake), or ''
+      channel   to SPUBLISH on (it carries the queue's hash tag) when the reading is a probe's (waiters wake), or ''
       marginMs  the margin included in windowMs: the provider's window is the rest
       ageMs     how long before now the provider took the reading (0: now)
 
@@ -166,6 +166,6 @@ end
 local id = args.of or ''
 if id ~= '' and redis.call('HGET', KEYS[2], 'probe') == id then
   redis.call('HDEL', KEYS[2], 'probe', 'probe|until')
-  if (args.channel or '') ~= '' then redis.call('PUBLISH', args.channel, 'probe') end
+  if (args.channel or '') ~= '' then redis.call('SPUBLISH', args.channel, 'probe') end
 end
 return out

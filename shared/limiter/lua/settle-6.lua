@@ -18,7 +18,7 @@
       dims      the dimensions' short names in order
       now       ms; absent for Redis TIME
       bucketMs  history bucket length
-      channel   to PUBLISH on when budget or a slot comes back (waiters wake), or ''
+      channel   to SPUBLISH on (it carries the queue's hash tag) when budget or a slot comes back (waiters wake), or ''
       calls     list of {
         id        reservation id
         mode      'usage' (the provider answered), 'keep' (it may have been reached; charge
@@ -31,7 +31,7 @@
                   accuracy is still worth knowing }
 
   Output: per call, three values: known (1, or 0 for a reservation that already left the
-  window), inputDelta, outputDelta (actual minus reserved). One PUBLISH for the whole run.
+  window), inputDelta, outputDelta (actual minus reserved). One SPUBLISH for the whole run.
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -114,5 +114,5 @@ flush_tally(hist, histKey)
 -- Keep about 20 minutes of buckets: drop the one that just fell out.
 local old = bucket - 120 * bucketMs
 redis.call('HDEL', histKey, old .. '|calls', old .. '|reserved_in', old .. '|reserved_out', old .. '|actual_in', old .. '|actual_out')
-if wake and channel ~= '' then redis.call('PUBLISH', channel, '1') end
+if wake and channel ~= '' then redis.call('SPUBLISH', channel, '1') end
 return out
