@@ -26,8 +26,8 @@ export interface ConnectOptions extends RedisOptions {
 }
 
 /**
- * A write refused with READONLY went to a master that became a replica (a failover behind DNS,
- * a manual REPLICAOF): reconnect, which finds the master again, and resend the command.
+ * Through Sentinel, a write refused with READONLY went to a master that became a replica:
+ * reconnect, which asks the sentinels for the master again, and resend the command.
  */
 function reconnectOnReadonly(err: Error): 2 | false {
   return err.message.startsWith('READONLY') ? 2 : false;
@@ -55,9 +55,7 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
     ...(failFast ? { connectTimeout: 2_000 } : {}),
     ...rest,
   };
-  const noRetry = failFast
-    ? { retryStrategy: () => null, enableOfflineQueue: false }
-    : { reconnectOnError: reconnectOnReadonly };
+  const noRetry = failFast ? { retryStrategy: () => null, enableOfflineQueue: false } : {};
   if (d.kind === 'single') {
     return new Redis({
       ...node,
@@ -87,7 +85,12 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
         ? () => null
         : (times: number) => Math.min(100 * times, 2_000),
       // Each attempt asks the sentinels first: a promoted replica is found within half a second.
-      ...(failFast ? {} : { retryStrategy: (times: number) => Math.min(50 * times, 500) }),
+      ...(failFast
+        ? {}
+        : {
+            retryStrategy: (times: number) => Math.min(50 * times, 500),
+            reconnectOnError: reconnectOnReadonly,
+          }),
     });
   }
   const { lazyConnect, ...perNode } = node;
