@@ -84,7 +84,7 @@ export async function showDeadLetter(
 }
 
 /**
- * Sends a dead letter back to its queue with fresh attempts. The original job is retried in
+ * Sends a dead letter back to its queue with fresh attempts (and a fresh retryFor). The original job is retried in
  * place (same id, so whoever waits on it sees the new outcome); when it is gone, a new job is
  * added from the letter. Resolves with the id of the job that will run.
  */
@@ -95,7 +95,12 @@ export async function retryDeadLetter(
 ): Promise<string | undefined> {
   const letter = await dlq.getJob(id);
   if (!letter) return undefined;
-  const data: JobData = { ...letter.data.data, history: [], rateLimitReturns: 0 };
+  const data: JobData = {
+    ...letter.data.data,
+    history: [],
+    rateLimitReturns: 0,
+    retrying: undefined,
+  };
   const original = await queue.getJob(id);
   let runId: string;
   if (original && (await original.isFailed())) {
