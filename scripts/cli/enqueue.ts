@@ -4,7 +4,9 @@ import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
-import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import { durationMs } from '../../shared/duration.ts';
+import { ConfigError, LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -33,6 +35,17 @@ export function parseRequests(text: string): unknown[] {
   });
 }
 
+/** `--retry-for`'s milliseconds, or undefined when not given. @throws ConfigError */
+function retryForFlag(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const ms = typeof value === 'string' ? durationMs(value) : undefined;
+  if (ms === undefined || ms > MAX_RETRY_FOR_MS)
+    throw new ConfigError(
+      `--retry-for must be a duration such as 90s, 30m or 2h (at most 7d; 0 makes transient failures spend attempts), got ${JSON.stringify(value)}`,
+    );
+  return ms;
+}
+
 export function registerEnqueueCommand(program: Command): void {
   queueOptions(
     program
@@ -47,6 +60,10 @@ export function registerEnqueueCommand(program: Command): void {
       .option('--tenant <name>', 'charge the tenant’s scope too')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
       .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
+      .option(
+        '--retry-for <duration>',
+        'retry transient failures (529, 5xx, timeouts, dropped connections) this long, such as 30m; 0 makes them spend attempts (default: the worker’s, 10m)',
+      )
       .option('--wait', 'when the queue is full, wait for room instead of stopping'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
@@ -56,6 +73,7 @@ export function registerEnqueueCommand(program: Command): void {
       typeof flags['deadline'] === 'string' ? parseDeadline(flags['deadline']) : undefined;
     const via = resolveVia(String(flags['via'] ?? 'messages'), deadlineMs);
     const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
+    const retryForMs = retryForFlag(flags['retryFor']);
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
@@ -91,6 +109,7 @@ export function registerEnqueueCommand(program: Command): void {
               via,
               ...(deadlineAt ? { deadlineAt } : {}),
               ...(tenant ? { tenant } : {}),
+              ...(retryForMs !== undefined ? { retryForMs } : {}),
             });
           } catch (err) {
             if (!(err instanceof QueueFullError)) throw err;
