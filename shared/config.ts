@@ -7,9 +7,9 @@ import {
   budgetsSchema,
 } from './budgets.ts';
 import { DIMENSIONS } from './dimensions.ts';
-import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
 import { durationMs } from './duration.ts';
 import { ConfigError } from './errors.ts';
+import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
 import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';

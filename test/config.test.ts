@@ -90,9 +90,9 @@ describe('resolveConfig', () => {
   it('retries transient failures for 10 minutes unless told, as a duration', () => {
     expect(resolveConfig({ env: {} }).retryForMs).toBe(600_000);
     expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '90s' } }).retryForMs).toBe(90_000);
-    expect(resolveConfig({ flags: { retryFor: '2h' }, env: { LLMQ_RETRY_FOR: '1m' } }).retryForMs).toBe(
-      7_200_000,
-    );
+    expect(
+      resolveConfig({ flags: { retryFor: '2h' }, env: { LLMQ_RETRY_FOR: '1m' } }).retryForMs,
+    ).toBe(7_200_000);
     expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '0' } }).retryForMs).toBe(0);
     // A config file may give milliseconds, or a duration.
     expect(resolveConfig({ env: {}, file: { retryForMs: 45_000 } }).retryForMs).toBe(45_000);

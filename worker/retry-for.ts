@@ -10,11 +10,7 @@ import { MAX_RETRY_FOR_MS, type RetryClock } from '../shared/job.ts';
  */
 
 /** The job's clock, started now when it has none. */
-export function clockOf(
-  clock: RetryClock | undefined,
-  now: number,
-  outageMs: number,
-): RetryClock {
+export function clockOf(clock: RetryClock | undefined, now: number, outageMs: number): RetryClock {
   return clock ?? { since: now, outageMs };
 }
 

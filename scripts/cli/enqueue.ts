@@ -5,7 +5,12 @@ import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { durationMs } from '../../shared/duration.ts';
-import { ConfigError, LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import {
+  ConfigError,
+  LlmqError,
+  QueueFullError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
 import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';

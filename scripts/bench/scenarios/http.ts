@@ -76,7 +76,9 @@ export async function httpScenario(ctx: ScenarioContext): Promise<ScenarioResult
       LLMQ_LOG_LEVEL: 'warn',
     });
     try {
-      ctx.log(`http: ${clients} clients against llmq serve (pid ${serve.pid}) for ${seconds(durationMs, 0)}`);
+      ctx.log(
+        `http: ${clients} clients against llmq serve (pid ${serve.pid}) for ${seconds(durationMs, 0)}`,
+      );
       const load = await runHttpLoad({
         url: serve.url,
         path: '/v1/jobs',
@@ -103,9 +105,7 @@ export async function httpScenario(ctx: ScenarioContext): Promise<ScenarioResult
   const p50 = percentile(load.latenciesMs, 50);
   const p99 = percentile(load.latenciesMs, 99);
   const statuses = Object.entries(load.byStatus).sort(([a], [b]) => a.localeCompare(b));
-  const fiveHundreds = statuses
-    .filter(([s]) => /^5\d\d$/.test(s))
-    .reduce((n, [, k]) => n + k, 0);
+  const fiveHundreds = statuses.filter(([s]) => /^5\d\d$/.test(s)).reduce((n, [, k]) => n + k, 0);
   const lost = run.missing.length;
   return {
     name: 'http',
