@@ -4,14 +4,7 @@ import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
-import { durationMs } from '../../shared/duration.ts';
-import {
-  ConfigError,
-  LlmqError,
-  QueueFullError,
-  RequestValidationError,
-} from '../../shared/errors.ts';
-import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
+import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -38,17 +31,6 @@ export function parseRequests(text: string): unknown[] {
       ]);
     }
   });
-}
-
-/** `--retry-for`'s milliseconds, or undefined when not given. @throws ConfigError */
-function retryForFlag(value: unknown): number | undefined {
-  if (value === undefined) return undefined;
-  const ms = typeof value === 'string' ? durationMs(value) : undefined;
-  if (ms === undefined || ms > MAX_RETRY_FOR_MS)
-    throw new ConfigError(
-      `--retry-for must be a duration such as 90s, 30m or 2h (at most 7d; 0 makes transient failures spend attempts), got ${JSON.stringify(value)}`,
-    );
-  return ms;
 }
 
 export function registerEnqueueCommand(program: Command): void {
@@ -78,7 +60,8 @@ export function registerEnqueueCommand(program: Command): void {
       typeof flags['deadline'] === 'string' ? parseDeadline(flags['deadline']) : undefined;
     const via = resolveVia(String(flags['via'] ?? 'messages'), deadlineMs);
     const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
-    const retryForMs = retryForFlag(flags['retryFor']);
+    // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
+    const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
