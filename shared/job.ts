@@ -23,7 +23,7 @@ export interface AttemptRecord {
 
 /** Since when a job's transient failures have been retried (see worker/retry-for.ts). */
 export interface RetryClock {
-  /** When its first transient failure was seen (ms since the epoch, the worker's clock). */
+  /** When its first transient failure was seen (ms since the epoch, on Redis's clock). */
   readonly since: number;
   /** The breaker's outage total then, in ms: time behind an open breaker does not count. */
   readonly outageMs: number;

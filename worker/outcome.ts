@@ -191,6 +191,7 @@ export class Outcomes {
     const c = call.failure;
     let healthy = false;
     let outageMs = 0;
+    let now = Date.now();
     if (c.kind === 'rate_limited') {
       const until = call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000));
       await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
@@ -211,6 +212,8 @@ export class Outcomes {
       const failure = await breaker.recordFailure();
       const { opened, whileClosed } = failure;
       outageMs = failure.outageMs;
+      // The job's retry clock runs on Redis's time, as the outages do: one clock for the fleet.
+      now = failure.now || now;
       if (opened)
         log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
       await metrics.add(
@@ -230,7 +233,7 @@ export class Outcomes {
       healthy,
       retryForMs,
       retrying: job.data.retrying,
-      now: Date.now(),
+      now,
       outageMs,
       startedAt: call.startedAt,
       latencyMs: call.latencyMs,
@@ -259,7 +262,9 @@ export class Outcomes {
           'llmq.attempt': attemptsUsed(outcome.history),
           'llmq.reason': c.reason,
         });
-        this.parts.history.write(job.id, retryLine(outcome, retryForMs, outageMs)).catch(() => {});
+        this.parts.history
+          .write(job.id, retryLine(outcome, retryForMs, now, outageMs))
+          .catch(() => {});
         log.info('job retried', { ...report, delayMs: outcome.delayMs });
         await metrics.add({ retries: 1 });
         await job.updateData({
@@ -276,10 +281,11 @@ export class Outcomes {
 function retryLine(
   o: Extract<Outcome, { action: 'back-off' }>,
   retryForMs: number,
+  now: number,
   outageMs: number,
 ): string {
   const line = `retry in ${formatMs(o.delayMs)}`;
   if (!o.retrying) return line;
-  const spent = retriedFor(o.retrying, Date.now(), outageMs);
+  const spent = retriedFor(o.retrying, now, outageMs);
   return `${line} (transient failures for ${formatSpan(spent)} of ${formatSpan(retryForMs)})`;
 }

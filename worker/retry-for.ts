@@ -6,7 +6,7 @@ import { MAX_RETRY_FOR_MS, type RetryClock } from '../shared/job.ts';
  * not at its first call: time spent waiting for budget before it is no failure of the provider.
  * Time behind an open breaker does not count either (the breaker's outage total is taken at
  * each failure and the difference subtracted), so a long outage leaves jobs waiting, not
- * dead-lettered.
+ * dead-lettered. Both run on Redis's clock, which the breaker's failure answers with.
  */
 
 /** The job's clock, started now when it has none. */

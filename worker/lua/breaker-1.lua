@@ -19,11 +19,11 @@
     check:   {1, 0, failures} call allowed (closed, with the consecutive failures so far); {1, 1} allowed as the trial call; {0, waitMs} not allowed
     success: {1, 0}
     abandon: {1, 1} when this process held the trial and gave it up, else {1, 0}
-    failure: {1, opened, whileClosed, outageMs} where opened is 1 when this failure opened the
-             breaker, whileClosed is 1 when the breaker was closed before it and stays closed (a
-             failure of a call still under way when another opened it, or of a trial, is 0), and
+    failure: {1, opened, whileClosed, outageMs, now} where opened is 1 when this failure opened
+             the breaker, whileClosed is 1 when the breaker was closed before it and stays closed
+             (a failure of a call still under way when another opened it, or of a trial, is 0),
              outageMs is the time the breaker has not been closed, in all (the current outage
-             too): a job's retryFor leaves it out
+             too): a job's retryFor leaves it out; now is the time it used (ms)
 ]]
 local key = KEYS[1]
 local now
@@ -86,8 +86,8 @@ if state == 'half_open' or (state == 'closed' and failures >= threshold) then
     openedAt = now
     redis.call('HSET', key, 'opened_at', now)
   end
-  return { 1, 1, 0, outageMs + now - openedAt }
+  return { 1, 1, 0, outageMs + now - openedAt, now }
 end
 redis.call('HSET', key, 'failures', failures)
-if state == 'closed' then return { 1, 0, 1, outageMs } end
-return { 1, 0, 0, outageMs + (openedAt and math.max(0, now - openedAt) or 0) }
+if state == 'closed' then return { 1, 0, 1, outageMs, now } end
+return { 1, 0, 0, outageMs + (openedAt and math.max(0, now - openedAt) or 0), now }
