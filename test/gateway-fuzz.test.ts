@@ -1,9 +1,9 @@
-import { request as httpRequest } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HttpApi } from '../producer/http/server.ts';
 import { API_ERROR_STATUS } from '../shared/api-error-types.ts';
 import { startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
+import { mutatedJson, sendRaw } from './fixtures/raw-http.ts';
 import { API_KEY, openPool, type Pool } from './fixtures/worker-harness.ts';
 
 let pool: Pool;
@@ -30,34 +30,8 @@ afterAll(async () => {
   await pool?.cleanup();
 });
 
-interface Raw {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-}
-
-/** One request as given: raw path, any method, headers and body bytes. */
-function send(
-  method: string,
-  path: string,
-  headers: Record<string, string>,
-  body?: string,
-): Promise<Raw> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      { host: '127.0.0.1', port, method, path, headers, agent: false },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
-      },
-    );
-    req.on('error', reject);
-    if (body !== undefined) req.setHeader('content-length', Buffer.byteLength(body));
-    req.end(body);
-  });
-}
+const send = (method: string, path: string, headers: Record<string, string>, body?: string) =>
+  sendRaw({ host: '127.0.0.1', port }, method, path, headers, body);
 
 async function jobCount(): Promise<number> {
   const c = await pool.queue.getJobCounts();
@@ -71,32 +45,20 @@ const valid = {
 };
 
 /** A valid Messages body with one part replaced by something random. */
-const mutated = fc
-  .tuple(
-    fc.constantFrom(
-      'model',
-      'max_tokens',
-      'messages',
-      'messages.0.role',
-      'messages.0.content',
-      'system',
-      'stream',
-      'temperature',
-      'stop_sequences',
-      'metadata',
-      'tools',
-      'unknown_field',
-    ),
-    fc.jsonValue({ maxDepth: 3 }),
-  )
-  .map(([path, value]) => {
-    const body = structuredClone(valid) as Record<string, unknown>;
-    const parts = path.split('.');
-    let at: Record<string, unknown> = body;
-    for (const p of parts.slice(0, -1)) at = at[p] as Record<string, unknown>;
-    at[parts.at(-1)!] = value;
-    return JSON.stringify(body);
-  });
+const mutated = mutatedJson(valid, [
+  'model',
+  'max_tokens',
+  'messages',
+  'messages.0.role',
+  'messages.0.content',
+  'system',
+  'stream',
+  'temperature',
+  'stop_sequences',
+  'metadata',
+  'tools',
+  'unknown_field',
+]);
 
 const body = fc.oneof(
   { arbitrary: mutated, weight: 3 },
