@@ -2,7 +2,7 @@ import { APIConnectionError, APIConnectionTimeoutError, APIError } from '@anthro
 import { describe, expect, it } from 'vitest';
 import type { AttemptRecord } from '../shared/job.ts';
 import { classifyProviderError } from '../worker/classify.ts';
-import { decideOutcome, type OutcomeInput } from '../worker/outcome.ts';
+import { decideOutcome, MAX_HISTORY, type OutcomeInput } from '../worker/outcome.ts';
 
 /** An SDK error as the provider's answer would raise it. */
 function providerError(status: number, type: string, message: string, headers = {}) {
@@ -251,6 +251,20 @@ describe('the outcome of a failed call', () => {
     expect(out.history.at(-1)).toMatchObject({ outcome: 'retryable', counted: false });
     // The same failure while the provider looked healthy is the fifth attempt.
     expect(decide(conflict, { history }).action).toBe('dead-letter');
+  });
+
+  it('keeps at most 100 records: the first try, then the latest', () => {
+    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    const history = Array.from({ length: 100 }, (_, i) => ({
+      at: i,
+      outcome: 'retryable' as const,
+      counted: false,
+      transient: true as const,
+    }));
+    const out = decide(overloaded, { history, retrying: { since: NOW - 1_000, outageMs: 0 } });
+    expect(out.history).toHaveLength(MAX_HISTORY);
+    expect(out.history.map((a) => a.at).slice(0, 3)).toEqual([0, 2, 3]);
+    expect(out.history.at(-1)).toMatchObject({ at: 1_000, transient: true });
   });
 
   it('leaves the history it was given as it was', () => {

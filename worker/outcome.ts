@@ -112,7 +112,10 @@ function transientOutcome(
   record: (o: AttemptRecord['outcome'], counted: boolean) => AttemptRecord,
 ): Outcome {
   const c = input.failure;
-  const history = [...input.history, { ...record('retryable', false), transient: true as const }];
+  const history = boundHistory([
+    ...input.history,
+    { ...record('retryable', false), transient: true as const },
+  ]);
   const retrying = clockOf(input.retrying, input.now, input.outageMs);
   if (!input.healthy) return { action: 'back-off', history, delayMs: 0, retrying };
   const spent = retriedFor(retrying, input.now, input.outageMs);
@@ -127,6 +130,21 @@ function transientOutcome(
     input.retryForMs - spent,
   );
   return { action: 'back-off', history, delayMs, retrying };
+}
+
+/**
+ * Records a job's history keeps at most. Retried for days, transient tries would grow it without
+ * bound: past this, the oldest transient tries after the first give way.
+ */
+export const MAX_HISTORY = 100;
+
+function boundHistory(h: AttemptRecord[]): AttemptRecord[] {
+  while (h.length > MAX_HISTORY) {
+    const i = h.findIndex((a, k) => k > 0 && a.transient && !a.counted);
+    if (i < 0) break;
+    h.splice(i, 1);
+  }
+  return h;
 }
 
 /** How a failed call ended, as the call saw it. */
