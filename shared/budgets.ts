@@ -181,7 +181,10 @@ export class BudgetLedger {
         limits.push({ field, budget, period, limitMicros: Math.round(limit * 1e6), resetsAt });
       }
     }
-    const fields = [...limits.map((l) => l.field), ...PERIODS.map((p) => `${ids[p]}|model:${model}`)];
+    const fields = [
+      ...limits.map((l) => l.field),
+      ...PERIODS.map((p) => `${ids[p]}|model:${model}`),
+    ];
     return { micros: worstCaseMicros(this.settings, model, cost), limits, fields, periods };
   }
 
@@ -190,14 +193,19 @@ export class BudgetLedger {
     tenant: string | undefined,
     micros: number,
   ): Promise<BudgetExhaustedError | undefined> {
-    const now = this.clock();
     const { limits } = this.claim('', tenant, { inputTokens: 0, outputTokens: 0 });
     if (limits.length === 0) return undefined;
     const spent = await this.redis.hmget(this.spendKey, ...limits.map((l) => l.field));
     for (const [i, l] of limits.entries()) {
       const s = Number(spent[i] ?? 0);
       if (s + micros > l.limitMicros)
-        return new BudgetExhaustedError(l.budget, l.period, l.limitMicros / 1e6, s / 1e6, periodOf(l.period, now).endsAt);
+        return new BudgetExhaustedError(
+          l.budget,
+          l.period,
+          l.limitMicros / 1e6,
+          s / 1e6,
+          l.resetsAt,
+        );
     }
     return undefined;
   }

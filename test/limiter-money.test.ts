@@ -25,7 +25,7 @@ function settings(budgets: BudgetSettings['budgets']): BudgetSettings {
 
 let redis: Redis;
 let names: QueueNames;
-const closing: (() => Promise<unknown> | void)[] = [];
+const closing: (() => unknown)[] = [];
 beforeEach(() => {
   redis = newRedis();
   names = testNames('limmoney');
@@ -40,7 +40,13 @@ afterEach(async () => {
 function workerLimiter(options: Partial<ConstructorParameters<typeof Limiter>[0]> = {}): Limiter {
   const own = newRedis();
   closing.push(() => own.disconnect());
-  return new Limiter({ redis: own, names, windowMs: 60_000, limits: { tokens: 1_000_000 }, ...options });
+  return new Limiter({
+    redis: own,
+    names,
+    windowMs: 60_000,
+    limits: { tokens: 1_000_000 },
+    ...options,
+  });
 }
 
 const day = (s: Awaited<ReturnType<BudgetLedger['spend']>>, name: string) => s.day[name] ?? 0;
@@ -118,7 +124,12 @@ describe('money held with admission', () => {
   it('a worker process killed after admission gives its money back with its lease', async () => {
     const budgets = settings({ 'tenant:a': { day: (2 * WORST) / 1e6 } });
     const ledger = new BudgetLedger(redis, names, budgets);
-    const options = { concurrency: 4, leaseMs: 1_000, windowMs: 60_000, limits: { tokens: 100_000 } };
+    const options = {
+      concurrency: 4,
+      leaseMs: 1_000,
+      windowMs: 60_000,
+      limits: { tokens: 100_000 },
+    };
     const child: LimiterChild = spawnLimiterChild({ redisUrl: REDIS_URL, names, options });
     closing.push(() => child.kill());
     await child.next('ready');

@@ -57,8 +57,18 @@ export class FairShare {
     }
     const lists = [...byTenant.entries()];
     if (lists.length === 1) return lists[0]![1];
-    const args = lists.flatMap(([t, jobs]) => [t, this.weight(t), jobs.length, ...jobs.map(tokensOf)]);
-    const picks = (await runLua(this.redis, SCRIPTS['fair']!, [this.key], ['order', n, ...args])) as number[];
+    const args = lists.flatMap(([t, jobs]) => [
+      t,
+      this.weight(t),
+      jobs.length,
+      ...jobs.map(tokensOf),
+    ]);
+    const picks = (await runLua(
+      this.redis,
+      SCRIPTS['fair']!,
+      [this.key],
+      ['order', n, ...args],
+    )) as number[];
     const next = lists.map(() => 0);
     return picks.map((i) => lists[i - 1]![1][next[i - 1]!++]!);
   }

@@ -142,7 +142,10 @@ export class Limiter {
       concurrency: this.concurrency,
       cost,
       scopes: scriptScopes(this.settings, scopes),
-      extras: more.map((m) => ({ ...m, scopes: m.cost.scopes && scriptScopes(this.settings, m.cost.scopes) })),
+      extras: more.map((m) => ({
+        ...m,
+        scopes: m.cost.scopes && scriptScopes(this.settings, m.cost.scopes),
+      })),
       backfill,
       // Only a waiter that keeps its place in line goes as a probe.
       probeMs: this.probeMs,

@@ -4,7 +4,6 @@ import type { RedisClient } from '../redis.ts';
 import type { AcquireCode, AcquireReply, ScriptScope } from './scripts.ts';
 import {
   type Charge,
-  type Cost,
   type Decision,
   type DimensionLimits,
   GLOBAL_SCOPE,
@@ -172,7 +171,9 @@ export function checkCost(cost: Charge): void {
   }
   const m = cost.money;
   if (m && !(Number.isSafeInteger(m.micros) && m.micros >= 0))
-    throw new TypeError(`cost.money.micros must be a whole number of µ$ from 0 up, got ${m.micros}`);
+    throw new TypeError(
+      `cost.money.micros must be a whole number of µ$ from 0 up, got ${m.micros}`,
+    );
   for (const s of cost.scopes ?? []) checkScopeName(s);
 }
 
@@ -211,7 +212,9 @@ export function moneyDenial(
 export function usageError(usage: Usage): TypeError | undefined {
   const c = usage.costMicros;
   if (c !== undefined && !(Number.isSafeInteger(c) && c >= 0))
-    return new TypeError(`settle: usage.costMicros must be a whole number of µ$ from 0 up, got ${c}`);
+    return new TypeError(
+      `settle: usage.costMicros must be a whole number of µ$ from 0 up, got ${c}`,
+    );
   for (const name of ['inputTokens', 'outputTokens'] as const) {
     const v = usage[name];
     if (!Number.isSafeInteger(v) || v < 0) {

@@ -349,10 +349,14 @@ export class LimiterScripts {
   /** Drops at most 500 reservations that left the window, and lapsed leases (and their money). */
   async prune(windowMs: number): Promise<{ now: number; dropped: number }> {
     const k = this.keys;
-    const [now, dropped] = (await this.run('prune', [k.log, k.res, k.slots, k.tot, k.spend, k.held], {
-      now: this.now(),
-      windowMs,
-    })) as [number, number];
+    const [now, dropped] = (await this.run(
+      'prune',
+      [k.log, k.res, k.slots, k.tot, k.spend, k.held],
+      {
+        now: this.now(),
+        windowMs,
+      },
+    )) as [number, number];
     return { now: Number(now), dropped: Number(dropped) };
   }
 
