@@ -106,17 +106,22 @@ export class Gate {
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
     const { fair, ledger } = p;
-    const peek = async (): Promise<HeadJob[]> =>
-      p.costs.scale(
-        fair ? await p.peeker.peekMany(fair.lookahead, room()) : await p.peeker.peekMany(room()),
+    // How many jobs the round may take, as of its latest peek (the order must not ask for more
+    // of a tenant than that peek gave of each).
+    let want = room();
+    const peek = async (): Promise<HeadJob[]> => {
+      want = room();
+      return p.costs.scale(
+        fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want),
       );
+    };
     // The round's jobs in the order to admit them: with fair share, turn by turn by tenant (each
     // charged to its own scopes); else the head and the jobs behind it charged to its scopes.
     const inTurn = async (hs: HeadJob[]): Promise<HeadJob[]> =>
-      fair ? fair.order(hs, room()) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
+      fair ? fair.order(hs, want) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
     let seen = fair
       ? await peek()
-      : await p.costs.scale((await this.nextPeek(room())) ?? (await p.peeker.peekMany(room())));
+      : await p.costs.scale((await this.nextPeek(want)) ?? (await p.peeker.peekMany(want)));
     let turn = await inTurn(seen);
     let head = turn[0];
     if (!head) {
