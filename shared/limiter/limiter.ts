@@ -308,10 +308,8 @@ export class Limiter {
   }
 
   /**
-   * Replaces the estimate with the provider's usage: an underestimate is charged, an
-   * overestimate given back. Output is reconciled only under `actual` output accounting. The
-   * money the call holds settles to `usage.costMicros` in the same step (absent: its worst case
-   * stays spent).
+   * Replaces the estimate with the provider's usage (output only under `actual` accounting),
+   * and its money with `usage.costMicros` in the same step (absent: the worst case stays).
    */
   settle(
     reservation: Reservation,
