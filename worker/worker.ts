@@ -54,14 +54,15 @@ export interface WorkerOptions {
   /** The shared budget: limits, window, headroom, accounting (the cap of calls is `maxInFlight`). */
   readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
   /**
-   * Money budgets (Config.budgets, with the price table): each job reserves its worst-case cost
-   * once admitted and settles to the actual; one job a round then (no extras, no backfill).
+   * Money budgets (Config.budgets, with the price table): each job's worst-case cost is held
+   * with its admission (in the limiter's script) and settled to the actual with its tokens.
    */
   readonly budgets?: BudgetSettings | undefined;
   /**
    * Fair share between tenants within a priority class (weights per tenant, default 1): the
    * gate serves next the first job of the tenant furthest behind in tokens per weight, among
-   * the first `lookahead` jobs of the queue; one job a round then. @default undefined (off)
+   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order (no
+   * backfill then). @default undefined (off)
    */
   readonly fairShare?: FairShareOptions | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
