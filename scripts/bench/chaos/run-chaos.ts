@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -96,7 +96,17 @@ export interface ChaosReport {
 
 const MODEL = 'claude-haiku-4-5';
 const MAX_TOKENS = 16;
+/** The feeders add while fewer jobs than this wait or run: they feed the whole run. */
 const QUEUE_BACKLOG = 60;
+
+/** Whole lines in a file so far (0 when it does not exist yet). */
+function countLines(path: string): number {
+  try {
+    return readFileSync(path, 'utf8').split('\n').length - 1;
+  } catch {
+    return 0;
+  }
+}
 
 /**
  * The chaos run: a private Redis with an append-only file, the mock, three `llmq worker`
@@ -227,7 +237,6 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
 
     const pace = { room: () => monitor.backlog < QUEUE_BACKLOG, signal: stop.signal };
     const answers: HttpAnswer[] = [];
-    await fleet.start(batchRole);
     const library = feedLibrary({
       producer,
       total: s.libraryJobs,
@@ -280,10 +289,17 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
     await Promise.all([fleet.start(workerRole(0)), fleet.start(workerRole(1))]);
     event('workers 1 and 2 restarted');
 
-    // 2. The HTTP API and the batch command.
-    await waitFor('30% completed', () => monitor.completed >= 0.3 * total);
+    // 2. The batch command, started now so that its documents share the queue with the rest,
+    // killed once some of its lines are written, with the HTTP API.
+    await fleet.start(batchRole);
+    event(`batch summarize started on ${s.documents} documents`);
+    await waitFor(
+      'a quarter of the batch written',
+      () => countLines(resultsFile) >= Math.max(1, Math.floor(s.documents / 4)),
+      90_000,
+    );
     await Promise.all([fleet.get('serve').kill(), fleet.get('batch').kill()]);
-    event('SIGKILL serve and batch');
+    event(`SIGKILL serve and batch (${countLines(resultsFile)} of ${s.documents} lines written)`);
     await Promise.all([fleet.start(serveRole), fleet.start(batchRole)]);
     event('serve and batch restarted');
 
