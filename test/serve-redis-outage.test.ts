@@ -37,11 +37,11 @@ describe('llmq serve while its Redis goes down', () => {
     redis = await startAofRedis();
     const api = await startHttpApi({ config: configOn(redis.url), apiKeys: API_KEYS, port: 0 });
     closers.push(() => api.close());
-    const headers = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
+    const headers = { authorization: `Bearer ${KEY}` };
     const post = (text: string) =>
       fetch(`${api.url}/v1/jobs`, {
         method: 'POST',
-        headers,
+        headers: { ...headers, 'content-type': 'application/json' },
         body: JSON.stringify({ request: message(text) }),
       });
 

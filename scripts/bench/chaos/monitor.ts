@@ -22,7 +22,7 @@ export class QueueMonitor {
       this.busy = true;
       const started = Date.now();
       queue
-        .getJobCounts('wait', 'prioritized', 'active', 'delayed', 'paused', 'completed', 'failed')
+        .getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed')
         .then((c) => {
           const completed = c['completed'] ?? 0;
           if (completed > this.completed) this.completedAt = Date.now();
@@ -30,11 +30,7 @@ export class QueueMonitor {
           this.readAt = started;
           this.failed = c['failed'] ?? 0;
           this.backlog =
-            (c['wait'] ?? 0) +
-            (c['prioritized'] ?? 0) +
-            (c['active'] ?? 0) +
-            (c['delayed'] ?? 0) +
-            (c['paused'] ?? 0);
+            (c['wait'] ?? 0) + (c['prioritized'] ?? 0) + (c['active'] ?? 0) + (c['delayed'] ?? 0);
         })
         .catch(() => {})
         .finally(() => {
