@@ -143,8 +143,10 @@ export class ResultWaiter {
       const eventsKey = `${bullPrefix(this.names)}:${this.names.queue}:events`;
       const last = (await this.redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
       // Its own connection from the same settings (a Cluster's too); BullMQ needs retries
-      // unbounded there, whatever the caller's connection allows.
-      const conn = duplicateRedis(this.redis, { node: { maxRetriesPerRequest: null } });
+      // unbounded there, and its offline queue, whatever the caller's connection allows.
+      const conn = duplicateRedis(this.redis, {
+        node: { maxRetriesPerRequest: null, enableOfflineQueue: true },
+      });
       conn.on('error', () => {});
       const events = new QueueEvents(this.names.queue, {
         connection: conn,

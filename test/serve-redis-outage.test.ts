@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { createProducer } from '../producer/create-producer.ts';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { startHttpApi } from '../producer/http/server.ts';
 import type { Producer } from '../producer/producer.ts';
@@ -81,17 +80,15 @@ describe('llmq serve while its Redis goes down', () => {
     expect(((await again.json()) as { state: string }).state).toBe('waiting');
   }, 90_000);
 
-  it('rejects every producer call with RedisUnavailableError while Redis is down, and works again after', async () => {
+  it("rejects every call of serve's producer with RedisUnavailableError while Redis is down, and no refused call runs later", async () => {
     redis = await startAofRedis();
-    // The connection `llmq serve` uses: one retry per command, then an error.
-    const producer: Producer = createProducer(configOn(redis.url), {
-      commandTimeoutMs: 5_000,
-      redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000 },
-    });
-    closers.push(() => producer.close());
+    const api = await startHttpApi({ config: configOn(redis.url), apiKeys: API_KEYS, port: 0 });
+    closers.push(() => api.close());
+    const producer: Producer = api.producer;
     const id = await producer.enqueue(message('before'));
 
     await redis.kill();
+    const killedAt = Date.now();
     const calls: [string, () => Promise<unknown>][] = [
       ['enqueue', () => producer.enqueue(message('during'))],
       ['enqueueMany', () => producer.enqueueMany([message('a'), message('b')])],
@@ -111,6 +108,15 @@ describe('llmq serve while its Redis goes down', () => {
       expect((err as RedisUnavailableError).message, name).toContain(redis.url);
     }
 
+    // Long enough down for a command held in an offline queue to outlive the 5 s deadline.
+    await until(
+      async () => {
+        await producer.cancel(id).catch(() => {});
+        return Date.now() - killedAt > 8_000;
+      },
+      30_000,
+      100,
+    );
     await redis.restart();
     await until(
       () =>
@@ -121,6 +127,7 @@ describe('llmq serve while its Redis goes down', () => {
       30_000,
       200,
     );
+    // A cancel refused while Redis was down did not take the job out of the queue afterwards.
     expect((await producer.status(id))?.state).toBe('waiting');
   }, 90_000);
 });
