@@ -1,4 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { join } from 'node:path';
 import { trackChild } from '../processes.ts';
 import { until } from '../redis-servers.ts';
 
@@ -41,6 +43,12 @@ export class CliChild {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     trackChild(this.child);
+    // LLMQ_CHAOS_LOG_DIR=DIR keeps each process's whole stderr there, for looking into a run.
+    const logDir = process.env['LLMQ_CHAOS_LOG_DIR'];
+    if (logDir) {
+      const file = `${name.replace(/\W+/g, '-')}-${this.child.pid}.log`;
+      this.child.stderr?.pipe(createWriteStream(join(logDir, file)));
+    }
     this.child.stdout?.on('data', (c: Buffer) => {
       this.out += c.toString();
     });
