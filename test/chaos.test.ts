@@ -35,7 +35,9 @@ describe('chaos: workers, the API, the batch command and Redis killed during a r
     );
     expect(notOnce).toEqual([]);
     expect(r.deadLettered).toBe(0);
-    expect(r.completedInQueue).toBeGreaterThanOrEqual(r.jobs.length);
+    // No job appeared that nobody was told about: a request refused while Redis was down added
+    // nothing later (each feeder sent its jobs again until acknowledged, under the same key).
+    expect(r.completedInQueue).toBe(r.jobs.length);
 
     // The provider: each call the killed workers had answered was charged, and made again.
     expect(r.cutCalls.inFlight).toBeGreaterThan(0);
