@@ -20,7 +20,7 @@ describe('chaos: workers, the API, the batch command and Redis killed during a r
     const sum = summarizeChaos(r);
     const p = r.provider;
     process.stderr.write(
-      `${lines.join('\n')}\nchaos: ${JSON.stringify({ sum, provider: p, cut: r.cutCalls, outage: r.outage })}\n`,
+      `${lines.join('\n')}\nchaos: ${JSON.stringify({ sum, provider: p, cut: r.cutCalls, outage: r.outage, died: r.unexpectedExits, failures: r.failures })}\n`,
     );
     expect(r.incomplete).toBeUndefined();
     expect(r.unexpectedExits).toEqual([]);
