@@ -213,6 +213,9 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
         'Summarize in one line.',
       ],
       env,
+      // Its first progress line comes once it has checked Redis and opened its producer.
+      isReady: (c: { stderr(): { head: string } }) =>
+        c.stderr().head.includes('file(s), results in'),
       finishes: true,
     };
     await Promise.all([0, 1, 2].map((i) => fleet.start(workerRole(i))));
