@@ -2,7 +2,7 @@ import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
-import type { JobData } from '../shared/job.ts';
+import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
 import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
 import { resolvePriority } from '../shared/priority.ts';
@@ -97,6 +97,15 @@ export class JobBuilder {
         },
       ]);
     }
+    const r = options.retryForMs;
+    if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS)) {
+      throw new RequestValidationError([
+        {
+          field: 'retryForMs',
+          message: `must be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days; 0 makes transient failures spend attempts) (got ${JSON.stringify(r)})`,
+        },
+      ]);
+    }
     checkMeta(options.meta);
     checkProviderHeaders(options.providerHeaders);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
@@ -123,6 +132,7 @@ export class JobBuilder {
       relayEvents: options.relayEvents || undefined,
       providerHeaders: options.providerHeaders,
       timeoutMs: options.timeoutMs,
+      retryForMs: options.retryForMs,
       idempotencyKey: options.idempotencyKey,
       enqueuedAt: Date.now(),
       meta: options.meta,

@@ -73,8 +73,17 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly providerHeaders?: Readonly<Record<string, string>>;
   /** Per-call timeout in ms. @default 600_000 (the worker's default) */
   readonly timeoutMs?: number;
-  /** Tries for retryable failures. @default 5 */
+  /**
+   * Tries for retryable failures that are not transient (409, an error of llmq's own…); with
+   * `retryForMs: 0`, for every retryable failure. @default 5
+   */
   readonly attempts?: number;
+  /**
+   * How long transient failures (529, 5xx, timeouts, dropped connections) are retried, in ms
+   * from the job's first; they spend no attempt. 0 makes them spend attempts instead. At most
+   * 7 days. @default the worker's `retryForMs` (10 minutes)
+   */
+  readonly retryForMs?: number;
   /** Free-form labels kept with the job. */
   readonly meta?: Readonly<Record<string, string>>;
   /** Count input tokens with the provider's count_tokens instead of estimating. @default false */

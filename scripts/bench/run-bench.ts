@@ -8,6 +8,7 @@ import { clusterScenario } from './scenarios/cluster.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
+import { httpScenario } from './scenarios/http.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
@@ -27,6 +28,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   overhead: overheadScenario,
   scale: scaleScenario,
   gateway: gatewayScenario,
+  http: httpScenario,
   cluster: clusterScenario,
   chaos: chaosScenario,
 };
