@@ -12,7 +12,7 @@ import {
   openQueue,
   registerQueue,
 } from '../shared/queues.ts';
-import { describeRedis, type RedisClient } from '../shared/redis.ts';
+import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts';
 import { parseMessagesRequest } from '../shared/request.ts';
 import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
@@ -397,6 +397,11 @@ export class Producer {
   get batchJobs(): BatchJobs {
     this.batches ??= new BatchJobs(this.redis, this.names, this.deadLetters);
     return this.batches;
+  }
+
+  /** Resolves once the Redis connection is ready (RedisUnavailableError after the command timeout). */
+  async ready(): Promise<void> {
+    await this.redisCall(() => untilReady(this.redis));
   }
 
   async close(): Promise<void> {

@@ -94,7 +94,7 @@ describe('llmq bench', () => {
     const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
     await expect(run).rejects.toBeInstanceOf(ConfigError);
     await expect(run).rejects.toThrow(
-      /--scenario must be one of published, refunds, fleet, split, neighbour, fairness, overhead, scale, gateway, http, cluster, got "nope"/,
+      /--scenario must be one of published, refunds, fleet, split, neighbour, fairness, overhead, scale, gateway, http, cluster, chaos, got "nope"/,
     );
   });
 });

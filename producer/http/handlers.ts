@@ -5,6 +5,7 @@ import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/
 import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
 import { toFieldIssues } from '../../shared/request.ts';
 import { parseDeadline, resolveVia } from '../batches/via.ts';
+import { isRedisDown } from '../errors.ts';
 import type { JobStatus } from '../job-status.ts';
 import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';
 import type { ApiKeyStore } from './api-keys.ts';
@@ -89,6 +90,14 @@ export function toErrorResponse(err: unknown): HandlerResponse {
       headers: { 'retry-after': String(seconds) },
     });
   }
+  if (isRedisDown(err)) {
+    return errorResponse(
+      503,
+      'redis_unavailable',
+      'the queue is unavailable (Redis did not answer): try again later',
+      { headers: { 'retry-after': '5' } },
+    );
+  }
   if (err instanceof LlmqError) {
     switch (err.code) {
       case 'REQUEST_INVALID':
@@ -99,15 +108,6 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         return errorResponse(422, 'cost_exceeds_limit', err.message);
       case 'BUDGET_EXHAUSTED':
         return errorResponse(402, 'budget_exhausted', err.message);
-      case 'REDIS_UNAVAILABLE':
-        return errorResponse(
-          503,
-          'redis_unavailable',
-          'the queue is unavailable (Redis did not answer): try again later',
-          {
-            headers: { 'retry-after': '5' },
-          },
-        );
       case 'JOB_NOT_FOUND':
         return errorResponse(404, 'job_not_found', err.message);
       default:

@@ -3,6 +3,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { chaosScenario } from './scenarios/chaos.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
@@ -29,6 +30,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   gateway: gatewayScenario,
   http: httpScenario,
   cluster: clusterScenario,
+  chaos: chaosScenario,
 };
 
 export interface BenchOptions {
