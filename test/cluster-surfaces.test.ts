@@ -159,8 +159,8 @@ describe('llmq on a 3-master, 3-replica Redis Cluster: what people call and look
       limiter: { windowMs: 5_000, limits: { tokens: 50_000 } },
     });
     const ids = [
-      await dying.producer.enqueue(request('Fail once.'), { attempts: 1 }),
-      await dying.producer.enqueue(request('Fail twice.'), { attempts: 1 }),
+      await dying.producer.enqueue(request('Fail once.'), { attempts: 1, retryForMs: 0 }),
+      await dying.producer.enqueue(request('Fail twice.'), { attempts: 1, retryForMs: 0 }),
     ];
     await until(async () => (await dying.deadLetters()).length === 2, 30_000);
     for (let i = 0; i < 3; i++) await idle.producer.enqueue(request(`Wait ${i}.`));
