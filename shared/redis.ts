@@ -26,6 +26,14 @@ export interface ConnectOptions extends RedisOptions {
 }
 
 /**
+ * Through Sentinel, a write refused with READONLY went to a master that became a replica:
+ * reconnect, which asks the sentinels for the master again, and resend the command.
+ */
+function reconnectOnReadonly(err: Error): 2 | false {
+  return err.message.startsWith('READONLY') ? 2 : false;
+}
+
+/**
  * The one place llmq builds a Redis client. `url` is a `REDIS_URL` (see {@link parseRedisUrl});
  * `options` go to every node's connection. Without `failFast` the client has what BullMQ needs
  * (`maxRetriesPerRequest: null`, ready check) and reconnects by itself, to a promoted replica
@@ -65,14 +73,24 @@ export function connectDeployment(d: RedisDeployment, options: ConnectOptions = 
       name: d.masterName,
       db: d.db,
       role: 'master',
-      // Hears +switch-master at once instead of waiting for the old master's socket to fail.
-      failoverDetector: !failFast,
+      // Not ioredis's failoverDetector: a +switch-master heard while the client is still
+      // reconnecting ends it for good (status `end`, every command "Connection is closed").
+      // Sentinel closes a demoted master's clients (CLIENT KILL), and a dead master's sockets
+      // fail: either way the client asks the sentinels again and finds the promoted replica.
+      failoverDetector: false,
       ...(d.sentinelUsername ? { sentinelUsername: d.sentinelUsername } : {}),
       ...(d.sentinelPassword ? { sentinelPassword: d.sentinelPassword } : {}),
       ...(d.tls ? { enableTLSForSentinelMode: true } : {}),
       sentinelRetryStrategy: failFast
         ? () => null
         : (times: number) => Math.min(100 * times, 2_000),
+      // Each attempt asks the sentinels first: a promoted replica is found within half a second.
+      ...(failFast
+        ? {}
+        : {
+            retryStrategy: (times: number) => Math.min(50 * times, 500),
+            reconnectOnError: reconnectOnReadonly,
+          }),
     });
   }
   const { lazyConnect, ...perNode } = node;

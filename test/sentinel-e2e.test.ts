@@ -43,7 +43,7 @@ async function keysOn(url: string, prefix: string): Promise<number> {
 }
 
 describe('llmq through Sentinel (a master, a replica, three sentinels)', () => {
-  it('the master SIGKILLed mid-run: every job completes once, no window over the limit', async () => {
+  it('the master SIGKILLed mid-run: every job completes once, no window over the limit, every worker carries on', async () => {
     run = await openFailoverPool('se-failover', sentinel.url());
     await runThroughFailover(run, {
       jobs: 30,

@@ -26,6 +26,7 @@ import {
   openGateWorker,
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
+import { logConnectionChanges } from './connection-log.ts';
 import { FairShare, type FairShareOptions } from './fair-share.ts';
 import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
@@ -194,6 +195,7 @@ export class Worker implements WorkerHandle {
   private trialInFlight = false;
   private tokenCounter = 0;
   private renewer: NodeJS.Timeout | undefined;
+  private unwatchRedis: (() => void) | undefined;
   private loop: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
 
@@ -324,6 +326,8 @@ export class Worker implements WorkerHandle {
   }
 
   private async open(options: WorkerOptions): Promise<void> {
+    // A failover shows in the log: the connection lost, and where it came back.
+    this.unwatchRedis = logConnectionChanges(options.redis, this.log);
     await registerQueue(options.redis, options.names);
     await this.limiter.publishConfig();
     await this.bull.startStalledCheckTimer();
@@ -432,6 +436,7 @@ export class Worker implements WorkerHandle {
 
   private async close(graceMs: number): Promise<void> {
     this.stopper.abort();
+    this.unwatchRedis?.();
     await this.loop;
     this.handoff.completeAlone();
     const all = Promise.all([...this.running].map((r) => r.done));

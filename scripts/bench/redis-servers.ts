@@ -323,9 +323,10 @@ export async function startSentinel(masterName = 'llmqmaster'): Promise<TestSent
     procs.push(replica);
     await until(() => answers(masterPort), 10_000, 50);
     await until(
-      async () =>
-        infoField(await onPort(replicaPort, (r) => r.info('replication')), 'master_link_status') ===
-        'up',
+      async () => {
+        const info = await onPort(replicaPort, (r) => r.info('replication')).catch(() => '');
+        return infoField(info, 'master_link_status') === 'up';
+      },
       10_000,
       50,
     );
