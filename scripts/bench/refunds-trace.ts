@@ -129,8 +129,12 @@ await withMock(
           lastEndFromFirstSend: lastEnd,
           rateLimited: run.calls.statuses['429'] ?? 0,
           localLossMs: Math.round(lossSum),
-          perWindow: [0, 1, 2].map((k) => calls.filter((c) => c.at - t0 >= k * W && c.at - t0 < (k + 1) * W).length),
-          idealPerWindow: [0, 1, 2].map((k) => ideal.starts.filter((s) => s >= k * W && s < (k + 1) * W).length),
+          perWindow: [0, 1, 2].map(
+            (k) => calls.filter((c) => c.at - t0 >= k * W && c.at - t0 < (k + 1) * W).length,
+          ),
+          idealPerWindow: [0, 1, 2].map(
+            (k) => ideal.starts.filter((s) => s >= k * W && s < (k + 1) * W).length,
+          ),
           foreignMax: run.limiterWatch?.foreignMax.tokens,
           accuracy: run.limiterWatch?.accuracy,
           callsLate: big,
