@@ -377,8 +377,10 @@ class Model {
       // Certainly foreign: every call of ours the provider's window holds counted as seen;
       // possibly: unbegun ones not.
       const ours = this.counted(scope, dim);
-      const certain = Math.max(limit - remaining - ours, 0);
-      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)), 0);
+      // A token reading that is a multiple of 1,000 may be the provider's rounding of ours.
+      const rounding = dim !== 'req' && limit % 1_000 === 0 && remaining % 1_000 === 0 ? 500 : 0;
+      const certain = Math.max(limit - remaining - ours - rounding, 0);
+      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)) - rounding, 0);
       let until = this.now + this.windowArg;
       if (reset !== null && reset > this.now && reset < until) until = reset;
       // Possibly foreign only as far as the reading before agrees (a race shows in one).
