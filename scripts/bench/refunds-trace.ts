@@ -7,7 +7,7 @@
  * slot, room in the provider's window with every earlier call charged as the provider charged
  * it): the local loss, so the calls where time goes stand out.
  *
- *   LLMQ_FROM_SOURCE=1 node --import tsx scripts/bench/refunds-trace.ts [runs] [--calls]
+ *   LLMQ_FROM_SOURCE=1 node --import tsx scripts/bench/refunds-trace.ts [runs] [--calls] [--headroom SHARE]
  */
 import { resolveConfig } from '../../shared/config.ts';
 import { idealSchedule } from './budget.ts';
@@ -18,6 +18,9 @@ import { latencyFor, shapesOf, shortCall } from './workload.ts';
 
 const runs = Number(process.argv[2] ?? 1);
 const printCalls = process.argv.includes('--calls');
+const at = process.argv.indexOf('--headroom');
+/** The limiter's headroom (its default when not given). */
+const headroom = at > 0 ? Number(process.argv[at + 1]) : undefined;
 const LIMIT = 4_000;
 const W = 10_000;
 const C = 10;
@@ -84,7 +87,8 @@ await withMock(
         scope: 'refunds-trace',
         mockUrl: mock.url,
         requests,
-        ...tokenBudget(W, LIMIT, C, 'actual'),
+        limiter: { ...tokenBudget(W, LIMIT, C, 'actual').limiter, headroom },
+        maxInFlight: C,
         workers: { count: 1, where: 'in-process' },
         concurrency: C,
         recordOutput: true,
@@ -123,6 +127,7 @@ await withMock(
       process.stdout.write(
         `${JSON.stringify({
           run: k,
+          headroom: headroom ?? 'default',
           wallMs: run.wallMs,
           idealMs: Math.round(ideal.minimumMs),
           ratio: Number((run.wallMs / ideal.minimumMs).toFixed(3)),
