@@ -24,7 +24,10 @@ export interface DepthGateOptions {
   readonly reservationTtlMs?: number;
   /** The retry hint a full queue answers with. @default 1_000 */
   readonly retryAfterMs?: number;
-  /** Runs each Redis call (the producer maps connection failures and deadlines to typed errors). */
+  /**
+   * Runs each of the gate's Redis calls: the producer passes its one mapping of connection
+   * failures and deadlines to RedisUnavailableError. @default runs the call as is
+   */
   readonly call?: <T>(op: () => Promise<T>) => Promise<T>;
 }
 
@@ -96,18 +99,20 @@ export class DepthGate {
   async reserve(ids: readonly string[], tenant: string | undefined): Promise<ReserveOutcome> {
     const k = this.queue.keys;
     const tenantBound = this.tenantBound(tenant);
-    const reply = (await runLua(
-      this.redis,
-      SCRIPTS['reserveDepth']!,
-      [
-        k['prioritized']!,
-        k['wait']!,
-        k['paused']!,
-        k['delayed']!,
-        this.reservationsKey(),
-        this.tenantKey(tenant),
-      ],
-      [this.maxDepth, tenantBound, this.ttlMs, `${k['']}`, ...ids],
+    const reply = (await this.call(() =>
+      runLua(
+        this.redis,
+        SCRIPTS['reserveDepth']!,
+        [
+          k['prioritized']!,
+          k['wait']!,
+          k['paused']!,
+          k['delayed']!,
+          this.reservationsKey(),
+          this.tenantKey(tenant),
+        ],
+        [this.maxDepth, tenantBound, this.ttlMs, `${k['']}`, ...ids],
+      ),
     )) as [number, string | number, number?];
     switch (reply[0]) {
       case 0:
@@ -178,11 +183,13 @@ export class DepthGate {
   /** Drops the reservations of `ids` once they were added (or the add failed). */
   async release(ids: readonly string[], tenant: string | undefined): Promise<void> {
     if (ids.length === 0) return;
-    await runLua(
-      this.redis,
-      SCRIPTS['releaseDepth']!,
-      [this.reservationsKey(), this.tenantKey(tenant)],
-      ids,
+    await this.call(() =>
+      runLua(
+        this.redis,
+        SCRIPTS['releaseDepth']!,
+        [this.reservationsKey(), this.tenantKey(tenant)],
+        ids,
+      ),
     );
   }
 
@@ -192,11 +199,13 @@ export class DepthGate {
    */
   async takeWaiting(id: string): Promise<boolean> {
     const k = this.queue.keys;
-    const taken = await runLua(
-      this.redis,
-      SCRIPTS['takeWaiting']!,
-      [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!],
-      [id],
+    const taken = await this.call(() =>
+      runLua(
+        this.redis,
+        SCRIPTS['takeWaiting']!,
+        [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!],
+        [id],
+      ),
     );
     return Number(taken) === 1;
   }
@@ -204,14 +213,16 @@ export class DepthGate {
   /** Waiting jobs now, as the bound counts them (reservations included). */
   async depth(): Promise<number> {
     const k = this.queue.keys;
-    const r = await this.redis
-      .multi()
-      .zcard(k['prioritized']!)
-      .llen(k['wait']!)
-      .llen(k['paused']!)
-      .zcard(k['delayed']!)
-      .zcard(this.reservationsKey())
-      .exec();
+    const r = await this.call(() =>
+      this.redis
+        .multi()
+        .zcard(k['prioritized']!)
+        .llen(k['wait']!)
+        .llen(k['paused']!)
+        .zcard(k['delayed']!)
+        .zcard(this.reservationsKey())
+        .exec(),
+    );
     return (r ?? []).reduce((sum, [, n]) => sum + Number(n ?? 0), 0);
   }
 

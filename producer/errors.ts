@@ -58,6 +58,15 @@ export function isConnectionError(err: unknown): boolean {
 }
 
 /**
+ * True for {@link RedisUnavailableError} and for a connection error that reached an answer
+ * unmapped (a read outside the producer, such as the gateway's breaker check): either way the
+ * caller is told Redis is down, never an internal error.
+ */
+export function isRedisDown(err: unknown): boolean {
+  return (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') || isConnectionError(err);
+}
+
+/**
  * Runs a Redis operation with a deadline; a connection failure or the deadline becomes a
  * {@link RedisUnavailableError} naming the URL, anything else is rethrown as is.
  */

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { QueueEvents } from 'bullmq';
 import type { JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
@@ -29,6 +30,9 @@ export interface ResultWaiterOptions {
    */
   readonly sweepMs?: number;
 }
+
+/** The longest {@link ResultWaiter.close} waits for BullMQ's QueueEvents to close. */
+const CLOSE_EVENTS_MS = 2_000;
 
 interface Pending {
   readonly id: string;
@@ -130,7 +134,12 @@ export class ResultWaiter {
     }
     const events = this.events;
     this.events = undefined;
-    if (events) await (await events.catch(() => undefined))?.close();
+    // Closing the subscription has been seen to wait forever after an outage (a batch command
+    // done with every document never exited): it gets 2 s, then its connections are cut.
+    await Promise.race([
+      events?.then((e) => e.close()).catch(() => {}),
+      sleep(CLOSE_EVENTS_MS, undefined, { ref: false }),
+    ]);
     for (const c of this.eventsConns) c.disconnect();
     this.eventsConns.clear();
     if (this.ownsQueues) await Promise.all([this.queue.close(), this.deadLetters.close()]);
@@ -143,8 +152,10 @@ export class ResultWaiter {
       const eventsKey = `${bullPrefix(this.names)}:${this.names.queue}:events`;
       const last = (await this.redis.xrevrange(eventsKey, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0';
       // Its own connection from the same settings (a Cluster's too); BullMQ needs retries
-      // unbounded there, whatever the caller's connection allows.
-      const conn = duplicateRedis(this.redis, { node: { maxRetriesPerRequest: null } });
+      // unbounded there, and its offline queue, whatever the caller's connection allows.
+      const conn = duplicateRedis(this.redis, {
+        node: { maxRetriesPerRequest: null, enableOfflineQueue: true },
+      });
       conn.on('error', () => {});
       const events = new QueueEvents(this.names.queue, {
         connection: conn,

@@ -1,18 +1,18 @@
 /**
  * Money budgets in US dollars per UTC day and/or month, globally (`global`) and per tenant
  * (`tenant:acme`). A call's worst-case cost (input estimate and all of max_tokens at its
- * model's prices) is reserved before the call and settled to the actual cost after it, in
- * whole micro-dollars so sums are exact.
+ * model's prices) is held when the limiter admits it, in the same script as its tokens, and
+ * settled to the actual cost when it ends, in whole micro-dollars so sums are exact
+ * (shared/limiter/lua/includes/money.lua). This file prices calls and reads the spend.
  */
 
 import { z } from 'zod';
 import { LlmqError } from './errors.ts';
-import { llmqKey, type QueueNames } from './keys.ts';
-import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import type { QueueNames } from './keys.ts';
+import { moneyKeys } from './limiter/limiter-keys.ts';
+import type { MoneyClaim, MoneyShortfall } from './limiter/types.ts';
 import { costMicros, type ModelPrice, type PricedUsage, priceOf } from './prices.ts';
 import type { RedisClient } from './redis.ts';
-
-const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
 export type Period = 'day' | 'month';
 export const PERIODS: readonly Period[] = ['day', 'month'];
@@ -85,6 +85,17 @@ export class BudgetExhaustedError extends LlmqError {
     this.period = period;
     this.resetsAt = resetsAt;
   }
+
+  /** The error of an acquire's money denial. */
+  static of(m: MoneyShortfall): BudgetExhaustedError {
+    return new BudgetExhaustedError(
+      m.budget,
+      m.period,
+      m.limitMicros / 1e6,
+      m.spentMicros / 1e6,
+      m.neverFits ? undefined : m.resetsAt,
+    );
+  }
 }
 
 /** The worst-case cost of a call in µ$: its input estimate and all of max_tokens. */
@@ -107,21 +118,32 @@ export function actualMicros(s: BudgetSettings, model: string, usage: PricedUsag
 /** Spend of one period, by budget and `model:<name>`, in µ$. */
 export type PeriodSpend = Record<string, number>;
 
-/** The queue's money ledger in Redis (keys under the queue's hash tag, gone after their period). */
+/** The ids of this period and the one before, whose spend is kept: day, day before, month, month before. */
+function keptPeriods(now: number): string[] {
+  const d = new Date(now);
+  const lastMonth = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1);
+  return [
+    periodOf('day', now).id,
+    periodOf('day', now - 86_400_000).id,
+    periodOf('month', now).id,
+    periodOf('month', lastMonth).id,
+  ];
+}
+
+/**
+ * The queue's money in Redis: one hash of spend by `<period id>|<budget or model:name>` (under
+ * the queue's hash tag; periods before the previous one are dropped), written by the limiter's
+ * scripts. Builds the claims they hold and reads the spend.
+ */
 export class BudgetLedger {
+  private readonly spendKey: string;
   constructor(
     private readonly redis: RedisClient,
-    private readonly names: QueueNames,
+    names: QueueNames,
     readonly settings: BudgetSettings,
     private readonly clock: () => number = Date.now,
-  ) {}
-
-  private keys(now: number): [string, string, string] {
-    return [
-      llmqKey(this.names, 'budget', 'day', periodOf('day', now).id),
-      llmqKey(this.names, 'budget', 'month', periodOf('month', now).id),
-      llmqKey(this.names, 'budget', 'res'),
-    ];
+  ) {
+    this.spendKey = moneyKeys(names).spend;
   }
 
   /** The first budget `micros` can never fit, as an error. */
@@ -137,86 +159,69 @@ export class BudgetLedger {
     return undefined;
   }
 
+  /**
+   * What a call of `model` for `tenant` holds when admitted: its worst case (`cost`: input
+   * estimate and max_tokens) under every budget of the tenant, and as the model's spend.
+   */
+  claim(
+    model: string,
+    tenant: string | undefined,
+    cost: { readonly inputTokens: number; readonly outputTokens: number },
+  ): MoneyClaim {
+    const now = this.clock();
+    const periods = keptPeriods(now);
+    const ids = { day: periods[0]!, month: periods[2]! };
+    const limits: MoneyClaim['limits'][number][] = [];
+    for (const budget of budgetNames(tenant)) {
+      for (const period of PERIODS) {
+        const limit = this.settings.budgets[budget]?.[period];
+        if (limit === undefined) continue;
+        const field = `${ids[period]}|${budget}`;
+        const resetsAt = periodOf(period, now).endsAt;
+        limits.push({ field, budget, period, limitMicros: Math.round(limit * 1e6), resetsAt });
+      }
+    }
+    const fields = [
+      ...limits.map((l) => l.field),
+      ...PERIODS.map((p) => `${ids[p]}|model:${model}`),
+    ];
+    return { micros: worstCaseMicros(this.settings, model, cost), limits, fields, periods };
+  }
+
   /** The first budget of the tenant without room for `micros` now (reads only). */
   async noRoom(
     tenant: string | undefined,
     micros: number,
   ): Promise<BudgetExhaustedError | undefined> {
-    const now = this.clock();
-    const [day, month] = this.keys(now);
-    const names = budgetNames(tenant);
-    const [d, m] = await Promise.all([
-      this.redis.hmget(day, ...names),
-      this.redis.hmget(month, ...names),
-    ]);
-    for (const [i, name] of names.entries()) {
-      for (const period of PERIODS) {
-        const limit = this.settings.budgets[name]?.[period];
-        if (limit === undefined) continue;
-        const spent = Number((period === 'day' ? d : m)[i] ?? 0);
-        if (spent + micros > Math.round(limit * 1e6))
-          return new BudgetExhaustedError(
-            name,
-            period,
-            limit,
-            spent / 1e6,
-            periodOf(period, now).endsAt,
-          );
-      }
+    const { limits } = this.claim('', tenant, { inputTokens: 0, outputTokens: 0 });
+    if (limits.length === 0) return undefined;
+    const spent = await this.redis.hmget(this.spendKey, ...limits.map((l) => l.field));
+    for (const [i, l] of limits.entries()) {
+      const s = Number(spent[i] ?? 0);
+      if (s + micros > l.limitMicros)
+        return new BudgetExhaustedError(
+          l.budget,
+          l.period,
+          l.limitMicros / 1e6,
+          s / 1e6,
+          l.resetsAt,
+        );
     }
     return undefined;
   }
 
-  /**
-   * Reserves `micros` under every budget of the tenant; answers the budget without room as an
-   * error (nothing reserved then).
-   */
-  async reserve(
-    id: string,
-    model: string,
-    tenant: string | undefined,
-    micros: number,
-  ): Promise<BudgetExhaustedError | undefined> {
-    const now = this.clock();
-    const triples: (string | number)[] = [];
-    for (const name of budgetNames(tenant)) {
-      const b = this.settings.budgets[name];
-      for (const period of PERIODS) {
-        const limit = b?.[period];
-        if (limit !== undefined) triples.push(name, period, Math.round(limit * 1e6));
-      }
-    }
-    const day = periodOf('day', now);
-    const month = periodOf('month', now);
-    const reply = (await runLua(this.redis, SCRIPTS['budget']!, this.keys(now), [
-      'reserve',
-      id,
-      micros,
-      // Kept a period past their end, for status to show the last one.
-      day.endsAt + 86_400_000,
-      month.endsAt + 86_400_000,
-      model,
-      ...triples,
-    ])) as [number, string?, Period?, number?];
-    if (reply[0] === 0) return undefined;
-    const [, name, period, spent] = reply as [number, string, Period, number];
-    const limit = this.settings.budgets[name]![period]!;
-    const resetsAt = period === 'day' ? day.endsAt : month.endsAt;
-    return new BudgetExhaustedError(name, period, limit, spent / 1e6, resetsAt);
-  }
-
-  /** Settles a reservation to the actual cost (0 gives it all back). */
-  async settle(id: string, micros: number): Promise<void> {
-    await runLua(this.redis, SCRIPTS['budget']!, this.keys(this.clock()), ['settle', id, micros]);
-  }
-
   /** Spend of the current day and month, by budget and model, in µ$. */
   async spend(): Promise<Record<Period, PeriodSpend>> {
-    const [day, month] = this.keys(this.clock());
-    const [d, m] = await Promise.all([this.redis.hgetall(day), this.redis.hgetall(month)]);
-    const num = (h: Record<string, string>) =>
-      Object.fromEntries(Object.entries(h).map(([k, v]) => [k, Number(v)]));
-    return { day: num(d), month: num(m) };
+    const now = this.clock();
+    const all = await this.redis.hgetall(this.spendKey);
+    const out: Record<Period, PeriodSpend> = { day: {}, month: {} };
+    for (const period of PERIODS) {
+      const prefix = `${periodOf(period, now).id}|`;
+      for (const [k, v] of Object.entries(all)) {
+        if (k.startsWith(prefix)) out[period][k.slice(prefix.length)] = Number(v);
+      }
+    }
+    return out;
   }
 }
 

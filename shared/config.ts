@@ -7,7 +7,9 @@ import {
   budgetsSchema,
 } from './budgets.ts';
 import { DIMENSIONS } from './dimensions.ts';
+import { durationMs } from './duration.ts';
 import { ConfigError } from './errors.ts';
+import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
 import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
@@ -59,6 +61,13 @@ export interface Config {
    * @default a tenth of the window, at most 30 s (env LLMQ_PROBE_MS)
    */
   readonly probeMs: number | undefined;
+  /**
+   * How long a job's transient failures (529, 5xx, timeouts, dropped connections) are retried,
+   * in ms from its first; the job's own `retryForMs` wins. 0 makes them spend attempts like other
+   * retryable failures. @default 600000, 10 minutes (flag --retry-for, env LLMQ_RETRY_FOR: a
+   * duration such as 90s, 10m or 2h)
+   */
+  readonly retryForMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
   /**
@@ -155,6 +164,11 @@ const jsonOf = (schema: z.ZodType) =>
       return v;
     }
   }, schema);
+/** A duration with a unit (`10m`), or a number of ms from a config file. */
+const retryForSchema = z
+  .union([z.number(), z.string()])
+  .transform((v) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN)))
+  .refine((n) => Number.isInteger(n) && n >= 0 && n <= MAX_RETRY_FOR_MS);
 const scopesSchema = jsonOf(z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits));
 const modelsSchema = jsonOf(z.record(z.string().regex(MODEL_PATTERN), scopeLimits));
 
@@ -271,6 +285,14 @@ const SETTINGS: Record<Key, Setting> = {
       .optional(),
     default: undefined,
     expect: 'a whole number of milliseconds from 0 (no probes) to 600000',
+  },
+  retryForMs: {
+    env: 'LLMQ_RETRY_FOR',
+    flag: 'retryFor',
+    schema: retryForSchema,
+    default: DEFAULT_RETRY_FOR_MS,
+    expect:
+      'a duration such as 90s, 10m or 2h (at most 7d; 0 makes transient failures spend attempts)',
   },
   maxDepth: {
     env: 'LLMQ_MAX_DEPTH',

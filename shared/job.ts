@@ -12,8 +12,21 @@ export interface AttemptRecord {
   readonly errorClass?: string | undefined;
   readonly message?: string | undefined;
   readonly latencyMs?: number | undefined;
-  /** Whether this try spent one of the job's attempts (429s and breaker trials do not). */
+  /**
+   * Whether this try spent one of the job's attempts (429s, breaker trials and transient
+   * failures do not).
+   */
   readonly counted?: boolean | undefined;
+  /** A transient failure (529, 5xx, timeout, dropped connection): retried by time, not by count. */
+  readonly transient?: true | undefined;
+}
+
+/** Since when a job's transient failures have been retried (see worker/retry-for.ts). */
+export interface RetryClock {
+  /** When its first transient failure was seen (ms since the epoch, on Redis's clock). */
+  readonly since: number;
+  /** The breaker's outage total then, in ms: time behind an open breaker does not count. */
+  readonly outageMs: number;
 }
 
 /** What a BullMQ job of llmq carries. Never holds a secret. */
@@ -39,6 +52,13 @@ export interface JobData {
   readonly providerHeaders?: Readonly<Record<string, string>> | undefined;
   /** Per-call timeout in ms. */
   readonly timeoutMs?: number | undefined;
+  /**
+   * How long transient failures are retried, in ms from the first; 0 makes them spend attempts
+   * like other retryable failures. Absent: the worker's `retryForMs` (default 10 minutes).
+   */
+  readonly retryForMs?: number | undefined;
+  /** Set by the worker at the job's first transient failure. */
+  readonly retrying?: RetryClock | undefined;
   readonly idempotencyKey?: string | undefined;
   readonly enqueuedAt: number;
   /** Free-form labels of the producer (the batch run puts the file path here). */
@@ -76,6 +96,7 @@ export interface JobResult {
   readonly latencyMs: number;
   /** The provider's `request-id`. */
   readonly requestId: string | null;
+  /** Attempts spent, the successful call included (transient failures and 429s spend none). */
   readonly attempts: number;
   readonly completedAt: number;
   /** The Message Batch that answered it (absent for a call through `messages`). */
@@ -98,6 +119,11 @@ export interface DeadLetter {
   readonly attempts: readonly AttemptRecord[];
   readonly deadAt: number;
 }
+
+/** How long transient failures are retried when neither the job nor the worker says. */
+export const DEFAULT_RETRY_FOR_MS = 600_000;
+/** The longest retryFor: a week, as long as a failed job is kept. */
+export const MAX_RETRY_FOR_MS = 7 * 86_400_000;
 
 /** The BullMQ job name of every llmq job. */
 export const JOB_NAME = 'messages';

@@ -125,6 +125,15 @@ export function describeRedis(redis: RedisClient): string {
   return `redis://${hostPort(o)}`;
 }
 
+/**
+ * Resolves once `redis` is ready for commands: a client without an offline queue refuses the
+ * commands sent before. Waits as long as it takes; callers bound it.
+ */
+export async function untilReady(redis: RedisClient): Promise<void> {
+  if (redis.status === 'ready') return;
+  await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
+}
+
 /** Whether a client is a Cluster (its keys spread over several masters). */
 export function isCluster(redis: RedisClient): redis is Cluster {
   return redis instanceof Cluster;

@@ -57,13 +57,44 @@ describe('llmq bench', () => {
     );
   });
 
+  it('runs the http scenario against llmq serve in its own process: no 5xx, no lost job', async () => {
+    const printed: string[] = [];
+    const report = await runBench({
+      scenarios: ['http'],
+      smoke: true,
+      redisUrl: REDIS_URL,
+      print: (t) => printed.push(t),
+      log: () => {},
+    });
+    const [scenario] = report.scenarios;
+    expect(scenario?.name).toBe('http');
+    const [row] = scenario!.figures as {
+      requests: number;
+      accepted: number;
+      acceptedUnique: number;
+      missing: string[];
+      byStatus: Record<string, number>;
+      servePeakRssBytes: number | null;
+    }[];
+    expect(row!.accepted).toBeGreaterThan(0);
+    expect(row!.acceptedUnique).toBe(row!.accepted);
+    expect(row!.missing).toEqual([]);
+    expect(row!.byStatus['202']).toBe(row!.accepted);
+    expect(row!.servePeakRssBytes).toBeGreaterThan(0);
+    expect(scenario!.targets.map((t) => [t.name, t.met])).toEqual([
+      ['no 5xx answer', true],
+      ['no lost job (every 202 id is in the queue)', true],
+    ]);
+    expect(printed.join('\n')).toContain('serve peak RSS');
+  }, 120_000);
+
   it('refuses an unknown scenario with a message naming the choices', async () => {
     const program = new Command('llmq').exitOverride();
     registerBenchCommand(program);
     const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
     await expect(run).rejects.toBeInstanceOf(ConfigError);
     await expect(run).rejects.toThrow(
-      /--scenario must be one of published, refunds, fleet, split, neighbour, fairness, overhead, scale, gateway, cluster, got "nope"/,
+      /--scenario must be one of published, refunds, fleet, split, neighbour, fairness, overhead, scale, gateway, http, cluster, chaos, got "nope"/,
     );
   });
 });

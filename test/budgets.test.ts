@@ -10,6 +10,7 @@ import {
   type BudgetSettings,
 } from '../shared/budgets.ts';
 import { budgetSettingsOf, resolveConfig } from '../shared/config.ts';
+import { llmqKey } from '../shared/keys.ts';
 import { costMicros, formatUsd, priceOf } from '../shared/prices.ts';
 import { getQueueStatus } from '../shared/status.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
@@ -151,6 +152,30 @@ describe('money budgets', () => {
     await expect(r.producer.enqueue(request('b late', 50), { tenant: 'b' })).resolves.toBeTruthy();
     await r.worker.stop(1_000);
     await r.producer.close();
+  });
+
+  it('with fair share, a job its budget holds back is acted on even when BullMQ would hand out another first; the others carry on', async () => {
+    pool = await openPool('budget-fair');
+    // b's jobs first in the queue, a's behind them (enqueued without budgets: a's worst case,
+    // 0.45 cent, can never fit its 0.4 cent day); a is furthest behind in fair share's count,
+    // so its job is the one picked.
+    const b = [
+      await pool.producer.enqueue(request('b 0', 50), { tenant: 'b' }),
+      await pool.producer.enqueue(request('b 1', 50), { tenant: 'b' }),
+    ];
+    await pool.producer.enqueue(request('a big', 300), { tenant: 'a' });
+    await pool.redis.hset(llmqKey(pool.names, 'fair'), 'b', 1_000_000);
+    const worker = await pool.worker({
+      budgets: settings('wait'),
+      fairShare: {},
+      concurrency: 1,
+    });
+    await allCompleted(pool, b, 20_000);
+    await until(async () => (await pool!.deadLetters()).length === 1, 10_000);
+    const [dead] = await pool.deadLetters();
+    expect(dead?.data.tenant).toBe('a');
+    expect(dead?.reason).toMatch(/worst-case cost exceeds the daily budget "tenant:a"/);
+    await worker.stop(1_000);
   });
 
   it('refuses at enqueue a job that could never fit a budget', async () => {

@@ -72,3 +72,30 @@ describe('llmq enqueue into a full queue', () => {
     expect(r.stdout.replace(/\s+/g, ' ')).toContain('the lines before that one were enqueued');
   });
 });
+
+describe('llmq enqueue --retry-for', () => {
+  const own = testNames('cliretry');
+  const ownEnv = { ...env, LLMQ_QUEUE: own.queue, LLMQ_PREFIX: own.prefix, LLMQ_MAX_DEPTH: '0' };
+  afterAll(async () => {
+    await deleteKeys(redis, own.prefix);
+  });
+
+  it('gives the jobs their own retryFor; a bad duration adds nothing and names the flag', async () => {
+    const r = await runCli(['enqueue', '--retry-for', '30m'], ownEnv, line('patient'));
+    expect(r.code, r.stderr).toBe(0);
+    const queue = openQueue(redis, own);
+    const job = await queue.getJob(r.stdout.trim());
+    expect(job?.data.retryForMs).toBe(1_800_000);
+    // Without the flag the job carries none (LLMQ_RETRY_FOR is the worker's setting).
+    const plain = await runCli(['enqueue'], { ...ownEnv, LLMQ_RETRY_FOR: '1m' }, line('plain'));
+    expect((await queue.getJob(plain.stdout.trim()))?.data.retryForMs).toBeUndefined();
+
+    const bad = await runCli(['enqueue', '--retry-for', 'soon'], ownEnv, line('never'));
+    expect(bad.code).toBe(2); // a usage error
+    expect(bad.stderr.trim()).toBe(
+      'llmq: --retry-for must be a duration such as 90s, 10m or 2h (at most 7d; 0 makes transient failures spend attempts), got "soon"',
+    );
+    expect(await queue.count()).toBe(2);
+    await queue.close();
+  });
+});

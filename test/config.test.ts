@@ -87,6 +87,24 @@ describe('resolveConfig', () => {
     expect(resolveConfig({ env: { LLMQ_PROBE_MS: '2500' } }).probeMs).toBe(2_500);
   });
 
+  it('retries transient failures for 10 minutes unless told, as a duration', () => {
+    expect(resolveConfig({ env: {} }).retryForMs).toBe(600_000);
+    expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '90s' } }).retryForMs).toBe(90_000);
+    expect(
+      resolveConfig({ flags: { retryFor: '2h' }, env: { LLMQ_RETRY_FOR: '1m' } }).retryForMs,
+    ).toBe(7_200_000);
+    expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '0' } }).retryForMs).toBe(0);
+    // A config file may give milliseconds, or a duration.
+    expect(resolveConfig({ env: {}, file: { retryForMs: 45_000 } }).retryForMs).toBe(45_000);
+    expect(resolveConfig({ env: {}, file: { retryForMs: '1.5m' } }).retryForMs).toBe(90_000);
+    expect(() => resolveConfig({ env: { LLMQ_RETRY_FOR: '600' } })).toThrow(
+      'LLMQ_RETRY_FOR must be a duration such as 90s, 10m or 2h (at most 7d; 0 makes transient failures spend attempts), got "600"',
+    );
+    expect(() => resolveConfig({ flags: { retryFor: '8d' }, env: {} })).toThrow(
+      /^--retry-for must be a duration .* got "8d"$/,
+    );
+  });
+
   it('never repeats the provider key in an error', () => {
     try {
       resolveConfig({ env: { ANTHROPIC_API_KEY: 'sk-secret', ANTHROPIC_BASE_URL: 'not a url' } });

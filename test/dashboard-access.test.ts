@@ -107,6 +107,15 @@ describe('dashboard access', () => {
       headers: { cookie: `${cookie.split('=')[0]}=forged` },
     });
     expect(forged.status).toBe(401);
+    const other = await start();
+    const otherLogin = await fetch(other.url, { headers: html, redirect: 'manual' });
+    const otherCookie = otherLogin.headers.get('set-cookie')!.split(';')[0]!;
+    expect(
+      (await fetch(`${other.baseUrl}/api/queues`, { headers: { cookie: otherCookie } })).status,
+    ).toBe(200);
+    expect(
+      (await fetch(`${d.baseUrl}/api/queues`, { headers: { cookie: otherCookie } })).status,
+    ).toBe(401);
     // However the path is spelled, the redirect stays on this host.
     for (const path of ['/.//example.com/', '//example.com/', '/%2F/example.com/']) {
       const location = await rawLocation(`${d.baseUrl}${path}?token=${d.token}`);

@@ -304,3 +304,36 @@ describe('a gateway with no worker taking jobs', () => {
     }
   });
 });
+
+describe('a caller that leaves after its call started', () => {
+  let slow: Pool;
+  let slowApi: HttpApi;
+  beforeAll(async () => {
+    slow = await openPool('gwslow', { latencyMs: 1_500 });
+    await slow.worker({ concurrency: 2 });
+    slowApi = await startGateway(slow);
+  });
+  afterAll(async () => {
+    await slowApi?.close();
+    await slow?.cleanup();
+  });
+
+  it('does not cancel it: the call completes and its result stays in the job', async () => {
+    const abort = new AbortController();
+    const call = sdkFor(slowApi).messages.create(request('Finish without me.'), {
+      signal: abort.signal,
+    });
+    call.catch(() => {});
+    // The provider has the request: the job is active and its call under way.
+    await until(() => slow.mock.stats().attempts === 1);
+    const [active] = await slow.queue.getJobs(['active']);
+    expect(active).toBeDefined();
+    abort.abort();
+    await expect(call).rejects.toBeInstanceOf(Anthropic.APIUserAbortError);
+    await until(async () => (await slow.job(active!.id!))?.finishedOn !== undefined);
+    const job = await slow.job(active!.id!);
+    expect(await job?.getState()).toBe('completed');
+    expect(job?.returnvalue.message.content.length).toBeGreaterThan(0);
+    expect(slow.mock.stats().attempts).toBe(1);
+  });
+});

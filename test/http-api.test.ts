@@ -431,3 +431,23 @@ describe('HTTP API: via and deadline', () => {
     expect(await api.producer.batchJobs.queue.count()).toBe(batchBound);
   });
 });
+
+describe('HTTP API: retry_for', () => {
+  it('keeps a job’s retry_for as its retryForMs, and answers 400 naming the field for a bad one', async () => {
+    const r = await post({ request: message('Patient.'), retry_for: '30m' });
+    expect(r.status).toBe(202);
+    expect((await api.producer.queue.getJob(r.body.id))!.data.retryForMs).toBe(1_800_000);
+    const zero = await post({ request: message('Counting.'), retry_for: '0' });
+    expect((await api.producer.queue.getJob(zero.body.id))!.data.retryForMs).toBe(0);
+    // Without it, the job carries none: the worker's setting applies.
+    const plain = await post({ request: message('Default.') });
+    expect((await api.producer.queue.getJob(plain.body.id))!.data.retryForMs).toBeUndefined();
+    const before = await api.producer.queue.count();
+    for (const bad of ['forever', '600', '8d', 30]) {
+      const refused = await post({ request: message('never added'), retry_for: bad });
+      expect(refused.status, JSON.stringify(bad)).toBe(400);
+      expect(refused.body.error).toMatchObject({ code: 'invalid_request', field: 'retry_for' });
+    }
+    expect(await api.producer.queue.count()).toBe(before);
+  });
+});

@@ -7,6 +7,7 @@ import { OPENAPI } from '../producer/http/openapi.ts';
 import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { mutatedJson, type RawResponse, sendRaw } from './fixtures/raw-http.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
 
 const ACME_KEY = 'sk-acme-fuzz-0123456789';
@@ -58,36 +59,14 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-interface Raw {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-}
-
-/** One request sent as given: raw path, any method, any headers, any body bytes. */
-function send(
+/** One request sent as given, to this API or (`to`) another. */
+const send = (
   method: string,
   path: string,
   headers: Record<string, string>,
   body?: string,
   to = port,
-): Promise<Raw> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      { host, port: to, method, path, headers, agent: false, insecureHTTPParser: false },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
-      },
-    );
-    req.on('error', reject);
-    // Node's client sends a GET's body without a length; a real client states it.
-    if (body !== undefined) req.setHeader('content-length', Buffer.byteLength(body));
-    req.end(body);
-  });
-}
+): Promise<RawResponse> => sendRaw({ host, port: to }, method, path, headers, body);
 
 /** Every job the queue holds, in any state. */
 async function jobCount(): Promise<number> {
@@ -104,31 +83,19 @@ const valid = {
 };
 
 /** A valid body with one part replaced by something random. */
-const mutatedBody = fc
-  .tuple(
-    fc.constantFrom(
-      'request',
-      'request.model',
-      'request.max_tokens',
-      'request.messages',
-      'priority',
-      'idempotency_key',
-      'stream',
-      'meta',
-      'extra',
-      'request.messages.0.role',
-      'request.messages.0.content',
-    ),
-    fc.jsonValue({ maxDepth: 3 }),
-  )
-  .map(([path, value]) => {
-    const body = structuredClone(valid) as Record<string, unknown>;
-    const parts = path.split('.');
-    let at: Record<string, unknown> = body;
-    for (const p of parts.slice(0, -1)) at = at[p] as Record<string, unknown>;
-    at[parts.at(-1)!] = value;
-    return JSON.stringify(body);
-  });
+const mutatedBody = mutatedJson(valid, [
+  'request',
+  'request.model',
+  'request.max_tokens',
+  'request.messages',
+  'priority',
+  'idempotency_key',
+  'stream',
+  'meta',
+  'extra',
+  'request.messages.0.role',
+  'request.messages.0.content',
+]);
 
 const body = fc.oneof(
   mutatedBody,

@@ -3,17 +3,25 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import type { Decision, Dimension, DimensionLimits, Reservation } from '../shared/limiter/types.ts';
+import { moneyKeys } from '../shared/limiter/limiter-keys.ts';
+import type {
+  Decision,
+  Dimension,
+  DimensionLimits,
+  MoneyClaim,
+  Reservation,
+} from '../shared/limiter/types.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 /*
- * Random sequences of limiter operations (tryAcquire in nested scopes, start, settle, keep,
- * release, renew, observe, pauseFor, and the injected clock moving on) against the real Redis,
- * checked against a small reference model of the design:
+ * Random sequences of limiter operations (tryAcquire in nested scopes, with a money claim
+ * against a daily budget when the run has one, start, settle, keep, release, renew, observe,
+ * pauseFor, and the injected clock moving on) against the real Redis, checked against a small
+ * reference model of the design:
  *
  * - every decision (admitted; or paused / budget with its scope, dimension and wait /
  *   concurrency), every settle and renew answer and every snapshot (totals in the window,
- *   foreign spend, pause, slots, counters) equals the model's;
+ *   foreign spend, pause, slots, counters, money spent) equals the model's;
  * - what a user would notice: a call that reached the provider (settled or kept, or still in
  *   flight) was admitted there at some moment between its admission here and its final stamp,
  *   charging its final usage. Rather than draw that moment at random, the check takes the
@@ -40,6 +48,18 @@ const HEADER: Record<Dim, string> = {
 const NESTED = ['tenant:a', 'tenant:b', 'team:x'] as const;
 const ALL_SCOPES = ['global', ...NESTED] as const;
 const WINDOW = 10_000;
+const DAY = 86_400_000;
+/** The model's period ids (this day, the day before, this month, the one before). */
+const PERIODS = ['d', 'c', 'm', 'l'];
+
+/** A claim of `micros` against the global daily budget of `limit` µ$ (see BudgetLedger.claim). */
+function claim(micros: number, limit: number, now: number): MoneyClaim {
+  const field = `${PERIODS[0]}|global`;
+  const limits = [
+    { field, budget: 'global', period: 'day' as const, limitMicros: limit, resetsAt: now + DAY },
+  ];
+  return { micros, limits, fields: [field], periods: PERIODS };
+}
 const LEASE = 1_000_000_000; // far longer than any run: a lapsed lease is another contract
 
 interface Config {
@@ -48,10 +68,19 @@ interface Config {
   readonly headroom: number;
   readonly concurrency: number;
   readonly limits: Record<string, DimensionLimits>;
+  /** A global daily money budget in µ$, or none. */
+  readonly money: number | null;
 }
 
 type Op =
-  | { kind: 'acquire'; requests: number; input: number; output: number; scopes: string[] }
+  | {
+      kind: 'acquire';
+      requests: number;
+      input: number;
+      output: number;
+      scopes: string[];
+      micros: number;
+    }
   | { kind: 'settle'; pick: number; inPct: number; outPct: number }
   | { kind: 'keep' | 'release' | 'start' | 'renew'; pick: number }
   | { kind: 'advance'; ms: number }
@@ -93,6 +122,8 @@ interface ModelRes extends Amounts {
   ended: boolean;
   /** Under 'actual' accounting, once begun: its request and input (see start-2.lua). */
   part: ModelPart | null;
+  /** The money it holds (µ$), until it ends. */
+  held: number;
 }
 
 /** A call the provider may have admitted at any time in [lo, hi], charging `amounts`. */
@@ -128,6 +159,8 @@ class Model {
   readonly seen = new Map<string, Step>();
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
+  /** Money spent against the budget (µ$): held worst cases, settled costs. */
+  spent = 0;
 
   constructor(
     readonly cfg: Config,
@@ -214,7 +247,7 @@ class Model {
   }
 
   /** The decision the limiter must make for a one-off attempt (nobody waits in line). */
-  expectAcquire(cost: Amounts, scopes: readonly string[]): Expected {
+  expectAcquire(cost: Amounts, scopes: readonly string[], micros: number): Expected {
     for (const s of scopes) {
       for (const d of DIMS) {
         const l = this.limit(s, d);
@@ -222,6 +255,19 @@ class Model {
       }
     }
     this.prune();
+    // Money before the pause: a call whose budget is spent waits for the next period anyway.
+    const budget = this.cfg.money;
+    if (budget !== null && this.spent + micros > budget) {
+      const money = {
+        budget: 'global',
+        period: 'day' as const,
+        spentMicros: this.spent,
+        limitMicros: budget,
+        resetsAt: this.now + DAY,
+        neverFits: micros > budget,
+      };
+      return { ok: false, reason: 'money', waitMs: 0, money };
+    }
     if (this.pausedUntil > this.now)
       return { ok: false, reason: 'paused', waitMs: this.pausedUntil - this.now };
     for (const s of scopes) {
@@ -270,9 +316,12 @@ class Model {
     throw new Error(`the model finds no moment when ${need} of ${scope}|${d} is free`);
   }
 
-  admit(reservation: Reservation, cost: Amounts, scopes: readonly string[]): void {
+  admit(reservation: Reservation, cost: Amounts, scopes: readonly string[], micros: number): void {
     this.counters.admitted++;
+    const held = this.cfg.money === null ? 0 : micros;
+    this.spent += held;
     this.res.push({
+      held,
       ...cost,
       reservation,
       scopes,
@@ -311,10 +360,13 @@ class Model {
     return true;
   }
 
-  /** settle ('usage') and keep; returns what settle answers. */
-  end(r: ModelRes, actual: { in: number; out: number } | null) {
+  /** settle ('usage', with its cost in µ$) and keep; returns what settle answers. */
+  end(r: ModelRes, actual: { in: number; out: number; micros: number } | null) {
     r.ended = true;
     r.slot = null;
+    // Its money settles to the cost; kept, its worst case stays spent.
+    if (actual) this.spent += actual.micros - r.held;
+    r.held = 0;
     // A begun call's input is in its part, if that is still in the log.
     const holder = r.part ? (r.part.inLog ? r.part : null) : r;
     const part = r.part;
@@ -362,6 +414,8 @@ class Model {
   release(r: ModelRes): void {
     r.ended = true;
     r.slot = null;
+    this.spent -= r.held;
+    r.held = 0;
     if (r.inLog) this.counters.released++;
     r.inLog = false;
     if (r.part) r.part.inLog = false;
@@ -461,6 +515,7 @@ const configArb = (accounting: 'reserve' | 'actual'): fc.Arbitrary<Config> =>
       'tenant:b': limitsArb(800, 2_000),
       'team:x': limitsArb(800, 3_000),
     }),
+    money: fc.constantFrom(null, null, 2_000, 10_000),
   });
 
 const pick = fc.nat({ max: 1_000 });
@@ -479,6 +534,7 @@ const opArb = (marginMs: number): fc.Arbitrary<Op> =>
         input: tokensArb,
         output: tokensArb,
         scopes: fc.shuffledSubarray([...NESTED]),
+        micros: fc.integer({ min: 0, max: 1_500 }),
       }),
     },
     {
@@ -548,7 +604,12 @@ afterAll(() => {
   redis.disconnect();
 });
 
-async function checkSnapshot(lim: Limiter, model: Model, trace: string[]): Promise<void> {
+async function checkSnapshot(
+  lim: Limiter,
+  model: Model,
+  trace: string[],
+  names: ReturnType<typeof testNames>,
+): Promise<void> {
   // A snapshot only reads: the prune the model takes with it is the write path's.
   await lim.prune();
   const snap = await lim.snapshot();
@@ -571,6 +632,8 @@ async function checkSnapshot(lim: Limiter, model: Model, trace: string[]): Promi
   expect(snap.inFlight, where()).toBe(model.res.filter((r) => r.slot !== null).length);
   expect(snap.waiters, where()).toBe(0);
   expect(snap.counters, where()).toMatchObject(model.counters);
+  const spend = await redis.hget(moneyKeys(names).spend, `${PERIODS[0]}|global`);
+  expect(Number(spend ?? 0), where()).toBe(model.spent);
 }
 
 async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
@@ -599,10 +662,15 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
         'pick' in op ? model.inFlight()[op.pick % Math.max(model.inFlight().length, 1)] : undefined;
       switch (op.kind) {
         case 'acquire': {
-          const cost = { requests: op.requests, inputTokens: op.input, outputTokens: op.output };
+          const cost = {
+            requests: op.requests,
+            inputTokens: op.input,
+            outputTokens: op.output,
+            money: cfg.money === null ? undefined : claim(op.micros, cfg.money, t),
+          };
           const amounts = { req: op.requests, in: op.input, out: op.output };
           const scopes = ['global', ...op.scopes];
-          const expected = model.expectAcquire(amounts, scopes);
+          const expected = model.expectAcquire(amounts, scopes, op.micros);
           let got: Decision | 'exceeds';
           try {
             got = await lim.tryAcquire(cost, { scopes: op.scopes });
@@ -617,8 +685,12 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
               expect(model.pausedUntil).toBeLessThanOrEqual(t);
               expect(got.reservation.admittedAt).toBe(t);
               expect(got.reservation.scopes).toEqual(scopes);
-              model.admit(got.reservation, amounts, scopes);
+              model.admit(got.reservation, amounts, scopes, op.micros);
             }
+          } else if (expected !== 'exceeds' && expected.reason === 'money') {
+            // Its wait is until the period's end, on the real clock.
+            const { waitMs: _, ...rest } = expected;
+            expect(got, trace.join('\n')).toMatchObject(rest);
           } else {
             // Exact: a pause holds every admission; a budget denial names the first full
             // scope/dim and when it frees; a concurrency denial when the first lease ends.
@@ -631,10 +703,15 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
           const usage = {
             inputTokens: Math.floor((target.in * op.inPct) / 100),
             outputTokens: Math.floor((target.out * op.outPct) / 100),
+            costMicros: Math.floor((target.held * op.inPct) / 100),
           };
           const answer = await lim.settle(target.reservation, usage);
           expect(answer, trace.join('\n')).toEqual(
-            model.end(target, { in: usage.inputTokens, out: usage.outputTokens }),
+            model.end(target, {
+              in: usage.inputTokens,
+              out: usage.outputTokens,
+              micros: usage.costMicros,
+            }),
           );
           break;
         }
@@ -683,11 +760,11 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
           break;
         }
         case 'check':
-          await checkSnapshot(lim, model, trace);
+          await checkSnapshot(lim, model, trace, names);
           break;
       }
     }
-    await checkSnapshot(lim, model, trace);
+    await checkSnapshot(lim, model, trace, names);
     // What a user of the provider would notice: no provider window ever holds more than a limit.
     const calls = model.providerCalls();
     for (const scope of ALL_SCOPES) {

@@ -93,7 +93,7 @@ describe('the npm package', () => {
       'dist/testing.js',
       'dist/testing.d.ts',
       'dist/scripts/cli/main.js',
-      'dist/shared/limiter/lua/acquire-10.lua',
+      'dist/shared/limiter/lua/acquire-12.lua',
       'dist/shared/limiter/lua/includes/tally.lua',
       'dist/worker/lua/peek-6.lua',
       'dist/producer/lua/reserveDepth-6.lua',

@@ -75,6 +75,11 @@ describe('enqueue validation', () => {
     await expect(p.enqueue(request(), { idempotencyKey: '' })).rejects.toMatchObject({
       field: 'idempotencyKey',
     });
+    for (const retryForMs of [-1, 1.5, 8 * 86_400_000]) {
+      const bad = await caught(p.enqueue(request(), { retryForMs }));
+      expect(bad).toMatchObject({ field: 'retryForMs' });
+      expect((bad as Error).message).toContain(`(got ${retryForMs})`);
+    }
     expect(await p.queue.count()).toBe(0);
   });
 

@@ -2,8 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { Queue, Worker } from 'bullmq';
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BudgetLedger } from '../shared/budgets.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { Limiter } from '../shared/limiter/limiter.ts';
 import {
   assertRedis,
   connectRedis,
@@ -66,6 +68,35 @@ describe('on a 3-master, 3-replica Redis Cluster', () => {
     await expect(
       cmd.llmqTestPair(`${bullPrefix(one!.names)}:a`, `${bullPrefix(two!.names)}:b`, 'v'),
     ).rejects.toThrow(/CROSSSLOT/);
+  });
+
+  it('holds a call’s money with its admission and settles it, on each master', async () => {
+    const settings = {
+      budgets: { global: { day: 0.01 } },
+      policy: 'wait' as const,
+      prices: { 'claude-test-1': { input: 3, output: 15 } },
+    };
+    const cost = { requests: 1, inputTokens: 100, outputTokens: 200 };
+    for (const { names } of spread) {
+      const lim = new Limiter({ redis: client, names, limits: { tokens: 10_000 } });
+      const ledger = new BudgetLedger(client, names, settings);
+      const claim = () => ({ ...cost, money: ledger.claim('claude-test-1', undefined, cost) });
+      // 3,300 µ$ each against 10,000: three fit, the fourth is refused holding nothing.
+      const admitted = [];
+      for (let i = 0; i < 3; i++) {
+        const d = await lim.tryAcquire(claim());
+        if (!d.ok) throw new Error(`expected admission, got ${d.reason}`);
+        admitted.push(d.reservation);
+      }
+      expect(await lim.tryAcquire(claim())).toMatchObject({ ok: false, reason: 'money' });
+      await lim.settle(admitted[0]!, { inputTokens: 90, outputTokens: 10, costMicros: 420 });
+      await lim.release(admitted[1]!);
+      await lim.keep(admitted[2]!);
+      expect((await ledger.spend()).day['global']).toBe(420 + 3_300);
+      expect((await lim.snapshot()).inFlight).toBe(0);
+      await lim.close();
+      await lim.destroy();
+    }
   });
 
   it('runs BullMQ queues with the llmq prefix, each on its own master', async () => {

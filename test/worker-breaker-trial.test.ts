@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { CircuitBreaker } from '../worker/breaker.ts';
-import { eachTestRedis } from './helpers.ts';
+import { eachTestRedis, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -28,6 +28,27 @@ describe('the breaker’s trial call', () => {
     expect(await b.check()).toEqual({ allowed: true, trial: true });
     await b.success();
     expect((await b.state()).state).toBe('closed');
+  });
+});
+
+describe('the breaker’s outage clock', () => {
+  it('counts the time it was not closed, the current outage too, and keeps the total', async () => {
+    const b = new CircuitBreaker(redis, names, { threshold: 1, cooldownMs: 100, cacheMs: 0 });
+    const first = await b.recordFailure();
+    expect(first).toMatchObject({ opened: true, whileClosed: false, outageMs: 0 });
+    await until(async () => (await b.check()).allowed);
+    // A failed trial opens it again: the same outage goes on.
+    const trial = await b.recordFailure();
+    expect(trial.opened).toBe(true);
+    expect(trial.outageMs).toBe(trial.now - first.now);
+    expect(trial.outageMs).toBeGreaterThanOrEqual(100);
+    await until(async () => (await b.check()).allowed);
+    await b.success();
+    const closed = await b.state();
+    expect(closed.state).toBe('closed');
+    expect(closed.outageMs).toBeGreaterThanOrEqual(200);
+    // The next outage starts from that total.
+    expect((await b.recordFailure()).outageMs).toBe(closed.outageMs);
   });
 });
 

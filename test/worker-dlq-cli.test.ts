@@ -27,7 +27,10 @@ describe('llmq dlq', () => {
       breaker: { threshold: 1_000 },
       limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
     });
-    const id = await pool.producer.enqueue(request('Come back to me.'), { attempts: 1 });
+    const id = await pool.producer.enqueue(request('Come back to me.'), {
+      attempts: 1,
+      retryForMs: 0,
+    });
     await failed(pool, id);
 
     const list = await runCli(['dlq', 'list', '--json'], env);
@@ -65,7 +68,10 @@ describe('llmq dlq', () => {
 
     // Another one dies; purge removes it, and it can no longer be retried.
     pool.mock.setFaults({ overloaded: 1 });
-    const other = await pool.producer.enqueue(request('Let me go.'), { attempts: 1 });
+    const other = await pool.producer.enqueue(request('Let me go.'), {
+      attempts: 1,
+      retryForMs: 0,
+    });
     await failed(pool, other);
     const purge = await runCli(['dlq', 'purge'], env);
     expect(purge.code, purge.stderr).toBe(0);
@@ -83,7 +89,10 @@ describe('llmq dlq', () => {
       breaker: { threshold: 1_000 },
       limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
     });
-    const id = await pool.producer.enqueue(request('Gone but not forgotten.'), { attempts: 1 });
+    const id = await pool.producer.enqueue(request('Gone but not forgotten.'), {
+      attempts: 1,
+      retryForMs: 0,
+    });
     await failed(pool, id);
     await pool.queue.remove(id);
     expect(await pool.job(id)).toBeUndefined();
@@ -101,7 +110,10 @@ describe('llmq dlq', () => {
       breaker: { threshold: 1_000 },
       limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
     });
-    const id = await pool.producer.enqueue(request('Retried from the board.'), { attempts: 1 });
+    const id = await pool.producer.enqueue(request('Retried from the board.'), {
+      attempts: 1,
+      retryForMs: 0,
+    });
     await failed(pool, id);
     pool.mock.setFaults({});
     await (await pool.job(id))!.retry('failed');

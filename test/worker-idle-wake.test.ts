@@ -63,7 +63,7 @@ describe('an idle worker wakes when a job arrives', () => {
     pool.mock.setFaults({});
     await allCompleted(pool, [id]);
     const job = (await pool.job(id))!;
-    expect(job.returnvalue.attempts).toBeGreaterThanOrEqual(2);
+    expect(job.data.history?.length).toBeGreaterThanOrEqual(1);
   });
 
   it('stops at once while it sleeps', async () => {

@@ -2,7 +2,7 @@ import { APIConnectionError, APIConnectionTimeoutError, APIError } from '@anthro
 import { describe, expect, it } from 'vitest';
 import type { AttemptRecord } from '../shared/job.ts';
 import { classifyProviderError } from '../worker/classify.ts';
-import { decideOutcome, type OutcomeInput } from '../worker/outcome.ts';
+import { decideOutcome, MAX_HISTORY, type OutcomeInput } from '../worker/outcome.ts';
 
 /** An SDK error as the provider's answer would raise it. */
 function providerError(status: number, type: string, message: string, headers = {}) {
@@ -14,10 +14,18 @@ function providerError(status: number, type: string, message: string, headers = 
   );
 }
 
+/** An `event: error` inside a stream that had begun, as the SDK raises it. */
+function midStream(type: string, message: string) {
+  return new APIError(undefined, { type: 'error', error: { type, message } }, undefined, undefined);
+}
+
 const tried = (n: number, counted = true): AttemptRecord[] =>
   Array.from({ length: n }, (_, i) => ({ at: i, outcome: 'retryable', counted }));
 
-/** The policy for `err` with a job that has `history` behind it and 5 attempts. */
+const NOW = 10_000_000;
+const TEN_MINUTES = 600_000;
+
+/** The policy for `err` with a job that has `history` behind it, 5 attempts and 10 minutes. */
 function decide(err: unknown, more: Partial<OutcomeInput> = {}) {
   return decideOutcome({
     failure: classifyProviderError(err),
@@ -25,7 +33,10 @@ function decide(err: unknown, more: Partial<OutcomeInput> = {}) {
     rateLimitReturns: 0,
     attemptsAllowed: 5,
     maxRateLimitReturns: 20,
-    spendsAttempt: true,
+    healthy: true,
+    retryForMs: TEN_MINUTES,
+    now: NOW,
+    outageMs: 0,
     startedAt: 1_000,
     latencyMs: 12.4,
     backoff: { baseMs: 1_000, capMs: 60_000 },
@@ -96,21 +107,113 @@ describe('the outcome of a failed call', () => {
     },
   );
 
-  it.each([
+  const transient: [string, unknown][] = [
     ['a 529', providerError(529, 'overloaded_error', 'Overloaded')],
     ['a 500', providerError(500, 'api_error', 'Internal server error')],
+    ['a 504', providerError(504, 'timeout_error', 'Gateway timeout')],
     ['a timeout', new APIConnectionTimeoutError()],
     ['a dropped connection', new APIConnectionError({ message: 'socket hang up' })],
-  ])('backs off after %s with full jitter, then dead-letters on the last attempt', (_, err) => {
-    // The third attempt: the wait is drawn from [0, 1 s · 2²); random() = 0.5 gives its middle.
+    ['an overloaded event mid-stream', midStream('overloaded_error', 'Overloaded')],
+    ['an api_error event mid-stream', midStream('api_error', 'Internal server error')],
+  ];
+
+  it.each(transient)(
+    'retries %s by time: no attempt spent, whatever the attempts so far',
+    (_, err) => {
+      // Four attempts spent on other failures, and one left: a transient failure spends none.
+      const out = decide(err, { history: tried(4), outageMs: 7_000 });
+      expect(out).toMatchObject({
+        action: 'back-off',
+        retrying: { since: NOW, outageMs: 7_000 },
+      });
+      expect(out.history.at(-1)).toMatchObject({
+        outcome: 'retryable',
+        counted: false,
+        transient: true,
+      });
+      // Nine minutes on, the clock it started still runs, and the job still retries.
+      const later = decide(err, {
+        history: [...tried(4), ...tried(30, false)],
+        retrying: { since: NOW - 540_000, outageMs: 0 },
+      });
+      expect(later).toMatchObject({ action: 'back-off', retrying: { since: NOW - 540_000 } });
+    },
+  );
+
+  it.each(transient)('dead-letters %s once retryFor is used up, history kept', (_, err) => {
+    const history = tried(12, false);
+    const out = decide(err, { history, retrying: { since: NOW - TEN_MINUTES, outageMs: 0 } });
+    expect(out.action).toBe('dead-letter');
+    if (out.action !== 'dead-letter') return;
+    const c = classifyProviderError(err);
+    expect(out.cause.reason).toBe(
+      `transient failures for 10m 0s, past its retryFor of 10m 0s: ${c.reason}`,
+    );
+    expect(out.history).toHaveLength(13);
+    expect(out.history.at(-1)).toMatchObject({ transient: true, counted: false });
+  });
+
+  it('backs off with full jitter by the number of transient tries, capped', () => {
+    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    const transientTries = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        at: i,
+        outcome: 'retryable' as const,
+        counted: false,
+        transient: true as const,
+      }));
+    const retrying = { since: NOW - 1_000, outageMs: 0 };
+    // The third transient try: the wait is drawn from [0, 1 s · 2²); random() = 0.5 its middle.
+    expect(decide(overloaded, { history: transientTries(2), retrying })).toMatchObject({
+      action: 'back-off',
+      delayMs: 2_000,
+    });
+    expect(
+      decide(overloaded, { history: transientTries(2), retrying, random: () => 0 }),
+    ).toMatchObject({ delayMs: 0 });
+    // The cap bounds the wait however many tries went before.
+    const late = decide(overloaded, { history: transientTries(40), retrying, random: () => 0.999 });
+    expect(late).toMatchObject({ action: 'back-off', delayMs: 59_940 });
+    // The last try goes when the time runs out, not a whole backoff after.
+    const nearEnd = { since: NOW - TEN_MINUTES + 1_500, outageMs: 0 };
+    expect(
+      decide(overloaded, { history: transientTries(40), retrying: nearEnd, random: () => 0.999 }),
+    ).toMatchObject({ action: 'back-off', delayMs: 1_500 });
+  });
+
+  it('leaves time behind an open breaker out of retryFor', () => {
+    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    // Started 15 minutes ago, when the breaker's outages came to 2 s; 8 minutes of outage since.
+    const retrying = { since: NOW - 900_000, outageMs: 2_000 };
+    // 7 minutes counted: 3 left.
+    const out = decide(overloaded, { retrying, outageMs: 2_000 + 480_000 });
+    expect(out).toMatchObject({ action: 'back-off', retrying });
+    // Without the outage, the same failure is past its time.
+    expect(decide(overloaded, { retrying, outageMs: 2_000 }).action).toBe('dead-letter');
+    // A breaker reset (its total below the clock's): nothing is left out.
+    expect(decide(overloaded, { retrying, outageMs: 0 }).action).toBe('dead-letter');
+  });
+
+  it('in an outage, retries a transient failure at once and never dead-letters it', () => {
+    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    const long = { since: NOW - 3_600_000, outageMs: 0 };
+    const out = decide(overloaded, { retrying: long, healthy: false });
+    expect(out).toMatchObject({ action: 'back-off', delayMs: 0, retrying: long });
+    // A trial's failure starts a clock too (its outage total is what it read).
+    expect(decide(overloaded, { healthy: false, outageMs: 500 })).toMatchObject({
+      retrying: { since: NOW, outageMs: 500 },
+    });
+  });
+
+  it.each([
+    ['a 409', providerError(409, 'conflict_error', 'Conflict')],
+    ['an invalid_request_error event mid-stream', midStream('invalid_request_error', 'Bad')],
+    ['an error of its own', new TypeError('cannot read the request')],
+  ])('spends an attempt on %s, which is not transient', (_, err) => {
+    expect(classifyProviderError(err).transient).toBeFalsy();
     const third = decide(err, { history: tried(2) });
     expect(third).toMatchObject({ action: 'back-off', delayMs: 2_000 });
     expect(third.history.at(-1)).toMatchObject({ outcome: 'retryable', counted: true });
-    expect(decide(err, { history: tried(2), random: () => 0 })).toMatchObject({ delayMs: 0 });
-    // The cap bounds the wait however many attempts went before.
-    const late = decide(err, { history: tried(20), attemptsAllowed: 30, random: () => 0.999 });
-    expect(late).toMatchObject({ action: 'back-off', delayMs: 59_940 });
-
     const last = decide(err, { history: tried(4) });
     expect(last.action).toBe('dead-letter');
     if (last.action !== 'dead-letter') return;
@@ -118,15 +221,50 @@ describe('the outcome of a failed call', () => {
     expect(last.history).toHaveLength(5);
   });
 
+  it.each(transient)(
+    'with retryFor 0, spends attempts on %s: backs off, then dead-letters on the last',
+    (_, err) => {
+      const third = decide(err, { history: tried(2), retryForMs: 0 });
+      expect(third).toMatchObject({ action: 'back-off', delayMs: 2_000 });
+      expect(third.history.at(-1)).toMatchObject({ outcome: 'retryable', counted: true });
+      const late = decide(err, {
+        history: tried(20),
+        attemptsAllowed: 30,
+        retryForMs: 0,
+        random: () => 0.999,
+      });
+      expect(late).toMatchObject({ action: 'back-off', delayMs: 59_940 });
+      const last = decide(err, { history: tried(4), retryForMs: 0 });
+      expect(last.action).toBe('dead-letter');
+      if (last.action !== 'dead-letter') return;
+      expect(last.cause.reason).toMatch(/^gave up after 5 attempts: /);
+      expect(last.history).toHaveLength(5);
+    },
+  );
+
   it('spends no attempt while the breaker is open (or on its trial), and retries at once', () => {
-    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    const conflict = providerError(409, 'conflict_error', 'Conflict');
     // Four attempts spent and many failures during an outage: still not dead-lettered.
     const history = [...tried(4), ...tried(10, false)];
-    const out = decide(overloaded, { history, spendsAttempt: false });
+    const out = decide(conflict, { history, healthy: false });
     expect(out).toMatchObject({ action: 'back-off', delayMs: 0 });
     expect(out.history.at(-1)).toMatchObject({ outcome: 'retryable', counted: false });
     // The same failure while the provider looked healthy is the fifth attempt.
-    expect(decide(overloaded, { history }).action).toBe('dead-letter');
+    expect(decide(conflict, { history }).action).toBe('dead-letter');
+  });
+
+  it('keeps at most 100 records: the first try, then the latest', () => {
+    const overloaded = providerError(529, 'overloaded_error', 'Overloaded');
+    const history = Array.from({ length: 100 }, (_, i) => ({
+      at: i,
+      outcome: 'retryable' as const,
+      counted: false,
+      transient: true as const,
+    }));
+    const out = decide(overloaded, { history, retrying: { since: NOW - 1_000, outageMs: 0 } });
+    expect(out.history).toHaveLength(MAX_HISTORY);
+    expect(out.history.map((a) => a.at).slice(0, 3)).toEqual([0, 2, 3]);
+    expect(out.history.at(-1)).toMatchObject({ at: 1_000, transient: true });
   });
 
   it('leaves the history it was given as it was', () => {

@@ -25,11 +25,11 @@ const faults: { kind: keyof FaultRates; status: number | undefined; errorClass: 
 
 describe('retryable failures back off and retry', () => {
   for (const f of faults) {
-    it(`${f.kind}: retried with backoff, completed once the fault clears`, async () => {
+    it(`${f.kind}: retried with backoff, no attempt spent, completed once the fault clears`, async () => {
       pool = await openPool(`retry-${f.kind}`, { faults: { [f.kind]: 1 } });
       const ids = [
-        await pool.producer.enqueue(request('First job.'), { attempts: 20 }),
-        await pool.producer.enqueue(request('Second job.'), { attempts: 20 }),
+        await pool.producer.enqueue(request('First job.'), { attempts: 2 }),
+        await pool.producer.enqueue(request('Second job.'), { attempts: 2 }),
       ];
       await pool.worker(fast);
       await until(() => pool!.mock.stats().faults[f.kind] >= 4, 15_000);
@@ -43,22 +43,24 @@ describe('retryable failures back off and retry', () => {
         for (const h of history) {
           expect(h).toMatchObject({
             outcome: 'retryable',
-            counted: true,
+            counted: false,
+            transient: true,
             errorClass: f.errorClass,
           });
           expect(h.status).toBe(f.status);
         }
         failures += history.length;
-        expect(job.returnvalue.attempts).toBe(history.length + 1);
+        // Transient: more failures than its attempts would allow, none of them spending one.
+        expect(job.returnvalue.attempts).toBe(1);
       }
       expect(failures).toBe(pool.mock.stats().faults[f.kind]);
       expect(await pool.deadLetters()).toEqual([]);
     });
   }
 
-  it('gives up after the job’s attempts while the fault stays, and says so in the dead letter', async () => {
+  it('with retryFor 0, gives up after the job’s attempts while the fault stays, and says so', async () => {
     pool = await openPool('retry-giveup', { faults: { overloaded: 1 } });
-    const id = await pool.producer.enqueue(request('Doomed.'), { attempts: 3 });
+    const id = await pool.producer.enqueue(request('Doomed.'), { attempts: 3, retryForMs: 0 });
     await pool.worker(fast);
     await until(async () => (await pool!.queue.getJobState(id)) === 'failed', 15_000);
 

@@ -48,14 +48,15 @@ export class CircuitBreaker {
 
   private async op(
     op: 'check' | 'success' | 'failure' | 'abandon',
-  ): Promise<[number, number, number]> {
+  ): Promise<[number, number, number, number, number]> {
     const r = (await runLua(
       this.redis,
       SCRIPTS['breaker']!,
       [this.key],
       ['', op, this.holder, this.threshold, this.cooldownMs, this.trialTtlMs],
-    )) as [number, number, number?];
-    return [Number(r[0]), Number(r[1]), Number(r[2] ?? 0)];
+    )) as unknown[];
+    const at = (i: number) => Number(r[i] ?? 0);
+    return [at(0), at(1), at(2), at(3), at(4)];
   }
 
   /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait. */
@@ -93,13 +94,20 @@ export class CircuitBreaker {
    * Records a provider failure. `whileClosed` is true only when the breaker was closed before it
    * and still is: the provider looked healthy, so the failure is the job's own. A failure that
    * opened the breaker, a failed trial, or a call that was under way when another failure opened
-   * it happened in an outage.
+   * it happened in an outage. `outageMs` is how long the breaker has not been closed, in all:
+   * what a job's retryFor leaves out; `now` is Redis's time of the failure (ms), the clock of
+   * both.
    */
-  async recordFailure(): Promise<{ opened: boolean; whileClosed: boolean }> {
+  async recordFailure(): Promise<{
+    opened: boolean;
+    whileClosed: boolean;
+    outageMs: number;
+    now: number;
+  }> {
     this.closedUntil = 0;
     this.dirty = true;
-    const [, opened, whileClosed] = await this.op('failure');
-    return { opened: opened === 1, whileClosed: whileClosed === 1 };
+    const [, opened, whileClosed, outageMs, now] = await this.op('failure');
+    return { opened: opened === 1, whileClosed: whileClosed === 1, outageMs, now };
   }
 
   async state(): Promise<{
@@ -107,6 +115,8 @@ export class CircuitBreaker {
     failures: number;
     openUntil: number | null;
     opened: number;
+    /** The length of the outages that ended (ms). */
+    outageMs: number;
   }> {
     const h = await this.redis.hgetall(this.key);
     return {
@@ -114,6 +124,7 @@ export class CircuitBreaker {
       failures: Number(h['failures'] ?? 0),
       openUntil: h['open_until'] ? Number(h['open_until']) : null,
       opened: Number(h['opened_count'] ?? 0),
+      outageMs: Number(h['outage_ms'] ?? 0),
     };
   }
 }

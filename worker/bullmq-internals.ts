@@ -57,9 +57,10 @@ export class HeadPeeker {
   /**
    * The next `n` jobs at most, in the order BullMQ hands them out (due delayed jobs where their
    * promotion will put them); fewer when the queue holds fewer, and only the first when more
-   * delayed jobs are due than one peek looks at.
+   * delayed jobs are due than one peek looks at. With `perTenant`, only the first that many
+   * jobs of each tenant, of the first job's priority, among the `n`.
    */
-  async peekMany(n: number, firstPerTenant = false): Promise<HeadJob[]> {
+  async peekMany(n: number, perTenant = 0): Promise<HeadJob[]> {
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
     const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
     const b = this.base;
@@ -67,7 +68,14 @@ export class HeadPeeker {
       this.redis,
       SCRIPTS['peek']!,
       [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`, `${b}:pc`],
-      [`${b}:`, dueScore, DUE_SCAN, Math.max(1, Math.floor(n)), firstPerTenant ? 'tenants' : ''],
+      [
+        `${b}:`,
+        dueScore,
+        DUE_SCAN,
+        Math.max(1, Math.floor(n)),
+        perTenant > 0 ? 'tenants' : '',
+        Math.max(1, Math.floor(perTenant)),
+      ],
     )) as string[] | null;
     const heads: HeadJob[] = [];
     for (let i = 0; reply && i + 1 < reply.length; i += 2) {

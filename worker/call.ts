@@ -16,7 +16,7 @@ import { reportFailure, reportSuccess } from './job-report.ts';
 import { JobTrace } from './job-trace.ts';
 import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
-import { settleMoney } from './money.ts';
+import { costMicrosOf } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
@@ -142,10 +142,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
       c.kind === 'rate_limited'
         ? await limiter.pauseFor(c.retryAfterMs ?? 1_000).catch(() => undefined)
         : undefined;
+    // Its money goes with it: given back, or (it may have been charged) its worst case spent.
     await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
-    // A call that may have been charged keeps its worst case reserved (its retry reuses it).
-    if (!c.maybeCharged)
-      await settleMoney(p.ledger, String(job.id), data.request.model, undefined).catch(() => {});
     if (headers && feedback) {
       await limiter
         .observe(headers as never, readingScope, r.reservation, performance.now() - t0)
@@ -182,6 +180,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const actual = {
     inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
     outputTokens: usage.output_tokens,
+    // The money the call holds settles to this with its tokens, in one script.
+    costMicros: costMicrosOf(p.ledger, data.request.model, usage),
   };
   const settleAt = Date.now();
   const bookkeeping = Promise.allSettled([
@@ -202,7 +202,6 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
         if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
         throw err;
       }),
-    settleMoney(p.ledger, String(job.id), data.request.model, usage),
     // Gathered with other settles of its model: one command for those (beside the settle's).
     p.costs.record(data, providerInput),
     p.breaker.success(),

@@ -5,7 +5,8 @@ import { header, retryAfterMs } from '../shared/limiter/provider-headers.ts';
  * What to do after a failed provider call.
  * - `rate_limited`: a 429 with retry-after; pause every worker, requeue without spending an attempt.
  * - `retryable`: overloaded, server error, timeout, dropped connection, mid-stream error; back
- *   off and try again, and count toward the circuit breaker.
+ *   off and try again, and count toward the circuit breaker. The `transient` ones (the provider
+ *   or the network, not the request) are retried for a time; the rest spend attempts.
  * - `final`: the request cannot succeed by retrying (4xx, a spend cap, a 429 without
  *   retry-after or with `x-should-retry: false`); dead-letter it at once.
  */
@@ -23,7 +24,15 @@ export interface Classified {
   readonly retryAfterMs?: number | undefined;
   /** Whether the provider may have charged the call (its reservation then stays spent). */
   readonly maybeCharged: boolean;
+  /**
+   * For `retryable`: a failure of the provider or the network (529, 5xx, 408, timeout, dropped
+   * connection, an overloaded or api_error event mid-stream), retried by time (`retryForMs`).
+   */
+  readonly transient?: boolean | undefined;
 }
+
+/** Error types of an `event: error` mid-stream that say the provider, not the request, failed. */
+const TRANSIENT_STREAM_ERRORS = new Set(['overloaded_error', 'api_error', 'timeout_error']);
 
 const SPEND_CAP = /usage limits|spend limit|billing|credit balance|credits/i;
 
@@ -46,7 +55,13 @@ function providerError(err: InstanceType<typeof Anthropic.APIError>): {
 export function classifyProviderError(err: unknown): Classified {
   const errorClass = (err as Error)?.constructor?.name ?? 'Error';
   if (err instanceof Anthropic.APIConnectionTimeoutError) {
-    return { kind: 'retryable', reason: 'the call timed out', errorClass, maybeCharged: true };
+    return {
+      kind: 'retryable',
+      reason: 'the call timed out',
+      errorClass,
+      maybeCharged: true,
+      transient: true,
+    };
   }
   if (err instanceof Anthropic.APIConnectionError) {
     return {
@@ -54,6 +69,7 @@ export function classifyProviderError(err: unknown): Classified {
       reason: `connection failed: ${err.message}`,
       errorClass,
       maybeCharged: true,
+      transient: true,
     };
   }
   if (err instanceof Anthropic.APIError) {
@@ -67,6 +83,7 @@ export function classifyProviderError(err: unknown): Classified {
         kind: 'retryable',
         reason: `the stream failed: ${type ?? 'error'}: ${message}`,
         maybeCharged: true,
+        transient: TRANSIENT_STREAM_ERRORS.has(type ?? ''),
       };
     }
     if (status === 429) {
@@ -111,6 +128,8 @@ export function classifyProviderError(err: unknown): Classified {
         kind: 'retryable',
         reason: `${status} ${type ?? 'error'}: ${message}`,
         maybeCharged: true,
+        // A 409 conflict is about the request; 408 and 5xx are the provider's.
+        transient: status !== 409,
       };
     }
     return {

@@ -44,6 +44,7 @@ export interface DeadLetterSummary {
   readonly reason: string;
   readonly errorClass: string;
   readonly status?: number | undefined;
+  /** Tries of its own: those that spent an attempt, and transient failures (429s aside). */
   readonly attempts: number;
   readonly deadAt: number;
   readonly tenant?: string | undefined;
@@ -56,7 +57,7 @@ function summary(j: Job<DeadLetter>): DeadLetterSummary {
     reason: j.data.reason,
     errorClass: j.data.errorClass,
     status: j.data.status,
-    attempts: j.data.attempts.filter((a) => a.counted).length,
+    attempts: j.data.attempts.filter((a) => a.counted || a.transient).length,
     deadAt: j.data.deadAt,
     tenant: j.data.data.tenant,
     model: j.data.data.request.model,
@@ -84,9 +85,9 @@ export async function showDeadLetter(
 }
 
 /**
- * Sends a dead letter back to its queue with fresh attempts. The original job is retried in
- * place (same id, so whoever waits on it sees the new outcome); when it is gone, a new job is
- * added from the letter. Resolves with the id of the job that will run.
+ * Sends a dead letter back to its queue with fresh attempts and retryFor. The original job is
+ * retried in place (same id, so whoever waits on it sees the new outcome); when it is gone, a
+ * new job is added from the letter. Resolves with the id of the job that will run.
  */
 export async function retryDeadLetter(
   dlq: DeadLetterQueue,
@@ -95,7 +96,12 @@ export async function retryDeadLetter(
 ): Promise<string | undefined> {
   const letter = await dlq.getJob(id);
   if (!letter) return undefined;
-  const data: JobData = { ...letter.data.data, history: [], rateLimitReturns: 0 };
+  const data: JobData = {
+    ...letter.data.data,
+    history: [],
+    rateLimitReturns: 0,
+    retrying: undefined,
+  };
   const original = await queue.getJob(id);
   let runId: string;
   if (original && (await original.isFailed())) {

@@ -1,8 +1,9 @@
 /**
  * Fair share between tenants within a priority class: of the jobs at the head of the queue,
  * the gate serves next the first job of the tenant furthest behind in tokens served per weight
- * (worker/lua/fair-1.lua keeps that count in Redis, fleet-wide). A tenant's jobs keep their
- * order; a more urgent priority class still goes first.
+ * (worker/lua/fair-1.lua keeps that count in Redis, fleet-wide), and as many after it as fit a
+ * round, in the same turn order. A tenant's jobs keep their order; a more urgent priority class
+ * still goes first.
  */
 
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
@@ -21,6 +22,7 @@ export interface FairShareOptions {
 
 /** A job without a tenant is served as the tenant "". */
 const tenantOf = (h: HeadJob) => h.tenant ?? '';
+const tokensOf = (h: HeadJob) => h.cost.inputTokens + h.cost.outputTokens;
 
 export class FairShare {
   readonly lookahead: number;
@@ -39,28 +41,42 @@ export class FairShare {
   }
 
   /**
-   * The job to serve next among `heads` (in BullMQ's order): the first job, of the first
-   * priority class, of the tenant whose turn it is.
+   * Up to `n` jobs of `heads` (in BullMQ's order, at most `n` per tenant) in the order to serve
+   * them: of the first priority class, turn by turn by tenant, each tenant's jobs in their
+   * order. The first is the job to serve next.
    */
-  async pick(heads: readonly HeadJob[]): Promise<HeadJob | undefined> {
+  async order(heads: readonly HeadJob[], n: number): Promise<HeadJob[]> {
     const first = heads[0];
-    if (!first) return undefined;
-    const firstOf = new Map<string, HeadJob>();
+    if (!first) return [];
+    const byTenant = new Map<string, HeadJob[]>();
     for (const h of heads) {
       if (h.priority !== first.priority) break;
-      if (!firstOf.has(tenantOf(h))) firstOf.set(tenantOf(h), h);
+      const list = byTenant.get(tenantOf(h)) ?? [];
+      if (list.length < n) list.push(h);
+      byTenant.set(tenantOf(h), list);
     }
-    if (firstOf.size === 1) return first;
-    const tenants = [...firstOf.keys()];
-    const args = tenants.flatMap((t) => [t, this.weight(t)]);
-    const i = (await runLua(this.redis, SCRIPTS['fair']!, [this.key], ['pick', ...args])) as number;
-    return firstOf.get(tenants[i - 1]!) ?? first;
+    const lists = [...byTenant.entries()];
+    if (lists.length === 1) return lists[0]![1];
+    const args = lists.flatMap(([t, jobs]) => [
+      t,
+      this.weight(t),
+      jobs.length,
+      ...jobs.map(tokensOf),
+    ]);
+    const picks = (await runLua(
+      this.redis,
+      SCRIPTS['fair']!,
+      [this.key],
+      ['order', n, ...args],
+    )) as number[];
+    const next = lists.map(() => 0);
+    return picks.map((i) => lists[i - 1]![1][next[i - 1]!++]!);
   }
 
-  /** Counts the tokens a tenant's admitted job reserved. */
-  async charge(h: HeadJob): Promise<void> {
-    const t = tenantOf(h);
-    const tokens = h.cost.inputTokens + h.cost.outputTokens;
-    await runLua(this.redis, SCRIPTS['fair']!, [this.key], ['charge', t, this.weight(t), tokens]);
+  /** Counts the tokens the tenants' admitted jobs reserved. */
+  async charge(admitted: readonly HeadJob[]): Promise<void> {
+    if (admitted.length === 0) return;
+    const args = admitted.flatMap((h) => [tenantOf(h), this.weight(tenantOf(h)), tokensOf(h)]);
+    await runLua(this.redis, SCRIPTS['fair']!, [this.key], ['charge', ...args]);
   }
 }

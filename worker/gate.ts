@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Job } from 'bullmq';
-import type { BudgetExhaustedError, BudgetLedger } from '../shared/budgets.ts';
+import { BudgetExhaustedError, type BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
@@ -10,7 +10,7 @@ import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
 import type { MarkerWait } from './marker-wait.ts';
-import { reserveMoney } from './money.ts';
+import { chargeOf } from './money.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
@@ -41,9 +41,9 @@ export interface GateParts extends TakeParts {
   readonly idleCheckMs: number;
   /** The worker's backfill option. */
   readonly backfill: boolean;
-  /** Money budgets, when configured: each job reserves its worst-case cost after admission. */
+  /** Money budgets, when configured: each job's worst case is held with its admission. */
   readonly ledger: BudgetLedger | undefined;
-  /** Fair share between tenants, when on: the head is the first job of the tenant whose turn it is. */
+  /** Fair share between tenants, when on: a round's jobs go turn by turn by tenant. */
   readonly fair: FairShare | undefined;
   readonly stopped: AbortSignal;
   /** What the gate waits for, per job (traces, job logs, the wait histogram). */
@@ -105,15 +105,25 @@ export class Gate {
     // reserved in the head's round trip and fetched together. A trial call goes alone.
     const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const { fair } = p;
-    const peek = async (): Promise<HeadJob[]> =>
-      p.costs.scale(
-        fair ? await p.peeker.peekMany(fair.lookahead, true) : await p.peeker.peekMany(room()),
+    const { fair, ledger } = p;
+    // How many jobs the round may take, as of its latest peek (the order must not ask for more
+    // of a tenant than that peek gave of each).
+    let want = room();
+    const peek = async (): Promise<HeadJob[]> => {
+      want = room();
+      return p.costs.scale(
+        fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want),
       );
-    const heads = fair
+    };
+    // The round's jobs in the order to admit them: with fair share, turn by turn by tenant (each
+    // charged to its own scopes); else the head and the jobs behind it charged to its scopes.
+    const inTurn = async (hs: HeadJob[]): Promise<HeadJob[]> =>
+      fair ? fair.order(hs, want) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
+    let seen = fair
       ? await peek()
-      : await p.costs.scale((await this.nextPeek(room())) ?? (await p.peeker.peekMany(room())));
-    let head = fair ? await fair.pick(heads) : heads[0];
+      : await p.costs.scale((await this.nextPeek(want)) ?? (await p.peeker.peekMany(want)));
+    let turn = await inTurn(seen);
+    let head = turn[0];
     if (!head) {
       handoff.completeAlone();
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
@@ -132,18 +142,19 @@ export class Gate {
       return;
     }
     this.idleMs = 5;
-    // With money budgets each job reserves its own cost after admission: one job a round.
-    // So with fair share: the jobs behind the head may be other tenants'.
-    const alone = p.ledger !== undefined || fair !== undefined;
-    let behind = alone ? [] : followers(heads);
-    // Backfill goes by the slots free now, keeping one for the head.
-    const backfillRoom = () => (p.backfill && !b.trial && !alone ? room() - 1 : 0);
+    let behind = turn.slice(1);
+    // Each job's charge: its tokens, its money (held with its admission), with fair share its
+    // own scopes (the jobs behind the head may be other tenants').
+    const charge = (h: HeadJob) => chargeOf(ledger, h, fair !== undefined);
+    // Backfill goes by the slots free now, keeping one for the head (not with fair share: jobs
+    // going ahead of the head would break the turns).
+    const backfillRoom = () => (p.backfill && !b.trial && !fair ? room() - 1 : 0);
     // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
-    // held by its own scope, sleep, look at the queue again.
-    const line = limiter.line(head.cost, {
+    // held by its own scope or money budget, sleep, look at the queue again.
+    const line = limiter.line(charge(head), {
       scopes: head.scopes,
       priority: head.priority,
-      more: behind.map((h) => h.cost),
+      more: behind.map(charge),
       backfill: backfillRoom(),
     });
     let reservations: Reservation[];
@@ -160,6 +171,12 @@ export class Gate {
           await this.takeAhead([...a.ahead], ahead);
         }
         const d = a.denial;
+        if (d.money) {
+          // Its money budget is spent (it left the line): it waits for the next period, or is
+          // dead-lettered, by policy.
+          handoff.completeAlone();
+          return this.holdForBudget(head.id, BudgetExhaustedError.of(d.money));
+        }
         p.waits.denied(head.id, d);
         // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
         handoff.completeAlone();
@@ -172,8 +189,9 @@ export class Gate {
         await line.sleep(a, p.stopped);
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        const now = await peek();
-        const next = fair ? await fair.pick(now) : now[0];
+        seen = await peek();
+        turn = await inTurn(seen);
+        const next = turn[0];
         if (!next) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.
@@ -182,12 +200,12 @@ export class Gate {
           continue;
         }
         head = next;
-        behind = alone ? [] : followers(now);
+        behind = turn.slice(1);
         line.update({
-          cost: head.cost,
+          cost: charge(head),
           priority: head.priority,
           scopes: head.scopes,
-          more: behind.map((h) => h.cost),
+          more: behind.map(charge),
           backfill: backfillRoom(),
         });
       }
@@ -199,25 +217,19 @@ export class Gate {
       throw err;
     }
     p.waits.admitted(head.id);
-    if (p.ledger) {
-      const over = await reserveMoney(p.ledger, head);
-      if (over) {
-        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
-        handoff.completeAlone();
-        return this.holdForBudget(head.id, over);
-      }
-    }
+    let wanted = [head, ...behind.slice(0, reservations.length - 1)];
     if (fair) {
-      // The chosen job goes where BullMQ hands out from next, and its tenant is charged.
-      const moved = head === heads[0] ? [head.id] : await p.peeker.moveToFront([head.id]);
-      if (moved.length === 0) {
-        await Promise.all(reservations.map((r) => limiter.release(r).catch(() => {})));
+      // The admitted jobs go where BullMQ hands out from next, in turn order (unless the head
+      // alone is there already); their tenants are charged.
+      const kept = await this.toFront(wanted, seen, reservations);
+      wanted = kept.wanted;
+      reservations = kept.reservations;
+      if (wanted.length === 0) {
         handoff.completeAlone();
         return;
       }
-      await fair.charge(head);
+      await fair.charge(wanted);
     }
-    const wanted = [head, ...behind.slice(0, reservations.length - 1)];
     const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);
     if (n === 0) {
       // Another worker took them, or BullMQ holds the queue: look again a little later rather
@@ -225,6 +237,32 @@ export class Gate {
       handoff.completeAlone();
       await this.idle();
     }
+  }
+
+  /**
+   * Moves fair share's admitted jobs to where BullMQ hands out from next, in their order; the
+   * reservations of those no longer waiting (another worker took them) go back.
+   */
+  private async toFront(
+    wanted: HeadJob[],
+    seen: readonly HeadJob[],
+    reservations: Reservation[],
+  ): Promise<{ wanted: HeadJob[]; reservations: Reservation[] }> {
+    if (wanted.length === 1 && wanted[0] === seen[0]) return { wanted, reservations };
+    const release = (rs: Reservation[]) =>
+      Promise.all(rs.map((r) => this.p.limiter.release(r).catch(() => {})));
+    let moved: Set<string>;
+    try {
+      moved = new Set(await this.p.peeker.moveToFront(wanted.map((h) => h.id)));
+    } catch (err) {
+      await release(reservations);
+      throw err;
+    }
+    await release(reservations.filter((_, i) => !moved.has(wanted[i]!.id)));
+    return {
+      wanted: wanted.filter((h) => moved.has(h.id)),
+      reservations: reservations.filter((_, i) => moved.has(wanted[i]!.id)),
+    };
   }
 
   /** Takes the jobs whose reservations went ahead of the waiting head (backfill). */
@@ -301,6 +339,9 @@ export class Gate {
   private async takeHead(
     headId: string,
   ): Promise<{ job: Job<JobData, JobResult>; token: string } | undefined> {
+    // Fair share's head need not be where BullMQ hands out next: put it there first, or another
+    // tenant's job comes out instead, round after round.
+    if (this.p.fair && (await this.p.peeker.moveToFront([headId])).length === 0) return undefined;
     const token = this.p.nextToken();
     const job = await this.p.bull.nextJob(token);
     if (!job) return undefined;
@@ -312,8 +353,9 @@ export class Gate {
   }
 
   /**
-   * The head job's money budget is spent: by policy it waits (delayed) until the budget's period
-   * ends, or goes to the dead letters with budget_exhausted.
+   * The head job's money budget is spent (the limiter said so at admission, holding nothing):
+   * by policy it waits (delayed) until the budget's period ends, or goes to the dead letters
+   * with budget_exhausted.
    */
   private async holdForBudget(headId: string, over: BudgetExhaustedError): Promise<void> {
     const taken = await this.takeHead(headId);

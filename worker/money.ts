@@ -1,29 +1,30 @@
-/** A job's money: its worst-case cost reserved before the call, settled to the actual after. */
-import {
-  actualMicros,
-  type BudgetExhaustedError,
-  type BudgetLedger,
-  worstCaseMicros,
-} from '../shared/budgets.ts';
+/**
+ * A job's money: its worst-case cost, claimed with its admission (the limiter holds it in the
+ * same script as the job's tokens), settled to the actual cost with its tokens.
+ */
+import { actualMicros, type BudgetLedger } from '../shared/budgets.ts';
+import type { Charge } from '../shared/limiter/types.ts';
 import type { PricedUsage } from '../shared/prices.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 
-/** Reserves the head job's worst case under its budgets; the budget without room, if any. */
-export function reserveMoney(
-  ledger: BudgetLedger,
+/** What admitting a head job charges: its tokens, its money with budgets, its own scopes if asked. */
+export function chargeOf(
+  ledger: BudgetLedger | undefined,
   head: HeadJob,
-): Promise<BudgetExhaustedError | undefined> {
-  const micros = worstCaseMicros(ledger.settings, head.model, head.cost);
-  return ledger.reserve(head.id, head.model, head.tenant, micros);
+  ownScopes = false,
+): Charge {
+  return {
+    ...head.cost,
+    money: ledger?.claim(head.model, head.tenant, head.cost),
+    scopes: ownScopes ? head.scopes : undefined,
+  };
 }
 
-/** Settles a job's reservation to what its usage cost (no usage: nothing was charged). */
-export function settleMoney(
+/** A call's actual cost in µ$, for its settle (undefined without budgets). */
+export function costMicrosOf(
   ledger: BudgetLedger | undefined,
-  jobId: string,
   model: string,
-  usage: PricedUsage | undefined,
-): Promise<void> {
-  if (!ledger) return Promise.resolve();
-  return ledger.settle(jobId, usage ? actualMicros(ledger.settings, model, usage) : 0);
+  usage: PricedUsage,
+): number | undefined {
+  return ledger ? actualMicros(ledger.settings, model, usage) : undefined;
 }

@@ -1,5 +1,6 @@
 import type { Job } from 'bullmq';
-import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
+import { formatSpan } from '../shared/duration.ts';
+import type { AttemptRecord, JobData, JobResult, RetryClock } from '../shared/job.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { DeadLetterQueue } from '../shared/queues.ts';
@@ -11,6 +12,7 @@ import { formatMs } from './gate-waits.ts';
 import type { JobHistory } from './job-history.ts';
 import { traceOutcome } from './job-trace.ts';
 import type { WorkerLogger } from './logger.ts';
+import { clockOf, retriedFor, retryForOf, retryForSpent } from './retry-for.ts';
 
 /** Attempts a job has spent: the tries its history counts. */
 export const attemptsUsed = (h: readonly AttemptRecord[]): number =>
@@ -20,8 +22,16 @@ export const attemptsUsed = (h: readonly AttemptRecord[]): number =>
 export type Outcome =
   /** Back to wait at once, no attempt spent (a 429 with retry-after: every worker pauses). */
   | { readonly action: 'requeue'; readonly history: AttemptRecord[]; readonly returns: number }
-  /** Tried again after `delayMs` (0 when no attempt was spent). */
-  | { readonly action: 'back-off'; readonly history: AttemptRecord[]; readonly delayMs: number }
+  /**
+   * Tried again after `delayMs` (0 in an outage: the breaker holds the job back). `retrying` is
+   * the job's clock of transient failures, when this one is.
+   */
+  | {
+      readonly action: 'back-off';
+      readonly history: AttemptRecord[];
+      readonly delayMs: number;
+      readonly retrying?: RetryClock | undefined;
+    }
   /** To the dead letters: retrying cannot help, or the job has had its tries. */
   | {
       readonly action: 'dead-letter';
@@ -41,9 +51,18 @@ export interface OutcomeInput {
   readonly maxRateLimitReturns: number;
   /**
    * For a retryable failure: the provider looked healthy (the breaker was closed before and
-   * after it, and this was not the breaker's trial call), so the try spends an attempt.
+   * after it, and this was not the breaker's trial call). A failure in an outage spends no
+   * attempt and uses up no retryFor.
    */
-  readonly spendsAttempt: boolean;
+  readonly healthy: boolean;
+  /** How long transient failures may be retried, from the first (ms); 0: they spend attempts. */
+  readonly retryForMs: number;
+  /** The job's clock of transient failures, if one has started. */
+  readonly retrying?: RetryClock | undefined;
+  /** When the failure was seen (ms since the epoch). */
+  readonly now: number;
+  /** The breaker's outage total at this failure (ms). */
+  readonly outageMs: number;
   /** When the call began, and how long it took: for the history's record. */
   readonly startedAt: number;
   readonly latencyMs: number;
@@ -75,7 +94,8 @@ export function decideOutcome(input: OutcomeInput): Outcome {
   if (c.kind === 'final') {
     return { action: 'dead-letter', history: [...input.history, record('final', true)], cause: c };
   }
-  const counts = input.spendsAttempt;
+  if (c.transient === true && input.retryForMs > 0) return transientOutcome(input, record);
+  const counts = input.healthy;
   const history = [...input.history, record('retryable', counts)];
   const used = attemptsUsed(history);
   if (counts && used >= input.attemptsAllowed) {
@@ -84,6 +104,47 @@ export function decideOutcome(input: OutcomeInput): Outcome {
   }
   const delayMs = counts ? fullJitterBackoff(used, input.backoff, input.random) : 0;
   return { action: 'back-off', history, delayMs };
+}
+
+/** A transient failure: retried with capped, jittered backoff until retryFor is used up. */
+function transientOutcome(
+  input: OutcomeInput,
+  record: (o: AttemptRecord['outcome'], counted: boolean) => AttemptRecord,
+): Outcome {
+  const c = input.failure;
+  const history = boundHistory([
+    ...input.history,
+    { ...record('retryable', false), transient: true as const },
+  ]);
+  const retrying = clockOf(input.retrying, input.now, input.outageMs);
+  if (!input.healthy) return { action: 'back-off', history, delayMs: 0, retrying };
+  const spent = retriedFor(retrying, input.now, input.outageMs);
+  if (spent >= input.retryForMs) {
+    const reason = retryForSpent(spent, input.retryForMs, c.reason);
+    return { action: 'dead-letter', history, cause: { ...c, reason } };
+  }
+  const tries = history.filter((a) => a.transient).length;
+  // The last try goes when the time runs out, not a whole backoff after.
+  const delayMs = Math.min(
+    fullJitterBackoff(tries, input.backoff, input.random),
+    input.retryForMs - spent,
+  );
+  return { action: 'back-off', history, delayMs, retrying };
+}
+
+/**
+ * Records a job's history keeps at most. Retried for days, transient tries would grow it without
+ * bound: past this, the oldest transient tries after the first give way.
+ */
+export const MAX_HISTORY = 100;
+
+function boundHistory(h: AttemptRecord[]): AttemptRecord[] {
+  while (h.length > MAX_HISTORY) {
+    const i = h.findIndex((a, k) => k > 0 && a.transient && !a.counted);
+    if (i < 0) break;
+    h.splice(i, 1);
+  }
+  return h;
 }
 
 /** How a failed call ended, as the call saw it. */
@@ -110,6 +171,8 @@ export class Outcomes {
       readonly log: WorkerLogger;
       readonly history: JobHistory;
       readonly maxRateLimitReturns: number;
+      /** A job's retryFor when it sets none (ms). */
+      readonly retryForMs: number;
       readonly backoff?: BackoffOptions | undefined;
     },
   ) {}
@@ -144,7 +207,9 @@ export class Outcomes {
   async afterFailure(job: Job<JobData, JobResult>, token: string, call: FailedCall) {
     const { metrics, log, breaker, limiter } = this.parts;
     const c = call.failure;
-    let spendsAttempt = false;
+    let healthy = false;
+    let outageMs = 0;
+    let now = Date.now();
     if (c.kind === 'rate_limited') {
       const until = call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000));
       await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
@@ -159,9 +224,14 @@ export class Outcomes {
           : { provider_calls: 1, provider_4xx: 1 },
       );
     } else {
-      // Counts toward the breaker; an attempt is spent only while the provider looked healthy, so
-      // an outage sends no job to the dead letters, not even one under way when it opened.
-      const { opened, whileClosed } = await breaker.recordFailure();
+      // Counts toward the breaker; an attempt (or retryFor) is spent only while the provider
+      // looked healthy, so an outage sends no job to the dead letters, not even one under way
+      // when it opened.
+      const failure = await breaker.recordFailure();
+      const { opened, whileClosed } = failure;
+      outageMs = failure.outageMs;
+      // The job's retry clock runs on Redis's time, as the outages do: one clock for the fleet.
+      now = failure.now || now;
       if (opened)
         log.warn('circuit breaker opened: calls stop until the cool-down ends', { job: job.id });
       await metrics.add(
@@ -169,15 +239,20 @@ export class Outcomes {
           ? { provider_calls: 1, provider_connection_errors: 1 }
           : { provider_calls: 1, provider_5xx: 1 },
       );
-      spendsAttempt = whileClosed && !call.trial;
+      healthy = whileClosed && !call.trial;
     }
+    const retryForMs = retryForOf(job.data.retryForMs, this.parts.retryForMs);
     const outcome = decideOutcome({
       failure: c,
       history: job.data.history ?? [],
       rateLimitReturns: job.data.rateLimitReturns ?? 0,
       attemptsAllowed: job.opts.attempts ?? 5,
       maxRateLimitReturns: this.parts.maxRateLimitReturns,
-      spendsAttempt,
+      healthy,
+      retryForMs,
+      retrying: job.data.retrying,
+      now,
+      outageMs,
       startedAt: call.startedAt,
       latencyMs: call.latencyMs,
       backoff: this.parts.backoff,
@@ -205,11 +280,30 @@ export class Outcomes {
           'llmq.attempt': attemptsUsed(outcome.history),
           'llmq.reason': c.reason,
         });
-        this.parts.history.write(job.id, `retry in ${formatMs(outcome.delayMs)}`).catch(() => {});
+        this.parts.history
+          .write(job.id, retryLine(outcome, retryForMs, now, outageMs))
+          .catch(() => {});
         log.info('job retried', { ...report, delayMs: outcome.delayMs });
         await metrics.add({ retries: 1 });
-        await job.updateData({ ...job.data, history: outcome.history });
+        await job.updateData({
+          ...job.data,
+          history: outcome.history,
+          ...(outcome.retrying ? { retrying: outcome.retrying } : {}),
+        });
         await job.moveToDelayed(Date.now() + outcome.delayMs, token);
     }
   }
+}
+
+/** The job log's line for a retry: `retry in 1.2 s (transient failures for 34s of 10m 0s)`. */
+function retryLine(
+  o: Extract<Outcome, { action: 'back-off' }>,
+  retryForMs: number,
+  now: number,
+  outageMs: number,
+): string {
+  const line = `retry in ${formatMs(o.delayMs)}`;
+  if (!o.retrying) return line;
+  const spent = retriedFor(o.retrying, now, outageMs);
+  return `${line} (transient failures for ${formatSpan(spent)} of ${formatSpan(retryForMs)})`;
 }

@@ -40,8 +40,8 @@ export const sameScopes = (a: readonly string[], b: readonly string[]): boolean 
 /**
  * Moves as many jobs to active as there are reservations and starts them. A job arrives with
  * the reservation made for it; one that another worker's take put in its place uses a spare
- * reservation that covers it (same scopes, no larger), else goes back to wait. What is left
- * unused is released.
+ * reservation that covers it (same scopes, no larger, same money budgets), else goes back to
+ * wait. What is left unused is released.
  */
 export async function takeJobs(
   p: TakeParts,
@@ -99,11 +99,15 @@ export async function takeJobs(
         continue;
       }
       const c = p.costs.costOfData(job.data);
+      // A reservation holding money covers only a job of the same tenant and model: the hold
+      // (its worst case, no less than this job's) settles to this job's cost at its end.
       const fit = [...spare.values()].find(
         ({ head, reservation }) =>
           c.inputTokens <= reservation.cost.inputTokens &&
           c.outputTokens <= reservation.cost.outputTokens &&
-          sameScopes(job.data.scopes ?? [], head.scopes),
+          sameScopes(job.data.scopes ?? [], head.scopes) &&
+          (!reservation.cost.money ||
+            (job.data.tenant === head.tenant && job.data.request.model === head.model)),
       );
       if (!fit) {
         // Another worker took a job we reserved for and this one needs more: it goes back.

@@ -5,7 +5,12 @@ import type { Job } from 'bullmq';
 import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import { EstimateLearning, type EstimateLearningOptions } from '../shared/estimate-learning.ts';
-import type { JobData, JobResult } from '../shared/job.ts';
+import {
+  DEFAULT_RETRY_FOR_MS,
+  type JobData,
+  type JobResult,
+  MAX_RETRY_FOR_MS,
+} from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
@@ -49,14 +54,15 @@ export interface WorkerOptions {
   /** The shared budget: limits, window, headroom, accounting (the cap of calls is `maxInFlight`). */
   readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
   /**
-   * Money budgets (Config.budgets, with the price table): each job reserves its worst-case cost
-   * once admitted and settles to the actual; one job a round then (no extras, no backfill).
+   * Money budgets (Config.budgets, with the price table): each job's worst-case cost is held
+   * with its admission (in the limiter's script) and settled to the actual with its tokens.
    */
   readonly budgets?: BudgetSettings | undefined;
   /**
    * Fair share between tenants within a priority class (weights per tenant, default 1): the
    * gate serves next the first job of the tenant furthest behind in tokens per weight, among
-   * the first `lookahead` jobs of the queue; one job a round then. @default undefined (off)
+   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order (no
+   * backfill then). @default undefined (off)
    */
   readonly fairShare?: FairShareOptions | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
@@ -75,7 +81,18 @@ export interface WorkerOptions {
   readonly stream?: 'always' | 'auto';
   /** Per-call timeout when the job sets none. @default 600_000 */
   readonly timeoutMs?: number;
+  /**
+   * Backoff between retries: full jitter under `capMs`; a transient failure's exponent is its
+   * number of transient tries. @default { baseMs: 1_000, capMs: 60_000 }
+   */
   readonly backoff?: BackoffOptions;
+  /**
+   * How long a job's transient failures (529, 5xx, timeouts, dropped connections) are retried,
+   * from its first, when the job sets no `retryForMs`; time behind an open breaker does not
+   * count. `attempts` caps only the other retryable failures. 0: transient failures spend
+   * attempts too. @default 600_000 (10 minutes)
+   */
+  readonly retryForMs?: number;
   readonly breaker?: BreakerOptions;
   /** 429s with retry-after a job may take before it is dead-lettered. @default 20 */
   readonly maxRateLimitReturns?: number;
@@ -190,6 +207,11 @@ export class Worker implements WorkerHandle {
     checkCount('concurrency', options.concurrency);
     checkCount('maxInFlight', options.maxInFlight);
     checkCount('idleCheckMs', options.idleCheckMs);
+    const r = options.retryForMs;
+    if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS))
+      throw new TypeError(
+        `Expected \`retryForMs\` to be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days), got \`${r}\``,
+      );
     const worker = new Worker(options);
     await worker.open(options);
     return worker;
@@ -244,6 +266,7 @@ export class Worker implements WorkerHandle {
       log,
       history,
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
+      retryForMs: options.retryForMs ?? DEFAULT_RETRY_FOR_MS,
       backoff: options.backoff,
     });
     const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);

@@ -1,11 +1,11 @@
 import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-types.ts';
 import {
   CostExceedsLimitError,
-  LlmqError,
   QueueFullError,
   RequestValidationError,
 } from '../../shared/errors.ts';
 import type { DeadLetter } from '../../shared/job.ts';
+import { isRedisDown } from '../errors.ts';
 
 /** An answer of the gateway in the API's shape: `{"type":"error","error":{type,message}}`. */
 export interface ApiErrorAnswer {
@@ -42,7 +42,7 @@ export function toApiError(err: unknown): ApiErrorAnswer {
   if (err instanceof CostExceedsLimitError) {
     return apiError('invalid_request_error', `max_tokens: ${err.message}`);
   }
-  if (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') {
+  if (isRedisDown(err)) {
     return apiError('overloaded_error', 'llmq: the queue is unavailable (Redis did not answer)', {
       'retry-after': '5',
     });

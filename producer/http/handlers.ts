@@ -1,8 +1,11 @@
 import { z } from 'zod';
 import type { AuthThrottle } from '../../shared/auth-throttle.ts';
+import { durationMs } from '../../shared/duration.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
 import { toFieldIssues } from '../../shared/request.ts';
 import { parseDeadline, resolveVia } from '../batches/via.ts';
+import { isRedisDown } from '../errors.ts';
 import type { JobStatus } from '../job-status.ts';
 import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';
 import type { ApiKeyStore } from './api-keys.ts';
@@ -87,6 +90,14 @@ export function toErrorResponse(err: unknown): HandlerResponse {
       headers: { 'retry-after': String(seconds) },
     });
   }
+  if (isRedisDown(err)) {
+    return errorResponse(
+      503,
+      'redis_unavailable',
+      'the queue is unavailable (Redis did not answer): try again later',
+      { headers: { 'retry-after': '5' } },
+    );
+  }
   if (err instanceof LlmqError) {
     switch (err.code) {
       case 'REQUEST_INVALID':
@@ -97,15 +108,6 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         return errorResponse(422, 'cost_exceeds_limit', err.message);
       case 'BUDGET_EXHAUSTED':
         return errorResponse(402, 'budget_exhausted', err.message);
-      case 'REDIS_UNAVAILABLE':
-        return errorResponse(
-          503,
-          'redis_unavailable',
-          'the queue is unavailable (Redis did not answer): try again later',
-          {
-            headers: { 'retry-after': '5' },
-          },
-        );
       case 'JOB_NOT_FOUND':
         return errorResponse(404, 'job_not_found', err.message);
       default:
@@ -183,7 +185,21 @@ const CreateJobBody = z.strictObject({
       'must be a duration such as 90m, 6h or 2d, or an ISO 8601 date-time in the future',
     )
     .optional(),
+  /** A duration (`30m`): how long transient failures are retried. */
+  retry_for: z
+    .string()
+    .refine(
+      (d) => retryForMsOf(d) !== undefined,
+      'must be a duration such as 90s, 30m or 2h (at most 7d; 0 makes transient failures spend attempts)',
+    )
+    .optional(),
 });
+
+/** A `retry_for` of the body in ms, or undefined when it is not one. */
+function retryForMsOf(text: string): number | undefined {
+  const ms = durationMs(text);
+  return ms !== undefined && ms <= MAX_RETRY_FOR_MS ? ms : undefined;
+}
 
 /** When a `deadline` of the body ends (ms since the epoch), or undefined when it is not one. */
 function deadlineAt(text: string): number | undefined {
@@ -205,6 +221,7 @@ const BODY_FIELD: Record<string, string> = {
   meta: 'meta',
   tenant: 'tenant',
   deadlineAt: 'deadline',
+  retryForMs: 'retry_for',
 };
 
 function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
@@ -213,7 +230,7 @@ function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
       ? issue.keys.map((k) => ({
           field: k,
           message:
-            'is not a field of this body (request, priority, idempotency_key, stream, meta, via, deadline)',
+            'is not a field of this body (request, priority, idempotency_key, stream, meta, via, deadline, retry_for)',
         }))
       : toFieldIssues(new z.ZodError([issue]), body),
   );
@@ -271,6 +288,7 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       ...(b.meta !== undefined ? { meta: b.meta } : {}),
       via,
       ...(at !== undefined ? { deadlineAt: at } : {}),
+      ...(b.retry_for !== undefined ? { retryForMs: retryForMsOf(b.retry_for)! } : {}),
       // The job's trace continues the caller's (W3C Trace Context).
       ...(req.headers['traceparent'] ? { traceparent: req.headers['traceparent'] } : {}),
     };

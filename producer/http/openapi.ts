@@ -215,6 +215,12 @@ export const OPENAPI = {
             description:
               'When the job must be done: a duration from now (90m, 6h, 2d) or an ISO 8601 date-time. Via batches, retries past it go through messages.',
           },
+          retry_for: {
+            type: 'string',
+            examples: ['30m', '2h', '0'],
+            description:
+              "How long transient provider failures (529, 5xx, timeouts, dropped connections) are retried, from the first: a duration (90s, 30m, 2h; at most 7d). They spend no attempt; 0 makes them spend attempts instead. Default: the worker's (10m).",
+          },
         },
       },
       Job: {

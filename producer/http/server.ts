@@ -52,17 +52,22 @@ export interface HttpApi {
 }
 
 /**
- * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (one retry per
- * command, then 503) instead of holding requests while Redis is down.
+ * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (no offline queue, one
+ * retry per command in flight, then 503) instead of holding requests while Redis is down.
  */
 export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   const keys =
     typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
   const producer = createProducer(options.config, {
     commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
-    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000 },
+    // No offline queue: a command is refused at once while Redis is down, never run later, when
+    // it is back, after the caller was answered 503 (a cancel would strand its job).
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
     ...options.producer,
   });
+  // Without an offline queue, a request before the connection is ready would be refused; one
+  // that stays down is answered 503 per request instead of failing the start.
+  await producer.ready().catch(() => {});
   const app = Fastify({
     logger: false,
     bodyLimit: options.bodyLimit ?? 1_048_576,

@@ -118,6 +118,64 @@ async function stopAll(procs: readonly RedisProc[], dir: string): Promise<void> 
   rmSync(dir, { recursive: true, force: true });
 }
 
+/** A redis-server that keeps every write in its append-only file, and can be killed and restarted from it. */
+export interface AofRedis {
+  readonly url: string;
+  readonly port: number;
+  /** Where its AOF lives. */
+  readonly dir: string;
+  readonly alive: boolean;
+  /** SIGKILL, resolving when the process is gone. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port and dir (it loads the AOF); resolves once it answers. */
+  restart(): Promise<void>;
+  /** Kills it and removes its dir. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a redis-server on a free port in a temp dir with `--appendonly yes --appendfsync always`:
+ * a write it acknowledged survives a SIGKILL.
+ */
+export async function startAofRedis(): Promise<AofRedis> {
+  const dir = mkdtempSync(join(tmpdir(), 'llmq-aof-'));
+  const port = await freePort();
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--appendonly',
+    'yes',
+    '--appendfsync',
+    'always',
+  ];
+  let proc = startProc(args, port);
+  const procs = [proc];
+  const up = () => until(() => answers(port), 30_000, 50);
+  await guarded(dir, procs, up);
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    dir,
+    get alive() {
+      return proc.alive;
+    },
+    kill: () => proc.kill(),
+    async restart() {
+      await proc.kill();
+      proc = startProc(args, port);
+      procs[0] = proc;
+      await up();
+    },
+    stop: () => stopAll(procs, dir),
+  };
+}
+
 const isMaster = async (port: number) => (await onPort(port, (r) => r.role()))[0] === 'master';
 
 export interface TestCluster {

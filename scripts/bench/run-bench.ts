@@ -3,10 +3,12 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { chaosScenario } from './scenarios/chaos.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
+import { httpScenario } from './scenarios/http.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { publishedScenario } from './scenarios/published.ts';
@@ -26,7 +28,9 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   overhead: overheadScenario,
   scale: scaleScenario,
   gateway: gatewayScenario,
+  http: httpScenario,
   cluster: clusterScenario,
+  chaos: chaosScenario,
 };
 
 export interface BenchOptions {

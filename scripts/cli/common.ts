@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { type Config, resolveConfig } from '../../shared/config.ts';
+import { durationMs } from '../../shared/duration.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import type { QueueNames } from '../../shared/keys.ts';
 import type { RedisClient } from '../../shared/redis.ts';
@@ -41,14 +42,12 @@ export async function withRedis<T>(
 
 /** Parses a duration such as `90s`, `15m`, `12h`, `7d` or a bare number of seconds, to ms. */
 export function parseDuration(text: string, flag: string): number {
-  const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim());
-  if (!m) {
+  const t = text.trim();
+  const ms = /^\d+(?:\.\d+)?$/.test(t) ? Math.round(Number(t) * 1_000) : durationMs(t);
+  if (ms === undefined) {
     throw new ConfigError(
       `${flag} must be a duration such as 90s, 15m, 12h or 7d, got ${JSON.stringify(text)}`,
     );
   }
-  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
-    (m[2] ?? 's') as 'ms' | 's' | 'm' | 'h' | 'd'
-  ];
-  return Math.round(Number(m[1]) * unit);
+  return ms;
 }

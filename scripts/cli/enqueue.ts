@@ -47,6 +47,10 @@ export function registerEnqueueCommand(program: Command): void {
       .option('--tenant <name>', 'charge the tenant’s scope too')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
       .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
+      .option(
+        '--retry-for <duration>',
+        'retry transient failures (529, 5xx, timeouts, dropped connections) this long, such as 30m; 0 makes them spend attempts (default: the worker’s, 10m)',
+      )
       .option('--wait', 'when the queue is full, wait for room instead of stopping'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
@@ -56,6 +60,8 @@ export function registerEnqueueCommand(program: Command): void {
       typeof flags['deadline'] === 'string' ? parseDeadline(flags['deadline']) : undefined;
     const via = resolveVia(String(flags['via'] ?? 'messages'), deadlineMs);
     const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
+    // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
+    const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
     const requests = parseRequests(readFileSync(file, 'utf8'));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
@@ -91,6 +97,7 @@ export function registerEnqueueCommand(program: Command): void {
               via,
               ...(deadlineAt ? { deadlineAt } : {}),
               ...(tenant ? { tenant } : {}),
+              ...(retryForMs !== undefined ? { retryForMs } : {}),
             });
           } catch (err) {
             if (!(err instanceof QueueFullError)) throw err;

@@ -44,6 +44,10 @@ export function registerWorkerCommand(program: Command): void {
           .default('always'),
       )
       .option(
+        '--retry-for <duration>',
+        'how long transient failures (529, 5xx, timeouts, dropped connections) are retried, from the first; 0 makes them spend attempts (env LLMQ_RETRY_FOR, default 10m)',
+      )
+      .option(
         '--backfill',
         'while the head job waits for budget, start jobs behind it that fit now, if the head would start no later',
       )
@@ -83,6 +87,7 @@ export function registerWorkerCommand(program: Command): void {
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
+      retryForMs: config.retryForMs,
       budgets: budgetSettingsOf(config),
       fairShare: fairShareOf(config),
       ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),

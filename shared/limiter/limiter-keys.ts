@@ -15,11 +15,26 @@ const PARTS = [
   'config',
 ] as const;
 
-/** Every key of one queue's limiter, by part (`log`: the window's reservations by stamp, …). */
-export type LimiterKeys = Readonly<Record<(typeof PARTS)[number], string>>;
+/**
+ * Every key of one queue's limiter, by part (`log`: the window's reservations by stamp, …), and
+ * the money budgets' two, which admission writes with them: `spend` (µ$ by period and budget or
+ * model) and `held` (the money each open reservation holds).
+ */
+export type LimiterKeys = Readonly<Record<(typeof PARTS)[number] | 'spend' | 'held', string>>;
 
 export function limiterKeys(names: QueueNames): LimiterKeys {
-  return Object.fromEntries(PARTS.map((p) => [p, llmqKey(names, 'limiter', p)])) as LimiterKeys;
+  return {
+    ...(Object.fromEntries(PARTS.map((p) => [p, llmqKey(names, 'limiter', p)])) as Record<
+      (typeof PARTS)[number],
+      string
+    >),
+    ...moneyKeys(names),
+  };
+}
+
+/** The money budgets' keys of a queue (see `LimiterKeys`). */
+export function moneyKeys(names: QueueNames): { spend: string; held: string } {
+  return { spend: llmqKey(names, 'budget', 'spend'), held: llmqKey(names, 'budget', 'held') };
 }
 
 /** The channel settles, releases and probe readings publish on, so waiters wake. */

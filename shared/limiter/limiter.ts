@@ -11,6 +11,7 @@ import {
   type LimiterOptions,
   type LimiterSettings,
   limitsOf,
+  moneyDenial,
   resolveLimiterOptions,
   scopeList,
   scriptScopes,
@@ -25,6 +26,7 @@ import { readSnapshot } from './reader.ts';
 import { AcquireCode, LimiterScripts, type SettleCall, type SettleResult } from './scripts.ts';
 import { Line, type LineRequest, waitInLine } from './ticket.ts';
 import {
+  type Charge,
   type Cost,
   type Decision,
   GLOBAL_SCOPE,
@@ -119,11 +121,11 @@ export class Limiter {
 
   private async attempt(
     ticket: string,
-    cost: Cost,
+    cost: Charge,
     scopes: readonly string[],
     priority: number,
     queue: boolean,
-    more: readonly { ticket: string; cost: Cost }[] = [],
+    more: readonly { ticket: string; cost: Charge }[] = [],
     backfill = 0,
   ): Promise<Decision & { more?: Reservation[]; ahead?: Reservation[]; aheadIndexes?: number[] }> {
     checkAttempt(cost, more, priority);
@@ -140,16 +142,18 @@ export class Limiter {
       concurrency: this.concurrency,
       cost,
       scopes: scriptScopes(this.settings, scopes),
-      extras: more,
+      extras: more.map((m) => ({
+        ...m,
+        scopes: m.cost.scopes && scriptScopes(this.settings, m.cost.scopes),
+      })),
       backfill,
       // Only a waiter that keeps its place in line goes as a probe.
       probeMs: this.probeMs,
     });
-    const charged = scopeList(scopes);
-    const reservation = (id: string, c: Cost, at: number): Reservation => ({
+    const reservation = (id: string, c: Charge, at: number): Reservation => ({
       id,
       cost: c,
-      scopes: charged,
+      scopes: scopeList(c.scopes ?? scopes),
       admittedAt: at,
       leaseExpiresAt: at + this.settings.leaseMs,
     });
@@ -174,6 +178,8 @@ export class Limiter {
         const limit = limitsOf(this.settings, r.scope)[r.dimension] ?? r.limit;
         throw new CostExceedsLimitError(r.scope, r.dimension, r.cost, limit);
       }
+      case AcquireCode.BudgetExhausted:
+        return moneyDenial(cost.money, r);
       default:
         return { ok: false, reason: DENIAL[r.code], waitMs: r.waitMs };
     }
@@ -184,7 +190,7 @@ export class Limiter {
    * to wait. Throws {@link CostExceedsLimitError} when the cost can never fit.
    */
   tryAcquire(
-    cost: Cost,
+    cost: Charge,
     options: { scopes?: readonly string[]; priority?: number } = {},
   ): Promise<Decision> {
     return this.attempt(randomUUID(), cost, options.scopes ?? [], options.priority ?? 100, false);
@@ -196,7 +202,7 @@ export class Limiter {
    * {@link CostExceedsLimitError} when it can never fit, {@link LimiterUnavailableError} when
    * Redis cannot answer (nothing is reserved then), and the signal's reason when aborted.
    */
-  async acquire(cost: Cost, options: AcquireOptions = {}): Promise<Reservation> {
+  async acquire(cost: Charge, options: AcquireOptions = {}): Promise<Reservation> {
     const [first] = await this.acquireMany(cost, options);
     return first as Reservation;
   }
@@ -205,7 +211,7 @@ export class Limiter {
    * A place in the fair line that its caller drives: attempt, then sleep for the denial's wait
    * (or until woken), possibly with a new cost, and leave when it stops waiting.
    */
-  line(cost: Cost, options: Partial<LineRequest> = {}): Line {
+  line(cost: Charge, options: Partial<LineRequest> = {}): Line {
     return new Line(
       {
         attempt: (ticket, r, tickets) =>
@@ -223,7 +229,7 @@ export class Limiter {
    * (`options.more`) as fit at once: resolves with this call's reservation first, then one for
    * each of the first k of `more` admitted (possibly none). Built on {@link line}.
    */
-  async acquireMany(cost: Cost, options: AcquireManyOptions = {}): Promise<Reservation[]> {
+  async acquireMany(cost: Charge, options: AcquireManyOptions = {}): Promise<Reservation[]> {
     const line = this.line(cost, {
       scopes: options.scopes ?? [],
       priority: options.priority ?? 100,
@@ -286,13 +292,14 @@ export class Limiter {
     output: number,
     restamp: boolean,
     reportedOutput = -1,
+    micros = -1,
   ): Promise<SettleResult> {
     // A waiter of this process sleeps: the budget and slot go back now, and it wakes at once
     // (its attempt goes behind this end on the same connection), not when the wake-up comes
     // back through Redis.
     const waiting = this.wakeUps.sleeping;
     const ended = this.ends.push(
-      { id: reservation.id, mode, input, output, restamp, reported: reportedOutput },
+      { id: reservation.id, mode, input, output, restamp, reported: reportedOutput, micros },
       mode !== 'usage' || waiting,
     );
     if (waiting) this.wakeUps.wakeHere();
@@ -306,8 +313,8 @@ export class Limiter {
   }
 
   /**
-   * Replaces the estimate with the provider's usage: an underestimate is charged, an
-   * overestimate given back. Output is reconciled only under `actual` output accounting.
+   * Replaces the estimate with the provider's usage (output only under `actual` accounting),
+   * and its money with `usage.costMicros` in the same step (absent: the worst case stays).
    */
   settle(
     reservation: Reservation,
@@ -325,15 +332,16 @@ export class Limiter {
       actual ? usage.outputTokens : -1,
       actual,
       usage.outputTokens,
+      usage.costMicros ?? -1,
     );
   }
 
-  /** The call may have reached the provider but no usage came back: the estimate stays charged. */
+  /** The call may have reached the provider, no usage came back: estimate and money's worst case stay. */
   async keep(reservation: Reservation): Promise<void> {
     await this.end(reservation, 'keep', -1, -1, false);
   }
 
-  /** The call never reached the provider: the whole reservation comes back. */
+  /** The call never reached the provider: the whole reservation comes back, money too. */
   async release(reservation: Reservation): Promise<void> {
     await this.end(reservation, 'release', -1, -1, false);
   }

@@ -1,12 +1,14 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
 import type { RedisClient } from '../redis.ts';
-import type { ScriptScope } from './scripts.ts';
+import type { AcquireCode, AcquireReply, ScriptScope } from './scripts.ts';
 import {
-  type Cost,
+  type Charge,
   type Decision,
   type DimensionLimits,
   GLOBAL_SCOPE,
+  type MoneyClaim,
+  type MoneyShortfall,
   type Reservation,
   type Usage,
 } from './types.ts';
@@ -75,10 +77,10 @@ export interface AcquireOptions {
   readonly onWait?: (d: Decision & { ok: false }) =>
     | Promise<
         | {
-            cost?: Cost;
+            cost?: Charge;
             priority?: number;
             scopes?: readonly string[];
-            more?: readonly Cost[];
+            more?: readonly Charge[];
             backfill?: number;
           }
         | undefined
@@ -89,11 +91,11 @@ export interface AcquireOptions {
 /** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
 export interface AcquireManyOptions extends AcquireOptions {
   /**
-   * The costs of the calls queued behind this one, charged to the same scopes. Once this one
-   * is admitted, they are admitted in the same round trip, in order, while each fits at once
-   * and nobody else waits in line.
+   * The costs of the calls queued behind this one, charged to the same scopes unless one names
+   * its own, each with its own money. Once this one is admitted, they are admitted in the same
+   * round trip, in order, while each fits at once and nobody else waits in line.
    */
-  readonly more?: readonly Cost[];
+  readonly more?: readonly Charge[];
   /**
    * Backfill: while this call waits for budget, up to this many of `more` may go ahead of it,
    * each only when it fits now and this call would start no later for it (its spend must fit
@@ -161,17 +163,24 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
 }
 
 /** A cost's every count is a whole number from 0 up. */
-export function checkCost(cost: Cost): void {
-  for (const [k, v] of Object.entries(cost)) {
+export function checkCost(cost: Charge): void {
+  for (const k of ['requests', 'inputTokens', 'outputTokens'] as const) {
+    const v = cost[k];
     if (!Number.isInteger(v) || v < 0)
       throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
   }
+  const m = cost.money;
+  if (m && !(Number.isSafeInteger(m.micros) && m.micros >= 0))
+    throw new TypeError(
+      `cost.money.micros must be a whole number of µ$ from 0 up, got ${m.micros}`,
+    );
+  for (const s of cost.scopes ?? []) checkScopeName(s);
 }
 
 /** An attempt's costs and priority, checked before anything is sent. */
 export function checkAttempt(
-  cost: Cost,
-  more: readonly { readonly cost: Cost }[],
+  cost: Charge,
+  more: readonly { readonly cost: Charge }[],
   priority: number,
 ): void {
   checkCost(cost);
@@ -181,8 +190,31 @@ export function checkAttempt(
   }
 }
 
+/** The money denial of an acquire, with its budget's limit and reset from the call's claim. */
+export function moneyDenial(
+  claim: MoneyClaim | undefined,
+  r: Extract<AcquireReply, { code: AcquireCode.BudgetExhausted }>,
+): Decision & { ok: false } {
+  const l = claim?.limits.find((x) => x.budget === r.budget && x.period === r.period);
+  const limitMicros = l?.limitMicros ?? r.limit;
+  const money: MoneyShortfall = {
+    budget: r.budget,
+    period: r.period,
+    spentMicros: r.spent,
+    limitMicros,
+    resetsAt: l?.resetsAt ?? Date.now(),
+    neverFits: (claim?.micros ?? 0) > limitMicros,
+  };
+  return { ok: false, reason: 'money', waitMs: Math.max(money.resetsAt - Date.now(), 0), money };
+}
+
 /** What is wrong with a settle's usage, if anything (a count Redis cannot add). */
 export function usageError(usage: Usage): TypeError | undefined {
+  const c = usage.costMicros;
+  if (c !== undefined && !(Number.isSafeInteger(c) && c >= 0))
+    return new TypeError(
+      `settle: usage.costMicros must be a whole number of µ$ from 0 up, got ${c}`,
+    );
   for (const name of ['inputTokens', 'outputTokens'] as const) {
     const v = usage[name];
     if (!Number.isSafeInteger(v) || v < 0) {

@@ -7,7 +7,7 @@ import { isCluster, type RedisClient } from '../redis.ts';
 import { slotMaster } from '../redis-slot.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
 import type { ProviderReading } from './provider-headers.ts';
-import type { Cost } from './types.ts';
+import type { Charge, MoneyClaim } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -26,7 +26,7 @@ export function packArgs(value: unknown): Buffer {
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
 
-/** What `acquire-10.lua` answers, by its first element. */
+/** What `acquire-12.lua` answers, by its first element. */
 export enum AcquireCode {
   Admitted = 0,
   /** Another waiter is first in line. */
@@ -38,6 +38,8 @@ export enum AcquireCode {
   NeverFits = 5,
   /** A probe's reading is awaited. */
   ProbeOut = 6,
+  /** A money budget has no room for the call's worst-case cost (it left the line). */
+  BudgetExhausted = 7,
 }
 
 export type AcquireReply =
@@ -66,6 +68,14 @@ export type AcquireReply =
       readonly dimension: Dimension;
       readonly cost: number;
       readonly limit: number;
+    }
+  | {
+      readonly code: AcquireCode.BudgetExhausted;
+      readonly budget: string;
+      readonly period: 'day' | 'month';
+      /** What the budget has spent, µ$. */
+      readonly spent: number;
+      readonly limit: number;
     };
 
 /** A scope as acquire sees it: limits by short dimension name, headroom taken off, 0 unlimited. */
@@ -82,9 +92,14 @@ export interface AcquireArgs {
   readonly leaseMs: number;
   readonly ticketTtlMs: number;
   readonly concurrency: number;
-  readonly cost: Cost;
+  readonly cost: Charge;
   readonly scopes: readonly ScriptScope[];
-  readonly extras: readonly { readonly ticket: string; readonly cost: Cost }[];
+  /** Calls queued behind; `scopes` when not the first one's. */
+  readonly extras: readonly {
+    readonly ticket: string;
+    readonly cost: Charge;
+    readonly scopes?: readonly ScriptScope[] | undefined;
+  }[];
   readonly backfill: number;
   readonly probeMs: number;
 }
@@ -97,6 +112,8 @@ export interface SettleCall {
   readonly output: number;
   readonly restamp: boolean;
   readonly reported: number;
+  /** Actual cost in µ$ for the money hold (mode 'usage'; -1 unknown: the worst case stays). */
+  readonly micros: number;
 }
 
 export interface SettleResult {
@@ -124,6 +141,18 @@ function lostConnection(redis: RedisClient, key: string): string | undefined {
   return (s === 'connecting' || s === 'connect') && retries > 0 ? lost : undefined;
 }
 
+/** A money claim as acquire reads it (see money.lua); absent without one. */
+function packMoney(m: MoneyClaim | undefined) {
+  if (!m) return undefined;
+  const limits = m.limits.map((l) => ({
+    field: l.field,
+    budget: l.budget,
+    period: l.period,
+    limit: l.limitMicros,
+  }));
+  return { micros: m.micros, limits, fields: m.fields };
+}
+
 function script(name: string): LuaScript {
   const s = SCRIPTS[name];
   if (!s) throw new Error(`no limiter script named ${name}`);
@@ -149,9 +178,23 @@ export class LimiterScripts {
 
   async acquire(a: AcquireArgs): Promise<AcquireReply> {
     const k = this.keys;
+    const claims = [a.cost.money, ...a.extras.map((x) => x.cost.money)];
     const reply = (await this.run(
       'acquire',
-      [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.ext, k.stats],
+      [
+        k.log,
+        k.res,
+        k.slots,
+        k.waiters,
+        k.waitexp,
+        k.seq,
+        k.pause,
+        k.tot,
+        k.ext,
+        k.stats,
+        k.spend,
+        k.held,
+      ],
       {
         now: this.now(),
         windowMs: a.windowMs,
@@ -161,20 +204,28 @@ export class LimiterScripts {
         leaseMs: a.leaseMs,
         ticketTtlMs: a.ticketTtlMs,
         concurrency: a.concurrency,
-        cost: { req: a.cost.requests, inp: a.cost.inputTokens, out: a.cost.outputTokens },
+        cost: {
+          req: a.cost.requests,
+          inp: a.cost.inputTokens,
+          out: a.cost.outputTokens,
+          money: packMoney(a.cost.money),
+        },
         scopes: a.scopes,
+        periods: claims.find((m) => m !== undefined)?.periods,
         extras: a.extras.map((x) => ({
           id: x.ticket,
           req: x.cost.requests,
           inp: x.cost.inputTokens,
           out: x.cost.outputTokens,
+          money: packMoney(x.cost.money),
+          scopes: x.scopes,
         })),
         backfill: a.backfill,
         probeMs: a.probeMs,
       },
       {
         name: 'abandon',
-        keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp],
+        keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp, k.spend, k.held],
         args: { ids: [a.ticket, ...a.extras.map((x) => x.ticket)] },
       },
     )) as (number | string)[];
@@ -204,6 +255,14 @@ export class LimiterScripts {
           cost: Number(reply[3]),
           limit: Number(reply[4]),
         };
+      case AcquireCode.BudgetExhausted:
+        return {
+          code,
+          budget: String(reply[1]),
+          period: reply[2] === 'day' ? 'day' : 'month',
+          spent: Number(reply[3]),
+          limit: Number(reply[4]),
+        };
       default:
         throw new LimiterUnavailableError(
           `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
@@ -218,7 +277,8 @@ export class LimiterScripts {
     channel: string,
   ): Promise<SettleResult[]> {
     const k = this.keys;
-    const r = (await this.run('settle', [k.log, k.res, k.slots, k.tot, k.stats, k.hist], {
+    const keys = [k.log, k.res, k.slots, k.tot, k.stats, k.hist, k.spend, k.held];
+    const r = (await this.run('settle', keys, {
       now: this.now(),
       bucketMs,
       channel,
@@ -295,13 +355,17 @@ export class LimiterScripts {
     return Number(await this.run('pause', [this.keys.pause], { now: this.now(), ms }));
   }
 
-  /** Drops at most 500 reservations that left the window, and lapsed leases. */
+  /** Drops at most 500 reservations that left the window, and lapsed leases (and their money). */
   async prune(windowMs: number): Promise<{ now: number; dropped: number }> {
     const k = this.keys;
-    const [now, dropped] = (await this.run('prune', [k.log, k.res, k.slots, k.tot], {
-      now: this.now(),
-      windowMs,
-    })) as [number, number];
+    const [now, dropped] = (await this.run(
+      'prune',
+      [k.log, k.res, k.slots, k.tot, k.spend, k.held],
+      {
+        now: this.now(),
+        windowMs,
+      },
+    )) as [number, number];
     return { now: Number(now), dropped: Number(dropped) };
   }
 

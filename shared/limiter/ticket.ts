@@ -1,19 +1,20 @@
 import { randomUUID } from 'node:crypto';
+import { BudgetExhaustedError } from '../budgets.ts';
 import type { AcquireManyOptions } from './options.ts';
-import type { Cost, Decision, Reservation } from './types.ts';
+import type { Charge, Decision, Reservation } from './types.ts';
 
 /** A denial, as a value: how long to wait and why. */
 export type Denial = Decision & { ok: false };
 
 /** What one place in line asks for; the caller may change it between attempts. */
 export interface LineRequest {
-  readonly cost: Cost;
+  readonly cost: Charge;
   /** Nested scopes besides the global one. */
   readonly scopes: readonly string[];
   /** 1 is the most urgent. */
   readonly priority: number;
-  /** The calls queued behind, charged to the same scopes (see `AcquireManyOptions.more`). */
-  readonly more: readonly Cost[];
+  /** The calls queued behind (see `AcquireManyOptions.more`). */
+  readonly more: readonly Charge[];
   /** How many of `more` may go ahead while this call waits (see `AcquireManyOptions.backfill`). */
   readonly backfill: number;
 }
@@ -36,7 +37,7 @@ export interface LineDriver {
   attempt(
     ticket: string,
     request: LineRequest,
-    tickets: readonly { ticket: string; cost: Cost }[],
+    tickets: readonly { ticket: string; cost: Charge }[],
   ): Promise<
     | { ok: true; reservation: Reservation; more?: Reservation[] }
     | (Denial & { ahead?: Reservation[]; aheadIndexes?: number[] })
@@ -116,6 +117,8 @@ export async function waitInLine(line: Line, options: AcquireManyOptions): Promi
       if (a.ok) return a.reservations;
       if (a.ahead.length > 0) await options.onBackfill?.([...a.ahead], [...a.aheadIndexes]);
       options.onDenied?.(a.denial);
+      // A money budget is spent: waiting in line until its period ends is not this loop's call.
+      if (a.denial.money) throw BudgetExhaustedError.of(a.denial.money);
       await line.sleep(a, options.signal);
       const change = await options.onWait?.(a.denial);
       if (change) {

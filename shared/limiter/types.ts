@@ -8,13 +8,56 @@ export type DimensionLimits = { readonly [D in Dimension]?: number | undefined }
 
 export type { Dimension };
 
+/**
+ * A call's money, held with its admission (built by `BudgetLedger.claim`): its worst-case cost
+ * in whole micro-dollars, the budgets it must fit, and every spend field it is charged to.
+ */
+export interface MoneyClaim {
+  readonly micros: number;
+  readonly limits: readonly {
+    /** Its field in the spend hash, `<period id>|<budget>`. */
+    readonly field: string;
+    readonly budget: string;
+    readonly period: 'day' | 'month';
+    readonly limitMicros: number;
+    /** When the period ends (ms since the epoch). */
+    readonly resetsAt: number;
+  }[];
+  /** The limits' fields and the model's (`<period id>|model:<name>`). */
+  readonly fields: readonly string[];
+  /** The period ids whose spend is kept: this day, the day before, this month, the one before. */
+  readonly periods: readonly string[];
+}
+
+/**
+ * What an admission charges: tokens, and optionally money. A call queued behind the first (an
+ * extra) may name its own scopes; otherwise it is charged to the first one's.
+ */
+export interface Charge extends Cost {
+  readonly money?: MoneyClaim | undefined;
+  readonly scopes?: readonly string[] | undefined;
+}
+
+/** A money budget without room for a call's worst case (denial reason `money`). */
+export interface MoneyShortfall {
+  readonly budget: string;
+  readonly period: 'day' | 'month';
+  readonly spentMicros: number;
+  readonly limitMicros: number;
+  /** When the budget's period ends (ms since the epoch). */
+  readonly resetsAt: number;
+  /** The worst case exceeds the budget outright: it could never fit. */
+  readonly neverFits: boolean;
+}
+
 /** The scope every call belongs to: the provider key. */
 export const GLOBAL_SCOPE = 'global';
 
 /** What `acquire` hands back: spend it with the provider, then settle it. */
 export interface Reservation {
   readonly id: string;
-  readonly cost: Cost;
+  /** What it charged (with the money it holds, if any). */
+  readonly cost: Charge;
   /** Every scope charged, the global one first. */
   readonly scopes: readonly string[];
   /** Redis time at admission (ms). */
@@ -22,8 +65,11 @@ export interface Reservation {
   readonly leaseExpiresAt: number;
 }
 
-/** `probe`: a call admitted alone is finding out what another client spent (see probeMs). */
-export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'probe';
+/**
+ * `probe`: a call admitted alone is finding out what another client spent (see probeMs);
+ * `money`: a money budget has no room for its worst case (it left the line).
+ */
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'probe' | 'money';
 
 /** A denial is a value: how long to wait and why. */
 export type Decision =
@@ -34,6 +80,7 @@ export type Decision =
       readonly waitMs: number;
       readonly scope?: string;
       readonly dimension?: Dimension;
+      readonly money?: MoneyShortfall;
     };
 
 /** What the provider reported as used, for settle. */
@@ -41,6 +88,8 @@ export interface Usage {
   /** Uncached input plus cache creation (cache reads do not count against ITPM). */
   readonly inputTokens: number;
   readonly outputTokens: number;
+  /** The call's actual cost in whole µ$, which its money hold settles to (absent: the worst case stays spent). */
+  readonly costMicros?: number | undefined;
 }
 
 export interface DimensionUse {

@@ -1,31 +1,57 @@
 --[[
-  Fair share between tenants: picks whose turn it is among the tenants with work at the head of
-  the queue, and charges what a tenant was served. Each tenant's service is counted in tokens
-  divided by its weight (its "finish time"); the tenant furthest behind goes next. A tenant that
-  had no work is brought up to the clock (the service of the last pick) so it does not get a
-  burst for the time it was idle: deficit round robin over tokens, fleet-wide.
+  Fair share between tenants: orders the jobs at the head of the queue by whose turn it is, and
+  charges what a tenant was served. Each tenant's service is counted in tokens divided by its
+  weight (its "finish time"); the tenant furthest behind goes next. A tenant that had no work is
+  brought up to the clock (the service of the last pick) so it does not get a burst for the time
+  it was idle: deficit round robin over tokens, fleet-wide.
 
   Input:
     KEYS[1] fair  HASH tenant -> tokens / weight served, "|clock" -> the last pick's
-    ARGV[1] op: pick | charge
-    pick:   ARGV[2..] tenant, weight, tenant, weight… (in queue order)
-    charge: ARGV[2] tenant, ARGV[3] weight, ARGV[4] tokens
+    ARGV[1] op: order | charge
+    order:  ARGV[2] how many jobs at most, then per tenant (in queue order): tenant, weight,
+            k, then the tokens of its first k jobs in their order
+    charge: ARGV[2..] tenant, weight, tokens, tenant, weight, tokens… (admitted jobs)
 
-  Output: pick → the 1-based index of the chosen tenant; charge → 1
+  Output: order → the 1-based indexes of the tenants, one per job, in the order to serve them
+          (each tenant's jobs in their own order; the first is the next pick); charge → 1
 ]]
 local key = KEYS[1]
 local clock = tonumber(redis.call('HGET', key, '|clock') or '0')
+local function served_of(tenant)
+  return math.max(tonumber(redis.call('HGET', key, tenant) or '0'), clock)
+end
 if ARGV[1] == 'charge' then
-  local served = math.max(tonumber(redis.call('HGET', key, ARGV[2]) or '0'), clock)
-  redis.call('HSET', key, ARGV[2], served + tonumber(ARGV[4]) / tonumber(ARGV[3]))
+  local sums = {}
+  for i = 2, #ARGV, 3 do
+    local t = ARGV[i]
+    sums[t] = (sums[t] or served_of(t)) + tonumber(ARGV[i + 2]) / tonumber(ARGV[i + 1])
+  end
+  for t, v in pairs(sums) do redis.call('HSET', key, t, v) end
   return 1
 end
-local best, bestServed = 1, nil
-for i = 2, #ARGV, 2 do
-  local served = math.max(tonumber(redis.call('HGET', key, ARGV[i]) or '0'), clock)
-  if bestServed == nil or served < bestServed then
-    best, bestServed = i / 2, served
-  end
+local want = tonumber(ARGV[2])
+local ts = {}
+local i = 3
+while i <= #ARGV do
+  local k = tonumber(ARGV[i + 2])
+  local t = { weight = tonumber(ARGV[i + 1]), served = served_of(ARGV[i]), costs = {}, next = 1 }
+  for j = 1, k do t.costs[j] = tonumber(ARGV[i + 2 + j]) end
+  ts[#ts + 1] = t
+  i = i + 3 + k
 end
-redis.call('HSET', key, '|clock', tostring(bestServed))
-return best
+-- Serving in turn as if each job were charged when picked: ties go to the tenant first in line.
+local out, first = {}, nil
+while #out < want do
+  local best
+  for idx, t in ipairs(ts) do
+    if t.next <= #t.costs and (best == nil or t.served < ts[best].served) then best = idx end
+  end
+  if best == nil then break end
+  local t = ts[best]
+  if first == nil then first = t.served end
+  out[#out + 1] = best
+  t.served = t.served + t.costs[t.next] / t.weight
+  t.next = t.next + 1
+end
+if first then redis.call('HSET', key, '|clock', tostring(first)) end
+return out

@@ -17,8 +17,9 @@
     ARGV[2] the highest delayed score that is due now
     ARGV[3] how many due delayed jobs to look at
     ARGV[4] how many jobs to give at most (with ARGV[5], how many to look at)
-    ARGV[5] "tenants": give only the first job of each tenant, of the first job's priority
-            (fair share: the gate picks among tenants; their jobs keep their order)
+    ARGV[5] "tenants": give only the first ARGV[6] jobs of each tenant, of the first job's
+            priority (fair share: the gate orders tenants; their jobs keep their order)
+    ARGV[6] with "tenants", how many of each tenant's jobs (default 1)
 
   Output: {jobId, data JSON, jobId, data JSON, ...} in the order BullMQ hands them out, or false
   when there is nothing to hand out. When more delayed jobs are due than it looks at, only the
@@ -72,6 +73,7 @@ end
 
 local out = {}
 local perTenant = ARGV[5] == 'tenants'
+local each = tonumber(ARGV[6] or '1')
 local seen, firstPriority = {}, nil
 for k = 1, math.min(#heads, want) do
   local id = heads[k]
@@ -84,8 +86,9 @@ for k = 1, math.min(#heads, want) do
     if firstPriority == nil then firstPriority = priority end
     if priority ~= firstPriority then break end
     local tenant = string.match(data, '"tenant":"([^"]*)"') or ''
-    keep = not seen[tenant]
-    seen[tenant] = true
+    local n = (seen[tenant] or 0) + 1
+    keep = n <= each
+    seen[tenant] = n
   end
   if keep then
     out[#out + 1] = id

@@ -1,6 +1,8 @@
 -- One acquire's run (`run`: its keys, clock, scopes and what it admitted so far): whether a
 -- cost fits, and admitting it. What the run admits is added to the totals and counters once,
--- at its end (finish_run); need_of counts it meanwhile. Needs "tally" and "foreign-spend".
+-- at its end (finish_run); need_of counts it meanwhile. A cost may carry its own scopes with
+-- their limits (`c.limits`; else the run's) and a money claim (`c.money`). Needs "tally",
+-- "foreign-spend" and "money".
 
 -- What `c` lacks in scope s, dimension d, now (0 or less: it fits), and the foreign spend.
 local function need_of(run, s, d, c)
@@ -10,17 +12,18 @@ local function need_of(run, s, d, c)
   return used + foreign_at(f, run.now, 0) + amount(c, d) - s.limits[d], f
 end
 
--- Whether c fits every dimension of every scope and a slot right now, leaving `spareSlots`.
+-- Whether c fits every dimension of every scope, its money budgets and a slot right now,
+-- leaving `spareSlots`.
 local function fits_now(run, c, spareSlots)
   if run.maxSlots > 0 and redis.call('ZCARD', run.slots) + 1 + spareSlots > run.maxSlots then
     return false
   end
-  for _, s in ipairs(run.scopes) do
+  for _, s in ipairs(c.limits or run.scopes) do
     for _, d in ipairs(DIMS) do
       if s.limits[d] > 0 and need_of(run, s, d, c) > 0 then return false end
     end
   end
-  return true
+  return not (c.money and money_short(run.money, c.money))
 end
 
 -- An open reservation whose stamp is its lease expiry until the call starts or settles.
@@ -32,6 +35,7 @@ local function admit(run, id, c)
   tally(run.stats, 'admitted', 1)
   tally(run.stats, 'reserved_in', c.inp)
   tally(run.stats, 'reserved_out', c.out)
+  if c.money then money_hold(run.money, id, c.money) end
 end
 
 local function finish_run(run, reply)

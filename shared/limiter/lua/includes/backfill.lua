@@ -1,6 +1,7 @@
 -- Backfill: while the first in line waits for budget, calls queued behind it that fit now go
 -- ahead, when it would start no later for them (their spend is still in the window when it
--- starts, so it must fit beside it then), leaving it a slot. Needs "admission", "wait-time".
+-- starts, so it must fit beside it then), leaving it a slot, and only within its money budgets.
+-- Needs "admission", "wait-time".
 
 -- When run.cost could start at the earliest if nothing else started before it: the latest of
 -- its dimensions' waits (0 when it fits now), with `extra` more spend in the window.
@@ -10,7 +11,7 @@ local function start_of(run, extra)
     for _, d in ipairs(DIMS) do
       if s.limits[d] > 0 then
         local need, f = need_of(run, s, d, run.cost)
-        need = need + amount(extra, d)
+        if in_scope(extra, s.name) then need = need + amount(extra, d) end
         if need > 0 then
           t = math.max(t, wait_for(run.log, run.res, run.now, run.windowMs, s.name, d, need, f))
         end
@@ -23,7 +24,7 @@ end
 -- Admits up to `most` of `extras` ahead of run.cost; returns their indexes.
 local function backfill(run, extras, most)
   local filled = {}
-  local startAt = start_of(run, { req = 0, inp = 0, out = 0 })
+  local startAt = start_of(run, { req = 0, inp = 0, out = 0, scopes = {} })
   for i, x in ipairs(extras) do
     if #filled >= most then break end
     if redis.call('HEXISTS', run.res, x.id) == 1 then

@@ -13,6 +13,8 @@
     KEYS[5] stats    HASH counters
     KEYS[6] waiters  ZSET ticket -> rank
     KEYS[7] waitexp  ZSET ticket -> heartbeat expiry
+    KEYS[8] spend    HASH "<period id>|<budget or model:name>" -> µ$ spent
+    KEYS[9] held     HASH reservation id -> the money it holds (given back)
     ARGV[1] msgpack map: dims, ids (the acquire's ticket, then the tickets of its extras)
 
   Output: how many admissions were undone
@@ -20,9 +22,12 @@
 --- @include "args"
 --- @include "reservation"
 --- @include "tally"
+--- @include "money"
 
 local undone = 0
+local mk = { spend = KEYS[8], held = KEYS[9] }
 for _, id in ipairs(args.ids) do
+  money_settle(mk, id, 0)
   redis.call('ZREM', KEYS[6], id)
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[3], id)

@@ -1,6 +1,7 @@
 --[[
-  Ends calls (several that ended at the same moment go in one run): replaces its estimate with what the provider reported, gives back a reservation
-  that never reached the provider, and frees its concurrency slot.
+  Ends calls (several that ended at the same moment go in one run): replaces its estimate with
+  what the provider reported, gives back a reservation that never reached the provider, and
+  frees its concurrency slot; the money it holds is settled in the same step (see money.lua).
 
   A reservation's stamp must never be earlier than the moment the provider admitted the call,
   or the window could forget it sooner than the provider does. So an open reservation is
@@ -15,6 +16,8 @@
     KEYS[4] tot    HASH "scope|dim" -> spend inside the window
     KEYS[5] stats  HASH counters
     KEYS[6] hist   HASH "bucket|name" -> per-bucket counters for the live view
+    KEYS[7] spend  HASH "<period id>|<budget or model:name>" -> µ$ spent
+    KEYS[8] held   HASH reservation id -> the money it holds
 
     ARGV[1] msgpack map (scripts.ts packs it):
       dims      the dimensions' short names in order
@@ -30,7 +33,9 @@
         restamp   true to restamp now even when the start already stamped it
         reported  output tokens the provider reported, for the counters only (-1 unknown);
                   under 'reserve' accounting the charge stays max_tokens but the estimate's
-                  accuracy is still worth knowing }
+                  accuracy is still worth knowing
+        micros    the call's actual cost in µ$ (mode 'usage'; -1: unknown, its worst case
+                  stays spent). 'keep' leaves the worst case spent, 'release' gives it back }
 
   Output: per call, three values: known (1, or 0 for a reservation that already left the
   window), inputDelta, outputDelta (actual minus reserved). One SPUBLISH for the whole run.
@@ -38,8 +43,10 @@
 --- @include "args"
 --- @include "reservation"
 --- @include "tally"
+--- @include "money"
 
 local logKey, resKey, slotsKey, totKey, statsKey, histKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mk = { spend = KEYS[7], held = KEYS[8] }
 local now = now_ms(args.now)
 local bucketMs = args.bucketMs
 local channel = args.channel or ''
@@ -49,7 +56,15 @@ local out = {}
 -- The run's increments, written once each at the end.
 local totals, stats, hist = new_tally(), new_tally(), new_tally()
 
-local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
+local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, micros)
+  -- Money first: a call longer than the window still holds it after its tokens left.
+  if mode == 'release' then
+    money_settle(mk, id, 0)
+  elseif mode == 'usage' and micros and micros >= 0 then
+    money_settle(mk, id, micros)
+  else
+    money_settle(mk, id, nil)
+  end
   local freedSlot = redis.call('ZREM', slotsKey, id)
   if freedSlot == 1 then wake = true end
   local enc = redis.call('HGET', resKey, id)
@@ -124,7 +139,7 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut)
 end
 
 for _, c in ipairs(args.calls) do
-  local known, dIn, dOut = settle_one(c.id, c.mode, c.input, c.output, c.restamp, c.reported)
+  local known, dIn, dOut = settle_one(c.id, c.mode, c.input, c.output, c.restamp, c.reported, c.micros)
   out[#out + 1] = known
   out[#out + 1] = dIn
   out[#out + 1] = dOut

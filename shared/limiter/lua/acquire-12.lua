@@ -1,6 +1,7 @@
 --[[
-  Admits one call when every dimension of every scope it belongs to has room and a concurrency
-  slot is free, all at once; or admits nothing and says how long to wait.
+  Admits one call when every dimension of every scope it belongs to has room, its money
+  budgets have room for its worst-case cost and a concurrency slot is free, all at once (tokens,
+  slot and money together); or admits nothing and says how long to wait.
 
   Waiters line up in KEYS[4] by priority, then arrival; only the first in line is admitted, so a
   large request is not starved by small ones and a more urgent one overtakes older ones.
@@ -18,6 +19,8 @@
                       "scope|dim|until" -> when that report lapses; "|next", "|last" and
                       their "|until": what follows it, and the latest reading (see observe)
     KEYS[10] stats    HASH counters and the first waiter's next retry time
+    KEYS[11] spend    HASH "<period id>|<budget or model:name>" -> µ$ spent (see money.lua)
+    KEYS[12] held     HASH reservation id -> the money it holds (msgpack { µ$, fields })
 
     ARGV[1]  msgpack map (scripts.ts packs it):
       dims         the dimensions' short names in order: req, in, out, tok
@@ -29,14 +32,19 @@
       leaseMs      lease of the concurrency slot and the open reservation
       ticketTtlMs  ttl of the waiter's place in line (renewed by each attempt)
       concurrency  limit of calls in flight, 0 for none
-      cost         { req, inp, out }
+      cost         { req, inp, out, money }; money (absent: none) is a claim { micros, limits =
+                   list of { field, budget, period, limit }, fields } held with the admission
       scopes       list of { name, limits = { req, in, out, tok } } (0 = unlimited; headroom
                    already taken off), the global scope first
-      extras       list of { id, req, inp, out }: the calls queued behind this one, charged to
-                   the same scopes. Once this one is admitted they are admitted too, in order,
-                   while each fits at once and nobody else stands in line (they never wait,
-                   never take a place in line, and the first that does not fit ends the run).
-                   A worker fills several free slots in one round trip this way.
+      periods      the period ids whose spend is kept (this day, the day before, this month,
+                   the month before), with any money claim
+      extras       list of { id, req, inp, out, money, scopes }: the calls queued behind this
+                   one, charged to its scopes unless they name their own (as `scopes` above),
+                   each with its own money claim. Once this one is admitted they are admitted
+                   too, in order, while each fits at once (tokens, money, a slot) and nobody
+                   else stands in line (they never wait, never take a place in line, and the
+                   first that does not fit ends the run). A worker fills several free slots in
+                   one round trip this way.
       backfill     how many extras at most may go ahead of this call while it waits for budget
                    (0: none), each only if it fits now and this call would start no later for
                    it (see backfill.lua)
@@ -59,10 +67,13 @@
     {4, waitMs}                         every concurrency slot is taken
     {5, scope, dim, cost, limit}        the cost can never fit that limit
     {6, waitMs}                         a probe's reading is awaited
+    {7, budget, period, spent, limit}   its money budget has no room for its worst case (µ$);
+                                        it leaves the line
 ]]
 --- @include "args"
 --- @include "reservation"
 --- @include "tally"
+--- @include "money"
 --- @include "expiry"
 --- @include "foreign-spend"
 --- @include "wait-time"
@@ -72,16 +83,23 @@
 local waitersKey, waitexpKey, seqKey, pauseKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now = now_ms(args.now)
 local ticket, queue, probeMs = args.ticket, args.queue, args.probeMs
-local cost = { req = args.cost.req, inp = args.cost.inp, out = args.cost.out, flags = '', scopes = {} }
-for i, s in ipairs(args.scopes) do cost.scopes[i] = s.name end
+local function names_of(scopes)
+  local n = {}
+  for i, s in ipairs(scopes) do n[i] = s.name end
+  return n
+end
+local cost = { req = args.cost.req, inp = args.cost.inp, out = args.cost.out, flags = '',
+  scopes = names_of(args.scopes), money = args.cost.money }
 local extras = {}
 for i, x in ipairs(args.extras) do
-  extras[i] = { id = x.id, cost = { req = x.req, inp = x.inp, out = x.out, flags = '', scopes = cost.scopes } }
+  extras[i] = { id = x.id, cost = { req = x.req, inp = x.inp, out = x.out, flags = '',
+    scopes = x.scopes and names_of(x.scopes) or cost.scopes, limits = x.scopes, money = x.money } }
 end
 local run = {
   log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], ext = KEYS[9], statsKey = KEYS[10],
   now = now, windowMs = args.windowMs, leaseExpiry = now + args.leaseMs, maxSlots = args.concurrency,
   scopes = args.scopes, cost = cost, totals = new_tally(), stats = new_tally(),
+  money = { spend = KEYS[11], held = KEYS[12], periods = args.periods },
 }
 
 local function leave_line()
@@ -118,7 +136,7 @@ for _, s in ipairs(run.scopes) do
 end
 
 -- 3. What has left the window, and lapsed leases, go.
-expire_slots(run.slots, now)
+expire_slots(run.slots, now, run.money)
 expire_log(run.log, run.res, run.tot, now, run.windowMs)
 
 -- 4. Waiters whose process stopped renewing their place leave the line.
@@ -148,6 +166,17 @@ local head = redis.call('ZRANGE', waitersKey, 0, 0)[1]
 if head ~= nil and head ~= ticket then
   local retryAt = tonumber(redis.call('HGET', run.statsKey, 'head_retry_at') or '0')
   return { 1, math.max(retryAt - now, 0) }
+end
+
+-- 6b. Money: a first in line whose budget has no room for its worst case leaves the line (its
+-- job waits for the budget's next period, or is dead-lettered, by policy).
+if cost.money then
+  local l, spent = money_short(run.money, cost.money)
+  if l then
+    leave_line()
+    redis.call('HDEL', run.statsKey, 'head_retry_at')
+    return { 7, l.budget, l.period, spent, l.limit }
+  end
 end
 
 -- 7. The shared pause.

@@ -1,0 +1,255 @@
+import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
+import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
+import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
+import { type Cost, estimateCost } from '../shared/estimate.ts';
+import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
+import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
+import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
+import { resolvePriority } from '../shared/priority.ts';
+import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
+import { checkIdempotencyKey } from './idempotency.ts';
+import type { EnqueueOptions, TokenCounter } from './producer-options.ts';
+
+const TENANT = /^[A-Za-z0-9_.@-]{1,100}$/;
+
+export interface JobBuilderOptions {
+  readonly limits?: DimensionLimits | undefined;
+  readonly scopes?: Readonly<Record<string, DimensionLimits>> | undefined;
+  readonly modelsStrict?: boolean | undefined;
+  readonly headroom?: number | undefined;
+  readonly ledger?: BudgetLedger | undefined;
+  readonly tokenCounter?: TokenCounter | undefined;
+}
+
+/**
+ * Turns a request and its enqueue options into a job's data: validated, costed, given its
+ * scopes, and refused when it could never fit a limit or a budget. Writes nothing.
+ */
+export class JobBuilder {
+  private readonly limits: DimensionLimits;
+  private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
+  private readonly headroom: number;
+  /** The model patterns of the `model:` scopes, and whether a model must match one. */
+  private readonly models: { readonly patterns: readonly string[]; readonly strict: boolean };
+  private readonly ledger: BudgetLedger | undefined;
+  private readonly tokenCounter: TokenCounter | undefined;
+
+  constructor(options: JobBuilderOptions) {
+    this.limits = options.limits ?? {};
+    this.scopeLimits = options.scopes ?? {};
+    this.headroom = options.headroom ?? 0;
+    if (!(this.headroom >= 0 && this.headroom <= 0.5)) {
+      throw new TypeError(`headroom must be a share from 0 to 0.5, got ${this.headroom}`);
+    }
+    this.models = {
+      patterns: Object.keys(this.scopeLimits).filter(isModelScope).map(patternOfScope),
+      strict: options.modelsStrict ?? false,
+    };
+    this.ledger = options.ledger;
+    this.tokenCounter = options.tokenCounter;
+  }
+
+  /** The job's data from the estimate, or a typed error. */
+  prepare(request: unknown, options: EnqueueOptions = {}): JobData {
+    const req = parseMessagesRequest(request);
+    return this.build(req, options, estimateCost(stripStream(req)));
+  }
+
+  /** Like {@link prepare}, counting input tokens with the provider when `exactCount` is set. */
+  async prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
+    const req = parseMessagesRequest(request);
+    if (!options.exactCount) return this.build(req, options, estimateCost(stripStream(req)));
+    return {
+      ...this.build(req, options, estimateCost(stripStream(req), await this.countInputTokens(req))),
+      inputCounted: true,
+    };
+  }
+
+  /** The job's data for a parsed request at a given cost. */
+  build(req: MessagesRequest, options: EnqueueOptions, cost: Cost): JobData {
+    const tenant = options.tenant;
+    if (tenant !== undefined && !TENANT.test(tenant)) {
+      throw new RequestValidationError([
+        {
+          field: 'tenant',
+          message: `must be 1 to 100 letters, digits, "_", ".", "@" or "-" (got ${JSON.stringify(tenant)})`,
+        },
+      ]);
+    }
+    let priority: number;
+    try {
+      priority = resolvePriority(options.priority);
+    } catch (err) {
+      throw new RequestValidationError([
+        { field: 'priority', message: (err as Error).message.replace(/^priority /, '') },
+      ]);
+    }
+    if (options.idempotencyKey !== undefined)
+      checkIdempotencyKey(options.idempotencyKey, 'idempotencyKey');
+    if (
+      options.timeoutMs !== undefined &&
+      !(Number.isInteger(options.timeoutMs) && options.timeoutMs >= 1_000)
+    ) {
+      throw new RequestValidationError([
+        {
+          field: 'timeoutMs',
+          message: `must be a whole number of ms from 1000 up (got ${JSON.stringify(options.timeoutMs)})`,
+        },
+      ]);
+    }
+    const r = options.retryForMs;
+    if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS)) {
+      throw new RequestValidationError([
+        {
+          field: 'retryForMs',
+          message: `must be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days; 0 makes transient failures spend attempts) (got ${JSON.stringify(r)})`,
+        },
+      ]);
+    }
+    checkMeta(options.meta);
+    checkProviderHeaders(options.providerHeaders);
+    const scopes = tenant ? [`tenant:${tenant}`] : [];
+    const modelScope = modelScopeOf(this.models.patterns, req.model, this.models.strict);
+    if (modelScope) scopes.push(modelScope);
+    // Message Batches run outside the per-minute limits; the model's context still bounds them.
+    if (options.via === 'batches') refuseOverContext(req.model, cost);
+    else this.refuseNeverFits(cost, scopes);
+    if (this.ledger) {
+      const over = this.ledger.neverFits(
+        tenant,
+        worstCaseMicros(this.ledger.settings, req.model, cost),
+      );
+      if (over) throw over;
+    }
+    return {
+      v: 1,
+      request: stripStream(req),
+      cost,
+      priority,
+      tenant,
+      scopes: scopes.length > 0 ? scopes : undefined,
+      stream: options.relayEvents ? true : (options.stream ?? req.stream),
+      relayEvents: options.relayEvents || undefined,
+      providerHeaders: options.providerHeaders,
+      timeoutMs: options.timeoutMs,
+      retryForMs: options.retryForMs,
+      idempotencyKey: options.idempotencyKey,
+      enqueuedAt: Date.now(),
+      meta: options.meta,
+    };
+  }
+
+  /** The limiter refuses what exceeds a limit less its headroom at once; so does the producer. */
+  private refuseNeverFits(cost: Cost, scopes: readonly string[]): void {
+    for (const scope of [GLOBAL_SCOPE, ...scopes]) {
+      const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
+      for (const dim of DIMENSION_NAMES) {
+        const raw = limits[dim];
+        if (raw === undefined || raw <= 0) continue;
+        const limit = Math.max(1, Math.floor(raw * (1 - this.headroom)));
+        const need = amountOf(cost, dim);
+        if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit);
+      }
+    }
+  }
+
+  private async countInputTokens(req: MessagesRequest): Promise<number> {
+    if (!this.tokenCounter) {
+      throw new TypeError(
+        'exactCount needs a tokenCounter (an Anthropic client) in the producer options',
+      );
+    }
+    const { model, messages, system, tools, tool_choice, thinking } = req as MessagesRequest &
+      Record<string, unknown>;
+    const params = Object.fromEntries(
+      Object.entries({ model, messages, system, tools, tool_choice, thinking }).filter(
+        ([, v]) => v !== undefined,
+      ),
+    );
+    const counted = await this.tokenCounter.messages.countTokens(params as never);
+    return counted.input_tokens;
+  }
+}
+
+function stripStream(req: MessagesRequest): MessagesRequest {
+  const { stream: _ignored, ...clean } = req;
+  return clean as MessagesRequest;
+}
+
+function refuseOverContext(model: string, cost: Cost): void {
+  const need = cost.inputTokens + cost.outputTokens;
+  const context = contextTokensOf(model);
+  if (need <= context) return;
+  throw new RequestValidationError([
+    {
+      field: 'messages',
+      message: `the request needs an estimated ${need} tokens (input and max_tokens), more than the model's context of ${context}: shorten the input, lower max_tokens, or split it (llmq batch summarize --chunk-tokens)`,
+    },
+  ]);
+}
+
+export function checkAttempts(n: number | undefined): number {
+  if (n === undefined) return 5;
+  if (!Number.isInteger(n) || n < 1 || n > 100) {
+    throw new RequestValidationError([
+      {
+        field: 'attempts',
+        message: `must be a whole number from 1 to 100 (got ${JSON.stringify(n)})`,
+      },
+    ]);
+  }
+  return n;
+}
+
+export function checkChunk(n: number | undefined): number {
+  if (n === undefined) return 1_000;
+  if (!Number.isInteger(n) || n < 1 || n > 100_000) {
+    throw new TypeError(
+      `chunkSize must be a whole number from 1 to 100000, got ${JSON.stringify(n)}`,
+    );
+  }
+  return n;
+}
+
+const PROVIDER_HEADERS = new Set(['anthropic-version', 'anthropic-beta']);
+
+function checkProviderHeaders(headers: Readonly<Record<string, string>> | undefined): void {
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (!PROVIDER_HEADERS.has(name)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: 'is not a header llmq sends on (only anthropic-version and anthropic-beta)',
+        },
+      ]);
+    }
+    if (typeof value !== 'string' || !/^[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$/.test(value)) {
+      throw new RequestValidationError([
+        {
+          field: name,
+          message: `must be 1 to 256 printable characters (got ${JSON.stringify(value)?.slice(0, 60)})`,
+        },
+      ]);
+    }
+  }
+}
+
+function checkMeta(meta: unknown): void {
+  if (meta === undefined) return;
+  const bad = (message: string) => new RequestValidationError([{ field: 'meta', message }]);
+  if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) {
+    throw bad(`must be an object of strings (got ${JSON.stringify(meta)})`);
+  }
+  const entries = Object.entries(meta);
+  if (entries.length > 50) throw bad(`must hold at most 50 labels (got ${entries.length})`);
+  for (const [k, v] of entries) {
+    if (typeof v !== 'string' || v.length > 4_096 || k.length > 100) {
+      throw new RequestValidationError([
+        {
+          field: `meta.${k}`,
+          message: `must be a string of at most 4096 characters (got ${JSON.stringify(v)?.slice(0, 60)})`,
+        },
+      ]);
+    }
+  }
+}

@@ -1,0 +1,119 @@
+import type { BudgetSettings } from '../shared/budgets.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import type { DimensionLimits } from '../shared/limiter/types.ts';
+import type { PriorityLane } from '../shared/priority.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import type { Via } from './batches/via.ts';
+import type { WaitForRoomOptions } from './depth-gate.ts';
+
+/** What `exactCount` needs: the SDK's `client.messages.countTokens` (an `Anthropic` instance fits). */
+export interface TokenCounter {
+  readonly messages: {
+    countTokens(params: never): PromiseLike<{ readonly input_tokens: number }>;
+  };
+}
+
+export interface ProducerOptions {
+  /** The connection the producer uses; it closes it only when `ownsRedis`. */
+  readonly redis: RedisClient;
+  /** Close `redis` with the producer. @default false */
+  readonly ownsRedis?: boolean;
+  readonly names: QueueNames;
+  /** Limits of the global scope, to refuse a job that could never fit. */
+  readonly limits?: DimensionLimits;
+  /** Limits of nested scopes (`tenant:acme`, `model:claude-sonnet-*`). */
+  readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
+  readonly modelsStrict?: boolean;
+  /** Money budgets (Config.budgets): a job that can never fit one is refused; so is one whose budget is spent under the `refuse` policy. */
+  readonly budgets?: BudgetSettings | undefined;
+  /**
+   * The share of each limit the limiter keeps unused (Config.headroom): a cost above what is
+   * left can never be admitted, so it is refused here already. @default 0
+   */
+  readonly headroom?: number;
+  /** Waiting jobs allowed in the queue (Config.maxDepth); 0 for no bound. @default 0 */
+  readonly maxDepth?: number;
+  /** Waiting jobs allowed per tenant: one number for all, or per name (`'*'` for the rest). */
+  readonly tenantMaxDepth?: number | Readonly<Record<string, number>>;
+  /** The retry hint of a {@link QueueFullError}. @default 1_000 */
+  readonly retryAfterMs?: number;
+  /** How long a depth reservation outlives a producer that died mid-add. @default 30_000 */
+  readonly reservationTtlMs?: number;
+  /** Counts input tokens exactly when an enqueue asks for `exactCount`. */
+  readonly tokenCounter?: TokenCounter;
+  /** Only for error messages (never logged with a password). @default taken from `redis` */
+  readonly redisUrl?: string;
+  /** A Redis command that takes longer fails with RedisUnavailableError. @default 10_000 */
+  readonly commandTimeoutMs?: number;
+  /** Seconds a completed job (its result, its idempotency key) is kept. @default 604_800 (7 days) */
+  readonly keepCompletedS?: number;
+  /** Completed jobs kept at most. @default 100_000 */
+  readonly keepCompletedCount?: number;
+  /** Seconds a failed (dead-lettered) job is kept. @default 604_800 (7 days) */
+  readonly keepFailedS?: number;
+}
+
+export interface EnqueueOptions extends WaitForRoomOptions {
+  /** A lane or a number, 1 the most urgent. @default 'default' */
+  readonly priority?: PriorityLane | number | string;
+  /** The tenant the job belongs to; its limiter scope is `tenant:<name>`. */
+  readonly tenant?: string;
+  /**
+   * The same key never makes a second job (in any process) while the first exists: the first
+   * job's id comes back instead. Scoped by tenant. See `idempotency.ts` for what happens after
+   * the first job is removed.
+   */
+  readonly idempotencyKey?: string;
+  /** Stream the response. */
+  readonly stream?: boolean;
+  /** Append the provider's stream events to the job's event stream for a reader (implies `stream`). */
+  readonly relayEvents?: boolean;
+  /** `anthropic-version` and `anthropic-beta` to send with the call; no other header. */
+  readonly providerHeaders?: Readonly<Record<string, string>>;
+  /** Per-call timeout in ms. @default 600_000 (the worker's default) */
+  readonly timeoutMs?: number;
+  /**
+   * Tries for retryable failures that are not transient (409, an error of llmq's own…); with
+   * `retryForMs: 0`, for every retryable failure. @default 5
+   */
+  readonly attempts?: number;
+  /**
+   * How long transient failures (529, 5xx, timeouts, dropped connections) are retried, in ms
+   * from the job's first; they spend no attempt. 0 makes them spend attempts instead. At most
+   * 7 days. @default the worker's `retryForMs` (10 minutes)
+   */
+  readonly retryForMs?: number;
+  /** Free-form labels kept with the job. */
+  readonly meta?: Readonly<Record<string, string>>;
+  /** Count input tokens with the provider's count_tokens instead of estimating. @default false */
+  readonly exactCount?: boolean;
+  /**
+   * `batches`: run it through Message Batches (half the price, outside per-minute limits, done
+   * within 24 h) once a batch submitter runs; see producer/batches. @default 'messages'
+   */
+  readonly via?: Via;
+  /** For `via: 'batches'`: when it must be done by (ms since the epoch). */
+  readonly deadlineAt?: number;
+  /**
+   * W3C traceparent the job's trace continues (an HTTP request's); else the active span's.
+   * @default undefined
+   */
+  readonly traceparent?: string;
+}
+
+export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'idempotencyKey'> {
+  /** One key (or undefined) per request, in the same order. */
+  readonly idempotencyKeys?: readonly (string | undefined)[];
+  /** Jobs per addBulk call and per depth reservation (capped by the bounds). @default 1_000 */
+  readonly chunkSize?: number;
+  /** Called after each chunk was added, with the ids of the whole chunk (existing ones too). */
+  readonly onChunk?: (ids: readonly string[], firstIndex: number) => void;
+}
+
+/** What one enqueue did. */
+export interface EnqueuedJob {
+  readonly id: string;
+  /** False when an idempotency key found the job already there. */
+  readonly created: boolean;
+}
