@@ -101,6 +101,13 @@ interface Amounts {
   out: number;
 }
 
+/** A begun call's request and input under 'actual' accounting, stamped when it began. */
+interface ModelPart extends Amounts {
+  readonly scopes: readonly string[];
+  readonly stamp: number;
+  inLog: boolean;
+}
+
 interface ModelRes extends Amounts {
   readonly reservation: Reservation;
   readonly scopes: readonly string[];
@@ -113,6 +120,8 @@ interface ModelRes extends Amounts {
   inLog: boolean;
   slot: number | null;
   ended: boolean;
+  /** Under 'actual' accounting, once begun: its request and input (see start-2.lua). */
+  part: ModelPart | null;
   /** The money it holds (µ$), until it ends. */
   held: number;
 }
@@ -175,12 +184,18 @@ class Model {
   }
 
   pruneLog(): void {
-    for (const r of this.res) if (r.inLog && r.stamp <= this.now - this.windowArg) r.inLog = false;
+    for (const r of this.entries())
+      if (r.inLog && r.stamp <= this.now - this.windowArg) r.inLog = false;
+  }
+
+  /** Every entry of the log: reservations, and the input parts of begun ones. */
+  entries(): (ModelRes | ModelPart)[] {
+    return [...this.res, ...this.res.flatMap((r) => (r.part ? [r.part] : []))];
   }
 
   used(scope: string, d: Dim): number {
     let sum = 0;
-    for (const r of this.res) {
+    for (const r of this.entries()) {
       if (r.inLog && r.stamp > this.now - this.windowArg && r.scopes.includes(scope))
         sum += amount(r, d);
     }
@@ -190,7 +205,7 @@ class Model {
   /** Of `used`, what the provider's own window (without the margin) still holds. */
   counted(scope: string, d: Dim): number {
     let sum = 0;
-    for (const r of this.res) {
+    for (const r of this.entries()) {
       if (r.inLog && r.stamp > this.now - WINDOW && r.scopes.includes(scope)) sum += amount(r, d);
     }
     return sum;
@@ -286,7 +301,7 @@ class Model {
    * says) plus the foreign spend if it has lapsed by then covers the need.
    */
   budgetWait(scope: string, d: Dim, need: number): number {
-    const mine = this.res.filter((r) => r.inLog && r.scopes.includes(scope));
+    const mine = this.entries().filter((r) => r.inLog && r.scopes.includes(scope));
     const last = this.ext.get(`${scope}|${d}`)?.last;
     const moments = [
       ...mine.map((r) => r.stamp + this.windowArg + 1),
@@ -317,14 +332,23 @@ class Model {
       inLog: true,
       slot: this.now + LEASE,
       ended: false,
+      part: null,
     });
   }
 
   start(r: ModelRes): void {
     if (!r.inLog || r.started) return;
+    // Under 'actual' accounting the output is produced until the end: it stays open, while the
+    // request and input, counted at admission, are stamped now in a part of their own.
+    if (this.cfg.accounting === 'actual') {
+      if (r.begun) return;
+      r.begun = true;
+      r.part = { req: r.req, in: r.in, out: 0, scopes: r.scopes, stamp: this.now, inLog: true };
+      r.req = 0;
+      r.in = 0;
+      return;
+    }
     r.begun = true;
-    // Under 'actual' accounting the output is produced until the end: the call stays open.
-    if (this.cfg.accounting === 'actual') return;
     r.started = true;
     r.stamp = this.now;
   }
@@ -343,20 +367,47 @@ class Model {
     // Its money settles to the cost; kept, its worst case stays spent.
     if (actual) this.spent += actual.micros - r.held;
     r.held = 0;
-    const reserved = { req: r.req, in: r.in, out: r.out };
+    // A begun call's input is in its part, if that is still in the log.
+    const holder = r.part ? (r.part.inLog ? r.part : null) : r;
+    const part = r.part;
+    const reservedIn = part ? part.in : r.in;
     const charged = actual
-      ? { req: r.req, in: actual.in, out: this.cfg.accounting === 'actual' ? actual.out : r.out }
-      : reserved;
+      ? {
+          req: part ? part.req : r.req,
+          in: actual.in,
+          out: this.cfg.accounting === 'actual' ? actual.out : r.out,
+        }
+      : { req: part ? part.req : r.req, in: reservedIn, out: r.out };
     let answer = { known: false, inputDelta: 0, outputDelta: 0 };
     if (r.inLog) {
-      answer = { known: true, inputDelta: charged.in - r.in, outputDelta: charged.out - r.out };
-      r.in = charged.in;
+      const inputDelta = holder && actual ? charged.in - holder.in : 0;
+      answer = { known: true, inputDelta, outputDelta: charged.out - r.out };
+      if (holder && actual) holder.in = charged.in;
       r.out = charged.out;
       if (!r.started || (actual && this.cfg.accounting === 'actual')) r.stamp = this.now;
       r.started = true;
       this.counters.settled++;
     }
-    this.reached.push({ ...charged, lo: r.admittedAt, hi: r.stamp, scopes: r.scopes });
+    if (part) {
+      // Admitted by the provider before its response began (the part's stamp) for the request
+      // and input; the output until the end.
+      this.reached.push({
+        req: charged.req,
+        in: charged.in,
+        out: 0,
+        lo: r.admittedAt,
+        hi: part.stamp,
+        scopes: r.scopes,
+      });
+      this.reached.push({
+        req: 0,
+        in: 0,
+        out: charged.out,
+        lo: r.admittedAt,
+        hi: r.stamp,
+        scopes: r.scopes,
+      });
+    } else this.reached.push({ ...charged, lo: r.admittedAt, hi: r.stamp, scopes: r.scopes });
     return answer;
   }
 
@@ -367,6 +418,7 @@ class Model {
     r.held = 0;
     if (r.inLog) this.counters.released++;
     r.inLog = false;
+    if (r.part) r.part.inLog = false;
   }
 
   observe(
@@ -379,8 +431,10 @@ class Model {
       // Certainly foreign: every call of ours the provider's window holds counted as seen;
       // possibly: unbegun ones not.
       const ours = this.counted(scope, dim);
-      const certain = Math.max(limit - remaining - ours, 0);
-      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)), 0);
+      // A token reading that is a multiple of 1,000 may be the provider's rounding of ours.
+      const rounding = dim !== 'req' && limit % 1_000 === 0 && remaining % 1_000 === 0 ? 500 : 0;
+      const certain = Math.max(limit - remaining - ours - rounding, 0);
+      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)) - rounding, 0);
       let until = this.now + this.windowArg;
       if (reset !== null && reset > this.now && reset < until) until = reset;
       // Possibly foreign only as far as the reading before agrees (a race shows in one).
@@ -407,14 +461,17 @@ class Model {
 
   /** Calls that may have reached the provider: settled, kept, and those still in flight. */
   providerCalls(): ProviderCall[] {
-    const open = this.inFlight().map((r) => ({
-      req: r.req,
-      in: r.in,
-      out: r.out,
-      lo: r.admittedAt,
-      hi: r.started ? r.stamp : this.now,
-      scopes: r.scopes,
-    }));
+    const open = this.inFlight().flatMap((r) => [
+      {
+        req: r.req,
+        in: r.in,
+        out: r.out,
+        lo: r.admittedAt,
+        hi: r.started ? r.stamp : this.now,
+        scopes: r.scopes,
+      },
+      ...(r.part ? [{ ...r.part, lo: r.admittedAt, hi: r.part.stamp }] : []),
+    ]);
     return [...this.reached, ...open];
   }
 }

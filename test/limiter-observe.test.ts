@@ -58,6 +58,23 @@ const foreign = async (lim: Limiter) =>
   (await lim.snapshot()).scopes.find((s) => s.scope === 'global')?.dimensions.tokens.foreign;
 
 describe('observing the provider’s rate-limit headers', () => {
+  it('takes a token reading within the provider’s rounding of our own count for ours, not another client’s', async () => {
+    const lim = make({ limits: { tokens: 10_000 } });
+    await spend(lim, 1_300, 1_300);
+    // Only our 2,600 in the window: 7,400 left, which Anthropic rounds to 7,000.
+    await lim.observe(tokenHeaders(10_000, 7_000, t + 5_000));
+    await lim.observe(tokenHeaders(10_000, 7_000, t + 5_000));
+    expect(await foreign(lim)).toBe(0);
+    // Beyond the rounding it is someone else's: at least 4,000 − 2,600 − 500.
+    await lim.observe(tokenHeaders(10_000, 6_000, t + 5_000));
+    await lim.observe(tokenHeaders(10_000, 6_000, t + 5_000));
+    expect(await foreign(lim)).toBe(900);
+    // A reading that is not a multiple of 1,000 was not rounded: taken as it is.
+    await lim.observe(tokenHeaders(10_000, 5_877, t + 5_000));
+    await lim.observe(tokenHeaders(10_000, 5_877, t + 5_000));
+    expect(await foreign(lim)).toBe(1_523);
+  });
+
   it('does not let our calls still on their way hide another client’s spend', async () => {
     const lim = make();
     await spend(lim, 200, 100);

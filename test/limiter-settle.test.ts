@@ -161,6 +161,34 @@ describe('settling a reservation', () => {
     });
   });
 
+  it("under 'actual' accounting, a call's input leaves a window after its response began, its output a window after it ended", async () => {
+    const lim = make({ outputAccounting: 'actual' });
+    const r = await admitted(lim, cost(900, 900));
+    // The response begins now (the provider counted the input by then) and streams for 4 s.
+    await lim.start(r);
+    t += 4_000;
+    expect(await lim.settle(r, { inputTokens: 700, outputTokens: 600 })).toEqual({
+      known: true,
+      inputDelta: -200,
+      outputDelta: -300,
+    });
+    expect(await used(lim, 'inputTokens')).toBe(700);
+    // Input room comes back a window after the response began, when its input leaves.
+    const d = await lim.tryAcquire(cost(400, 100));
+    expect(d).toMatchObject({ ok: false, reason: 'budget', dimension: 'inputTokens' });
+    if (!d.ok) expect(d.waitMs).toBe(6_001);
+    t += 6_001;
+    expect(await used(lim, 'inputTokens')).toBe(0);
+    expect(await used(lim, 'requests')).toBe(0);
+    // The output stays until a window after the call ended.
+    expect(await used(lim, 'outputTokens')).toBe(600);
+    expect(await lim.tryAcquire(cost(1_000, 400))).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(0, 100))).toMatchObject({
+      ok: false,
+      dimension: 'outputTokens',
+    });
+  });
+
   it('refuses usage that is not a whole number of tokens, and the calls settled beside it are unharmed', async () => {
     const lim = make({ outputAccounting: 'actual' });
     const a = await admitted(lim, cost(100, 100));

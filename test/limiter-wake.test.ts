@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { connectRedis } from '../shared/redis.ts';
+import { startRedisServer } from './fixtures/limiter-support.ts';
+import { deleteKeys, newRedis, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let other: Redis;
@@ -59,4 +61,32 @@ describe('waking waiters', () => {
     await holder.settle(held, { inputTokens: 10, outputTokens: 10 });
     expect((await admitted) - start).toBeGreaterThanOrEqual(1_900);
   });
+
+  it('wakes a waiter of its own process at once when a call of that process ends, without the wake-up through Redis', async () => {
+    // The subscriber listens on a Redis of its own: no wake-up published here reaches it.
+    const elsewhere = await startRedisServer();
+    const deaf = connectRedis(elsewhere.url);
+    deaf.on('error', () => {});
+    try {
+      const lim = new Limiter({
+        redis,
+        names,
+        concurrency: 1,
+        windowMs: 10_000,
+        maxPollMs: 60_000,
+        subscriber: deaf,
+      });
+      const held = await lim.acquire(cost);
+      const admitted = lim.acquire(cost).then(() => 'admitted' as const);
+      await until(async () => (await lim.snapshot()).counters.deniedSlots >= 1);
+      await lim.settle(held, { inputTokens: 10, outputTokens: 10 });
+      // Without the wake-up here the waiter would sleep until the slot's lease (30 s) runs out.
+      const late = new Promise<'late'>((r) => setTimeout(() => r('late'), 10_000).unref());
+      expect(await Promise.race([admitted, late])).toBe('admitted');
+      await lim.close();
+    } finally {
+      deaf.disconnect();
+      await elsewhere.stop();
+    }
+  }, 30_000);
 });

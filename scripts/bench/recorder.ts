@@ -13,6 +13,8 @@ export interface AdmittedCall {
   input: number;
   readonly maxTokens: number;
   output: number | undefined;
+  /** When the response's body had been read (recorded with `output`). */
+  endedAt?: number | undefined;
 }
 
 /** What a recorder saw: attempts, statuses, and (in `full` mode) every admitted call. */
@@ -112,6 +114,7 @@ export class CallRecorder {
         // The provider's own count, whatever counter it uses.
         const input = INPUT_TOKENS.exec(text)?.[1];
         if (input !== undefined) call.input = Number(input);
+        call.endedAt = Date.now();
       })
       .catch(() => {})
       .finally(() => this.pending.delete(read));

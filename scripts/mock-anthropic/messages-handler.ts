@@ -262,10 +262,16 @@ async function streamAnswer(
   const deltas = Math.ceil(output.tokens / perDelta);
   const failAfter = failMidway ? Math.ceil(deltas / 2) : Number.POSITIVE_INFINITY;
   let sent = 0;
-  if (!(await sleep(answer.latencyMs, signal))) return sent;
+  // Each delta is due at its moment from the start (latency + per-token time of what it ends
+  // with): timers fire late, a millisecond at least, and sleeping a piece at a time would add
+  // that lateness up (40 tokens at 0.5 ms took 50 ms instead of 20).
+  const begun = performance.now();
+  const waitUntil = (dueMs: number) => sleep(dueMs - (performance.now() - begun), signal);
+  if (!(await waitUntil(answer.latencyMs))) return sent;
   for (let i = 0; i < deltas; i++) {
     const pieces = output.pieces.slice(i * perDelta, (i + 1) * perDelta);
-    if (!(await sleep(answer.perTokenMs * pieces.length, signal))) return sent;
+    const due = answer.latencyMs + answer.perTokenMs * (sent + pieces.length);
+    if (!(await waitUntil(due))) return sent;
     send('content_block_delta', {
       type: 'content_block_delta',
       index: 0,

@@ -294,10 +294,15 @@ export class Limiter {
     reportedOutput = -1,
     micros = -1,
   ): Promise<SettleResult> {
+    // A waiter of this process sleeps: the budget and slot go back now, and it wakes at once
+    // (its attempt goes behind this end on the same connection), not when the wake-up comes
+    // back through Redis.
+    const waiting = this.wakeUps.sleeping;
     const ended = this.ends.push(
       { id: reservation.id, mode, input, output, restamp, reported: reportedOutput, micros },
-      mode !== 'usage',
+      mode !== 'usage' || waiting,
     );
+    if (waiting) this.wakeUps.wakeHere();
     // A stamp not sent yet is the settle's to make (it stamps an unstamped call), or, for a call
     // given back, nobody's.
     this.stamps.withdraw(

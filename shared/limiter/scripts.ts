@@ -303,10 +303,19 @@ export class LimiterScripts {
     readonly ageMs: number;
   }): Promise<void> {
     const { reading, ...rest } = a;
-    const readings: Record<string, { limit: number; remaining: number; reset: number }> = {};
+    const readings: Record<
+      string,
+      { limit: number; remaining: number; reset: number; rounding: number }
+    > = {};
     for (const d of DIMENSIONS) {
       const r = reading[d.name];
-      if (r) readings[d.lua] = { limit: r.limit, remaining: r.remaining, reset: r.resetMs ?? -1 };
+      if (r)
+        readings[d.lua] = {
+          limit: r.limit,
+          remaining: r.remaining,
+          reset: r.resetMs ?? -1,
+          rounding: r.rounding,
+        };
     }
     const k = this.keys;
     await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], {

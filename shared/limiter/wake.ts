@@ -6,10 +6,10 @@ import type { RedisClient } from '../redis.ts';
  * publishes on the limiter's wake channel (heard on a subscriber connection, when given).
  */
 export class WakeUps {
-  private readonly sleepers = new Set<() => void>();
+  private readonly sleepers = new Set<(at: 'now' | 'soon') => void>();
   private readonly onMessage = (channel: string) => {
     if (channel !== this.channel) return;
-    for (const wake of this.sleepers) wake();
+    for (const wake of this.sleepers) wake('soon');
   };
   private subscribed: Promise<unknown> | undefined;
 
@@ -33,8 +33,10 @@ export class WakeUps {
     const timer = new AbortController();
     const onAbort = () => timer.abort();
     signal?.addEventListener('abort', onAbort, { once: true });
-    // Several waiters of one process must not all hit Redis at the same instant.
-    const wake = () => setTimeout(() => timer.abort(), Math.random() * 5);
+    // Several waiters of one process must not all hit Redis at the same instant when a wake-up
+    // arrives; a call of this process that ends wakes them at once (see wakeHere).
+    const wake = (at: 'now' | 'soon') =>
+      at === 'now' ? timer.abort() : setTimeout(() => timer.abort(), Math.random() * 5);
     this.sleepers.add(wake);
     try {
       await sleep(ms, undefined, { signal: timer.signal }).catch(() => {});
@@ -43,6 +45,19 @@ export class WakeUps {
       this.sleepers.delete(wake);
       signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** Whether a waiter of this process sleeps and may be woken. */
+  get sleeping(): boolean {
+    return this.subscriber !== undefined && this.sleepers.size > 0;
+  }
+
+  /**
+   * Wakes this process's waiters at once, without the round trip of a wake-up through Redis: a
+   * call here ended, and their next attempt sends its end first (same connection).
+   */
+  wakeHere(): void {
+    for (const wake of this.sleepers) wake('now');
   }
 
   /** Stops listening (the subscriber connection stays its owner's to close). */

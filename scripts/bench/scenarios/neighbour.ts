@@ -9,6 +9,7 @@ import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { count, percent, seconds } from '../table.ts';
 import {
   costAtMock,
+  DIFFERING_COUNTER,
   latencyFor,
   shapesOf,
   shortCall,
@@ -23,6 +24,8 @@ const CONCURRENCY = 10;
 /** The neighbour's request: 1,500 tokens, four times a window: 30% of the limit. */
 const NEIGHBOUR_TOKENS = 1_500;
 const NEIGHBOUR_PER_WINDOW = 4;
+/** Runs with feedback (the target holds on every one), full and `--quick`; one without. */
+const RUNS = { full: 5, quick: 1 } as const;
 
 interface NeighbourRun {
   readonly sent: number;
@@ -89,10 +92,12 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const calls = ctx.quick ? 120 : 170;
+  // Issue 21: the provider counts unlike llmq's estimate here, whatever --counter says.
+  const counting = ctx.counting ?? DIFFERING_COUNTER;
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i, 400));
   // llmq's minimum: the ideal client's on what the neighbour left it in that run (its measured
   // share of the limit per window).
-  const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
+  const shapes = shapesOf(requests, SHARE, latency, counting);
   const budgetOn = (neighbourShare: number) =>
     ({
       limits: {
@@ -104,7 +109,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
     }) as const;
   const minimums: number[] = [];
   const mockOptions: MockAnthropicOptions = {
-    ...ctx.counting,
+    ...counting,
     windowMs,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -114,13 +119,17 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
     outputShare: SHARE,
   };
   const rows: RateRow[] = [];
+  const runs = ctx.quick ? RUNS.quick : RUNS.full;
+  const plan = [...Array.from({ length: runs }, () => true), false];
   await withMock(mockOptions, async (mock) => {
-    for (const feedback of [true, false]) {
-      const client = feedback ? 'llmq with provider feedback' : 'llmq without feedback';
+    for (const [k, feedback] of plan.entries()) {
+      const client = feedback
+        ? `llmq with provider feedback${runs > 1 ? `, run ${k + 1}` : ''}`
+        : 'llmq without feedback';
       ctx.log(`neighbour: ${client}`);
       await mock.reset();
       const stop = new AbortController();
-      const neighbour = runNeighbour(mock.url, windowMs, stop.signal, ctx.counting);
+      const neighbour = runNeighbour(mock.url, windowMs, stop.signal, counting);
       // Let the neighbour take its share first, as a client that was already there.
       await sleep(windowMs / 2);
       const run = await runLlmq({
@@ -128,7 +137,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
         scope: 'neighbour',
         mockUrl: mock.url,
         requests,
-        counting: ctx.counting,
+        counting: counting,
         ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: 1, where: 'in-process' },
         concurrency: CONCURRENCY,
@@ -156,31 +165,36 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
     }
   });
 
-  const [withFb, nbWith, withoutFb] = rows as [RateRow, RateRow, RateRow, RateRow];
-  const share429 = withFb.rateLimited / Math.max(1, withFb.attempts);
+  const llmqRows = rows.filter((_, i) => i % 2 === 0);
+  const fbRows = llmqRows.slice(0, runs);
+  const withoutFb = llmqRows[runs]!;
+  const share = (r: RateRow) => r.rateLimited / Math.max(1, r.attempts);
+  const worst = fbRows.reduce((a, b) => (share(b) > share(a) ? b : a));
+  const nbWith = rows[1]!;
   const neighbourShare = (r: RateRow) => r.utilization;
   return {
     name: 'neighbour',
-    title: `${calls} llmq calls of ${costAtMock(requests[0]!, ctx.counting)} tokens while another client spends ~30% of ${LIMIT} tokens per sliding ${W} s window`,
+    title: `${calls} llmq calls of ${costAtMock(requests[0]!, counting)} tokens while another client spends ~30% of ${LIMIT} tokens per sliding ${W} s window, input counted as characters / 3.6 + 7`,
     settings: {
       mock: mockOptions,
       calls,
       neighbour: { tokensPerCall: NEIGHBOUR_TOKENS, callsPerWindow: NEIGHBOUR_PER_WINDOW },
       minimumMs: minimums,
+      runs,
     },
     headers: RATE_HEADERS,
     rows: rows.map(rateCells),
     figures: rows,
     targets: [
       {
-        name: "with feedback, 429s under 1% of llmq's attempts",
-        met: share429 < 0.01,
-        detail: `${withFb.rateLimited} of ${count(withFb.attempts)} (${percent(share429, 2)}); without feedback ${withoutFb.rateLimited} of ${count(withoutFb.attempts)}`,
+        name: `with feedback, 429s under 1% of llmq's attempts${runs > 1 ? ` on every one of ${runs} runs` : ''}`,
+        met: fbRows.every((r) => share(r) < 0.01),
+        detail: `${fbRows.map((r) => `${r.rateLimited} of ${count(r.attempts)}`).join(', ')}; worst ${percent(share(worst), 2)}; without feedback ${withoutFb.rateLimited} of ${count(withoutFb.attempts)}`,
       },
     ],
     notes: [
-      `the neighbour: a plain SDK loop (default retries), one ${NEIGHBOUR_TOKENS}-token call every ${seconds(windowMs / NEIGHBOUR_PER_WINDOW)}, started half a window before llmq; its utilization column is its own share of the limit (${percent(neighbourShare(nbWith))} during the feedback run)`,
-      `minimum: the ideal client (10 at once) on what the neighbour left in that run (the limit less the neighbour's share): ${minimums.map((m) => seconds(m)).join(' and ')}`,
+      `the neighbour: a plain SDK loop (default retries), one ${NEIGHBOUR_TOKENS}-token call every ${seconds(windowMs / NEIGHBOUR_PER_WINDOW)}, started half a window before llmq; its utilization column is its own share of the limit (${percent(neighbourShare(nbWith))} during the first feedback run)`,
+      `minimum: the ideal client (10 at once) on what the neighbour left in that run (the limit less the neighbour's share): ${minimums.map((m) => seconds(m)).join(', ')}`,
       "utilization per row is that client's own tokens per window; worst window / limit is the mock's, both clients together",
       ...rows
         .filter((r) => r.failed > 0)

@@ -121,6 +121,11 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         met: llmq.rateLimited === 0,
         detail: `${llmq.rateLimited} 429s`,
       },
+      {
+        name: 'llmq reconciling within 1.05× the ideal client',
+        met: llmq.wallMs <= 1.05 * ideal.minimumMs,
+        detail: `${seconds(llmq.wallMs)} against ${seconds(ideal.minimumMs)} (${ratio(llmq.wallMs / ideal.minimumMs)})`,
+      },
     ],
     notes: [
       `minimum: the ideal client (10 at once, first come first served) holding input + max_tokens while a call runs and input + output after it: ${seconds(ideal.minimumMs)} (${percent(ideal.utilization)} utilization); see budget.ts`,

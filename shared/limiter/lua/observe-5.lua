@@ -38,8 +38,10 @@
       now       ms; absent for Redis TIME
       windowMs  the window, margin included
       scope
-      readings  by dimension short name: { limit, remaining, reset ms (-1 unknown) }; a
-                dimension whose headers were absent is absent
+      readings  by dimension short name: { limit, remaining, reset ms (-1 unknown), rounding
+                (how far the true remaining may be above it: the provider rounds token
+                readings to the nearest thousand) }; a dimension whose headers were absent is
+                absent
       of        the reservation whose response brought the reading, or ''
       channel   to SPUBLISH on (it carries the queue's hash tag) when the reading is a probe's (waiters wake), or ''
       marginMs  the margin included in windowMs: the provider's window is the rest
@@ -113,12 +115,14 @@ local out = {}
 for i, d in ipairs(DIMS) do
   local reading = args.readings[d] or {}
   local limit, remaining, reset = reading.limit or -1, reading.remaining or -1, reading.reset or -1
+  -- A reading within the provider's rounding of our own count is no one else's spend.
+  local rounding = reading.rounding or 0
   local field = scope .. '|' .. d
   local held = 0
   if limit >= 0 and remaining >= 0 then
     local used = tonumber(redis.call('HGET', KEYS[1], field) or '0') - dropped[d]
-    local certain = math.max((limit - remaining) - used, 0)
-    local possible = math.max((limit - remaining) - (used - unseen[d]), 0)
+    local certain = math.max((limit - remaining) - used - rounding, 0)
+    local possible = math.max((limit - remaining) - (used - unseen[d]) - rounding, 0)
     local untilMs = now + windowMs
     if reset > now and reset < untilMs then untilMs = reset end
     -- What may have been ours counts only as far as the reading before agrees: our own call

@@ -5,7 +5,9 @@
 
   A reservation's stamp must never be earlier than the moment the provider admitted the call,
   or the window could forget it sooner than the provider does. So an open reservation is
-  stamped now, unless `start` already stamped it when the response began.
+  stamped now, unless `start` already stamped it when the response began. Under 'actual'
+  accounting the call's request and input were stamped then, in a part of their own (see
+  start): its input is settled there, and only the output is stamped now.
 
   Input:
     KEYS[1] log    ZSET reservation id -> stamp ms
@@ -68,37 +70,58 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, m
   local enc = redis.call('HGET', resKey, id)
   if not enc then return 0, 0, 0 end
   local r = decode(enc)
+  -- A begun call's request and input live in a part of their own (see start), gone once it
+  -- has left the window: then the provider has dropped them too, and there is nothing to adjust.
+  local partId, part = nil, nil
+  if r.flags == 'b' then
+    partId = input_part(id)
+    local penc = redis.call('HGET', resKey, partId)
+    if penc then part = decode(penc) end
+  end
+  local function input_now() return r.inp + (part and part.inp or 0) end
 
   if mode == 'release' then
+    local inp = input_now()
     tally_totals(totals, r, -1)
     redis.call('HDEL', resKey, id)
     redis.call('ZREM', logKey, id)
+    if part then
+      tally_totals(totals, part, -1)
+      redis.call('HDEL', resKey, partId)
+      redis.call('ZREM', logKey, partId)
+    end
     tally(stats, 'released', 1)
-    tally(stats, 'reserved_in', 0 - r.inp)
+    tally(stats, 'reserved_in', 0 - inp)
     tally(stats, 'reserved_out', 0 - r.out)
     wake = true
-    return 1, 0 - r.inp, 0 - r.out
+    return 1, 0 - inp, 0 - r.out
   end
 
   local dIn, dOut = 0, 0
   if mode == 'usage' then
-    if actualIn >= 0 then dIn = actualIn - r.inp end
+    local holder = r
+    if partId then holder = part end
+    if actualIn >= 0 and holder then dIn = actualIn - holder.inp end
     if actualOut >= 0 then dOut = actualOut - r.out end
-    if dIn ~= 0 or dOut ~= 0 then
-      local delta = { req = 0, inp = dIn, out = dOut, scopes = r.scopes }
-      tally_totals(totals, delta, 1)
-      r.inp = r.inp + dIn
+    if dIn ~= 0 then
+      tally_totals(totals, { req = 0, inp = dIn, out = 0, scopes = r.scopes }, 1)
+      holder.inp = holder.inp + dIn
+      if holder == part then redis.call('HSET', resKey, partId, encode(part)) end
+    end
+    if dOut ~= 0 then
+      tally_totals(totals, { req = 0, inp = 0, out = dOut, scopes = r.scopes }, 1)
       if dOut < 0 and r.rout == nil then r.rout = r.out end
       r.out = r.out + dOut
     end
   end
 
   if reportedOut < 0 then reportedOut = r.out end
+  local inp = input_now()
 
   tally(hist, bucket .. '|calls', 1)
-  tally(hist, bucket .. '|reserved_in', r.inp - dIn)
+  tally(hist, bucket .. '|reserved_in', inp - dIn)
   tally(hist, bucket .. '|reserved_out', r.out - dOut)
-  tally(hist, bucket .. '|actual_in', r.inp)
+  tally(hist, bucket .. '|actual_in', inp)
   tally(hist, bucket .. '|actual_out', reportedOut)
 
   if r.flags ~= 's' or restamp then
@@ -107,9 +130,9 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, m
   r.flags = 's'
   redis.call('HSET', resKey, id, encode(r))
   tally(stats, 'settled', 1)
-  tally(stats, 'actual_in', r.inp)
+  tally(stats, 'actual_in', inp)
   tally(stats, 'actual_out', reportedOut)
-  tally(stats, 'settled_reserved_in', r.inp - dIn)
+  tally(stats, 'settled_reserved_in', inp - dIn)
   tally(stats, 'settled_reserved_out', r.out - dOut)
   if dIn < 0 or dOut < 0 then wake = true end
   return 1, dIn, dOut

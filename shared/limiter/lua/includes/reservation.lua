@@ -1,7 +1,8 @@
 -- A reservation is stored in the res hash as "requests|input|output|flags|scope1,scope2" where
 -- flags is "s" once its stamp is final, "b" once the provider's response began but the
--- reservation stays open (actual accounting). A settle that gave output back appends
--- "|reservedOutput": what the provider counted until the call ended (see observe).
+-- reservation stays open (actual accounting): its request and input then live in a part of
+-- their own, `<id>:in`, stamped when the response began (see start). A settle that gave output
+-- back appends "|reservedOutput": what the provider counted until the call ended (see observe).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -31,4 +32,9 @@ local function amount(r, dim)
   if dim == 'in' then return r.inp end
   if dim == 'out' then return r.out end
   return r.inp + r.out
+end
+
+-- The entry holding a begun call's request and input under 'actual' accounting (see start).
+local function input_part(id)
+  return id .. ':in'
 end
