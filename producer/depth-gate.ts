@@ -194,8 +194,10 @@ export class DepthGate {
   }
 
   /**
-   * Takes a job out of the waiting states atomically, so that no worker can start it; true when
-   * it was waiting. The caller removes its data after (BullMQ's remove).
+   * Takes a job out of the waiting states atomically, so that no worker can start it, and notes
+   * it as a cancel under way; true when it was waiting. The caller removes its data after
+   * (BullMQ's remove), then {@link cancelled}; {@link strandedCancels} lists the notes whose
+   * remove never came.
    */
   async takeWaiting(id: string): Promise<boolean> {
     const k = this.queue.keys;
@@ -203,11 +205,32 @@ export class DepthGate {
       runLua(
         this.redis,
         SCRIPTS['takeWaiting']!,
-        [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!],
+        [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!, this.cancellingKey()],
         [id],
       ),
     );
     return Number(taken) === 1;
+  }
+
+  /** Drops the note of a cancel whose job was removed. */
+  async cancelled(id: string): Promise<void> {
+    await this.call(() => this.redis.zrem(this.cancellingKey(), id));
+  }
+
+  /** Jobs taken out at least `olderThanMs` ago whose remove has not come (at most `limit`). */
+  async strandedCancels(olderThanMs: number, limit = 100): Promise<string[]> {
+    return this.call(async () => {
+      const [s, us] = await this.redis.time();
+      const now = Number(s) * 1000 + Math.floor(Number(us) / 1000);
+      return this.redis.zrangebyscore(
+        this.cancellingKey(),
+        0,
+        now - olderThanMs,
+        'LIMIT',
+        0,
+        limit,
+      );
+    });
   }
 
   /** Waiting jobs now, as the bound counts them (reservations included). */
@@ -224,6 +247,10 @@ export class DepthGate {
         .exec(),
     );
     return (r ?? []).reduce((sum, [, n]) => sum + Number(n ?? 0), 0);
+  }
+
+  private cancellingKey(): string {
+    return llmqKey(this.names, 'cancelling');
   }
 
   private reservationsKey(): string {

@@ -379,9 +379,10 @@ export class Producer {
    * state that forbids it (`active`, `completed`, `failed`).
    */
   async cancel(id: string): Promise<'cancelled' | 'not_found' | 'active' | 'completed' | 'failed'> {
+    await this.finishStrandedCancels();
     for (let tries = 0; tries < 3; tries++) {
       if (await this.gate.takeWaiting(id)) {
-        await this.redisCall(() => this.queue.remove(id));
+        await this.removeCancelled(id);
         return 'cancelled';
       }
       const status = await this.status(id);
@@ -391,6 +392,21 @@ export class Producer {
       // It moved between the two reads (a retry came back to waiting): try again.
     }
     return 'active';
+  }
+
+  /**
+   * Finishes cancels whose job was taken out but never removed (a producer that died between
+   * the two steps, or a take-out that ran after its caller had given up on Redis).
+   */
+  async finishStrandedCancels(olderThanMs = 30_000): Promise<number> {
+    const ids = await this.gate.strandedCancels(olderThanMs);
+    for (const id of ids) await this.removeCancelled(id);
+    return ids.length;
+  }
+
+  private async removeCancelled(id: string): Promise<void> {
+    await this.redisCall(() => this.queue.remove(id));
+    await this.gate.cancelled(id);
   }
 
   /** The batch-bound jobs of this queue (opened on first use). */

@@ -68,6 +68,8 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   // Without an offline queue, a request before the connection is ready would be refused; one
   // that stays down is answered 503 per request instead of failing the start.
   await producer.ready().catch(() => {});
+  // Cancels an earlier server took out but never removed (it died between the two).
+  await producer.finishStrandedCancels().catch(() => {});
   const app = Fastify({
     logger: false,
     bodyLimit: options.bodyLimit ?? 1_048_576,

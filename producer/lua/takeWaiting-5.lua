@@ -1,0 +1,29 @@
+--[[
+  Takes a job out of the waiting states so that no worker can start it any more, and notes it
+  among the cancels under way; the caller then removes the job's data with BullMQ's own remove
+  and drops the note. A cancel whose remove never came (the producer died, or this script ran
+  after its caller had given up on Redis) stays noted, so a later sweep finishes it: a taken-out
+  job is never left behind. A job that is active or finished is left alone.
+
+  Input:
+    KEYS[1] prioritized   ZSET (BullMQ)
+    KEYS[2] wait          LIST (BullMQ)
+    KEYS[3] paused        LIST (BullMQ, legacy)
+    KEYS[4] delayed       ZSET (BullMQ)
+    KEYS[5] cancelling    ZSET job id -> when it was taken out (ms, Redis's clock)
+
+    ARGV[1] job id
+
+  Output:
+    1  taken out (it was waiting)
+    0  not waiting (active, finished, or no such job)
+]]
+local id = ARGV[1]
+local taken = redis.call('ZREM', KEYS[1], id) == 1
+  or redis.call('LREM', KEYS[2], 0, id) > 0
+  or redis.call('LREM', KEYS[3], 0, id) > 0
+  or redis.call('ZREM', KEYS[4], id) == 1
+if not taken then return 0 end
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), id)
+return 1
