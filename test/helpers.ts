@@ -69,11 +69,12 @@ export function tsxEval(script: string, args: readonly string[] = []): string[] 
 
 /**
  * Leaves a probe due on `limiter` (a global limit of `limit` tokens, no headroom): the provider
- * reports another client's quarter of the limit, a waiter is denied for budget beside it and
+ * reports another client's quarter of the limit (and a token), a waiter is denied for budget beside it and
  * leaves, and the room comes back. The next waiter admitted goes alone while more would fit.
  */
 export async function markProbeDue(limiter: Limiter, limit: number): Promise<void> {
-  const foreign = limit / 4;
+  // Not in whole thousands: such a reading only counts beyond the provider's rounding.
+  const foreign = limit / 4 + 1;
   await limiter.observe({
     'anthropic-ratelimit-tokens-limit': String(limit),
     'anthropic-ratelimit-tokens-remaining': String(limit - foreign),
