@@ -51,7 +51,10 @@ describe('llmq status', () => {
         messages: [{ role: 'user', content }],
       });
       for (const p of ['capped', 'capped', 'capped', 'ok']) await producer.enqueue(ask(p));
-      await until(async () => (await producer.queue.getFailedCount()) === 3);
+      await until(async () => {
+        const c = await producer.queue.getJobCounts('failed', 'completed');
+        return c['failed'] === 3 && c['completed'] === 1;
+      });
       const status = await getQueueStatus(redis, names);
       expect(status.counts).toMatchObject({ completed: 1, failed: 0, dead: 3 });
       expect(formatStatus(status)).toContain('completed 1  failed 0  dead 3');
