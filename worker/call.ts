@@ -182,6 +182,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     outputTokens: usage.output_tokens,
     // The money the call holds settles to this with its tokens, in one script.
     costMicros: costMicrosOf(p.ledger, data.request.model, usage),
+    // Output counts from when it arrived, part by part (under 'actual' accounting).
+    outputParts: res.output?.parts(usage.output_tokens),
   };
   const settleAt = Date.now();
   const bookkeeping = Promise.allSettled([

@@ -293,13 +293,23 @@ export class Limiter {
     restamp: boolean,
     reportedOutput = -1,
     micros = -1,
+    parts?: readonly (readonly [number, number])[],
   ): Promise<SettleResult> {
     // A waiter of this process sleeps: the budget and slot go back now, and it wakes at once
     // (its attempt goes behind this end on the same connection), not when the wake-up comes
     // back through Redis.
     const waiting = this.wakeUps.sleeping;
     const ended = this.ends.push(
-      { id: reservation.id, mode, input, output, restamp, reported: reportedOutput, micros },
+      {
+        id: reservation.id,
+        mode,
+        input,
+        output,
+        restamp,
+        reported: reportedOutput,
+        micros,
+        ...(parts?.length ? { parts } : {}),
+      },
       mode !== 'usage' || waiting,
     );
     if (waiting) this.wakeUps.wakeHere();
@@ -333,6 +343,7 @@ export class Limiter {
       actual,
       usage.outputTokens,
       usage.costMicros ?? -1,
+      actual ? usage.outputParts?.map((p) => [Math.round(p.agoMs), p.tokens] as const) : undefined,
     );
   }
 

@@ -34,7 +34,8 @@ export interface LimiterOptions {
   readonly leaseMs?: number;
   /**
    * How the provider charges output: `actual` gives unused max_tokens back at settle and
-   * restamps the reservation then (output is produced until the end). @default 'reserve'
+   * stamps the output then (output is produced until the end), or part by part as it arrived
+   * (`Usage.outputParts`). @default 'reserve'
    */
   readonly outputAccounting?: 'reserve' | 'actual';
   /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */
@@ -222,6 +223,13 @@ export function usageError(usage: Usage): TypeError | undefined {
         `settle: usage.${name} must be a whole number of tokens from 0 up, got ${v}; pass the provider's usage, or call keep() when it is not known`,
       );
     }
+  }
+  for (const part of usage.outputParts ?? []) {
+    const { agoMs, tokens } = part;
+    if (!(Number.isFinite(agoMs) && agoMs >= 0 && Number.isSafeInteger(tokens) && tokens >= 0))
+      return new TypeError(
+        `settle: each of usage.outputParts must have agoMs (ms from 0 up) and tokens (a whole number from 0 up), got ${JSON.stringify(part)}`,
+      );
   }
   return undefined;
 }

@@ -114,6 +114,8 @@ export interface SettleCall {
   readonly reported: number;
   /** Actual cost in µ$ for the money hold (mode 'usage'; -1 unknown: the worst case stays). */
   readonly micros: number;
+  /** Output parts as [ms ago, tokens], oldest first (see settle-8.lua). */
+  readonly parts?: readonly (readonly [number, number])[];
 }
 
 export interface SettleResult {

@@ -90,6 +90,18 @@ export interface Usage {
   readonly outputTokens: number;
   /** The call's actual cost in whole µ$, which its money hold settles to (absent: the worst case stays spent). */
   readonly costMicros?: number | undefined;
+  /**
+   * Under 'actual' accounting, the output that had arrived by earlier moments of a streamed
+   * call, oldest first: each part leaves the window from its own moment instead of the call's
+   * end (a provider counts output as it is produced). Parts beyond `outputTokens` are cut.
+   */
+  readonly outputParts?: readonly OutputPart[] | undefined;
+}
+
+/** Output tokens that had arrived `agoMs` before the settle. */
+export interface OutputPart {
+  readonly agoMs: number;
+  readonly tokens: number;
 }
 
 export interface DimensionUse {

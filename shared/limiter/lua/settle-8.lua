@@ -35,7 +35,9 @@
                   under 'reserve' accounting the charge stays max_tokens but the estimate's
                   accuracy is still worth knowing
         micros    the call's actual cost in µ$ (mode 'usage'; -1: unknown, its worst case
-                  stays spent). 'keep' leaves the worst case spent, 'release' gives it back }
+                  stays spent). 'keep' leaves the worst case spent, 'release' gives it back
+        parts     optional, mode 'usage' of a begun call ('actual' accounting): the output that
+                  had arrived by earlier moments, { ms ago, tokens } each (see split_output) }
 
   Output: per call, three values: known (1, or 0 for a reservation that already left the
   window), inputDelta, outputDelta (actual minus reserved). One SPUBLISH for the whole run.
@@ -56,7 +58,28 @@ local out = {}
 -- The run's increments, written once each at the end.
 local totals, stats, hist = new_tally(), new_tally(), new_tally()
 
-local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, micros)
+-- A streamed call's output came over its whole length, and a provider counts each token as it
+-- is produced: the parts that had arrived by given moments (`parts`, { ago ms, tokens },
+-- oldest first) go in entries of their own (`<id>:o1`…) stamped then, never before the
+-- response began; only the rest is stamped at the end. The totals do not change.
+local function split_output(id, r, parts)
+  if not parts then return end
+  local begun = tonumber(redis.call('ZSCORE', logKey, input_part(id)) or '0')
+  for k, p in ipairs(parts) do
+    local tokens = math.min(math.floor(p[2]), r.out)
+    if tokens > 0 then
+      local at = math.min(math.max(now - p[1], begun), now)
+      local pid = output_part(id, k)
+      redis.call('HSET', resKey, pid, encode({ req = 0, inp = 0, out = tokens, flags = 's', scopes = r.scopes }))
+      redis.call('ZADD', logKey, at, pid)
+      r.out = r.out - tokens
+      -- What was given back stays as it was (observe reads it as out - rout).
+      if r.rout then r.rout = r.rout - tokens end
+    end
+  end
+end
+
+local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, micros, parts)
   -- Money first: a call longer than the window still holds it after its tokens left.
   if mode == 'release' then
     money_settle(mk, id, 0)
@@ -127,6 +150,7 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, m
   if r.flags ~= 's' or restamp then
     redis.call('ZADD', logKey, now, id)
   end
+  if partId and mode == 'usage' and actualOut >= 0 then split_output(id, r, parts) end
   r.flags = 's'
   redis.call('HSET', resKey, id, encode(r))
   tally(stats, 'settled', 1)
@@ -139,7 +163,7 @@ local function settle_one(id, mode, actualIn, actualOut, restamp, reportedOut, m
 end
 
 for _, c in ipairs(args.calls) do
-  local known, dIn, dOut = settle_one(c.id, c.mode, c.input, c.output, c.restamp, c.reported, c.micros)
+  local known, dIn, dOut = settle_one(c.id, c.mode, c.input, c.output, c.restamp, c.reported, c.micros, c.parts)
   out[#out + 1] = known
   out[#out + 1] = dIn
   out[#out + 1] = dOut

@@ -38,3 +38,9 @@ end
 local function input_part(id)
   return id .. ':in'
 end
+
+-- The entry holding the k-th part of a streamed call's output, stamped when it arrived (see
+-- settle).
+local function output_part(id, k)
+  return id .. ':o' .. k
+end
