@@ -133,10 +133,13 @@ export class EstimateLearning {
     this.clock = o.clock ?? Date.now;
   }
 
-  /** The key of a model's learning, every band's histogram (`llmq:{jobs}:estimate:claude-…`). */
+  /**
+   * The key of a model's learning, every band's histogram (`llmq:{jobs}:estimate-bands:…`). The
+   * one ratio per model of releases before bands (`…:estimate:…`) is not read.
+   */
   keyOf(model: string): string {
     checkModel(model);
-    return llmqKey(this.names, 'estimate', model);
+    return llmqKey(this.names, 'estimate-bands', model);
   }
 
   /** The key of a model's band ratios, what the gate reads (`llmq:{jobs}:estimate-ratios:…`). */

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../shared/errors.ts';
 import { bandEnd, bandOf, reserveRatio } from '../shared/estimate-bands.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
-import type { QueueNames } from '../shared/keys.ts';
+import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { eachTestRedis } from './helpers.ts';
 
 const MODEL = 'claude-sonnet-5-5';
@@ -189,13 +189,14 @@ describe('estimates that learn', () => {
     ]);
   });
 
-  it('drops the one ratio per model stored before bands', async () => {
+  it('ignores the one ratio per model stored before bands', async () => {
     const l = learning();
-    await redis.hset(l.keyOf(MODEL), { n: 500, ratio: '0.4', q: '0.39', recent: '0.4' });
+    const before = llmqKey(names, 'estimate', MODEL);
+    await redis.hset(before, { n: 500, ratio: '0.4', q: '0.39', recent: '0.4' });
     expect(await l.ratio(MODEL, 1_000)).toBe(1);
     await l.record(MODEL, 1_000, 500);
-    expect(await redis.hkeys(l.keyOf(MODEL))).toEqual(['768']);
     expect((await l.learned(MODEL)).observations).toBe(1);
+    expect(await redis.hget(before, 'ratio')).toBe('0.4');
   });
 });
 

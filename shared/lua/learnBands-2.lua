@@ -11,8 +11,7 @@
   shift upwards is followed at once and a single outlier lifts reservations for `recent` settles
   only. What a cold band reserves with depends on the other bands (estimate-bands.ts), so the
   reader decides it. Weights grow by 2^(1 / halfLife) an observation of the band instead of old
-  ones shrinking; they are rescaled when large. A learning of one ratio per model (before bands:
-  field `n`) is dropped.
+  ones shrinking; they are rescaled when large.
 
   Input:
     KEYS[1] learning HASH  <band> -> JSON of the band's learning: n (observations), base
@@ -33,8 +32,6 @@ local halfLife, quantile, margin = args.halfLife, args.quantile, args.margin
 local minSamples, keep, maxRatio = args.minSamples, args.recent, args.maxRatio
 local STEP = math.log(1.02)
 local LIMIT = 210 -- 1.02^210 ≈ 64: ratios beyond 1/64..64 are clamped
-
-if redis.call('HEXISTS', learnKey, 'n') == 1 then redis.call('DEL', learnKey) end
 
 -- The settles of each band, in the order they happened.
 local bands, order = {}, {}
