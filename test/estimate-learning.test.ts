@@ -1,6 +1,9 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import { DIFFERING_COUNTER, splitCalls } from '../scripts/bench/workload.ts';
+import { countMockTokens, type InputCounting } from '../scripts/mock-anthropic/index.ts';
 import { ConfigError } from '../shared/errors.ts';
+import { estimateInputTokens } from '../shared/estimate.ts';
 import { bandEnd, bandOf, reserveRatio } from '../shared/estimate-bands.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
@@ -188,6 +191,32 @@ describe('estimates that learn', () => {
       [768, true, doc],
     ]);
   });
+
+  it.each([
+    ['characters / 3.6 + 7', DIFFERING_COUNTER],
+    ['the mock tokenizer (about half the estimate)', {}],
+  ] as [string, InputCounting][])(
+    'warms the bands of a mixed workload within its first 50 calls, counted as %s',
+    async (_, counting) => {
+      // The split bench's 120 requests of 15–1,500 input tokens, 20 in flight: each reserved
+      // with what the calls settled before the 20 ahead of it taught.
+      const l = learning();
+      const calls = splitCalls(120).map((r) => ({
+        estimate: estimateInputTokens({ ...r, messages: [...r.messages] }),
+        actual: countMockTokens(r, counting),
+      }));
+      let counted = 0;
+      let reserved = 0;
+      for (const [i, c] of calls.entries()) {
+        const back = calls[i - 20];
+        if (back) await l.record(MODEL, back.estimate, back.actual);
+        const r = await l.reserveFor(MODEL, c.estimate);
+        expect(r).toBeGreaterThanOrEqual(c.actual);
+        if (i >= 50) [counted, reserved] = [counted + c.actual, reserved + r];
+      }
+      expect(counted / reserved).toBeGreaterThanOrEqual(0.9);
+    },
+  );
 
   it('ignores the one ratio per model stored before bands', async () => {
     const l = learning();
