@@ -1,12 +1,7 @@
 import { Batcher } from '../shared/batcher.ts';
 import type { Cost } from '../shared/estimate.ts';
-import type { EstimateLearning } from '../shared/estimate-learning.ts';
+import type { EstimateLearning, Settle } from '../shared/estimate-learning.ts';
 import type { JobData } from '../shared/job.ts';
-
-interface Settle {
-  readonly estimate: number;
-  readonly actual: number;
-}
 
 /** How long a settle's record waits for others (as the settles themselves do). */
 const GATHER_MS = 5;
@@ -20,8 +15,8 @@ interface Costed {
 
 /**
  * What the gate reserves for a job: its input estimate scaled by the ratio the fleet learned
- * for its model (the provider's count / llmq's estimate, a high quantile), cached up to a
- * second; a count from count_tokens as is. Output stays at max_tokens: the provider checks it
+ * for its model and the estimate's size band (the provider's count / llmq's estimate, a high
+ * quantile), cached up to a second; a count from count_tokens as is. Output stays at max_tokens: the provider checks it
  * at admission. Without learning, the estimate as is.
  */
 export class LearnedCosts {
@@ -30,20 +25,20 @@ export class LearnedCosts {
 
   constructor(private readonly learning: EstimateLearning | undefined) {}
 
-  /** The jobs with the cost to reserve for each (reads the ratios older than the cache). */
+  /** The jobs with the cost to reserve for each (reads the models' bands older than the cache). */
   async scale<T extends Costed>(jobs: readonly T[]): Promise<T[]> {
     const learning = this.learning;
     if (!learning) return [...jobs];
     const models = new Set(jobs.filter((j) => !j.counted).map((j) => j.model));
     // A ratio that cannot be read now is the one read last: the learning is an optimisation.
-    await Promise.all([...models].map((m) => learning.ratio(m).catch(() => 0)));
+    await Promise.all([...models].map((m) => learning.bands(m).catch(() => undefined)));
     return jobs.map((j) => ({ ...j, cost: this.costOf(j) }));
   }
 
-  /** The cost to reserve, with the ratio read last. */
+  /** The cost to reserve, with the bands read last (the band of the unscaled estimate). */
   costOf(j: Costed): Cost {
     if (!this.learning || j.counted) return j.cost;
-    const ratio = this.learning.cachedRatio(j.model);
+    const ratio = this.learning.cachedRatio(j.model, j.cost.inputTokens);
     return { ...j.cost, inputTokens: Math.max(1, Math.ceil(j.cost.inputTokens * ratio - 1e-9)) };
   }
 

@@ -132,9 +132,9 @@ export interface WorkerOptions {
    */
   readonly idleCheckMs?: number;
   /**
-   * Learn per model how the provider counts input against llmq's estimate, and reserve that
-   * (a high quantile of it) instead of the estimate; false reserves the estimate as is. Shared
-   * by the fleet in Redis. @default true
+   * Learn per model and size band of the estimate how the provider counts input against llmq's
+   * estimate, and reserve that (a high quantile of it) instead of the estimate; false reserves
+   * the estimate as is. Shared by the fleet in Redis. @default true
    */
   readonly learnEstimates?: boolean | Omit<EstimateLearningOptions, 'redis' | 'names'>;
   readonly logger?: WorkerLogger;
