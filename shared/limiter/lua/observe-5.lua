@@ -20,9 +20,9 @@
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
   still on their way (admitted here, no response begun) are left out too: the provider has not
   counted them yet, and counting them as ours would hide as much of another client's spend.
-  So are calls stamped longer ago than the provider's own window, when the window has a margin
-  (none by default: a stamp may be late, never early): the provider has dropped them, and room
-  that reopened there is room the other client may already have taken.
+  So are calls stamped longer ago than the provider's own window: the limiter keeps them a
+  margin longer (a stamp may be late, never early), but the provider has dropped them, and
+  room that reopened there is room the other client may already have taken.
 
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
