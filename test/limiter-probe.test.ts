@@ -208,6 +208,31 @@ describe('probes: room that comes back beside another client’s spend', () => {
     expect(backfilled).toEqual([1]);
   });
 
+  it('fills the last of the room, one of the other client’s calls, one probe at a time', async () => {
+    const lim = make();
+    // Two readings: the other client's spend rose by 200 between them (one of its calls).
+    await lim.observe(tokenHeaders(800, T0 + 9_000));
+    t += 1_000;
+    await lim.observe(tokenHeaders(600, T0 + 9_000));
+    // 600 of room: ten calls of 50 would fit, but only eight go at once, leaving 200, where
+    // its next call lands (often while ours are on their way, so that all of them would fail).
+    const round = await lim.acquireMany(cost(50), {
+      more: Array.from({ length: 9 }, () => cost(50)),
+    });
+    expect(round).toHaveLength(8);
+    expect((await lim.snapshot()).counters.probes).toBe(0);
+    // The next goes alone, as a probe: a collision costs one call.
+    const [probe, ...rest] = await lim.acquireMany(cost(50), { more: [cost(50)] });
+    expect(rest).toEqual([]);
+    expect((await lim.snapshot()).counters.probes).toBe(1);
+    expect(await lim.tryAcquire(cost(50))).toMatchObject({ ok: false, reason: 'probe' });
+    // Its reading: the other client came in meanwhile (540 of its now, beside our 450): the
+    // rest wait no longer, and what is left is counted.
+    await lim.start(probe!);
+    await lim.observe(tokenHeaders(10, T0 + 9_000), 'global', probe);
+    expect(await lim.tryAcquire(cost(50))).toMatchObject({ ok: false, reason: 'budget' });
+  });
+
   it('refuses a probe wait that is not a whole number of ms from 0 up', () => {
     expect(() => make({ probeMs: -1 })).toThrow(
       'probeMs must be a whole number of ms from 0 up, got -1',

@@ -55,7 +55,10 @@
   like it would fit beside it, it goes as a probe, and nobody else is admitted until the
   provider's reading of it arrives (observe names it), its call ends, or probe ms pass. Room
   that comes back is what the other client also waits for (a 429's retry-after points at it):
-  one call learns what it took before the rest of the room is spent.
+  one call learns what it took before the rest of the room is spent. The last of the room
+  beside that spend (its largest rise between two readings: about one of the other client's
+  calls) is filled by probes too, one call at a time: the other client's next call lands
+  there, often while ours are on their way, and then only one of ours fails.
 
   Output:
     {0, now, leaseExpiry, k}            admitted (again, for a ticket admitted already), with
@@ -234,9 +237,6 @@ end
 -- 11. Admit, then the extras: only while the line is empty (they would overtake whoever
 -- stands in it) and each fits every dimension and a slot right now; the first that does not
 -- ends the run.
-admit(run, ticket, cost)
-leave_line()
-redis.call('HDEL', run.statsKey, 'head_retry_at')
 -- Room came back after a wait beside another client's spend, and more than this call fits: it
 -- goes alone, as a probe (see above), while that spend is still counted.
 local function foreign_held()
@@ -247,16 +247,36 @@ local function foreign_held()
   end
   return false
 end
+-- Beside another client's spend, the last of the room (one of its calls: the largest rise of
+-- its spend between two readings) is where its next call lands, often while ours are on their
+-- way: a call that goes into it goes as a probe, so that such a collision costs one call.
+local function into_last_room(c)
+  if probeMs <= 0 or not queue then return false end
+  for _, s in ipairs(c.limits or run.scopes) do
+    for _, d in ipairs(DIMS) do
+      if s.limits[d] > 0 then
+        local need, f = need_of(run, s, d, c)
+        if #f.steps > 0 and f.rise > 0 and -need < f.rise then return true end
+      end
+    end
+  end
+  return false
+end
+local last = into_last_room(cost)
+admit(run, ticket, cost)
+leave_line()
+redis.call('HDEL', run.statsKey, 'head_retry_at')
 local due = queue and tonumber(probe[3] or '0') or 0
 if due > 0 then redis.call('HDEL', run.ext, 'probe|due') end
-local probing = due > now and fits_now(run, cost, 0) and foreign_held()
+local probing = last or (due > now and fits_now(run, cost, 0) and foreign_held())
 local admitted = 0
 if probing then
   redis.call('HSET', run.ext, 'probe', ticket, 'probe|until', now + probeMs)
   tally(run.stats, 'probes', 1)
 elseif redis.call('ZCARD', waitersKey) == 0 then
   for i, x in ipairs(extras) do
-    if redis.call('HEXISTS', run.res, x.id) == 1 or not fits_now(run, x.cost, 0) then break end
+    if redis.call('HEXISTS', run.res, x.id) == 1 or not fits_now(run, x.cost, 0)
+      or into_last_room(x.cost) then break end
     admit(run, x.id, x.cost)
     admitted = i
   end

@@ -29,7 +29,10 @@
     KEYS[2] ext    HASH "scope|dim" -> foreign spend held, "scope|dim|until" -> when it lapses,
                    "scope|dim|next", "scope|dim|next|until": the highest reading since,
                    "scope|dim|last", "scope|dim|last|until": the latest reading, at its highest,
-                   "scope|dim|seen", "scope|dim|seen|until": the latest reading's "possibly"
+                   "scope|dim|seen", "scope|dim|seen|until": the latest reading's "possibly",
+                   "scope|dim|certain", "scope|dim|certain|until": its "certainly",
+                   "scope|dim|rise", "scope|dim|rise|until": the largest rise of "certainly"
+                   from one reading to the next, for a window
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
     KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes[|reservedOut]"
@@ -128,6 +131,17 @@ for i, d in ipairs(DIMS) do
     -- What may have been ours counts only as far as the reading before agrees: our own call
     -- racing its stamp shows in one reading, another client's spend in both.
     local f = foreign_of(KEYS[2], field, now)
+    -- The rise since the reading before (`certain` then): another client's call that came in
+    -- between. The largest in a window is kept (acquire fills that much of the last room one
+    -- call at a time).
+    local before = redis.call('HMGET', KEYS[2], field .. '|certain', field .. '|certain|until')
+    if before[1] and tonumber(before[2] or '0') > now then
+      local rise = certain - tonumber(before[1])
+      if rise > 0 and rise >= f.rise then
+        redis.call('HSET', KEYS[2], field .. '|rise', rise, field .. '|rise|until', now + windowMs)
+      end
+    end
+    redis.call('HSET', KEYS[2], field .. '|certain', certain, field .. '|certain|until', untilMs)
     redis.call('HSET', KEYS[2], field .. '|seen', possible, field .. '|seen|until', untilMs)
     possible = math.max(math.min(possible, f.seen), certain)
     if possible > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end

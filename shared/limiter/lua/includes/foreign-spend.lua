@@ -4,13 +4,16 @@
 -- (calls the provider may have counted before their response reached us) counts only until the
 -- next reading (`last`, { until ms, amount }). The spend counted now is the larger of the two.
 -- `promoted` says the first step is the stored next: the held reading before it has lapsed.
+-- `rise`: the largest rise of it from one reading to the next within a window, about one of
+-- that client's calls (0: none seen).
 local function foreign_of(extKey, field, now)
   local e = redis.call('HMGET', extKey, field, field .. '|until', field .. '|next',
     field .. '|next|until', field .. '|last', field .. '|last|until', field .. '|seen',
-    field .. '|seen|until')
+    field .. '|seen|until', field .. '|rise', field .. '|rise|until')
   -- `seen`: what the reading before may have counted of another client's (observe's rule).
-  local f = { steps = {}, last = nil, promoted = false, seen = 0 }
+  local f = { steps = {}, last = nil, promoted = false, seen = 0, rise = 0 }
   if e[7] and tonumber(e[8] or '0') > now then f.seen = tonumber(e[7]) end
+  if e[9] and tonumber(e[10] or '0') > now then f.rise = tonumber(e[9]) end
   local peakUntil = tonumber(e[2] or '0')
   if e[1] and peakUntil > now then f.steps[1] = { peakUntil, tonumber(e[1]) } end
   local nextUntil = tonumber(e[4] or '0')
