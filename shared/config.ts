@@ -53,7 +53,7 @@ export interface Config {
   readonly maxInFlight: number | undefined;
   /** Share of each limit kept unused, 0 to 0.5. @default 0.01 (env LLMQ_HEADROOM) */
   readonly headroom: number;
-  /** Extra milliseconds added to the window. @default 50 (env LLMQ_WINDOW_MARGIN_MS) */
+  /** Extra milliseconds added to the window. @default 0 (env LLMQ_WINDOW_MARGIN_MS) */
   readonly windowMarginMs: number;
   /**
    * How long other calls wait at most for a probe's reading (room that came back beside
@@ -275,7 +275,7 @@ const SETTINGS: Record<Key, Setting> = {
     env: 'LLMQ_WINDOW_MARGIN_MS',
     flag: 'windowMargin',
     schema: wholeAtLeast(0).refine((n) => n <= 600_000),
-    default: 50,
+    default: 0,
     expect: 'a whole number of milliseconds from 0 to 600000',
   },
   probeMs: {

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
-import type { LimiterOptions } from '../shared/limiter/limiter.ts';
+import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
@@ -54,6 +54,36 @@ describe('limiter basics', () => {
   });
 });
 
+describe('taking back the room our own calls free', () => {
+  it('a stamped call’s room is ours again the moment the provider’s window drops it', async () => {
+    // The defaults, as a worker runs: the window is the provider's and no more.
+    const lim = new Limiter({
+      redis,
+      names,
+      windowMs: 10_000,
+      headroom: 0,
+      limits: { tokens: 1_000 },
+      clock: () => t,
+    });
+    const first = await lim.tryAcquire(cost(400, 600));
+    if (!first.ok) throw new Error(`expected admission, got ${JSON.stringify(first)}`);
+    // The response begins 5 ms after the provider admitted the call: the stamp is that late.
+    t += 5;
+    await lim.start(first.reservation);
+    await lim.settle(first.reservation, { inputTokens: 400, outputTokens: 600 });
+    // The provider counted the call from its admission, before the stamp: its window drops it
+    // 5 ms before ours does. Any later, and another client on the key may take that room
+    // first (what every traced 429 beside a neighbour was).
+    t += 10_000 - 5;
+    const denied = await lim.tryAcquire(cost(400, 600));
+    expect(denied).toMatchObject({ ok: false, reason: 'budget' });
+    expect(denied.ok ? 0 : denied.waitMs).toBeLessThanOrEqual(6);
+    t += 5;
+    expect((await lim.tryAcquire(cost(400, 600))).ok).toBe(true);
+    await lim.close();
+  });
+});
+
 describe('limiter memory', () => {
   it('holds no reservation once the window has passed, however many there were', async () => {
     const lim = make({ limits: { tokens: 10_000_000 } });
@@ -68,6 +98,9 @@ describe('limiter memory', () => {
     await lim.prune();
     const snap = await lim.snapshot();
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
+    // What left is kept 5 s more, out of the totals, for late readings; then it is gone too.
+    t += 5_000;
+    await lim.prune();
     expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(0);
     expect(await redis.hlen(`${names.prefix}:{${names.queue}}:limiter:res`)).toBe(0);
   });

@@ -169,6 +169,18 @@ describe('observing the provider’s rate-limit headers', () => {
     expect(await foreign(lim)).toBe(600);
   });
 
+  it('still takes a call that left the window after the reading for ours when another worker dropped it first', async () => {
+    const lim = make();
+    await spend(lim, 300, 300);
+    t += W + 500;
+    // Another worker's acquire drops the call from the window before this reading arrives.
+    const other = make();
+    expect(await other.tryAcquire(cost(1, 1))).toMatchObject({ ok: true });
+    await lim.observe(tokenHeaders(1_000, 398, t + 5_000), 'global', undefined, 1_000);
+    // The provider's 602: our 600 and our new 2; nobody else.
+    expect(await foreign(lim)).toBe(0);
+  });
+
   it('counts output reserved for calls that gave it back after the reading was taken', async () => {
     const lim = make({ limits: { tokens: 10_000 }, outputAccounting: 'actual' });
     const [ended, carrier] = await lim.acquireMany(cost(100, 1_000), { more: [cost(100, 1_000)] });

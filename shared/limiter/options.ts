@@ -28,7 +28,11 @@ export interface LimiterOptions {
   readonly concurrency?: number;
   /** Share of each limit left unused. @default 0.01 */
   readonly headroom?: number;
-  /** Added to the window, in ms. @default 50 */
+  /**
+   * Added to the window, in ms. Stamps are taken once the response begins, after the provider
+   * admitted the call, so none is needed: a margin keeps room the provider has already freed
+   * from us, and another client on the key may take it first. @default 0
+   */
   readonly windowMarginMs?: number;
   /** How long a slot and an open reservation live without renewal. @default 30_000 */
   readonly leaseMs?: number;
@@ -141,7 +145,7 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
     scopes: {},
     concurrency: 0,
     headroom: 0.01,
-    windowMarginMs: 50,
+    windowMarginMs: 0,
     outputAccounting: 'reserve',
     maxPollMs: 1_000,
     commandTimeoutMs: 5_000,

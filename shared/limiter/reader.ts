@@ -10,6 +10,9 @@ import {
   type ScopeSnapshot,
 } from './types.ts';
 
+/** Log scores at or below this are calls that left the window (see includes/expiry.lua). */
+const GONE_FLOOR = -5e12;
+
 /** How much of the live history a snapshot shows. */
 const HISTORY_SPAN_MS = 15 * 60_000;
 
@@ -101,7 +104,8 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       .zcard(k.waiters)
       .hgetall(k.stats)
       .hgetall(k.hist)
-      .zrangebyscore(k.log, '-inf', now - (windowMs + marginMs))
+      // Above GONE_FLOOR: what expire_log keeps of calls that left (`~id`) is out already.
+      .zrangebyscore(k.log, `(${GONE_FLOOR}`, now - (windowMs + marginMs))
       .exec(),
   );
   // Reservations that left the window but are still in the totals: taken off here, not in Redis.

@@ -20,9 +20,10 @@
   window no longer holds would pass for ours and hide the same amount of another client's. Calls
   still on their way (admitted here, no response begun) are left out too: the provider has not
   counted them yet, and counting them as ours would hide as much of another client's spend.
-  So are calls stamped longer ago than the provider's own window: the limiter keeps them a
-  margin longer (a stamp may be late, never early), but the provider has dropped them, and
-  room that reopened there is room the other client may already have taken.
+  So are calls stamped longer ago than the provider's own window, when the window has a margin
+  (none by default: a stamp is never early): the provider has dropped them, and room that
+  reopened there is room the other client may already have taken. What left the window after
+  the reading (another script dropped it first) counts back in: expire_log keeps it as gone.
 
   Input:
     KEYS[1] tot    HASH "scope|dim" -> spend inside the window
@@ -95,6 +96,21 @@ if marginMs > 0 then
   if #ids > 0 then
     for _, enc in ipairs(redis.call('HMGET', KEYS[5], unpack(ids))) do
       if enc then add_in_scope(dropped, decode(enc)) end
+    end
+  end
+end
+
+-- Calls the provider still counted at the reading that have left the window since (another
+-- script expired them after the reading was taken): kept as gone (see expiry), they count back.
+do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (readAt - windowMs + marginMs - GONE_SHIFT),
+    GONE_FLOOR, 'LIMIT', 0, 1000)
+  if #ids > 0 then
+    for _, enc in ipairs(redis.call('HMGET', KEYS[5], unpack(ids))) do
+      if enc then
+        local r = decode(enc)
+        add_in_scope(dropped, { req = -r.req, inp = -r.inp, out = -r.out, scopes = r.scopes })
+      end
     end
   end
 end

@@ -1,19 +1,40 @@
 -- Needs "money".
 
--- Drops the reservations whose stamp has left the window and takes them off the totals.
--- Bounded per call; whatever is left over is still counted, which only errs on the safe side.
+-- What has left the window stays a while longer, out of the totals, under another name (`~id`,
+-- its stamp moved down by GONE_SHIFT so that no range of live stamps meets it): a provider's
+-- reading taken before it left but read after still counts it (see observe). Kept GONE_KEEP_MS.
+local GONE_SHIFT = 1e13
+local GONE_FLOOR = -5e12
+local GONE_KEEP_MS = 5000
+local function gone_name(id) return '~' .. id end
+
+-- Drops the reservations whose stamp has left the window and takes them off the totals (they
+-- are kept as gone, see above), and forgets the gone ones kept long enough. Bounded per call
+-- (500 of each; returns the larger count); whatever is left over is still counted, which only
+-- errs on the safe side.
 local function expire_log(logKey, resKey, totKey, now, windowMs)
-  local ids = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs, 'LIMIT', 0, 500)
-  if #ids == 0 then return 0 end
-  local encs = redis.call('HMGET', resKey, unpack(ids))
-  local t = new_tally()
-  for i = 1, #ids do
-    if encs[i] then tally_totals(t, decode(encs[i]), -1) end
+  local old = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs - GONE_KEEP_MS - GONE_SHIFT, 'LIMIT', 0, 500)
+  if #old > 0 then
+    redis.call('HDEL', resKey, unpack(old))
+    redis.call('ZREM', logKey, unpack(old))
+  end
+  local ids = redis.call('ZRANGEBYSCORE', logKey, GONE_FLOOR, now - windowMs, 'WITHSCORES', 'LIMIT', 0, 500)
+  if #ids == 0 then return #old end
+  local names, t = {}, new_tally()
+  for i = 1, #ids, 2 do names[#names + 1] = ids[i] end
+  local encs = redis.call('HMGET', resKey, unpack(names))
+  for i, id in ipairs(names) do
+    local enc = encs[i]
+    if enc then
+      tally_totals(t, decode(enc), -1)
+      redis.call('HSET', resKey, gone_name(id), enc)
+      redis.call('ZADD', logKey, tonumber(ids[2 * i]) - GONE_SHIFT, gone_name(id))
+    end
   end
   flush_tally(t, totKey)
-  redis.call('HDEL', resKey, unpack(ids))
-  redis.call('ZREM', logKey, unpack(ids))
-  return #ids
+  redis.call('HDEL', resKey, unpack(names))
+  redis.call('ZREM', logKey, unpack(names))
+  return math.max(#old, #names)
 end
 
 -- Frees the concurrency slots whose lease ran out (their holder died or hung), and gives back

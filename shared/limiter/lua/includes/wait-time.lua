@@ -1,5 +1,5 @@
 -- How long until `need` of scope/dim has left the window: walk the log from its oldest stamp.
--- The foreign spend `f` (foreign_of) steps down at its own times. Needs "foreign-spend".
+-- The foreign spend `f` (foreign_of) steps down at its own times. Needs "foreign-spend", "expiry".
 local function in_scope(r, scope)
   for _, s in ipairs(r.scopes) do
     if s == scope then return true end
@@ -12,7 +12,7 @@ local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f)
   local moments = foreign_moments(f, now)
   local m = 1
   local freed = 0
-  local entries = redis.call('ZRANGE', logKey, 0, 1999, 'WITHSCORES')
+  local entries = redis.call('ZRANGEBYSCORE', logKey, GONE_FLOOR, '+inf', 'WITHSCORES', 'LIMIT', 0, 2000)
   for i = 1, #entries, 2 do
     local at = tonumber(entries[i + 1]) + windowMs - now + 1
     -- A step of the foreign spend before this entry leaves may be enough with what left before.
