@@ -223,7 +223,8 @@ export async function startCluster(masters = 3): Promise<TestCluster> {
         ),
       );
     }
-    for (const n of nodes) await until(() => answers(n.port), 10_000, 50);
+    // As for one server (see above): on a loaded machine six of them take a while to answer.
+    for (const n of nodes) await until(() => answers(n.port), 30_000, 50);
     const addrs = nodes.map((n) => `127.0.0.1:${n.port}`);
     await run('redis-cli', [
       '--cluster',
