@@ -23,13 +23,21 @@ local function expire_log(logKey, resKey, totKey, now, windowMs)
   local names, t = {}, new_tally()
   for i = 1, #ids, 2 do names[#names + 1] = ids[i] end
   local encs = redis.call('HMGET', resKey, unpack(names))
+  -- One HSET and one ZADD for the whole run: this is on every acquire's path.
+  local fields, members = {}, {}
   for i, id in ipairs(names) do
     local enc = encs[i]
     if enc then
       tally_totals(t, decode(enc), -1)
-      redis.call('HSET', resKey, gone_name(id), enc)
-      redis.call('ZADD', logKey, tonumber(ids[2 * i]) - GONE_SHIFT, gone_name(id))
+      fields[#fields + 1] = gone_name(id)
+      fields[#fields + 1] = enc
+      members[#members + 1] = tonumber(ids[2 * i]) - GONE_SHIFT
+      members[#members + 1] = gone_name(id)
     end
+  end
+  if #fields > 0 then
+    redis.call('HSET', resKey, unpack(fields))
+    redis.call('ZADD', logKey, unpack(members))
   end
   flush_tally(t, totKey)
   redis.call('HDEL', resKey, unpack(names))
