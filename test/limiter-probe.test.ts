@@ -92,13 +92,16 @@ describe('probes: room that comes back beside another client’s spend', () => {
     expect(held).toMatchObject({ ok: false, reason: 'probe' });
     if (!held.ok) expect(held.waitMs).toBe(W / 10);
     expect((await lim.snapshot()).probeUntil).toBe(T0 + W + 1 + W / 10);
-    // Its response begins; its reading: the other client took 400 more of the room meanwhile
-    // (700 of theirs).
+    // Its response begins; its reading: the other client took 100 more of the room meanwhile
+    // (400 of theirs).
     await lim.start(probe!);
-    await lim.observe(tokenHeaders(100, T0 + 14_000), 'global', probe);
+    await lim.observe(tokenHeaders(400, T0 + 14_000), 'global', probe);
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
     expect((await lim.snapshot()).probeUntil).toBeNull();
-    // What the reading told is counted: 200 + 700 + 100 = 1,000, nothing more fits.
+    // What the reading told is counted, and room for another call like the one it saw (100)
+    // stays free: ours 200 + 300, theirs 400, and 100 left for them.
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: true });
     expect(await lim.tryAcquire(cost(100))).toMatchObject({ ok: false, reason: 'budget' });
   });
 
@@ -208,29 +211,42 @@ describe('probes: room that comes back beside another client’s spend', () => {
     expect(backfilled).toEqual([1]);
   });
 
-  it('fills the last of the room, one of the other client’s calls, one probe at a time', async () => {
+  it('leaves room for one of the other client’s calls while its spend is counted', async () => {
     const lim = make();
     // Two readings: the other client's spend rose by 200 between them (one of its calls).
     await lim.observe(tokenHeaders(800, T0 + 9_000));
     t += 1_000;
     await lim.observe(tokenHeaders(600, T0 + 9_000));
-    // 600 of room: ten calls of 50 would fit, but only eight go at once, leaving 200, where
-    // its next call lands (often while ours are on their way, so that all of them would fail).
+    // 600 of room: ten calls of 50 would fit, but only eight go, leaving 200 for its next
+    // call, which often lands while ours are on their way: then both fit.
     const round = await lim.acquireMany(cost(50), {
       more: Array.from({ length: 9 }, () => cost(50)),
     });
     expect(round).toHaveLength(8);
-    expect((await lim.snapshot()).counters.probes).toBe(0);
-    // The next goes alone, as a probe: a collision costs one call.
-    const [probe, ...rest] = await lim.acquireMany(cost(50), { more: [cost(50)] });
-    expect(rest).toEqual([]);
-    expect((await lim.snapshot()).counters.probes).toBe(1);
-    expect(await lim.tryAcquire(cost(50))).toMatchObject({ ok: false, reason: 'probe' });
-    // Its reading: the other client came in meanwhile (540 of its now, beside our 450): the
-    // rest wait no longer, and what is left is counted.
-    await lim.start(probe!);
-    await lim.observe(tokenHeaders(10, T0 + 9_000), 'global', probe);
     expect(await lim.tryAcquire(cost(50))).toMatchObject({ ok: false, reason: 'budget' });
+    // Its call came: the reading shows it, and the room kept for it is its.
+    for (const r of round) await lim.start(r);
+    await lim.observe(tokenHeaders(200, T0 + 9_000), 'global', round[0]);
+    expect(await lim.tryAcquire(cost(50))).toMatchObject({ ok: false, reason: 'budget' });
+    // Once its spend is no longer counted (its reset passed), the whole window is ours again.
+    t = T0 + 9_001;
+    for (const r of round) await lim.settle(r, { inputTokens: 25, outputTokens: 25 });
+    t = T0 + W + 1_000;
+    const after = await lim.acquireMany(cost(50), {
+      more: Array.from({ length: 19 }, () => cost(50)),
+    });
+    expect(after.length).toBeGreaterThanOrEqual(11);
+  });
+
+  it('takes the whole room beside another client when probes are off', async () => {
+    const lim = make({ probeMs: 0 });
+    await lim.observe(tokenHeaders(800, T0 + 9_000));
+    t += 1_000;
+    await lim.observe(tokenHeaders(600, T0 + 9_000));
+    const round = await lim.acquireMany(cost(50), {
+      more: Array.from({ length: 11 }, () => cost(50)),
+    });
+    expect(round).toHaveLength(12);
   });
 
   it('refuses a probe wait that is not a whole number of ms from 0 up', () => {

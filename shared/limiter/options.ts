@@ -50,7 +50,8 @@ export interface LimiterOptions {
    * Probes: after waiting for budget while another client's spend is counted (provider
    * feedback), the first call admitted when room comes back goes alone, and the others wait
    * for the provider's reading of it (or its end) up to this long, so that room the other
-   * client took meanwhile is known before the rest is spent. 0: no probes.
+   * client took meanwhile is known before the rest is spent; and room for one of that
+   * client's calls stays free while its spend is counted. 0: neither.
    * @default a tenth of the window, at most the lease
    */
   readonly probeMs?: number;

@@ -57,8 +57,8 @@
   that comes back is what the other client also waits for (a 429's retry-after points at it):
   one call learns what it took before the rest of the room is spent. The last of the room
   beside that spend (its largest rise between two readings: about one of the other client's
-  calls) is filled by probes too, one call at a time: the other client's next call lands
-  there, often while ours are on their way, and then only one of ours fails.
+  calls) is left to it (see need_of): its next call lands there, often while ours are on their
+  way, and then both fit.
 
   Output:
     {0, now, leaseExpiry, k}            admitted (again, for a ticket admitted already), with
@@ -103,6 +103,7 @@ local run = {
   now = now, windowMs = args.windowMs, leaseExpiry = now + args.leaseMs, maxSlots = args.concurrency,
   scopes = args.scopes, cost = cost, totals = new_tally(), stats = new_tally(),
   money = { spend = KEYS[11], held = KEYS[12], periods = args.periods },
+  leaveRoom = probeMs > 0,
 }
 
 local function leave_line()
@@ -247,36 +248,19 @@ local function foreign_held()
   end
   return false
 end
--- Beside another client's spend, the last of the room (one of its calls: the largest rise of
--- its spend between two readings) is where its next call lands, often while ours are on their
--- way: a call that goes into it goes as a probe, so that such a collision costs one call.
-local function into_last_room(c)
-  if probeMs <= 0 or not queue then return false end
-  for _, s in ipairs(c.limits or run.scopes) do
-    for _, d in ipairs(DIMS) do
-      if s.limits[d] > 0 then
-        local need, f = need_of(run, s, d, c)
-        if #f.steps > 0 and f.rise > 0 and -need < f.rise then return true end
-      end
-    end
-  end
-  return false
-end
-local last = into_last_room(cost)
 admit(run, ticket, cost)
 leave_line()
 redis.call('HDEL', run.statsKey, 'head_retry_at')
 local due = queue and tonumber(probe[3] or '0') or 0
 if due > 0 then redis.call('HDEL', run.ext, 'probe|due') end
-local probing = last or (due > now and fits_now(run, cost, 0) and foreign_held())
+local probing = (due > now and fits_now(run, cost, 0) and foreign_held())
 local admitted = 0
 if probing then
   redis.call('HSET', run.ext, 'probe', ticket, 'probe|until', now + probeMs)
   tally(run.stats, 'probes', 1)
 elseif redis.call('ZCARD', waitersKey) == 0 then
   for i, x in ipairs(extras) do
-    if redis.call('HEXISTS', run.res, x.id) == 1 or not fits_now(run, x.cost, 0)
-      or into_last_room(x.cost) then break end
+    if redis.call('HEXISTS', run.res, x.id) == 1 or not fits_now(run, x.cost, 0) then break end
     admit(run, x.id, x.cost)
     admitted = i
   end

@@ -148,8 +148,7 @@ for i, d in ipairs(DIMS) do
     -- racing its stamp shows in one reading, another client's spend in both.
     local f = foreign_of(KEYS[2], field, now)
     -- The rise since the reading before (`certain` then): another client's call that came in
-    -- between. The largest in a window is kept (acquire fills that much of the last room one
-    -- call at a time).
+    -- between. The largest in a window is kept (acquire leaves that much room free).
     local before = redis.call('HMGET', KEYS[2], field .. '|certain', field .. '|certain|until')
     if before[1] and tonumber(before[2] or '0') > now then
       local rise = certain - tonumber(before[1])
