@@ -157,6 +157,9 @@ class Model {
   readonly ext = new Map<string, { held?: Step; next?: Step; last?: Step }>();
   /** The latest reading's "possibly foreign" per "scope|dim": the next reading must agree. */
   readonly seen = new Map<string, Step>();
+  /** The latest reading's "certainly foreign", and its largest rise from one reading to the next. */
+  readonly certain = new Map<string, Step>();
+  readonly rise = new Map<string, Step>();
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
   /** Money spent against the budget (µ$): held worst cases, settled costs. */
@@ -242,6 +245,12 @@ class Model {
     return this.foreignAt(scope, d, this.now);
   }
 
+  /** Room kept free for one of another client's calls while its spend is held (probes on). */
+  kept(scope: string, d: Dim): number {
+    const r = this.rise.get(`${scope}|${d}`);
+    return this.steps(scope, d).length > 0 && r && r.until > this.now ? r.amount : 0;
+  }
+
   inFlight(): ModelRes[] {
     return this.res.filter((r) => !r.ended);
   }
@@ -273,7 +282,8 @@ class Model {
     for (const s of scopes) {
       for (const d of DIMS) {
         const l = this.limit(s, d);
-        const need = this.used(s, d) + this.foreign(s, d) + amount(cost, d) - l;
+        const need =
+          this.used(s, d) + this.foreign(s, d) + this.kept(s, d) + amount(cost, d) - l;
         if (l > 0 && need > 0) {
           this.counters.deniedBudget++;
           return {
@@ -313,6 +323,9 @@ class Model {
       for (const r of mine) if (r.stamp + this.windowArg + 1 <= at) freed += amount(r, d);
       if (freed >= need) return Math.max(at - this.now, 1);
     }
+    // Room kept for another client's call lapses with its spend, which the script does not
+    // look for: it waits a window (waiters wake on any settle meanwhile).
+    if (this.kept(scope, d) > 0) return this.windowArg;
     throw new Error(`the model finds no moment when ${need} of ${scope}|${d} is free`);
   }
 
@@ -444,6 +457,12 @@ class Model {
         certain,
       );
       this.seen.set(field, { amount: raw, until });
+      const before = this.certain.get(field);
+      const rise = this.rise.get(field);
+      const risen = before && before.until > this.now ? certain - before.amount : 0;
+      if (risen > 0 && risen >= (rise && rise.until > this.now ? rise.amount : 0))
+        this.rise.set(field, { amount: risen, until: this.now + this.windowArg });
+      this.certain.set(field, { amount: certain, until });
       const [first, second] = this.steps(scope, dim);
       let e: { held?: Step; next?: Step; last?: Step };
       if (!first || certain >= first.amount) {

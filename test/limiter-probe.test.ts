@@ -211,6 +211,40 @@ describe('probes: room that comes back beside another client’s spend', () => {
     expect(backfilled).toEqual([1]);
   });
 
+  it('keeps the probe due when room for only one call came back, for the room that follows', async () => {
+    const lim = make();
+    for (const [tokens, at] of [
+      [200, T0],
+      [400, T0 + 100],
+    ] as const) {
+      t = at;
+      const d = await lim.tryAcquire(cost(tokens));
+      if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
+      await lim.settle(d.reservation, { inputTokens: tokens / 2, outputTokens: tokens / 2 });
+    }
+    // Another client's 300 beside our 600; a worker waits for 200, two more behind it.
+    t = T0 + 5_000;
+    await lim.observe(tokenHeaders(100, T0 + 14_000));
+    let denied = 0;
+    const first = lim.acquireMany(cost(200), {
+      more: [cost(200), cost(200)],
+      onDenied: () => {
+        denied++;
+      },
+    });
+    while (denied === 0) await sleep(5);
+    // Our 200 leaves: room for the waiter alone, which goes as a plain call.
+    t = T0 + W + 1;
+    expect(await first).toHaveLength(1);
+    expect((await lim.snapshot()).counters.probes).toBe(0);
+    // Our 400 leaves 100 ms later: that room goes to a probe, not to a round at once.
+    t = T0 + W + 101;
+    const [probe, ...rest] = await lim.acquireMany(cost(200), { more: [cost(200)] });
+    expect(probe).toBeDefined();
+    expect(rest).toEqual([]);
+    expect((await lim.snapshot()).counters.probes).toBe(1);
+  });
+
   it('leaves room for one of the other client’s calls while its spend is counted', async () => {
     const lim = make();
     // Two readings: the other client's spend rose by 200 between them (one of its calls).

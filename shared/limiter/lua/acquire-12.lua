@@ -51,8 +51,9 @@
       probeMs      how long at most the others wait for a probe's reading (0: no probes)
 
   Probes. A waiter that was denied for budget while another client's spend was counted (the
-  provider reported it, see observe) is admitted alone when room comes back: when another call
-  like it would fit beside it, it goes as a probe, and nobody else is admitted until the
+  provider reported it, see observe) is admitted alone when room comes back: the first call
+  admitted (for a window) when another like it would fit beside it goes as a probe, and
+  nobody else is admitted until the
   provider's reading of it arrives (observe names it), its call ends, or probe ms pass. Room
   that comes back is what the other client also waits for (a 429's retry-after points at it):
   one call learns what it took before the rest of the room is spent. The last of the room
@@ -251,9 +252,11 @@ end
 admit(run, ticket, cost)
 leave_line()
 redis.call('HDEL', run.statsKey, 'head_retry_at')
+-- The mark stays until a probe goes (or it lapses): room for one call may come back a few ms
+-- before the rest.
 local due = queue and tonumber(probe[3] or '0') or 0
-if due > 0 then redis.call('HDEL', run.ext, 'probe|due') end
-local probing = (due > now and fits_now(run, cost, 0) and foreign_held())
+local probing = due > now and fits_now(run, cost, 0) and foreign_held()
+if probing or (due > 0 and due <= now) then redis.call('HDEL', run.ext, 'probe|due') end
 local admitted = 0
 if probing then
   redis.call('HSET', run.ext, 'probe', ticket, 'probe|until', now + probeMs)
