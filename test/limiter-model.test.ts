@@ -282,8 +282,7 @@ class Model {
     for (const s of scopes) {
       for (const d of DIMS) {
         const l = this.limit(s, d);
-        const need =
-          this.used(s, d) + this.foreign(s, d) + this.kept(s, d) + amount(cost, d) - l;
+        const need = this.used(s, d) + this.foreign(s, d) + this.kept(s, d) + amount(cost, d) - l;
         if (l > 0 && need > 0) {
           this.counters.deniedBudget++;
           return {
