@@ -317,14 +317,17 @@ class Model {
       ...this.steps(scope, d).map((st) => st.until),
       ...(last && last.until > this.now ? [last.until] : []),
     ];
+    // Room kept for another client's call is no longer kept once its spend has lapsed.
+    const kept = this.kept(scope, d);
     for (const at of moments.sort((a, b) => a - b)) {
       let freed = this.foreign(scope, d) - this.foreignAt(scope, d, at);
       for (const r of mine) if (r.stamp + this.windowArg + 1 <= at) freed += amount(r, d);
-      if (freed >= need) return Math.max(at - this.now, 1);
+      const needAt = kept > 0 && this.foreignAt(scope, d, at) === 0 ? need - kept : need;
+      if (freed >= needAt) return Math.max(at - this.now, 1);
     }
-    // Room kept for another client's call lapses with its spend, which the script does not
-    // look for: it waits a window (waiters wake on any settle meanwhile).
-    if (this.kept(scope, d) > 0) return this.windowArg;
+    // Beside room kept for another client, the script waits a window when nothing frees enough
+    // (waiters wake on any settle meanwhile).
+    if (kept > 0) return this.windowArg;
     throw new Error(`the model finds no moment when ${need} of ${scope}|${d} is free`);
   }
 

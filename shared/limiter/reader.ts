@@ -13,6 +13,9 @@ import {
 /** Log scores at or below this are calls that left the window (see includes/expiry.lua). */
 const GONE_FLOOR = -5e12;
 
+/** How long a call that left the window stays in the log for late readings (as expiry.lua). */
+export const goneKeepMs = (windowMs: number): number => Math.min(5_000, Math.floor(windowMs / 10));
+
 /** How much of the live history a snapshot shows. */
 const HISTORY_SPAN_MS = 15 * 60_000;
 

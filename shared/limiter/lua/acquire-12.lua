@@ -205,14 +205,14 @@ end
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
     if s.limits[d] > 0 then
-      local need, f = need_of(run, s, d, cost)
+      local need, f, kept = need_of(run, s, d, cost)
       if need > 0 then
         redis.call('HINCRBY', run.statsKey, 'denied_budget', 1)
         -- Another client's spend is counted here: the room this waiter gets may be its too
         -- (marked for a window at most: the waiter may leave the line instead).
         local besideForeign = probeMs > 0 and #f.steps > 0
         if besideForeign and queue then redis.call('HSET', run.ext, 'probe|due', now + run.windowMs) end
-        local waitMs = wait_for(run.log, run.res, now, run.windowMs, s.name, d, need, f)
+        local waitMs = wait_for(run.log, run.res, now, run.windowMs, s.name, d, need, f, kept)
         -- Not beside another client's spend while probes are on: room that reopens there goes
         -- to a probe.
         local filled = {}

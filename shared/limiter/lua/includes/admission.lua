@@ -4,17 +4,17 @@
 -- their limits (`c.limits`; else the run's) and a money claim (`c.money`). Needs "tally",
 -- "foreign-spend" and "money".
 
--- What `c` lacks in scope s, dimension d, now (0 or less: it fits), and the foreign spend.
--- Beside another client's spend (`run.leaveRoom`), room for one of its calls (the largest rise
--- of that spend between two readings) stays free: its next call lands there, often while ours
--- are on their way, and then both fit.
+-- What `c` lacks in scope s, dimension d, now (0 or less: it fits), the foreign spend, and the
+-- room kept in it: beside another client's spend (`run.leaveRoom`), room for one of its calls
+-- (the largest rise of that spend between two readings) stays free, for as long as that spend
+-- is counted: its next call lands there, often while ours are on their way, and then both fit.
 local function need_of(run, s, d, c)
   local field = s.name .. '|' .. d
   local used = tonumber(redis.call('HGET', run.tot, field) or '0') + tallied(run.totals, field)
   local f = foreign_of(run.ext, field, run.now)
-  local need = used + foreign_at(f, run.now, 0) + amount(c, d) - s.limits[d]
-  if run.leaveRoom and #f.steps > 0 then need = need + f.rise end
-  return need, f
+  local kept = 0
+  if run.leaveRoom and #f.steps > 0 then kept = f.rise end
+  return used + foreign_at(f, run.now, 0) + kept + amount(c, d) - s.limits[d], f, kept
 end
 
 -- Whether c fits every dimension of every scope, its money budgets and a slot right now,

@@ -10,10 +10,10 @@ local function start_of(run, extra)
   for _, s in ipairs(run.scopes) do
     for _, d in ipairs(DIMS) do
       if s.limits[d] > 0 then
-        local need, f = need_of(run, s, d, run.cost)
+        local need, f, kept = need_of(run, s, d, run.cost)
         if in_scope(extra, s.name) then need = need + amount(extra, d) end
         if need > 0 then
-          t = math.max(t, wait_for(run.log, run.res, run.now, run.windowMs, s.name, d, need, f))
+          t = math.max(t, wait_for(run.log, run.res, run.now, run.windowMs, s.name, d, need, f, kept))
         end
       end
     end

@@ -2,10 +2,11 @@
 
 -- What has left the window stays a while longer, out of the totals, under another name (`~id`,
 -- its stamp moved down by GONE_SHIFT so that no range of live stamps meets it): a provider's
--- reading taken before it left but read after still counts it (see observe). Kept GONE_KEEP_MS.
+-- reading taken before it left but read after still counts it (see observe). Kept a tenth of
+-- the window, at most 5 s (goneKeepMs in reader.ts says the same).
 local GONE_SHIFT = 1e13
 local GONE_FLOOR = -5e12
-local GONE_KEEP_MS = 5000
+local function gone_keep_ms(windowMs) return math.min(5000, math.floor(windowMs / 10)) end
 local function gone_name(id) return '~' .. id end
 
 -- Drops the reservations whose stamp has left the window and takes them off the totals (they
@@ -13,7 +14,7 @@ local function gone_name(id) return '~' .. id end
 -- (500 of each; returns the larger count); whatever is left over is still counted, which only
 -- errs on the safe side.
 local function expire_log(logKey, resKey, totKey, now, windowMs)
-  local old = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs - GONE_KEEP_MS - GONE_SHIFT, 'LIMIT', 0, 500)
+  local old = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs - gone_keep_ms(windowMs) - GONE_SHIFT, 'LIMIT', 0, 500)
   if #old > 0 then
     redis.call('HDEL', resKey, unpack(old))
     redis.call('ZREM', logKey, unpack(old))

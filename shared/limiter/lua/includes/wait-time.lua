@@ -7,8 +7,13 @@ local function in_scope(r, scope)
   return false
 end
 
-local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f)
+-- `kept`: room in `need` kept for another client's call, no longer kept once its spend lapses.
+local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f, kept)
   local held = foreign_at(f, now, 0)
+  local function need_at(at)
+    if kept > 0 and foreign_at(f, now, at) == 0 then return need - kept end
+    return need
+  end
   local moments = foreign_moments(f, now)
   local m = 1
   local freed = 0
@@ -18,7 +23,7 @@ local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f)
     -- A step of the foreign spend before this entry leaves may be enough with what left before.
     while moments[m] ~= nil and moments[m] <= at do
       local t = moments[m]
-      if freed + held - foreign_at(f, now, t) >= need then return math.max(t, 1) end
+      if freed + held - foreign_at(f, now, t) >= need_at(t) then return math.max(t, 1) end
       m = m + 1
     end
     local enc = redis.call('HGET', resKey, entries[i])
@@ -26,7 +31,7 @@ local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f)
       local r = decode(enc)
       if in_scope(r, scope) then
         freed = freed + amount(r, dim)
-        if freed + held - foreign_at(f, now, at) >= need then return math.max(at, 1) end
+        if freed + held - foreign_at(f, now, at) >= need_at(at) then return math.max(at, 1) end
       end
     end
   end
@@ -36,7 +41,7 @@ local function wait_for(logKey, resKey, now, windowMs, scope, dim, need, f)
   end
   while moments[m] ~= nil do
     local t = moments[m]
-    if freed + held - foreign_at(f, now, t) >= need then return math.max(t, 1) end
+    if freed + held - foreign_at(f, now, t) >= need_at(t) then return math.max(t, 1) end
     m = m + 1
   end
   return math.max(windowMs, 1)
