@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { goneKeepMs } from '../shared/limiter/reader.ts';
 import { eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
@@ -98,9 +99,10 @@ describe('limiter memory', () => {
     await lim.prune();
     const snap = await lim.snapshot();
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
-    // What left is kept a tenth of the window more (1 s), out of the totals, for late
-    // readings; then it is gone too.
-    t += 998;
+    // What left is kept a tenth of the window more (1 s, as goneKeepMs says), out of the
+    // totals, for late readings; then it is gone too.
+    expect(goneKeepMs(10_000)).toBe(1_000);
+    t += goneKeepMs(10_000) - 2;
     await lim.prune();
     expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(1_200);
     t += 1;

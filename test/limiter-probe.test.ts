@@ -77,6 +77,13 @@ async function waitBesideAnotherClient(
   return { admitted };
 }
 
+/** Two readings of another client's spend, 200 then 400 (a rise of 200: one of its calls). */
+async function seeTheOtherClientRise(lim: Limiter): Promise<void> {
+  await lim.observe(tokenHeaders(800, T0 + 9_000));
+  t += 1_000;
+  await lim.observe(tokenHeaders(600, T0 + 9_000));
+}
+
 describe('probes: room that comes back beside another client’s spend', () => {
   it('admits the first waiter alone, and nobody else until its reading arrives', async () => {
     const lim = make();
@@ -247,10 +254,7 @@ describe('probes: room that comes back beside another client’s spend', () => {
 
   it('leaves room for one of the other client’s calls while its spend is counted', async () => {
     const lim = make();
-    // Two readings: the other client's spend rose by 200 between them (one of its calls).
-    await lim.observe(tokenHeaders(800, T0 + 9_000));
-    t += 1_000;
-    await lim.observe(tokenHeaders(600, T0 + 9_000));
+    await seeTheOtherClientRise(lim);
     // 600 of room: ten calls of 50 would fit, but only eight go, leaving 200 for its next
     // call, which often lands while ours are on their way: then both fit.
     const round = await lim.acquireMany(cost(50), {
@@ -274,9 +278,7 @@ describe('probes: room that comes back beside another client’s spend', () => {
 
   it('takes the whole room beside another client when probes are off', async () => {
     const lim = make({ probeMs: 0 });
-    await lim.observe(tokenHeaders(800, T0 + 9_000));
-    t += 1_000;
-    await lim.observe(tokenHeaders(600, T0 + 9_000));
+    await seeTheOtherClientRise(lim);
     const round = await lim.acquireMany(cost(50), {
       more: Array.from({ length: 11 }, () => cost(50)),
     });

@@ -52,9 +52,9 @@
 
   Probes. A waiter that was denied for budget while another client's spend was counted (the
   provider reported it, see observe) is admitted alone when room comes back: the first call
-  admitted (for a window) when another like it would fit beside it goes as a probe, and
-  nobody else is admitted until the
-  provider's reading of it arrives (observe names it), its call ends, or probe ms pass. Room
+  admitted (for a window) when another like it would fit beside it goes as a probe, and nobody
+  else is admitted until the provider's reading of it arrives (observe names it), its call
+  ends, or probe ms pass. Room
   that comes back is what the other client also waits for (a 429's retry-after points at it):
   one call learns what it took before the rest of the room is spent. The last of the room
   beside that spend (its largest rise between two readings: about one of the other client's
