@@ -51,7 +51,10 @@ export interface Config {
    * @default undefined (flag --max-in-flight, env LLMQ_MAX_IN_FLIGHT)
    */
   readonly maxInFlight: number | undefined;
-  /** Share of each limit kept unused, 0 to 0.5. @default 0.01 (env LLMQ_HEADROOM) */
+  /**
+   * Share of each limit kept unused, 0 to 0.5, while the provider's readings leave room for
+   * doubt (rounded, absent, or showing another client's spend). @default 0.01 (env LLMQ_HEADROOM)
+   */
   readonly headroom: number;
   /** Extra milliseconds added to the window. @default 0 (env LLMQ_WINDOW_MARGIN_MS) */
   readonly windowMarginMs: number;

@@ -12,10 +12,10 @@ afterEach(async () => {
 });
 
 const dims = (outputLimit: number, outputUsed = 0) => ({
-  requests: { used: 0, limit: undefined, foreign: 0 },
-  inputTokens: { used: 0, limit: 100_000, foreign: 0 },
-  outputTokens: { used: outputUsed, limit: outputLimit, foreign: 0 },
-  tokens: { used: 0, limit: undefined, foreign: 0 },
+  requests: { used: 0, limit: undefined, foreign: 0, wholeLimit: false },
+  inputTokens: { used: 0, limit: 100_000, foreign: 0, wholeLimit: false },
+  outputTokens: { used: outputUsed, limit: outputLimit, foreign: 0, wholeLimit: false },
+  tokens: { used: 0, limit: undefined, foreign: 0, wholeLimit: false },
 });
 
 describe('forecast', () => {

@@ -160,6 +160,10 @@ class Model {
   /** The latest reading's "certainly foreign", and its largest rise from one reading to the next. */
   readonly certain = new Map<string, Step>();
   readonly rise = new Map<string, Step>();
+  /** The provider's limit after an exact (not rounded) reading, for a window. */
+  readonly exact = new Map<string, Step>();
+  /** Whether an acquire ever used a limit without headroom (exact readings). */
+  lifted = false;
   readonly reached: ProviderCall[] = [];
   counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
   /** Money spent against the budget (µ$): held worst cases, settled costs. */
@@ -176,8 +180,35 @@ class Model {
     return WINDOW + this.cfg.marginMs;
   }
 
-  limit(scope: string, d: Dim): number {
+  /** The limit less headroom: what no cost may exceed. */
+  baseLimit(scope: string, d: Dim): number {
     return effective(this.cfg.limits[scope]?.[DIM_NAME[d]], this.cfg.headroom);
+  }
+
+  /** The limit as configured: the provider's. */
+  fullLimit(scope: string, d: Dim): number {
+    return effective(this.cfg.limits[scope]?.[DIM_NAME[d]], 0);
+  }
+
+  /**
+   * The limit acquire fills: without headroom while the latest exact reading (its limit at least
+   * ours) shows nobody else's spend: none held, none rising, none possibly another's.
+   */
+  limit(scope: string, d: Dim): number {
+    const base = this.baseLimit(scope, d);
+    const full = this.fullLimit(scope, d);
+    if (base === 0 || full <= base) return base;
+    const field = `${scope}|${d}`;
+    const live = (s: Step | undefined) => (s && s.until > this.now ? s : undefined);
+    const exact = live(this.exact.get(field));
+    const clear =
+      exact !== undefined &&
+      exact.amount >= full &&
+      this.steps(scope, d).length === 0 &&
+      !live(this.ext.get(field)?.last) &&
+      !live(this.rise.get(field)) &&
+      (live(this.seen.get(field))?.amount ?? 0) === 0;
+    return clear ? full : base;
   }
 
   /** What the acquire and prune scripts drop: stamps that left the window, lapsed slots. */
@@ -259,7 +290,7 @@ class Model {
   expectAcquire(cost: Amounts, scopes: readonly string[], micros: number): Expected {
     for (const s of scopes) {
       for (const d of DIMS) {
-        const l = this.limit(s, d);
+        const l = this.baseLimit(s, d);
         if (l > 0 && amount(cost, d) > l) return 'exceeds';
       }
     }
@@ -282,6 +313,7 @@ class Model {
     for (const s of scopes) {
       for (const d of DIMS) {
         const l = this.limit(s, d);
+        if (l > this.baseLimit(s, d)) this.lifted = true;
         const need = this.used(s, d) + this.foreign(s, d) + this.kept(s, d) + amount(cost, d) - l;
         if (l > 0 && need > 0) {
           this.counters.deniedBudget++;
@@ -465,6 +497,9 @@ class Model {
       if (risen > 0 && risen >= (rise && rise.until > this.now ? rise.amount : 0))
         this.rise.set(field, { amount: risen, until: this.now + this.windowArg });
       this.certain.set(field, { amount: certain, until });
+      if (rounding === 0)
+        this.exact.set(field, { amount: limit, until: this.now + this.windowArg });
+      else this.exact.delete(field);
       const [first, second] = this.steps(scope, dim);
       let e: { held?: Step; next?: Step; last?: Step };
       if (!first || certain >= first.amount) {
@@ -790,7 +825,8 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
     const calls = model.providerCalls();
     for (const scope of ALL_SCOPES) {
       for (const d of DIMS) {
-        const l = model.limit(scope, d);
+        // The provider's limit; the limit less headroom while no exact reading lifted it.
+        const l = model.lifted ? model.fullLimit(scope, d) : model.baseLimit(scope, d);
         if (l === 0) continue;
         const worst = worstWindow(calls, scope, d);
         expect(

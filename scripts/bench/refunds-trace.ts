@@ -8,26 +8,28 @@
  * it): the local loss, so the calls where time goes stand out.
  *
  *   LLMQ_FROM_SOURCE=1 node --import tsx scripts/bench/refunds-trace.ts [runs] [--calls] [--headroom SHARE]
+ *     [--differing]   (the mock counting input as `llmq bench --counter differing` does)
  */
 import { resolveConfig } from '../../shared/config.ts';
 import { idealSchedule } from './budget.ts';
 import { runLlmq, tokenBudget } from './llmq-runner.ts';
 import { withMock } from './mock.ts';
 import type { AdmittedCall } from './recorder.ts';
-import { latencyFor, shapesOf, shortCall } from './workload.ts';
+import { DIFFERING_COUNTER, latencyFor, shapesOf, shortCall } from './workload.ts';
 
 const runs = Number(process.argv[2] ?? 1);
 const printCalls = process.argv.includes('--calls');
 const at = process.argv.indexOf('--headroom');
 /** The limiter's headroom (its default when not given). */
 const headroom = at > 0 ? Number(process.argv[at + 1]) : undefined;
+const counting = process.argv.includes('--differing') ? DIFFERING_COUNTER : undefined;
 const LIMIT = 4_000;
 const W = 10_000;
 const C = 10;
 const { redisUrl } = resolveConfig({ flags: {}, env: process.env });
 const latency = latencyFor(false);
 const requests = Array.from({ length: 150 }, (_, i) => shortCall(i));
-const shapes = shapesOf(requests, 0.2, latency);
+const shapes = shapesOf(requests, 0.2, latency, counting);
 const budget = {
   limits: { tokens: LIMIT },
   windowMs: W,
@@ -71,6 +73,7 @@ function earliest(calls: readonly AdmittedCall[], t0: number, i: number): number
 
 await withMock(
   {
+    ...counting,
     windowMs: W,
     limits: { tokens: LIMIT },
     algorithm: 'sliding',
@@ -93,6 +96,7 @@ await withMock(
         concurrency: C,
         recordOutput: true,
         watchLimiter: true,
+        counting,
       });
       const calls = [...run.calls.admitted].sort((a, b) => a.at - b.at);
       const t0 = calls[0]!.at;

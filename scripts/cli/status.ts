@@ -20,7 +20,7 @@ export function formatStatus(s: QueueStatus): string {
     const parts = DIMENSIONS.map((d) => {
       const u = scope.dimensions[d.name];
       if (u.limit === undefined && u.used === 0) return undefined;
-      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}`;
+      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}${u.wholeLimit ? ' (whole limit: exact readings)' : ''}`;
     }).filter(Boolean);
     lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
   }

@@ -26,7 +26,12 @@ export interface LimiterOptions {
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
   /** Calls in flight across every process; 0 for no cap. @default 0 */
   readonly concurrency?: number;
-  /** Share of each limit left unused. @default 0.01 */
+  /**
+   * Share of each limit left unused, for what the window cannot see: another client's spend
+   * between readings, a reading the provider rounded. Not kept in a scope and dimension while
+   * the provider's readings there (within a window) are exact, give a limit at least ours and
+   * show nobody else's spend. @default 0.01
+   */
   readonly headroom?: number;
   /**
    * Added to the window, in ms. Stamps are taken once the response begins, after the provider
@@ -261,6 +266,10 @@ export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): Scr
     const l = limitsOf(s, name);
     const limits: Record<string, number> = {};
     for (const d of DIMENSIONS) limits[d.lua] = effective(l[d.name], s.headroom);
-    return { name, limits };
+    if (s.headroom === 0) return { name, limits };
+    // The limits before headroom: acquire uses them while the provider's readings are exact.
+    const full: Record<string, number> = {};
+    for (const d of DIMENSIONS) full[d.lua] = effective(l[d.name], 0);
+    return { name, limits, full };
   });
 }

@@ -51,6 +51,29 @@ export function foreignNow(ext: Record<string, string>, field: string, now: numb
   return Math.max(held, live(`${field}|last`));
 }
 
+/**
+ * Whether acquire uses the whole limit of `field` (`seen_exactly` in the Lua include
+ * `foreign-spend`): an exact reading less than a window old, its limit at least `limit`, and no
+ * other client's spend held, rising or possible.
+ */
+export function wholeLimitNow(
+  ext: Record<string, string>,
+  field: string,
+  limit: number | undefined,
+  now: number,
+): boolean {
+  const live = (f: string) => Number(ext[`${f}|until`] ?? 0) > now;
+  if (limit === undefined || !live(`${field}|exact`)) return false;
+  if (Number(ext[`${field}|exact`]) < limit) return false;
+  const none = (f: string) => !live(f) || Number(ext[f] ?? 0) === 0;
+  return (
+    foreignNow(ext, field, now) === 0 &&
+    !live(`${field}|last`) &&
+    none(`${field}|rise`) &&
+    none(`${field}|seen`)
+  );
+}
+
 /** A reservation as the res hash stores it: "requests|input|output|flags|scope1,scope2". */
 function decodeReservation(enc: string): { spend: Record<Dimension, number>; scopes: string[] } {
   const [req, inp, out, , scopes = ''] = enc.split('|');
@@ -135,10 +158,12 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
     const dims = {} as ScopeSnapshot['dimensions'];
     for (const d of DIMENSIONS) {
       const f = `${scope}|${d.lua}`;
+      const limit = limitsOf(scope)[d.name];
       dims[d.name] = {
         used: Number(tot[f] ?? 0) - (gone[f] ?? 0),
-        limit: limitsOf(scope)[d.name],
+        limit,
         foreign: foreignNow(ext, f, now),
+        wholeLimit: wholeLimitNow(ext, f, limit, now),
       };
     }
     return { scope, dimensions: dims };

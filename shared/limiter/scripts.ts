@@ -78,10 +78,14 @@ export type AcquireReply =
       readonly limit: number;
     };
 
-/** A scope as acquire sees it: limits by short dimension name, headroom taken off, 0 unlimited. */
+/**
+ * A scope as acquire sees it: limits by short dimension name, headroom taken off, 0 unlimited;
+ * `full`, the limits before headroom (used while the provider's readings are exact).
+ */
 export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
+  readonly full?: Readonly<Record<string, number>>;
 }
 
 export interface AcquireArgs {

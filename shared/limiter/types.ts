@@ -110,6 +110,11 @@ export interface DimensionUse {
   readonly limit: number | undefined;
   /** Spend the provider reported that this window did not make (another client). */
   readonly foreign: number;
+  /**
+   * The provider's latest reading (within a window) was exact and showed nobody else's spend:
+   * the whole limit is used, headroom is not kept.
+   */
+  readonly wholeLimit: boolean;
 }
 
 export interface ScopeSnapshot {

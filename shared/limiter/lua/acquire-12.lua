@@ -34,8 +34,9 @@
       concurrency  limit of calls in flight, 0 for none
       cost         { req, inp, out, money }; money (absent: none) is a claim { micros, limits =
                    list of { field, budget, period, limit }, fields } held with the admission
-      scopes       list of { name, limits = { req, in, out, tok } } (0 = unlimited; headroom
-                   already taken off), the global scope first
+      scopes       list of { name, limits = { req, in, out, tok }, full } (0 = unlimited;
+                   headroom already taken off; `full`, when headroom is on: the limits before
+                   it), the global scope first
       periods      the period ids whose spend is kept (this day, the day before, this month,
                    the month before), with any money claim
       extras       list of { id, req, inp, out, money, scopes }: the calls queued behind this
@@ -138,6 +139,27 @@ for _, s in ipairs(run.scopes) do
       return { 5, s.name, d, a, limit }
     end
   end
+end
+
+-- 2b. Headroom covers what the window cannot see: another client's spend between readings, a
+-- reading rounded by the provider. While the provider's readings are exact and show nobody
+-- else's spend, the whole limit is used (never for a cost the headroom refused above).
+local function lift_headroom(scopes)
+  for _, s in ipairs(scopes) do
+    if s.full then
+      for _, d in ipairs(DIMS) do
+        local full = s.full[d] or 0
+        if s.limits[d] > 0 and full > s.limits[d]
+          and seen_exactly(foreign_of(run.ext, s.name .. '|' .. d, now), full) then
+          s.limits[d] = full
+        end
+      end
+    end
+  end
+end
+lift_headroom(run.scopes)
+for _, x in ipairs(extras) do
+  if x.cost.limits then lift_headroom(x.cost.limits) end
 end
 
 -- 3. What has left the window, and lapsed leases, go.

@@ -33,7 +33,9 @@
                    "scope|dim|seen", "scope|dim|seen|until": the latest reading's "possibly",
                    "scope|dim|certain", "scope|dim|certain|until": its "certainly",
                    "scope|dim|rise", "scope|dim|rise|until": the largest rise of "certainly"
-                   from one reading to the next, for a window
+                   from one reading to the next, for a window,
+                   "scope|dim|exact", "scope|dim|exact|until": the provider's limit, for a
+                   window after an exact (not rounded) reading
     KEYS[3] stats  HASH counters
     KEYS[4] log    ZSET reservation id -> stamp ms
     KEYS[5] res    HASH reservation id -> "req|in|out|flags|scopes[|reservedOut]"
@@ -157,6 +159,12 @@ for i, d in ipairs(DIMS) do
       end
     end
     redis.call('HSET', KEYS[2], field .. '|certain', certain, field .. '|certain|until', untilMs)
+    -- An exact reading (not rounded) is marked for a window, with the provider's limit.
+    if rounding == 0 then
+      redis.call('HSET', KEYS[2], field .. '|exact', limit, field .. '|exact|until', now + windowMs)
+    else
+      redis.call('HDEL', KEYS[2], field .. '|exact', field .. '|exact|until')
+    end
     redis.call('HSET', KEYS[2], field .. '|seen', possible, field .. '|seen|until', untilMs)
     possible = math.max(math.min(possible, f.seen), certain)
     if possible > 0 then redis.call('HINCRBY', KEYS[3], 'observed_foreign', 1) end

@@ -5,15 +5,18 @@
 -- next reading (`last`, { until ms, amount }). The spend counted now is the larger of the two.
 -- `promoted` says the first step is the stored next: the held reading before it has lapsed.
 -- `rise`: the largest rise of it from one reading to the next within a window, about one of
--- that client's calls (0: none seen).
+-- that client's calls (0: none seen). `exact`: the limit of the latest reading when it was
+-- exact (not rounded) and is less than a window old, else nil.
 local function foreign_of(extKey, field, now)
   local e = redis.call('HMGET', extKey, field, field .. '|until', field .. '|next',
     field .. '|next|until', field .. '|last', field .. '|last|until', field .. '|seen',
-    field .. '|seen|until', field .. '|rise', field .. '|rise|until')
+    field .. '|seen|until', field .. '|rise', field .. '|rise|until', field .. '|exact',
+    field .. '|exact|until')
   -- `seen`: what the reading before may have counted of another client's (observe's rule).
-  local f = { steps = {}, last = nil, promoted = false, seen = 0, rise = 0 }
+  local f = { steps = {}, last = nil, promoted = false, seen = 0, rise = 0, exact = nil }
   if e[7] and tonumber(e[8] or '0') > now then f.seen = tonumber(e[7]) end
   if e[9] and tonumber(e[10] or '0') > now then f.rise = tonumber(e[9]) end
+  if e[11] and tonumber(e[12] or '0') > now then f.exact = tonumber(e[11]) end
   local peakUntil = tonumber(e[2] or '0')
   if e[1] and peakUntil > now then f.steps[1] = { peakUntil, tonumber(e[1]) } end
   local nextUntil = tonumber(e[4] or '0')
@@ -24,6 +27,14 @@ local function foreign_of(extKey, field, now)
   local lastUntil = tonumber(e[6] or '0')
   if e[5] and lastUntil > now then f.last = { lastUntil, tonumber(e[5]) } end
   return f
+end
+
+-- Whether the provider's latest readings show its count exactly and nobody else's spend in
+-- it: its limit at least `limit`, no other client's spend held or rising, nothing possibly
+-- another's. Then headroom has nothing to cover (see acquire).
+local function seen_exactly(f, limit)
+  return f.exact ~= nil and f.exact >= limit and #f.steps == 0 and f.last == nil and f.rise == 0
+    and f.seen == 0
 end
 
 -- The foreign spend still counted `at` ms after `now`.
