@@ -105,7 +105,7 @@ local run = {
   now = now, windowMs = args.windowMs, leaseExpiry = now + args.leaseMs, maxSlots = args.concurrency,
   scopes = args.scopes, cost = cost, totals = new_tally(), stats = new_tally(),
   money = { spend = KEYS[11], held = KEYS[12], periods = args.periods },
-  leaveRoom = probeMs > 0,
+  leaveRoom = probeMs > 0, foreign = {},
 }
 
 local function leave_line()
@@ -150,7 +150,7 @@ local function lift_headroom(scopes)
       for _, d in ipairs(DIMS) do
         local full = s.full[d] or 0
         if s.limits[d] > 0 and full > s.limits[d]
-          and seen_exactly(foreign_of(run.ext, s.name .. '|' .. d, now), full) then
+          and seen_exactly(run_foreign(run, s.name .. '|' .. d), full) then
           s.limits[d] = full
         end
       end
@@ -266,7 +266,7 @@ end
 local function foreign_held()
   for _, s in ipairs(run.scopes) do
     for _, d in ipairs(DIMS) do
-      if s.limits[d] > 0 and #foreign_of(run.ext, s.name .. '|' .. d, now).steps > 0 then return true end
+      if s.limits[d] > 0 and #run_foreign(run, s.name .. '|' .. d).steps > 0 then return true end
     end
   end
   return false

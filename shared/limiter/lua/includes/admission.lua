@@ -4,6 +4,16 @@
 -- their limits (`c.limits`; else the run's) and a money claim (`c.money`). Needs "tally",
 -- "foreign-spend" and "money".
 
+-- Another client's spend in `field` (foreign_of), read once a run: nothing in a run changes it.
+local function run_foreign(run, field)
+  local f = run.foreign[field]
+  if f == nil then
+    f = foreign_of(run.ext, field, run.now)
+    run.foreign[field] = f
+  end
+  return f
+end
+
 -- What `c` lacks in scope s, dimension d, now (0 or less: it fits), the foreign spend, and the
 -- room kept in it: beside another client's spend (`run.leaveRoom`), room for one of its calls
 -- (the largest rise of that spend between two readings) stays free, for as long as that spend
@@ -11,7 +21,7 @@
 local function need_of(run, s, d, c)
   local field = s.name .. '|' .. d
   local used = tonumber(redis.call('HGET', run.tot, field) or '0') + tallied(run.totals, field)
-  local f = foreign_of(run.ext, field, run.now)
+  local f = run_foreign(run, field)
   local kept = 0
   if run.leaveRoom and #f.steps > 0 then kept = f.rise end
   return used + foreign_at(f, run.now, 0) + kept + amount(c, d) - s.limits[d], f, kept
