@@ -2,7 +2,7 @@ import type { FlowJob } from 'bullmq';
 import { JOB_NAME, type JobData } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { bullPrefix } from '../shared/keys.ts';
-import { batchNames } from './batches/batch-jobs.ts';
+import { batchNames } from '../shared/queues.ts';
 import type { EnqueuedJob } from './producer.ts';
 
 /**

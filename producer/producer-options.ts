@@ -1,9 +1,9 @@
+import type { Via } from '../shared/batch-via.ts';
 import type { BudgetSettings } from '../shared/budgets.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { DimensionLimits } from '../shared/limiter/types.ts';
 import type { PriorityLane } from '../shared/priority.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import type { Via } from './batches/via.ts';
 import type { WaitForRoomOptions } from './depth-gate.ts';
 
 /** What `exactCount` needs: the SDK's `client.messages.countTokens` (an `Anthropic` instance fits). */

@@ -1,4 +1,5 @@
 import { FlowProducer } from 'bullmq';
+import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { combineInputTokens } from '../shared/combine.ts';
 import { RequestValidationError } from '../shared/errors.ts';
@@ -16,7 +17,6 @@ import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts'
 import { parseMessagesRequest } from '../shared/request.ts';
 import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
-import type { Via } from './batches/via.ts';
 import { DepthGate } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
 import { type EnqueuedFlow, type MapReduceRequest, mapReduceFlow, partKey } from './flows.ts';

@@ -35,7 +35,7 @@ function copyAssets(dir) {
     }
   }
 }
-for (const d of ['producer', 'worker', 'shared', 'dashboard', 'scripts']) copyAssets(d);
+for (const d of ['producer', 'worker', 'shared', 'dashboard', 'scripts', 'testing']) copyAssets(d);
 cpSync(join(root, 'shared/prices.json'), join(root, 'dist/shared/prices.json'));
 
 /** Declarations name their imports `.js`, as the JavaScript does (tsc leaves them `.ts`). */

@@ -13,9 +13,9 @@ import {
   startPrivateRedis,
 } from '../shared/private-redis.ts';
 import { assertRedis, connectRedis, deleteKeysMatching } from '../shared/redis.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from './mock-anthropic/index.ts';
 
 const SAMPLES = new URL('./samples', import.meta.url).pathname;
 

@@ -1,6 +1,7 @@
 import { type ConnectionOptions, Queue } from 'bullmq';
 import type { DeadLetter, JobData, JobResult } from './job.ts';
 import {
+  batchQueueName,
   bullPrefix,
   deadLetterQueueName,
   legacyQueueRegistryKey,
@@ -33,6 +34,22 @@ export function openDeadLetterQueue(
     connection,
     prefix: bullPrefix(names),
   });
+}
+
+/** The names of a queue's batch-bound jobs: the same prefix (and hash tag), `<queue>-batches`. */
+export function batchNames(names: QueueNames): QueueNames {
+  return { prefix: names.prefix, queue: batchQueueName(names.queue) };
+}
+
+/** The BullMQ queue of a queue's batch-bound jobs (the connection is shared, not owned). */
+export function openBatchQueue(redis: RedisClient, names: QueueNames): LlmqQueue {
+  const b = batchNames(names);
+  const q = new Queue<JobData, JobResult, string>(b.queue, {
+    connection: redis,
+    prefix: bullPrefix(b),
+  });
+  q.on('error', () => {});
+  return q;
 }
 
 /** Records a queue name under its prefix so the dashboard and status can find every queue. */

@@ -5,10 +5,10 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runBatchSummarize } from '../producer/batch/summarize.ts';
-import { startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { Producer } from '../producer/producer.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import { batchesKey, type QueueNames } from '../shared/keys.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
+import { startBatchSubmitter } from '../worker/batches/submitter.ts';
 import { batchCli } from './fixtures/batch-cli.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 

@@ -1,11 +1,11 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type BatchSubmitterHandle, startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { JobFailedError } from '../producer/errors.ts';
 import { Producer } from '../producer/producer.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
+import { type BatchSubmitterHandle, startBatchSubmitter } from '../worker/batches/submitter.ts';
 import { showDeadLetter } from '../worker/dead-letters.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { countMockTokens } from '../scripts/mock-anthropic/index.ts';
+import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import {
   allCompleted,
   openPool,

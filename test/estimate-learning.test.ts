@@ -1,12 +1,12 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { DIFFERING_COUNTER, splitCalls } from '../scripts/bench/workload.ts';
-import { countMockTokens, type InputCounting } from '../scripts/mock-anthropic/index.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import { bandEnd, bandOf, reserveRatio } from '../shared/estimate-bands.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { countMockTokens, type InputCounting } from '../testing/mock-anthropic/index.ts';
 import { eachTestRedis } from './helpers.ts';
 
 const MODEL = 'claude-sonnet-5-5';

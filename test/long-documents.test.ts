@@ -10,14 +10,14 @@ import {
   DEFAULT_SUMMARY_PROMPT,
   runBatchSummarize,
 } from '../producer/batch/summarize.ts';
-import { startBatchSubmitter } from '../producer/batches/submitter.ts';
 import { Producer } from '../producer/producer.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
 import { answerText } from '../shared/combine.ts';
 import { estimateTextTokens } from '../shared/estimate.ts';
 import type { JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { MessagesRequest } from '../shared/request.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
+import { startBatchSubmitter } from '../worker/batches/submitter.ts';
 import { callProvider, createProviderClient, type ProviderCaller } from '../worker/provider.ts';
 import { startWorker, type WorkerHandle } from '../worker/worker.ts';
 import { batchCli } from './fixtures/batch-cli.ts';

@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type MockAnthropicHandle, startMockAnthropic } from '../scripts/mock-anthropic/index.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { until } from './helpers.ts';
 
 let mock: MockAnthropicHandle;

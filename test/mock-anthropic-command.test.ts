@@ -7,12 +7,12 @@ import {
   registerMockAnthropicCommand,
   resolveMockAnthropicFlags,
 } from '../scripts/cli/mock-anthropic.ts';
+import { ConfigError } from '../shared/errors.ts';
 import {
   type MockStats,
   parseMockAnthropicOptions,
   startMockAnthropic,
-} from '../scripts/mock-anthropic/index.ts';
-import { ConfigError } from '../shared/errors.ts';
+} from '../testing/mock-anthropic/index.ts';
 import { tsxEval } from './helpers.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;

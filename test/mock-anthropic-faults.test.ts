@@ -1,6 +1,6 @@
 import Anthropic, { APIConnectionError, APIError } from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import type { MockAnthropicHandle } from '../scripts/mock-anthropic/index.ts';
+import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 
 const start = eachTestMocks();

@@ -1,12 +1,12 @@
 import Anthropic, { RateLimitError } from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import { countMockTokens, type MockAnthropicHandle } from '../scripts/mock-anthropic/index.ts';
+import { countMockTokens, type MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import {
   type Charge,
   createSlidingWindowLimiter,
   createTokenBucketLimiter,
-} from '../scripts/mock-anthropic/rate-limits.ts';
-import { worstWindow } from '../scripts/mock-anthropic/stats.ts';
+} from '../testing/mock-anthropic/rate-limits.ts';
+import { worstWindow } from '../testing/mock-anthropic/stats.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 
 const start = eachTestMocks();

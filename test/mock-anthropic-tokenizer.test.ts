@@ -1,13 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { RequestValidationError } from '../shared/errors.ts';
 import {
   countMockTokens,
   countTextTokens,
   MESSAGE_OVERHEAD_TOKENS,
   REQUEST_BASE_TOKENS,
-} from '../scripts/mock-anthropic/index.ts';
-import { planOutput } from '../scripts/mock-anthropic/output.ts';
-import { RequestValidationError } from '../shared/errors.ts';
+} from '../testing/mock-anthropic/index.ts';
+import { planOutput } from '../testing/mock-anthropic/output.ts';
 
 const bytes = (text: string) => Buffer.byteLength(text, 'utf8');
 /** What a client budgets for one text: about a token per 3 bytes. */

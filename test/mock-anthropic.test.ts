@@ -6,7 +6,7 @@ import {
   type MockAnthropicHandle,
   type MockStats,
   startMockAnthropic,
-} from '../scripts/mock-anthropic/index.ts';
+} from '../testing/mock-anthropic/index.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 
 const start = eachTestMocks();

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { countMockTokens } from '../scripts/mock-anthropic/index.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { JOB_NAME } from '../shared/job.ts';
+import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 

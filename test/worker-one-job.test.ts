@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { countMockTokens } from '../scripts/mock-anthropic/index.ts';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
+import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import {
   allCompleted,
   openPool,

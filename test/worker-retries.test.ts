@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { FaultRates } from '../scripts/mock-anthropic/index.ts';
+import type { FaultRates } from '../testing/mock-anthropic/index.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 

@@ -1,8 +1,8 @@
+import type { Via } from '../../shared/batch-via.ts';
 import { estimateTextTokens } from '../../shared/estimate.ts';
 import type { JobResult } from '../../shared/job.ts';
 import { contextTokensOf } from '../../shared/models.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
-import type { Via } from '../batches/via.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedFlow, MapReduceRequest } from '../flows.ts';
 import type { Producer } from '../producer.ts';

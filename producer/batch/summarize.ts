@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import type { Via } from '../../shared/batch-via.ts';
 import { answerText } from '../../shared/combine.ts';
 import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
 import type { JobResult } from '../../shared/job.ts';
 import { batchSavingUsd, formatUsd } from '../../shared/prices.ts';
 import type { PriorityLane } from '../../shared/priority.ts';
-import type { Via } from '../batches/via.ts';
 import { JobFailedError, JobNotFoundError } from '../errors.ts';
 import type { EnqueuedFlow } from '../flows.ts';
 import { jobIdForKey } from '../idempotency.ts';

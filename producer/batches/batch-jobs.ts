@@ -1,28 +1,16 @@
-import { Queue } from 'bullmq';
 import { RequestValidationError } from '../../shared/errors.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../../shared/job.ts';
-import { batchQueueName, bullPrefix, type QueueNames } from '../../shared/keys.ts';
-import type { DeadLetterQueue, LlmqQueue } from '../../shared/queues.ts';
+import type { QueueNames } from '../../shared/keys.ts';
+import {
+  batchNames,
+  type DeadLetterQueue,
+  type LlmqQueue,
+  openBatchQueue,
+} from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
 import { jobIdForKey, newJobId } from '../idempotency.ts';
 import type { EnqueuedJob, EnqueueOptions } from '../producer.ts';
 import { ResultWaiter, type WaitOptions } from '../result-waiter.ts';
-
-/** The names of a queue's batch-bound jobs: the same prefix (and hash tag), `<queue>-batches`. */
-export function batchNames(names: QueueNames): QueueNames {
-  return { prefix: names.prefix, queue: batchQueueName(names.queue) };
-}
-
-/** The BullMQ queue of a queue's batch-bound jobs (the connection is shared, not owned). */
-export function openBatchQueue(redis: RedisClient, names: QueueNames): LlmqQueue {
-  const b = batchNames(names);
-  const q = new Queue<JobData, JobResult, string>(b.queue, {
-    connection: redis,
-    prefix: bullPrefix(b),
-  });
-  q.on('error', () => {});
-  return q;
-}
 
 /** Refuses what the Message Batches API refuses, before anything is written. */
 export function checkBatchable(request: unknown, options: EnqueueOptions): void {

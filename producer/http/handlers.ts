@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import type { AuthThrottle } from '../../shared/auth-throttle.ts';
+import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { durationMs } from '../../shared/duration.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
 import { toFieldIssues } from '../../shared/request.ts';
-import { parseDeadline, resolveVia } from '../batches/via.ts';
 import { isRedisDown } from '../errors.ts';
 import type { JobStatus } from '../job-status.ts';
 import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';

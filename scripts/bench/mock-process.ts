@@ -3,7 +3,7 @@
  * workers do not share an event loop with it. Options as JSON in `LLMQ_BENCH_MOCK`; prints the
  * URL alone on its first line; closes on SIGTERM or when its parent goes away (stdin closes).
  */
-import { startMockAnthropic } from '../mock-anthropic/index.ts';
+import { startMockAnthropic } from '../../testing/mock-anthropic/index.ts';
 
 const mock = await startMockAnthropic(JSON.parse(process.env['LLMQ_BENCH_MOCK'] ?? '{}'));
 process.stdout.write(`${mock.url}\n`);

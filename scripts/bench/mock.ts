@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
-import type { MockAnthropicOptions, MockStats } from '../mock-anthropic/index.ts';
+import type { MockAnthropicOptions, MockStats } from '../../testing/mock-anthropic/index.ts';
 import { benchChildEntry, trackChild } from './processes.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;

@@ -1,4 +1,4 @@
-import { countMockTokens, type InputCounting } from '../mock-anthropic/index.ts';
+import { countMockTokens, type InputCounting } from '../../testing/mock-anthropic/index.ts';
 
 /**
  * One call the provider admitted (a 200), as a client saw it: when it was sent (the mock admits on

@@ -1,4 +1,4 @@
-import type { InputCounting } from '../mock-anthropic/index.ts';
+import type { InputCounting } from '../../testing/mock-anthropic/index.ts';
 import { renderTable } from './table.ts';
 
 /** What every scenario gets. */

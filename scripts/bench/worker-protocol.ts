@@ -1,6 +1,6 @@
 import type { QueueNames } from '../../shared/keys.ts';
+import type { InputCounting } from '../../testing/mock-anthropic/index.ts';
 import type { WorkerOptions } from '../../worker/worker.ts';
-import type { InputCounting } from '../mock-anthropic/index.ts';
 import type { CommandCounts } from './command-counter.ts';
 import type { RecorderReport } from './recorder.ts';
 

@@ -1,4 +1,4 @@
-import { countMockTokens, type InputCounting } from '../mock-anthropic/index.ts';
+import { countMockTokens, type InputCounting } from '../../testing/mock-anthropic/index.ts';
 import type { CallShape } from './budget.ts';
 
 /** A Messages request as the bench sends it (the SDK's params, llmq's job request). */

@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { runBatchSummarize } from '../../producer/batch/summarize.ts';
-import { startSubmitterFor } from '../../producer/batches/submitter-process.ts';
-import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { createProducer } from '../../producer/create-producer.ts';
+import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
+import { startSubmitterFor } from '../../worker/batches/submitter-process.ts';
 
 interface SummarizeFlags {
   out: string;

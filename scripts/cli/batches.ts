@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
-import { startSubmitterFor } from '../../producer/batches/submitter-process.ts';
 import { resolveConfig } from '../../shared/config.ts';
 import { assertRedis } from '../../shared/redis.ts';
+import { startSubmitterFor } from '../../worker/batches/submitter-process.ts';
 
 /** Adds `llmq batches run`: the batch submitter of a queue, until Ctrl-C. */
 export function registerBatchesCommand(program: Command): Command {

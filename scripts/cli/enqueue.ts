@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
-import { parseDeadline, resolveVia } from '../../producer/batches/via.ts';
 import { Producer } from '../../producer/producer.ts';
+import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';

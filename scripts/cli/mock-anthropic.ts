@@ -12,9 +12,9 @@ import {
   type OptionLabel,
   parseMockAnthropicOptions,
   type ResolvedMockAnthropicOptions,
-} from '../mock-anthropic/options.ts';
-import { describeWindow } from '../mock-anthropic/rate-limit-responses.ts';
-import { startMockAnthropic } from '../mock-anthropic/server.ts';
+} from '../../testing/mock-anthropic/options.ts';
+import { describeWindow } from '../../testing/mock-anthropic/rate-limit-responses.ts';
+import { startMockAnthropic } from '../../testing/mock-anthropic/server.ts';
 
 /** The flags as commander hands them over: strings, and a list for the repeatable key flag. */
 export interface MockAnthropicFlags {

@@ -15,9 +15,9 @@ import { Redis } from 'ioredis';
 import { chromium } from 'playwright-core';
 import { Producer } from '../../producer/producer.ts';
 import { deleteKeysMatching } from '../../shared/redis.ts';
+import { startMockAnthropic } from '../../testing/mock-anthropic/index.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
-import { startMockAnthropic } from '../mock-anthropic/index.ts';
 
 const exporter = new InMemorySpanExporter();
 new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }).register();

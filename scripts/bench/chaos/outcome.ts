@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import type { LlmqQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
-import type { MockStats } from '../../mock-anthropic/index.ts';
+import type { MockStats } from '../../../testing/mock-anthropic/index.ts';
 
 /** Where an acknowledged job came from. */
 export type JobSource = 'library' | 'http' | 'batch';

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import Anthropic from '@anthropic-ai/sdk';
-import type { InputCounting, MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import type { InputCounting, MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
 import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';

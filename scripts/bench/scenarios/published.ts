@@ -1,4 +1,4 @@
-import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import type { MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
 import { fluidMinimumMs, idealSchedule, uniformMinimumMs } from '../budget.ts';
 import type { TokenLimiter } from '../clients/primitives.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';

@@ -1,4 +1,4 @@
-import type { MockStats } from '../../mock-anthropic/index.ts';
+import type { MockStats } from '../../../testing/mock-anthropic/index.ts';
 import { utilization } from '../budget.ts';
 import type { ClientRun } from '../clients/run-baseline.ts';
 import { chargeOf, type RecorderReport } from '../recorder.ts';

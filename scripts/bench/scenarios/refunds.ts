@@ -1,4 +1,4 @@
-import type { MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import type { MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
 import { fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';

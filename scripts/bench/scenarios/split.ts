@@ -1,4 +1,4 @@
-import type { InputCounting, MockAnthropicOptions } from '../../mock-anthropic/index.ts';
+import type { InputCounting, MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
 import { type CallShape, fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { type LlmqRun, runLlmq } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';

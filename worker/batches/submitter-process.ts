@@ -2,7 +2,7 @@ import type { Config } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { formatUsd } from '../../shared/prices.ts';
 import { connectRedis } from '../../shared/redis.ts';
-import { createProviderClient } from '../../worker/provider.ts';
+import { createProviderClient } from '../provider.ts';
 import { type BatchProgress, type BatchSubmitterHandle, startBatchSubmitter } from './submitter.ts';
 
 /** One progress line: batches and items now, the queue's totals, and what batches saved. */

@@ -1,4 +1,4 @@
-import { ConfigError } from '../../shared/errors.ts';
+import { ConfigError } from './errors.ts';
 
 /** The path a job takes: `messages` (one call each, now) or `batches` (Message Batches, half price). */
 export type Via = 'messages' | 'batches';

@@ -1,6 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { AttemptRecord } from '../../shared/job.ts';
-import { type Classified, classifyProviderError } from '../../worker/classify.ts';
+import { type Classified, classifyProviderError } from '../classify.ts';
 
 /** One line of a batch's results, as the SDK yields it. */
 export type BatchItem = Anthropic.Messages.MessageBatchIndividualResponse;

@@ -1,17 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import type Anthropic from '@anthropic-ai/sdk';
 import { type Job, Worker } from 'bullmq';
+import { BATCH_ROOM_MS } from '../../shared/batch-via.ts';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../../shared/keys.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
-import { type LlmqQueue, openDeadLetterQueue, openQueue } from '../../shared/queues.ts';
+import {
+  batchNames,
+  type LlmqQueue,
+  openBatchQueue,
+  openDeadLetterQueue,
+  openQueue,
+} from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
-import { deadLetter } from '../../worker/dead-letters.ts';
-import { store } from '../../worker/provider.ts';
-import { batchNames, openBatchQueue } from './batch-jobs.ts';
+import { deadLetter } from '../dead-letters.ts';
+import { store } from '../provider.ts';
 import { BatchState, type BatchTotals, type InFlight } from './batch-state.ts';
 import { type BatchItem, itemOutcome } from './item-outcome.ts';
-import { BATCH_ROOM_MS } from './via.ts';
 
 /** What the submitter needs of the SDK: `client.messages.batches` (an `Anthropic` fits). */
 export interface BatchesClient {
