@@ -38,8 +38,6 @@ export interface QueueView {
   /** Use against limit of every scope and dimension in the current window. */
   readonly scopes: readonly ScopeSnapshot[];
   readonly pause: { readonly until: number | null; readonly remainingMs: number };
-  /** A probe out (beside another client's reported spend): the others wait for its reading. */
-  readonly probe: { readonly until: number | null; readonly remainingMs: number };
   readonly breaker: {
     readonly state: BreakerState;
     readonly failures: number;
@@ -105,12 +103,6 @@ export interface FleetReaderOptions {
   readonly maxDepth?: number;
   /** Money budgets (Config.budgets), to show spend against them; spend alone without. */
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
-  /**
-   * The workers' window margin. A snapshot drops what has left the window, so this must not be
-   * smaller than the workers' (that would free budget early); larger only delays the display.
-   * @default 50
-   */
-  readonly windowMarginMs?: number;
   readonly headroom?: number;
 }
 
@@ -127,7 +119,6 @@ interface QueueHandles {
 /** Published limiter settings (see `Limiter.publishConfig`). */
 interface PublishedConfig {
   readonly windowMs?: number;
-  readonly windowMarginMs?: number;
   readonly headroom?: number;
 }
 
@@ -136,7 +127,6 @@ export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
   private readonly redis: RedisClient;
-  private readonly marginMs: number;
   private readonly budgets: BudgetSettings;
   private readonly handles = new Map<string, QueueHandles>();
 
@@ -144,7 +134,6 @@ export class FleetReader {
     this.redis = options.redis;
     this.prefix = options.prefix;
     this.maxDepth = options.maxDepth ?? 10_000;
-    this.marginMs = options.windowMarginMs ?? 50;
     this.budgets = { budgets: options.budgets ?? {}, policy: 'wait', prices: {} };
     if (!Number.isInteger(this.maxDepth) || this.maxDepth < 0) {
       throw new TypeError(
@@ -226,21 +215,16 @@ export class FleetReader {
       typeof published.windowMs === 'number' && published.windowMs >= 1
         ? published.windowMs
         : 60_000;
-    const marginMs = Math.max(
-      this.marginMs,
-      typeof published.windowMarginMs === 'number' ? published.windowMarginMs : 0,
-    );
     const headroom =
       typeof published.headroom === 'number' && published.headroom >= 0 && published.headroom < 1
         ? published.headroom
         : undefined;
-    const shape = `${windowMs}|${marginMs}|${headroom}`;
+    const shape = `${windowMs}|${headroom}`;
     if (h.limiter?.shape !== shape) {
       const reader = new Limiter({
         redis: this.redis,
         names: this.names(queue),
         windowMs,
-        windowMarginMs: marginMs,
         ...(headroom === undefined ? {} : { headroom }),
       });
       h.limiter = { reader, shape };
@@ -292,10 +276,6 @@ export class FleetReader {
       pause: {
         until: snap.pausedUntil,
         remainingMs: snap.pausedUntil ? Math.max(0, snap.pausedUntil - snap.now) : 0,
-      },
-      probe: {
-        until: snap.probeUntil,
-        remainingMs: snap.probeUntil ? Math.max(0, snap.probeUntil - snap.now) : 0,
       },
       breaker: {
         state,

@@ -33,7 +33,7 @@ export function limiterPage(nonce: string): string {
         <b id="pause-state" data-testid="pause-state">&ndash;</b>
         <small id="pause-idle">no 429 with retry-after is being waited out</small>
         <small id="pause-detail" hidden>every worker waits <span id="pause-remaining" data-testid="pause-remaining">&ndash;</span> more, until <span id="pause-until" data-testid="pause-until">&ndash;</span></small>
-        <small id="probe-detail" data-testid="probe-detail" hidden>a probe is out: beside another client's spend, one call went first and the others wait up to <span id="probe-remaining" data-testid="probe-remaining">&ndash;</span> for its reading</small></div>
+</div>
       <div class="tile"><h3>Circuit breaker</h3>
         <b id="breaker-state" data-testid="breaker-state">&ndash;</b>
         <small><span id="breaker-failures" data-testid="breaker-failures">0</span> consecutive failures<span id="breaker-detail" hidden>; a trial call in <span id="breaker-remaining" data-testid="breaker-remaining">&ndash;</span></span></small></div>
@@ -301,9 +301,6 @@ function render(data) {
   set('pause-until', v.pause.until, paused ? clock(v.pause.until) : '\\u2013');
   $('pause-idle').hidden = paused;
   $('pause-detail').hidden = !paused;
-  const probing = v.probe.until !== null;
-  set('probe-remaining', v.probe.remainingMs, probing ? seconds(v.probe.remainingMs) : '\\u2013');
-  $('probe-detail').hidden = !probing;
   $('breaker-detail').hidden = v.breaker.state !== 'open';
   set('breaker-state', v.breaker.state, v.breaker.state.replace('_', '-'));
   $('breaker-state').className = v.breaker.state === 'open' ? 'bad' : v.breaker.state === 'half_open' ? 'hot' : '';

@@ -62,7 +62,6 @@ export function resolveDashboardOptions(sources: {
     auth: dashboardAuthFromEnv(env),
     maxDepth: config.maxDepth,
     budgets: config.budgets,
-    windowMarginMs: config.windowMarginMs,
     queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,
     authThrottle: { log: (line) => process.stderr.write(`llmq dashboard: ${line}\n`) },
   };

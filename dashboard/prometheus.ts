@@ -120,9 +120,9 @@ export class PrometheusExporter {
       'scope',
       'dimension',
     ]),
-    windowForeign: this.gauge(
-      'llmq_window_foreign',
-      "Another client's spend the provider reported in this window.",
+    providerRoom: this.gauge(
+      'llmq_provider_room',
+      "The provider's room now, projected from its latest rate-limit reading (absent: none fresh).",
       ['queue', 'scope', 'dimension'],
     ),
     reserved: this.counter(
@@ -149,11 +149,6 @@ export class PrometheusExporter {
     deniedSlots: this.counter(
       'llmq_limiter_denied_slots_total',
       'Attempts refused for want of a concurrency slot.',
-      ['queue'],
-    ),
-    probes: this.counter(
-      'llmq_limiter_probes_total',
-      "Calls admitted alone, the others held for their reading, as room came back beside another client's reported spend.",
       ['queue'],
     ),
     rateLimited: this.counter(
@@ -240,7 +235,8 @@ export class PrometheusExporter {
         const use = s.dimensions[d.name];
         const labels = { queue, scope: s.scope, dimension: d.metric };
         m.windowUsed.set(labels, use.used);
-        m.windowForeign.set(labels, use.foreign);
+        if (use.providerRoom !== undefined) m.providerRoom.set(labels, use.providerRoom);
+        else m.providerRoom.remove(labels);
         if (use.limit !== undefined) m.windowLimit.set(labels, use.limit);
       }
     }
@@ -258,7 +254,6 @@ export class PrometheusExporter {
       m.accuracy.set({ queue, direction: 'output' }, v.accuracy.output);
     total(m.admitted, { queue }, c.admitted);
     total(m.deniedSlots, { queue }, c.deniedSlots);
-    total(m.probes, { queue }, c.probes);
     total(m.rateLimited, { queue, source: 'llmq', kind: 'budget' }, v.rateLimited.llmq);
     total(
       m.rateLimited,

@@ -41,8 +41,6 @@ export interface DashboardOptions {
   readonly maxDepth?: number;
   /** Money budgets (Config.budgets), shown against spend on the limiter page and in /metrics. */
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
-  /** The workers' window margin in ms (see `FleetReaderOptions.windowMarginMs`). @default 50 */
-  readonly windowMarginMs?: number;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
   readonly rescanMs?: number;
   /** The queue the limiter page opens on (LLMQ_QUEUE); without it, the busiest one. */
@@ -136,7 +134,6 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     prefix: options.prefix ?? 'llmq',
     maxDepth: options.maxDepth,
     budgets: options.budgets,
-    windowMarginMs: options.windowMarginMs,
   });
   const exporter = new PrometheusExporter();
   const app = Fastify({ logger: false, forceCloseConnections: true });

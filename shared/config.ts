@@ -13,6 +13,7 @@ import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
 import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
+import type { OutputAccounting } from './limiter/types.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -40,10 +41,10 @@ export interface Config {
   /** The provider's window length in seconds. @default 60 (flag --window, env LLMQ_WINDOW_S) */
   readonly windowS: number;
   /**
-   * How the provider charges output tokens: `reserve` keeps max_tokens charged, `actual` gives
-   * the unused part back when the response ends. @default 'reserve' (the safe choice)
+   * How the provider charges output tokens (see {@link OutputAccounting}). @default 'reserve'
+   * (flag --output-accounting, env LLMQ_OUTPUT_ACCOUNTING)
    */
-  readonly outputAccounting: 'reserve' | 'actual';
+  readonly outputAccounting: OutputAccounting;
   /** Calls this worker process runs at once. @default 10 (flag --concurrency, env LLMQ_CONCURRENCY) */
   readonly concurrency: number;
   /**
@@ -52,18 +53,10 @@ export interface Config {
    */
   readonly maxInFlight: number | undefined;
   /**
-   * Share of each limit kept unused, 0 to 0.5, while the provider's readings leave room for
-   * doubt (rounded, absent, or showing another client's spend). @default 0.01 (env LLMQ_HEADROOM)
+   * Share of each limit kept unused, 0 to 0.5, for what neither our window nor the provider's
+   * latest reading sees (another client's spend since). @default 0.01 (env LLMQ_HEADROOM)
    */
   readonly headroom: number;
-  /** Extra milliseconds added to the window. @default 0 (env LLMQ_WINDOW_MARGIN_MS) */
-  readonly windowMarginMs: number;
-  /**
-   * How long other calls wait at most for a probe's reading (room that came back beside
-   * another client's reported spend goes to one call first), in ms; 0 for no probes.
-   * @default a tenth of the window, at most 30 s (env LLMQ_PROBE_MS)
-   */
-  readonly probeMs: number | undefined;
   /**
    * How long a job's transient failures (529, 5xx, timeouts, dropped connections) are retried,
    * in ms from its first; the job's own `retryForMs` wins. 0 makes them spend attempts like other
@@ -249,9 +242,9 @@ const SETTINGS: Record<Key, Setting> = {
   outputAccounting: {
     env: 'LLMQ_OUTPUT_ACCOUNTING',
     flag: 'outputAccounting',
-    schema: z.enum(['reserve', 'actual']),
+    schema: z.enum(['reserve', 'actual', 'produced']),
     default: 'reserve',
-    expect: 'reserve or actual',
+    expect: 'reserve, actual or produced',
   },
   concurrency: {
     env: 'LLMQ_CONCURRENCY',
@@ -273,21 +266,6 @@ const SETTINGS: Record<Key, Setting> = {
     schema: z.coerce.number().refine((n) => Number.isFinite(n) && n >= 0 && n <= 0.5),
     default: 0.01,
     expect: 'a share from 0 to 0.5',
-  },
-  windowMarginMs: {
-    env: 'LLMQ_WINDOW_MARGIN_MS',
-    flag: 'windowMargin',
-    schema: wholeAtLeast(0).refine((n) => n <= 600_000),
-    default: 0,
-    expect: 'a whole number of milliseconds from 0 to 600000',
-  },
-  probeMs: {
-    env: 'LLMQ_PROBE_MS',
-    schema: wholeAtLeast(0)
-      .refine((n) => n <= 600_000)
-      .optional(),
-    default: undefined,
-    expect: 'a whole number of milliseconds from 0 (no probes) to 600000',
   },
   retryForMs: {
     env: 'LLMQ_RETRY_FOR',

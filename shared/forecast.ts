@@ -67,10 +67,8 @@ export function forecastDrain(
     for (const d of DIMS) {
       const use = global?.dimensions[d];
       if (!use || use.limit === undefined || use.limit <= 0) continue;
-      const limit = use.wholeLimit
-        ? use.limit
-        : Math.max(1, Math.floor(use.limit * (1 - headroom)));
-      const left = Math.max(0, limit - use.used - use.foreign);
+      const limit = Math.max(1, Math.floor(use.limit * (1 - headroom)));
+      const left = Math.max(0, Math.min(limit - use.used, use.providerRoom ?? Number.POSITIVE_INFINITY));
       const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * cycleMs;
       if (ms > drainMs) {
         drainMs = ms;

@@ -81,12 +81,6 @@ describe('resolveConfig', () => {
     );
   });
 
-  it('leaves the probe wait to the window unless set; 0 turns probes off', () => {
-    expect(resolveConfig({ env: {} }).probeMs).toBeUndefined();
-    expect(resolveConfig({ env: { LLMQ_PROBE_MS: '0' } }).probeMs).toBe(0);
-    expect(resolveConfig({ env: { LLMQ_PROBE_MS: '2500' } }).probeMs).toBe(2_500);
-  });
-
   it('retries transient failures for 10 minutes unless told, as a duration', () => {
     expect(resolveConfig({ env: {} }).retryForMs).toBe(600_000);
     expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '90s' } }).retryForMs).toBe(90_000);

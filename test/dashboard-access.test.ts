@@ -11,7 +11,15 @@ import {
 import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { deleteKeys, newRedis, REDIS_URL, sendProbe, testNames, until } from './helpers.ts';
+import {
+  deleteKeys,
+  newRedis,
+  REDIS_URL,
+  rateHeaders,
+  start as begin,
+  testNames,
+  until,
+} from './helpers.ts';
 
 const request = (text: string) => ({
   model: 'claude-sonnet-4-5',
@@ -299,21 +307,30 @@ describe('dashboard access', () => {
     await redis.del(llmqKey(names, 'breaker'));
   });
 
-  it('reports a probe the workers wait on', async () => {
+  it("reports the provider's view the workers admit by", async () => {
     const d = await start({ auth: { token: 't' } });
     const limiter = new Limiter({ redis, names, limits: { tokens: 4_000 }, headroom: 0 });
     try {
-      await sendProbe(limiter);
+      const r = await limiter.acquire({ requests: 1, inputTokens: 100, outputTokens: 100 });
+      // Another client spent about 1,000 beside our 200 (a figure that is not round: the
+      // provider's rounding is learned from its figures).
+      await begin(limiter, r, rateHeaders('tokens', 4_000, 2_793, 60_000));
       const res = await fetch(`${d.baseUrl}/api/limiter?queue=${names.queue}`, {
         headers: { authorization: 'Bearer t' },
       });
       const { view } = (await res.json()) as {
-        view: { probe: { until: number | null; remainingMs: number } };
+        view: {
+          scopes: {
+            scope: string;
+            shape: string;
+            dimensions: { tokens: { used: number; providerLimit: number; providerRoom: number } };
+          }[];
+        };
       };
-      // The default wait: a tenth of the 60 s window.
-      expect(view.probe.until).not.toBeNull();
-      expect(view.probe.remainingMs).toBeGreaterThan(5_000);
-      expect(view.probe.remainingMs).toBeLessThanOrEqual(6_000);
+      const global = view.scopes.find((s) => s.scope === 'global')!;
+      expect(global.shape).toBe('window');
+      expect(global.dimensions.tokens).toMatchObject({ used: 200, providerLimit: 4_000 });
+      expect(global.dimensions.tokens.providerRoom).toBe(2_793);
     } finally {
       await limiter.destroy();
     }

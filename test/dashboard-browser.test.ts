@@ -6,7 +6,7 @@ import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { launchChromium, skipWithoutChromium } from './fixtures/chromium.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { deleteKeys, newRedis, settle, testNames } from './helpers.ts';
 
 // In CI the browser must be there (.ci/run installs it); elsewhere a missing one skips, loudly.
 const skip = skipWithoutChromium('dashboard-browser');
@@ -39,7 +39,7 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
     const first = await limiter.tryAcquire({ requests: 1, inputTokens: 600, outputTokens: 1_000 });
     if (!first.ok) throw new Error(`the first call was refused: ${JSON.stringify(first)}`);
     // The provider used 500 input tokens of the 600 estimated; output stays charged (reserve).
-    await limiter.settle(first.reservation, { inputTokens: 500, outputTokens: 700 });
+    await settle(limiter, first.reservation, { inputTokens: 500, outputTokens: 700 });
     dashboard = await startDashboard({
       redis,
       prefix: names.prefix,

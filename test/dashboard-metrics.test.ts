@@ -5,7 +5,7 @@ import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { deleteKeys, newRedis, settle, testNames } from './helpers.ts';
 
 /** What a scrape held: samples by `name{label="v",…}` (labels sorted) and the family types. */
 interface Exposition {
@@ -219,7 +219,7 @@ describe('/metrics', () => {
 
     const ok = await limiter.tryAcquire({ requests: 1, inputTokens: 300, outputTokens: 700 });
     if (!ok.ok) throw new Error(`refused: ${JSON.stringify(ok)}`);
-    await limiter.settle(ok.reservation, { inputTokens: 240, outputTokens: 500 });
+    await settle(limiter, ok.reservation, { inputTokens: 240, outputTokens: 500 });
     const tooBig = await limiter.tryAcquire({
       requests: 1,
       inputTokens: 3_000,

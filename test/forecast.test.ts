@@ -11,11 +11,17 @@ afterEach(async () => {
   pool = undefined;
 });
 
+const use = (used: number, limit: number | undefined) => ({
+  used,
+  limit,
+  providerLimit: undefined,
+  providerRoom: undefined,
+});
 const dims = (outputLimit: number, outputUsed = 0) => ({
-  requests: { used: 0, limit: undefined, foreign: 0, wholeLimit: false },
-  inputTokens: { used: 0, limit: 100_000, foreign: 0, wholeLimit: false },
-  outputTokens: { used: outputUsed, limit: outputLimit, foreign: 0, wholeLimit: false },
-  tokens: { used: 0, limit: undefined, foreign: 0, wholeLimit: false },
+  requests: use(0, undefined),
+  inputTokens: use(0, 100_000),
+  outputTokens: use(outputUsed, outputLimit),
+  tokens: use(0, undefined),
 });
 
 describe('forecast', () => {
@@ -25,7 +31,7 @@ describe('forecast', () => {
         { priority: 1_000, jobs: 30, inputTokens: 3_000, outputTokens: 3_000 },
         { priority: 10, jobs: 5, inputTokens: 500, outputTokens: 500 },
       ],
-      { windowMs: 60_000, scopes: [{ scope: 'global', dimensions: dims(1_000, 200) }] },
+      { windowMs: 60_000, scopes: [{ scope: 'global', shape: 'unknown', roundingStep: 0, dimensions: dims(1_000, 200) }] },
       { headroom: 0 },
     );
     // interactive: 500 fits in the 800 left now; then 3,500 in all: 2,700 past now, 2.7 windows.
@@ -45,7 +51,7 @@ describe('forecast', () => {
     pool = await openPool('forecast', { latencyMs: 20, outputShare: 1 });
     const limits = { outputTokens: 1_000 };
     const windowMs = 3_000;
-    await pool.worker({ limiter: { limits, windowMs, headroom: 0, windowMarginMs: 0 } });
+    await pool.worker({ limiter: { limits, windowMs, headroom: 0 } });
     // Tiny calls first: the fleet's latency is known, the connections are warm.
     for (const n of [5, 10]) {
       const warm = await pool.producer.enqueueMany(

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import type { Reservation } from '../shared/limiter/types.ts';
+import type { Reservation, Usage } from '../shared/limiter/types.ts';
 import { connectRedis, deleteKeysMatching, type RedisClient } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
@@ -45,13 +45,13 @@ export function eachTestRedis(label: string, use: (redis: Redis, names: QueueNam
 }
 
 /**
- * A limiter for a test: no headroom and no margin on the window, so the numbers a test writes
+ * A limiter for a test: no headroom, so the numbers a test writes
  * are the numbers the scripts see; a 10 s window unless told.
  */
 export function testLimiter(
   options: Omit<LimiterOptions, 'windowMs'> & { windowMs?: number },
 ): Limiter {
-  return new Limiter({ windowMs: 10_000, headroom: 0, windowMarginMs: 0, ...options });
+  return new Limiter({ windowMs: 10_000, headroom: 0, ...options });
 }
 
 /** Node's arguments to run `llmq …args` from source (no build needed); run them in the project's root. */
@@ -67,38 +67,40 @@ export function tsxEval(script: string, args: readonly string[] = []): string[] 
   return ['--import', 'tsx', '--input-type=module', '-e', script, ...args];
 }
 
-/**
- * Leaves a probe due on `limiter` (a global limit of `limit` tokens, no headroom): the provider
- * reports another client's quarter of the limit (and a token), a waiter is denied for budget beside it and
- * leaves, and the room comes back. The next waiter admitted goes alone while more would fit.
- */
-export async function markProbeDue(limiter: Limiter, limit: number): Promise<void> {
-  // Not in whole thousands: such a reading only counts beyond the provider's rounding.
-  const foreign = limit / 4 + 1;
-  await limiter.observe({
-    'anthropic-ratelimit-tokens-limit': String(limit),
-    'anthropic-ratelimit-tokens-remaining': String(limit - foreign),
-  });
-  const fill = limit - foreign - 500;
-  const full = await limiter.tryAcquire({ requests: 1, inputTokens: 0, outputTokens: fill });
-  if (!full.ok) throw new Error(`expected admission, got ${JSON.stringify(full)}`);
-  const stop = new AbortController();
-  await limiter
-    .acquire(
-      { requests: 1, inputTokens: 500, outputTokens: 500 },
-      { signal: stop.signal, onDenied: () => stop.abort() },
-    )
-    .then(
-      () => Promise.reject(new Error('expected the waiter to be denied')),
-      () => undefined,
-    );
-  await limiter.release(full.reservation);
+/** Settles a reservation to the provider's usage (output too under `actual` accounting). */
+export function settle(limiter: Limiter, r: Reservation, usage: Usage) {
+  return limiter.call(r).succeeded(usage);
 }
 
-/** {@link markProbeDue} with a limit of 4,000, then the probe: resolves with its reservation. */
-export async function sendProbe(limiter: Limiter): Promise<Reservation> {
-  await markProbeDue(limiter, 4_000);
-  return limiter.acquire({ requests: 1, inputTokens: 100, outputTokens: 100 });
+/** Ends a call that may have reached the provider: its estimate stays charged. */
+export async function keep(limiter: Limiter, r: Reservation): Promise<void> {
+  await limiter.call(r).failed({ charged: true });
+}
+
+/** The provider's response began: stamps the reservation, and takes the headers' reading. */
+export function start(
+  limiter: Limiter,
+  r: Reservation,
+  headers?: Record<string, string>,
+  sentAgoMs = 0,
+): Promise<void> {
+  return limiter.call(r).begin(headers, sentAgoMs);
+}
+
+/** `anthropic-ratelimit-*` headers for one dimension (`tokens`, `input-tokens`, …). */
+export function rateHeaders(
+  name: string,
+  limit: number,
+  remaining: number,
+  resetInMs?: number,
+): Record<string, string> {
+  const h: Record<string, string> = {
+    [`anthropic-ratelimit-${name}-limit`]: String(limit),
+    [`anthropic-ratelimit-${name}-remaining`]: String(remaining),
+  };
+  if (resetInMs !== undefined)
+    h[`anthropic-ratelimit-${name}-reset`] = new Date(Date.now() + resetInMs).toISOString();
+  return h;
 }
 
 /** Resolves in the next turn of the event loop (after what the current turn scheduled with setImmediate). */

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { LAZY_STAMP_MS, type LimiterOptions, SETTLE_WAIT_MS } from '../shared/limiter/limiter.ts';
-import { eachTestRedis, nextTurn, testLimiter } from './helpers.ts';
+import { eachTestRedis, nextTurn, settle, start, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -110,8 +110,8 @@ describe('settles, releases and stamps of calls that end together', () => {
     let answers: unknown[];
     try {
       answers = await Promise.all([
-        lim.settle(a!, { inputTokens: 120, outputTokens: 50 }),
-        lim.settle(b!, { inputTokens: 100, outputTokens: 500 }),
+        settle(lim, a!, { inputTokens: 120, outputTokens: 50 }),
+        settle(lim, b!, { inputTokens: 100, outputTokens: 500 }),
         lim.release(c!),
       ]);
     } finally {
@@ -156,8 +156,8 @@ describe('settles, releases and stamps of calls that end together', () => {
     const [a] = await lim.acquireMany(cost(100, 100));
     const ghost = { ...a!, id: 'no-such-reservation' };
     const [ra, rg] = await Promise.all([
-      lim.settle(a!, { inputTokens: 90, outputTokens: 100 }),
-      lim.settle(ghost, { inputTokens: 90, outputTokens: 100 }),
+      settle(lim, a!, { inputTokens: 90, outputTokens: 100 }),
+      settle(lim, ghost, { inputTokens: 90, outputTokens: 100 }),
     ]);
     expect(ra.known).toBe(true);
     expect(rg.known).toBe(false);
@@ -167,7 +167,7 @@ describe('settles, releases and stamps of calls that end together', () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
     t += 1_000;
-    await Promise.all(got.map((r) => lim.start(r)));
+    await Promise.all(got.map((r) => start(lim, r)));
     // Stamped at t0 + 1 s, they leave the window at t0 + 11 s (not at their lease's end).
     t += 10_100;
     const d = await lim.tryAcquire(cost(500, 500));
@@ -181,8 +181,8 @@ describe('lazy stamps: a call with no reading to follow', () => {
     const [a] = await lim.acquireMany(cost(300, 300));
     counter = await countRedisCommands();
     t += 1_000;
-    const stamped = lim.start(a!, { lazy: true });
-    const settled = lim.settle(a!, { inputTokens: 300, outputTokens: 300 });
+    const stamped = start(lim, a!, { lazy: true });
+    const settled = settle(lim, a!, { inputTokens: 300, outputTokens: 300 });
     await Promise.all([stamped, settled]);
     expect(sent('start')).toBe(0);
     expect(sent('settle')).toBe(1);
@@ -200,10 +200,10 @@ describe('lazy stamps: a call with no reading to follow', () => {
     counter = await countRedisCommands();
     t += 1_000;
     const began = performance.now();
-    const first = lim.start(got[0]!, { lazy: true });
+    const first = start(lim, got[0]!, { lazy: true });
     // The next turn of the event loop: a stamp that is not lazy would have gone already.
     await nextTurn();
-    const rest = got.slice(1).map((r) => lim.start(r, { lazy: true }));
+    const rest = got.slice(1).map((r) => start(lim, r, { lazy: true }));
     await Promise.all([first, ...rest]);
     expect(performance.now() - began).toBeLessThan(LAZY_STAMP_MS + 1_000);
     expect(sent('start')).toBe(1);
@@ -216,7 +216,7 @@ describe('lazy stamps: a call with no reading to follow', () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const [a] = await lim.acquireMany(cost(400, 400));
     counter = await countRedisCommands();
-    const stamped = lim.start(a!, { lazy: true });
+    const stamped = start(lim, a!, { lazy: true });
     await Promise.all([stamped, lim.release(a!)]);
     await new Promise((r) => setTimeout(r, LAZY_STAMP_MS * 3));
     expect(sent('start')).toBe(0);
@@ -228,8 +228,8 @@ describe('lazy stamps: a call with no reading to follow', () => {
     const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
     counter = await countRedisCommands();
     // A lazy stamp waiting goes along with it.
-    const lazy = lim.start(a!, { lazy: true });
-    const now = lim.start(b!);
+    const lazy = start(lim, a!, { lazy: true });
+    const now = start(lim, b!);
     await nextTurn();
     await nextTurn();
     expect(sent('start')).toBe(1);
@@ -244,10 +244,10 @@ describe('settles wait a moment for others', () => {
     const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
     counter = await countRedisCommands();
     const began = performance.now();
-    const first = lim.settle(got[0]!, { inputTokens: 50, outputTokens: 100 });
+    const first = settle(lim, got[0]!, { inputTokens: 50, outputTokens: 100 });
     // The next turn of the event loop: without the wait, the first would have gone alone.
     await nextTurn();
-    const rest = got.slice(1).map((r) => lim.settle(r, { inputTokens: 50, outputTokens: 100 }));
+    const rest = got.slice(1).map((r) => settle(lim, r, { inputTokens: 50, outputTokens: 100 }));
     const answers = await Promise.all([first, ...rest]);
     expect(performance.now() - began).toBeLessThan(SETTLE_WAIT_MS + 1_000);
     expect(sent('settle')).toBe(1);
@@ -261,7 +261,7 @@ describe('settles wait a moment for others', () => {
     const lim = make({ limits: { tokens: 10_000 }, concurrency: 2 });
     const [a] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
     counter = await countRedisCommands();
-    const settled = lim.settle(a!, { inputTokens: 100, outputTokens: 100 });
+    const settled = settle(lim, a!, { inputTokens: 100, outputTokens: 100 });
     // Both slots are taken until that settle has run: the acquire finds one free.
     expect(await lim.tryAcquire(cost(100, 100))).toMatchObject({ ok: true });
     await settled;
@@ -273,7 +273,7 @@ describe('settles wait a moment for others', () => {
     try {
       const lim = testLimiter({ redis: conn, names, clock: () => t, limits: { tokens: 10_000 } });
       const [a] = await lim.acquireMany(cost(100, 100));
-      const settled = lim.settle(a!, { inputTokens: 50, outputTokens: 100 });
+      const settled = settle(lim, a!, { inputTokens: 50, outputTokens: 100 });
       await lim.close();
       await conn.quit();
       await expect(settled).resolves.toEqual({ known: true, inputDelta: -50, outputDelta: 0 });
@@ -289,7 +289,7 @@ describe('settles wait a moment for others', () => {
     const lim = make({ limits: { tokens: 10_000 } });
     const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
     counter = await countRedisCommands();
-    const settled = lim.settle(a!, { inputTokens: 100, outputTokens: 100 });
+    const settled = settle(lim, a!, { inputTokens: 100, outputTokens: 100 });
     const released = lim.release(b!);
     await nextTurn();
     await nextTurn();
@@ -329,10 +329,10 @@ describe('backfill: calls behind a head that waits for budget', () => {
   /** 700 stamped at t0 and 200 at t0 + 1 s: 900 of 1,000 used, the 700 leaves at t0 + 10 s. */
   async function spent(lim: ReturnType<typeof make>, first: number, second: number) {
     const a = await lim.tryAcquire(cost(0, first));
-    if (a.ok) await lim.settle(a.reservation, { inputTokens: 0, outputTokens: first });
+    if (a.ok) await settle(lim, a.reservation, { inputTokens: 0, outputTokens: first });
     t += 1_000;
     const b = await lim.tryAcquire(cost(0, second));
-    if (b.ok) await lim.settle(b.reservation, { inputTokens: 0, outputTokens: second });
+    if (b.ok) await settle(lim, b.reservation, { inputTokens: 0, outputTokens: second });
   }
 
   it('lets a small call go ahead when the head still starts as early', async () => {

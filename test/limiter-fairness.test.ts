@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { eachTestRedis, testLimiter, until } from './helpers.ts';
+import { eachTestRedis, settle, testLimiter, until } from './helpers.ts';
 
 /*
  * Real waiting (Redis's clock, no injected one) on a short window: the line decides who goes
@@ -36,7 +36,7 @@ const cost = (tokens: number) => ({
 /** Spends `tokens` now, settled at once: the window frees them WINDOW ms after the time returned. */
 async function fill(lim: Limiter, tokens: number): Promise<number> {
   const r = await lim.acquire(cost(tokens));
-  await lim.settle(r, { inputTokens: tokens / 2, outputTokens: tokens / 2 });
+  await settle(lim, r, { inputTokens: tokens / 2, outputTokens: tokens / 2 });
   return r.admittedAt;
 }
 

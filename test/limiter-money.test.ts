@@ -6,7 +6,7 @@ import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { costMicros } from '../shared/prices.ts';
 import { type LimiterChild, spawnLimiterChild } from './fixtures/limiter-support.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
+import { deleteKeys, keep, newRedis, REDIS_URL, settle, testNames, until } from './helpers.ts';
 
 /*
  * Money held with admission: the limiter's acquire admits tokens, slot and a call's worst-case
@@ -104,20 +104,20 @@ describe('money held with admission', () => {
       { input_tokens: 87, output_tokens: 13 },
       { input_tokens: 91, output_tokens: 177, cache_creation_input_tokens: 9 },
     ];
-    const settle = (r: Reservation, u: (typeof usage)[number]) =>
-      lim.settle(r, {
+    const settleTo = (r: Reservation, u: (typeof usage)[number]) =>
+      settle(lim, r, {
         inputTokens: u.input_tokens + (u.cache_creation_input_tokens ?? 0),
         outputTokens: u.output_tokens,
         costMicros: costMicros(PRICE, u),
       });
-    await Promise.all([settle(a, usage[0]!), settle(b, usage[1]!), lim.release(c), lim.keep(d)]);
+    await Promise.all([settleTo(a, usage[0]!), settleTo(b, usage[1]!), lim.release(c), keep(lim, d)]);
     const expected = costMicros(PRICE, usage[0]!) + costMicros(PRICE, usage[1]!) + WORST;
     const spend = await ledger.spend();
     expect(day(spend, 'global')).toBe(expected);
     expect(spend.month['global']).toBe(expected);
     expect(day(spend, `model:${MODEL}`)).toBe(expected);
     // Settled twice (a retried command), it does not move again.
-    await settle(a, usage[0]!);
+    await settleTo(a, usage[0]!);
     expect(day(await ledger.spend(), 'global')).toBe(expected);
   });
 

@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Dimension, Reservation } from '../shared/limiter/types.ts';
-import { eachTestRedis, testLimiter } from './helpers.ts';
+import { eachTestRedis, keep, settle, start, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -50,7 +50,7 @@ describe('settling a reservation', () => {
       ok: false,
       dimension: 'inputTokens',
     });
-    expect(await lim.settle(r, { inputTokens: 300, outputTokens: 100 })).toEqual({
+    expect(await settle(lim, r, { inputTokens: 300, outputTokens: 100 })).toEqual({
       known: true,
       inputDelta: -500,
       outputDelta: 0,
@@ -62,7 +62,7 @@ describe('settling a reservation', () => {
   it('charges an underestimate of input, so a later acquire that would have fitted waits', async () => {
     const lim = make();
     const r = await admitted(lim, cost(300, 100));
-    await lim.settle(r, { inputTokens: 900, outputTokens: 100 });
+    await settle(lim, r, { inputTokens: 900, outputTokens: 100 });
     expect(await used(lim, 'inputTokens')).toBe(900);
     expect(await used(lim, 'tokens')).toBe(1_000);
     const d = await lim.tryAcquire(cost(200, 100));
@@ -87,7 +87,7 @@ describe('settling a reservation', () => {
     const lim = make({ concurrency: 1 });
     const r = await admitted(lim, cost(600, 400));
     t += 1_000;
-    await lim.keep(r);
+    await keep(lim, r);
     expect(await used(lim, 'inputTokens')).toBe(600);
     expect(await used(lim, 'outputTokens')).toBe(400);
     // The slot is free, the budget is not: stamped at keep, it leaves the window a window later.
@@ -101,7 +101,7 @@ describe('settling a reservation', () => {
   it("keeps max_tokens charged under 'reserve' accounting even when less output came back", async () => {
     const lim = make({ outputAccounting: 'reserve' });
     const r = await admitted(lim, cost(100, 900));
-    expect(await lim.settle(r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
+    expect(await settle(lim, r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
       outputDelta: 0,
     });
     expect(await used(lim, 'outputTokens')).toBe(900);
@@ -114,7 +114,7 @@ describe('settling a reservation', () => {
   it("still reports the output that came back under 'reserve' accounting, for the estimate's accuracy", async () => {
     const lim = make({ outputAccounting: 'reserve' });
     const r = await admitted(lim, cost(100, 900));
-    await lim.settle(r, { inputTokens: 80, outputTokens: 50 });
+    await settle(lim, r, { inputTokens: 80, outputTokens: 50 });
     const snap = await lim.snapshot();
     expect(snap.counters).toMatchObject({
       actualIn: 80,
@@ -128,7 +128,7 @@ describe('settling a reservation', () => {
   it("gives unused output back under 'actual' accounting", async () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 900));
-    expect(await lim.settle(r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
+    expect(await settle(lim, r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
       outputDelta: -850,
     });
     expect(await used(lim, 'outputTokens')).toBe(50);
@@ -138,7 +138,7 @@ describe('settling a reservation', () => {
   it("under 'actual' accounting, a call streaming longer than the window stays counted until it settles", async () => {
     const lim = make({ outputAccounting: 'actual', leaseMs: 5_000 });
     const r = await admitted(lim, cost(500, 900));
-    await lim.start(r);
+    await start(lim, r);
     // The response streams for three windows, its lease renewed as it goes.
     for (let i = 0; i < 12; i++) {
       t += 2_500;
@@ -148,7 +148,7 @@ describe('settling a reservation', () => {
       ok: false,
       dimension: 'outputTokens',
     });
-    expect(await lim.settle(r, { inputTokens: 500, outputTokens: 700 })).toEqual({
+    expect(await settle(lim, r, { inputTokens: 500, outputTokens: 700 })).toEqual({
       known: true,
       inputDelta: 0,
       outputDelta: -200,
@@ -165,9 +165,9 @@ describe('settling a reservation', () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(900, 900));
     // The response begins now (the provider counted the input by then) and streams for 4 s.
-    await lim.start(r);
+    await start(lim, r);
     t += 4_000;
-    expect(await lim.settle(r, { inputTokens: 700, outputTokens: 600 })).toEqual({
+    expect(await settle(lim, r, { inputTokens: 700, outputTokens: 600 })).toEqual({
       known: true,
       inputDelta: -200,
       outputDelta: -300,
@@ -192,12 +192,12 @@ describe('settling a reservation', () => {
   it("under 'actual' accounting, a streamed call's output leaves the window part by part, from when each part arrived", async () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 900));
-    await lim.start(r);
+    await start(lim, r);
     const begun = t;
     t += 4_000;
     // 600 tokens came over 4 s: 150 by 1 s, 300 by 2 s, 450 by 3 s, the rest at the end. A
     // part said to be older than the response is counted from when the response began.
-    await lim.settle(r, {
+    await settle(lim, r, {
       inputTokens: 100,
       outputTokens: 600,
       outputParts: [
@@ -228,7 +228,7 @@ describe('settling a reservation', () => {
     const a = await admitted(actual, cost(0, 900));
     await actual.start(a);
     t += 1_000;
-    await actual.settle(a, {
+    await settle(actual, a, {
       inputTokens: 0,
       outputTokens: 100,
       outputParts: [
@@ -249,7 +249,7 @@ describe('settling a reservation', () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 100));
     await expect(
-      lim.settle(r, {
+      settle(lim, r, {
         inputTokens: 100,
         outputTokens: 50,
         outputParts: [{ agoMs: -5, tokens: 10 }],
@@ -264,8 +264,8 @@ describe('settling a reservation', () => {
     const b = await admitted(lim, cost(100, 100));
     // In the same turn, so that a bad count sent along would fail both in one script.
     const [good, bad] = await Promise.allSettled([
-      lim.settle(a, { inputTokens: 120, outputTokens: 50 }),
-      lim.settle(b, { inputTokens: 100.5, outputTokens: 60 }),
+      settle(lim, a, { inputTokens: 120, outputTokens: 50 }),
+      settle(lim, b, { inputTokens: 100.5, outputTokens: 60 }),
     ]);
     expect(good).toEqual({
       status: 'fulfilled',
@@ -275,12 +275,12 @@ describe('settling a reservation', () => {
     expect(String((bad as PromiseRejectedResult).reason)).toMatch(
       /usage\.inputTokens must be a whole number of tokens from 0 up, got 100\.5/,
     );
-    await expect(lim.settle(b, { inputTokens: 100, outputTokens: -1 })).rejects.toThrow(
+    await expect(settle(lim, b, { inputTokens: 100, outputTokens: -1 })).rejects.toThrow(
       /usage\.outputTokens .* got -1/,
     );
     // The refused call still holds its estimate, and the window frees all of it on time.
     expect(await used(lim, 'inputTokens')).toBe(220);
-    await lim.keep(b);
+    await keep(lim, b);
     t += 61_000;
     expect(await used(lim, 'inputTokens')).toBe(0);
     expect(await lim.tryAcquire(cost(900, 900))).toMatchObject({ ok: true });

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { startRedisServer } from './fixtures/limiter-support.ts';
-import { deleteKeys, newRedis, testNames, until } from './helpers.ts';
+import { deleteKeys, newRedis, settle, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let other: Redis;
@@ -39,7 +39,7 @@ describe('waking waiters', () => {
     const admitted = waiter.acquire(cost).then(() => performance.now());
     await new Promise((r) => setTimeout(r, 300));
     const releasedAt = performance.now();
-    await holder.settle(held, { inputTokens: 10, outputTokens: 10 });
+    await settle(holder, held, { inputTokens: 10, outputTokens: 10 });
     // Without the wake-up the waiter would sleep its full 4 s poll.
     expect((await admitted) - releasedAt).toBeLessThan(1_500);
     await waiter.close();
@@ -58,7 +58,7 @@ describe('waking waiters', () => {
     const start = performance.now();
     const admitted = waiter.acquire(cost).then(() => performance.now());
     await new Promise((r) => setTimeout(r, 200));
-    await holder.settle(held, { inputTokens: 10, outputTokens: 10 });
+    await settle(holder, held, { inputTokens: 10, outputTokens: 10 });
     expect((await admitted) - start).toBeGreaterThanOrEqual(1_900);
   });
 
@@ -79,7 +79,7 @@ describe('waking waiters', () => {
       const held = await lim.acquire(cost);
       const admitted = lim.acquire(cost).then(() => 'admitted' as const);
       await until(async () => (await lim.snapshot()).counters.deniedSlots >= 1);
-      await lim.settle(held, { inputTokens: 10, outputTokens: 10 });
+      await settle(lim, held, { inputTokens: 10, outputTokens: 10 });
       // Without the wake-up here the waiter would sleep until the slot's lease (30 s) runs out.
       const late = new Promise<'late'>((r) => setTimeout(() => r('late'), 10_000).unref());
       expect(await Promise.race([admitted, late])).toBe('admitted');

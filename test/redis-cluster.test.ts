@@ -16,7 +16,7 @@ import {
   type RedisClient,
 } from '../shared/redis.ts';
 import { startCluster, type TestCluster } from './fixtures/redis-servers.ts';
-import { until } from './helpers.ts';
+import { keep, settle, until } from './helpers.ts';
 
 const PAIR = `
 redis.call('SET', KEYS[1], ARGV[1])
@@ -89,9 +89,9 @@ describe('on a 3-master, 3-replica Redis Cluster', () => {
         admitted.push(d.reservation);
       }
       expect(await lim.tryAcquire(claim())).toMatchObject({ ok: false, reason: 'money' });
-      await lim.settle(admitted[0]!, { inputTokens: 90, outputTokens: 10, costMicros: 420 });
+      await settle(lim, admitted[0]!, { inputTokens: 90, outputTokens: 10, costMicros: 420 });
       await lim.release(admitted[1]!);
-      await lim.keep(admitted[2]!);
+      await keep(lim, admitted[2]!);
       expect((await ledger.spend()).day['global']).toBe(420 + 3_300);
       expect((await lim.snapshot()).inFlight).toBe(0);
       await lim.close();

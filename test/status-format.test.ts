@@ -6,7 +6,7 @@ import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { getQueueStatus } from '../shared/status.ts';
 import { type FakeAnswer, startFakeWorker } from './fixtures/fake-worker.ts';
-import { eachTestRedis, sendProbe, until } from './helpers.ts';
+import { eachTestRedis, rateHeaders, start, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -16,16 +16,16 @@ eachTestRedis('status', (r, n) => {
 });
 
 describe('llmq status', () => {
-  it('says when a probe is out, and until when the others wait for it', async () => {
+  it("shows the provider's limit, its room now and its shape once a reading came", async () => {
     const limiter = new Limiter({ redis, names, limits: { tokens: 4_000 }, headroom: 0 });
     const before = formatStatus(await getQueueStatus(redis, names, limiter));
     expect(before).toContain('pause none  breaker closed');
-    await sendProbe(limiter);
-    const status = await getQueueStatus(redis, names, limiter);
-    expect(status.limiter.probeUntil).not.toBeNull();
-    expect(formatStatus(status)).toContain(
-      `pause none  probe out until ${new Date(status.limiter.probeUntil!).toISOString()}  breaker closed`,
-    );
+    expect(before).not.toContain('provider');
+    const r = await limiter.acquire({ requests: 1, inputTokens: 100, outputTokens: 100 });
+    // A bucket's reading: 200 of 4,000 used, full again in 0.5 s of its 60 s window.
+    await start(limiter, r, rateHeaders('tokens', 4_000, 3_800, 500));
+    const status = formatStatus(await getQueueStatus(redis, names, limiter));
+    expect(status).toMatch(/global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 \(provider: limit 4000, room 3\d{3} now\)/);
   });
 
   it('counts a dead-lettered job once, under dead, not under failed too', async () => {

@@ -58,10 +58,10 @@ describe('a worker whose trial call waits for budget', () => {
     const { Limiter } = await import('../shared/limiter/limiter.ts');
     const { startWorker } = await import('../worker/worker.ts');
     const limits = { tokens: 1_000 };
-    const limiter = { windowMs: 1_500, limits, headroom: 0, windowMarginMs: 0 };
+    const limiter = { windowMs: 1_500, limits, headroom: 0 };
     // 880 of 1,000 spent elsewhere: the head (about 160) waits for it to leave the window.
     const spent = new Limiter({ redis, names, ...limiter });
-    await spent.start(await spent.acquire({ requests: 1, inputTokens: 880, outputTokens: 0 }));
+    await spent.call(await spent.acquire({ requests: 1, inputTokens: 880, outputTokens: 0 })).begin();
     const producer = new Producer({ redis, names });
     const request = { model: 'm', max_tokens: 150, messages: [{ role: 'user', content: 'hi' }] };
     for (let i = 0; i < 4; i++) await producer.enqueue(request, { priority: 'batch' });
@@ -77,7 +77,6 @@ describe('a worker whose trial call waits for budget', () => {
       redis: redis.duplicate(),
       names,
       concurrency: 4,
-      backfill: true,
       limiter,
       breaker,
       provider: async (_req, o) => {

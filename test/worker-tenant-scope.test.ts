@@ -15,7 +15,6 @@ describe('a tenant at its own limit', () => {
       limiter: {
         windowMs: 2_000,
         headroom: 0,
-        windowMarginMs: 0,
         limits: { tokens: 100_000 },
         // tenant:slow fits one call (~60 tokens reserved) per 2 s window.
         scopes: { 'tenant:slow': { tokens: 100 } },

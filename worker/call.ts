@@ -2,7 +2,8 @@ import type { Job } from 'bullmq';
 import type { BudgetLedger } from '../shared/budgets.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
-import { header, readRateLimitHeaders } from '../shared/limiter/provider-headers.ts';
+import type { CallHandle } from '../shared/limiter/call.ts';
+import { type HeaderSource, header } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import { modelScopeAmong } from '../shared/models.ts';
@@ -61,115 +62,118 @@ export interface CallParts {
 const STREAM_ABOVE_MAX_TOKENS = 16_000;
 
 /**
- * Runs a job's provider call and hands on its end: the stamp once the response begins, the
- * provider's reading after the stamp, then (success) the settle and the completion, or (failure)
- * a 429's shared pause before the reservation goes back, and the outcome.
+ * Runs a job's provider call and hands on its end through the limiter's call handle, which
+ * orders it: the stamp and the provider's reading once the response begins; then (success) the
+ * settle and the completion, or (failure) a 429's shared pause before the budget comes back.
  */
 export async function runCall(p: CallParts, r: Running, trial: boolean): Promise<void> {
-  const { limiter, feedback } = p;
-  const { job, token } = r;
+  const { job } = r;
   const data = job.data;
   const startedAt = Date.now();
   const t0 = performance.now();
-  // The provider limits each model class: its headers update the job's model scope, if any.
-  const readingScope = modelScopeAmong(job.data.scopes) ?? GLOBAL_SCOPE;
-  let begun = false;
-  // The stamp once the response has begun, and the provider's reading after it, if any.
-  let stamped: Promise<void> | undefined;
-  let reading: Promise<void> | undefined;
+  // The provider limits each model class: its readings describe the job's model scope, if any.
+  const call = p.limiter.call(r.reservation, modelScopeAmong(data.scopes) ?? GLOBAL_SCOPE);
   const stream =
     p.stream === 'always' ||
     data.stream === true ||
     data.request.max_tokens > STREAM_ABOVE_MAX_TOKENS;
   // The gateway's relay: events once the response began, an error event if it breaks after.
   const relay = p.events?.open(job.id ?? '', data.relayEvents);
-  let res: ProviderCallResult;
   // Telemetry (traces, job log, histograms): see job-trace.ts and job-report.ts.
   const jt = JobTrace.begin(job, r.waits);
-  const call: typeof p.call = jt ? (q, o) => jt.around(() => p.call(q, o)) : p.call;
+  const provider: typeof p.call = jt ? (q, o) => jt.around(() => p.call(q, o)) : p.call;
+  let res: ProviderCallResult;
+  let begun: Promise<void> | undefined;
   try {
-    res = await call(await requestOf(job), {
+    res = await provider(await requestOf(job), {
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
       signal: r.abort.signal,
       headers: data.providerHeaders,
       onEvent: relay?.event,
       onStart: async (headers) => {
-        begun = true;
         relay?.start(header(headers, 'request-id') ?? null);
-        // Not stamped now means stamped later, at settle or at the lease's end: never too early.
-        // The response is read meanwhile. The provider's reading goes once the stamp is
-        // answered, so that the calls which began in the same moment (their stamps share its
-        // command) also count as ours when it is read; and before this call's settle, whose
-        // refund the reading (taken at admission) does not know of.
-        const figures = feedback ? readRateLimitHeaders(headers) : {};
-        const hasReading = Object.keys(figures).length > 0;
-        // Without a reading to follow, the stamp may wait for others, or for this call's settle.
-        stamped = limiter.start(r.reservation, { lazy: !hasReading }).catch((err) =>
-          p.log.warn('could not stamp the reservation', {
-            job: job.id,
-            error: (err as Error).message,
-          }),
-        );
-        if (hasReading) {
-          // The provider read its counts when it admitted the call, about when it was sent.
-          reading = stamped.then(() =>
-            limiter
-              .observeReading(figures, readingScope, r.reservation, performance.now() - t0)
-              .catch(() => {}),
+        // Stamped now that the provider admitted it; the body is read meanwhile.
+        begun = call
+          .begin(p.feedback ? headers : undefined, performance.now() - t0)
+          .catch((err: unknown) =>
+            p.log.warn('could not stamp the reservation', {
+              job: job.id,
+              error: (err as Error).message,
+            }),
           );
-        }
       },
     });
   } catch (err) {
-    const latencyMs = performance.now() - t0;
     await relay?.end(relayedError(err));
-    // The reading, if any, goes first; a stamp not sent yet is taken back by the end below.
-    await reading;
-    if (r.abort.signal.aborted) {
-      // Shutdown past its grace period: the call may have reached the provider.
-      await (begun ? limiter.keep(r.reservation) : limiter.release(r.reservation)).catch(() => {});
-      await job.moveToWait(token).catch(() => {});
-      return;
-    }
-    const c = classifyProviderError(err);
-    const headers = (err as { headers?: unknown }).headers;
-    jt?.failed({ ...c, requestId: (err as { requestID?: string | null }).requestID });
-    const report = reportFailure(p, job, r.waits, startedAt, latencyMs, c.reason);
-    // A 429's pause goes first: every worker stops before this call's slot and budget come
-    // back (which wakes the waiters), and before its reading ends a probe's wait.
-    const pausedUntil =
-      c.kind === 'rate_limited'
-        ? await limiter.pauseFor(c.retryAfterMs ?? 1_000).catch(() => undefined)
-        : undefined;
-    // Its money goes with it: given back, or (it may have been charged) its worst case spent.
-    await (c.maybeCharged ? limiter.keep(r.reservation) : limiter.release(r.reservation));
-    if (headers && feedback) {
-      await limiter
-        .observe(headers as never, readingScope, r.reservation, performance.now() - t0)
-        .catch(() => {});
-    }
-    await p.outcomes.afterFailure(job, token, {
-      failure: c,
-      startedAt,
-      latencyMs,
-      trial,
-      pausedUntil,
-      report,
-    });
+    await begun;
+    return failedCall(p, r, call, err, { trial, startedAt, t0, jt });
+  }
+  await Promise.all([begun, relay?.end()]);
+  return succeededCall(p, r, call, res, { startedAt, jt });
+}
+
+interface CallTimes {
+  readonly startedAt: number;
+  readonly t0: number;
+  readonly trial: boolean;
+  readonly jt: JobTrace | undefined;
+}
+
+/** A failed call: a 429's pause, its budget back (or kept), the outcome. */
+async function failedCall(
+  p: CallParts,
+  r: Running,
+  call: CallHandle,
+  err: unknown,
+  t: CallTimes,
+): Promise<void> {
+  const { job, token } = r;
+  const latencyMs = performance.now() - t.t0;
+  if (r.abort.signal.aborted) {
+    // Shutdown past its grace period: the call may have reached the provider.
+    await call.abandoned().catch(() => {});
+    await job.moveToWait(token).catch(() => {});
     return;
   }
-  // The call succeeded and was paid for. The budget goes back now, after the provider's
-  // reading (settling is batched, and the gate's next reservation is sent after it); the
-  // result is stored by the job's completion, which brings the next job along when the gate
-  // has reserved for one. A failure in the bookkeeping (the limiter fails fast while Redis
-  // reconnects) must not turn a successful call into a retry that calls, and pays, again.
+  const c = classifyProviderError(err);
+  const headers = (err as { headers?: HeaderSource }).headers;
+  t.jt?.failed({ ...c, requestId: (err as { requestID?: string | null }).requestID });
+  const report = reportFailure(p, job, r.waits, t.startedAt, latencyMs, c.reason);
+  // A 429 pauses every worker before this call's budget comes back (which wakes the waiters).
+  const pauseMs = c.kind === 'rate_limited' ? (c.retryAfterMs ?? 1_000) : undefined;
+  const pausedUntil = await call
+    .failed({ pauseMs, charged: c.maybeCharged }, p.feedback ? headers : undefined, latencyMs)
+    .catch(() => undefined);
+  await p.outcomes.afterFailure(job, token, {
+    failure: c,
+    startedAt: t.startedAt,
+    latencyMs,
+    trial: t.trial,
+    pausedUntil,
+    report,
+  });
+}
+
+/**
+ * The call succeeded and was paid for. The budget goes back now (the settle is batched, and the
+ * gate's next reservation is sent after it); the result is stored by the job's completion, which
+ * brings the next job along when the gate has reserved for one. A failure in the bookkeeping
+ * must not turn a successful call into a retry that calls, and pays, again.
+ */
+async function succeededCall(
+  p: CallParts,
+  r: Running,
+  call: CallHandle,
+  res: ProviderCallResult,
+  t: Pick<CallTimes, 'startedAt' | 'jt'>,
+): Promise<void> {
+  const { job } = r;
+  const data = job.data;
   const usage = res.message.usage;
-  jt?.ok(res);
-  const providerInput = usage.input_tokens + (usage.cache_creation_input_tokens ?? 0);
-  await Promise.all([reading, relay?.end()]);
-  const h = [...(job.data.history ?? [])];
-  h.push({ at: startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
+  t.jt?.ok(res);
+  const h = [...(data.history ?? [])];
+  h.push({ at: t.startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
   const result: JobResult = {
     message: res.message,
     latencyMs: Math.round(res.latencyMs),
@@ -178,36 +182,24 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     completedAt: Date.now(),
   };
   const actual = {
+    // Cache reads do not count toward the input limit; cache writes do.
     inputTokens: usage.input_tokens + (usage.cache_creation_input_tokens ?? 0),
     outputTokens: usage.output_tokens,
     // The money the call holds settles to this with its tokens, in one script.
     costMicros: costMicrosOf(p.ledger, data.request.model, usage),
-    // Output counts from when it arrived, part by part (under 'actual' accounting).
-    outputParts: res.output?.parts(usage.output_tokens),
   };
   const settleAt = Date.now();
   const bookkeeping = Promise.allSettled([
-    stamped,
-    // Unsettled, the reservation keeps its estimate until its lease ends: safe, not exact.
-    limiter
-      .settle(r.reservation, actual)
-      .then(
-        () => jt?.settled(settleAt, actual),
-        (err: unknown) => {
-          jt?.settled(settleAt, actual, err);
-          throw err;
-        },
-      )
-      .catch(async (err: unknown) => {
-        // Usage the limiter cannot count (not whole tokens): the estimate stays charged, and
-        // the slot comes back now rather than when the lease ends.
-        if (err instanceof TypeError) await limiter.keep(r.reservation).catch(() => {});
+    call.succeeded(actual).then(
+      () => t.jt?.settled(settleAt, actual),
+      (err: unknown) => {
+        t.jt?.settled(settleAt, actual, err);
         throw err;
-      }),
-    // Gathered with other settles of its model: one command for those (beside the settle's).
-    p.costs.record(data, providerInput),
+      },
+    ),
+    p.costs.record(data, actual.inputTokens),
     p.breaker.success(),
-    reportSuccess(p, job, r.waits, startedAt, result, {
+    reportSuccess(p, job, r.waits, t.startedAt, result, {
       provider_calls: 1,
       provider_ok: 1,
       completed: 1,

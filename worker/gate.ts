@@ -39,8 +39,6 @@ export interface GateParts extends TakeParts {
   readonly idleWait: MarkerWait;
   /** The longest the idle gate waits for a wake-up before it looks at the queue again. */
   readonly idleCheckMs: number;
-  /** The worker's backfill option. */
-  readonly backfill: boolean;
   /** Money budgets, when configured: each job's worst case is held with its admission. */
   readonly ledger: BudgetLedger | undefined;
   /** Fair share between tenants, when on: a round's jobs go turn by turn by tenant. */
@@ -146,16 +144,12 @@ export class Gate {
     // Each job's charge: its tokens, its money (held with its admission), with fair share its
     // own scopes (the jobs behind the head may be other tenants').
     const charge = (h: HeadJob) => chargeOf(ledger, h, fair !== undefined);
-    // Backfill goes by the slots free now, keeping one for the head (not with fair share: jobs
-    // going ahead of the head would break the turns).
-    const backfillRoom = () => (p.backfill && !b.trial && !fair ? room() - 1 : 0);
-    // The gate's place in the limiter's line: attempt, take what went ahead, step around a job
-    // held by its own scope or money budget, sleep, look at the queue again.
+    // The gate's place in the limiter's line: attempt, step around a job held by its own scope
+    // or money budget, sleep, look at the queue again.
     const line = limiter.line(charge(head), {
       scopes: head.scopes,
       priority: head.priority,
       more: behind.map(charge),
-      backfill: backfillRoom(),
     });
     let reservations: Reservation[];
     try {
@@ -165,10 +159,6 @@ export class Gate {
         if (a.ok) {
           reservations = a.reservations;
           break;
-        }
-        if (a.ahead.length > 0) {
-          const ahead = a.aheadIndexes.map((i) => behind[i]!);
-          await this.takeAhead([...a.ahead], ahead);
         }
         const d = a.denial;
         if (d.money) {
@@ -196,7 +186,7 @@ export class Gate {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.
           behind = [];
-          line.update({ more: [], backfill: 0 });
+          line.update({ more: [] });
           continue;
         }
         head = next;
@@ -206,7 +196,6 @@ export class Gate {
           priority: head.priority,
           scopes: head.scopes,
           more: behind.map(charge),
-          backfill: backfillRoom(),
         });
       }
     } catch (err) {
@@ -263,30 +252,6 @@ export class Gate {
       wanted: wanted.filter((h) => moved.has(h.id)),
       reservations: reservations.filter((_, i) => moved.has(wanted[i]!.id)),
     };
-  }
-
-  /** Takes the jobs whose reservations went ahead of the waiting head (backfill). */
-  private async takeAhead(rs: Reservation[], ahead: HeadJob[]): Promise<void> {
-    const { p } = this;
-    let take: number[];
-    try {
-      const moved = new Set(await p.peeker.moveToFront(ahead.map((h) => h.id)));
-      take = ahead.flatMap((h, i) => (moved.has(h.id) ? [i] : []));
-    } catch (err) {
-      await Promise.all(rs.map((r) => p.limiter.release(r).catch(() => {})));
-      throw err;
-    }
-    // Reservations for jobs no longer waiting (another worker took them) go back.
-    await Promise.all(rs.filter((_, i) => !take.includes(i)).map((r) => p.limiter.release(r)));
-    const n = await takeJobs(
-      p,
-      take.map((i) => ahead[i]!),
-      take.map((i) => rs[i]!),
-      false,
-      this.hooks,
-    );
-    if (n === 0) p.handoff.completeAlone();
-    p.metrics.add({ backfilled: take.length }).catch(() => {});
   }
 
   /** Waits a little longer each time a take comes back empty, 200 ms at most. */

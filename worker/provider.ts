@@ -2,7 +2,6 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { StoredMessage } from '../shared/job.ts';
 import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
-import { OutputProgress } from './output-progress.ts';
 
 /** Builds the SDK client llmq uses: the SDK's own retries are off (retries live in one layer). */
 export function createProviderClient(options: {
@@ -36,8 +35,6 @@ export interface ProviderCallResult {
   readonly headers: HeaderSource;
   readonly requestId: string | null;
   readonly latencyMs: number;
-  /** A streamed answer's output by arrival, for the limiter (absent: all of it at the end). */
-  readonly output?: OutputProgress | undefined;
 }
 
 /** The Message as llmq stores it (also for a Message Batches result). */
@@ -92,8 +89,6 @@ export async function callProvider(
     const onEvent = options.onEvent;
     // The event's name is its `type`; serialized at once, before the SDK's accumulation reuses it.
     if (onEvent) stream.on('streamEvent', (event) => onEvent(event.type, JSON.stringify(event)));
-    const output = new OutputProgress();
-    stream.on('streamEvent', (event) => output.add(event));
     const { response, request_id } = await stream.withResponse();
     await options.onStart?.(response.headers);
     const message = await stream.finalMessage();
@@ -102,7 +97,6 @@ export async function callProvider(
       headers: response.headers,
       requestId: request_id ?? null,
       latencyMs: performance.now() - started,
-      output,
     };
   }
   const { data, response, request_id } = await client.messages

@@ -62,8 +62,8 @@ export interface WorkerOptions {
   /**
    * Fair share between tenants within a priority class (weights per tenant, default 1): the
    * gate serves next the first job of the tenant furthest behind in tokens per weight, among
-   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order (no
-   * backfill then). @default undefined (off)
+   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order.
+   * @default undefined (off)
    */
   readonly fairShare?: FairShareOptions | undefined;
   /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
@@ -111,14 +111,6 @@ export interface WorkerOptions {
    * client of the same key counts too. @default true
    */
   readonly feedback?: boolean;
-  /**
-   * Backfill: while the job at the head of the queue waits for budget, jobs behind it that fit
-   * now start ahead of it, but only when the head would start no later for them (their spend
-   * fits beside it when its room comes) and a slot stays free for it. Fuller use of the budget
-   * with a mix of small and large requests; a strict first-come-first-served start order when
-   * off. @default false
-   */
-  readonly backfill?: boolean;
   /**
    * The longest a successful job's result waits for the gate's next reservation, so that
    * storing it also fetches the next job (one BullMQ command instead of two). It never waits
@@ -309,7 +301,6 @@ export class Worker implements WorkerHandle {
       peekerBehindFetches: new HeadPeeker(bull.opts.connection as RedisClient, names),
       idleWait: this.idleWait,
       idleCheckMs: options.idleCheckMs ?? 1_000,
-      backfill: options.backfill ?? false,
       ledger,
       fair: options.fairShare ? new FairShare(redis, names, options.fairShare) : undefined,
       stopped: signal,

@@ -28,8 +28,6 @@ export interface LlmqRunOptions {
   readonly maxInFlight?: number | undefined;
   /** @default true */
   readonly feedback?: boolean;
-  /** The worker's backfill option. @default false */
-  readonly backfill?: boolean;
   /** Count input tokens with the mock's count_tokens at enqueue (`exactCount`). @default false */
   readonly exactCount?: boolean;
   /** Read output tokens from each response (for `actual` accounting). @default false */
@@ -112,7 +110,6 @@ async function runInScope(
             concurrency: options.concurrency,
             maxInFlight: options.maxInFlight,
             feedback: options.feedback ?? true,
-            backfill: options.backfill ?? false,
             stream: 'always',
           }),
         );
@@ -127,7 +124,6 @@ async function runInScope(
         maxInFlight: options.maxInFlight,
         limiter,
         feedback: options.feedback ?? true,
-        backfill: options.backfill ?? false,
         record: record.mode,
         recordOutput: record.output,
         ...(options.counting ? { counting: options.counting } : {}),

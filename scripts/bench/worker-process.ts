@@ -83,7 +83,6 @@ async function go(): Promise<void> {
       concurrency: config.concurrency,
       maxInFlight: config.maxInFlight,
       feedback: config.feedback ?? true,
-      backfill: config.backfill ?? false,
       stream: 'always',
     });
     stopFn = (graceMs) => handle.stop(graceMs);

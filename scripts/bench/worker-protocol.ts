@@ -28,8 +28,6 @@ export interface WorkerProcessConfig {
   readonly maxInFlight?: number | undefined;
   /** Feed the provider's headers to the limiter (`llmq` mode). @default true */
   readonly feedback?: boolean;
-  /** The worker's backfill option (`llmq` mode). @default false */
-  readonly backfill?: boolean;
   /** What the call recorder keeps. @default 'counts' */
   readonly record?: 'counts' | 'full';
   /** Read each response's output tokens (for `actual` accounting). @default false */

@@ -14,15 +14,20 @@ export function formatStatus(s: QueueStatus): string {
     `queue ${s.queue} (prefix ${s.prefix})`,
     `  waiting ${c.waiting}  active ${c.active}  delayed ${c.delayed}  completed ${c.completed}  failed ${c.failed}  dead ${c.dead}`,
     `  window ${s.limiter.windowMs / 1000} s  in flight ${s.limiter.inFlight}${s.limiter.concurrency ? ` of ${s.limiter.concurrency}` : ''}  waiters ${s.limiter.waiters}`,
-    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}${s.limiter.probeUntil ? `  probe out until ${new Date(s.limiter.probeUntil).toISOString()}` : ''}  breaker ${s.breaker.state}`,
+    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}  breaker ${s.breaker.state}`,
   ];
   for (const scope of s.limiter.scopes) {
     const parts = DIMENSIONS.map((d) => {
       const u = scope.dimensions[d.name];
-      if (u.limit === undefined && u.used === 0) return undefined;
-      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${u.foreign ? ` (+${u.foreign} foreign)` : ''}${u.wholeLimit ? ' (whole limit: exact readings)' : ''}`;
+      if (u.limit === undefined && u.providerLimit === undefined && u.used === 0) return undefined;
+      const provider =
+        u.providerLimit === undefined
+          ? ''
+          : ` (provider: limit ${u.providerLimit}${u.providerRoom === undefined ? '' : `, room ${Math.floor(u.providerRoom)} now`})`;
+      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${provider}`;
     }).filter(Boolean);
-    lines.push(`  ${scope.scope}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
+    const shape = scope.shape === 'unknown' ? '' : ` [${scope.shape}]`;
+    lines.push(`  ${scope.scope}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
   }
   lines.push(...formatForecast(s.forecast));
   for (const l of s.spend ?? []) {

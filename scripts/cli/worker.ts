@@ -47,10 +47,6 @@ export function registerWorkerCommand(program: Command): void {
         '--retry-for <duration>',
         'how long transient failures (529, 5xx, timeouts, dropped connections) are retried, from the first; 0 makes them spend attempts (env LLMQ_RETRY_FOR, default 10m)',
       )
-      .option(
-        '--backfill',
-        'while the head job waits for budget, start jobs behind it that fit now, if the head would start no later',
-      )
       .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
@@ -82,8 +78,6 @@ export function registerWorkerCommand(program: Command): void {
         limits: globalLimits(config),
         scopes: scopeLimitsOf(config),
         headroom: config.headroom,
-        windowMarginMs: config.windowMarginMs,
-        ...(config.probeMs === undefined ? {} : { probeMs: config.probeMs }),
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
@@ -92,7 +86,6 @@ export function registerWorkerCommand(program: Command): void {
       fairShare: fairShareOf(config),
       ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
-      backfill: flags['backfill'] === true,
       logger: stderrLogger,
     });
     await new Promise<void>((resolve) => {

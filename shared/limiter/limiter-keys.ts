@@ -9,7 +9,7 @@ const PARTS = [
   'seq',
   'pause',
   'tot',
-  'ext',
+  'view',
   'stats',
   'hist',
   'config',
@@ -37,7 +37,7 @@ export function moneyKeys(names: QueueNames): { spend: string; held: string } {
   return { spend: llmqKey(names, 'budget', 'spend'), held: llmqKey(names, 'budget', 'held') };
 }
 
-/** The channel settles, releases and probe readings publish on, so waiters wake. */
+/** The channel ends that give budget or a slot back publish on, so waiters wake. */
 export function wakeChannel(names: QueueNames): string {
   return llmqKey(names, 'limiter', 'wake');
 }

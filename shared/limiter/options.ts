@@ -9,6 +9,7 @@ import {
   GLOBAL_SCOPE,
   type MoneyClaim,
   type MoneyShortfall,
+  type OutputAccounting,
   type Reservation,
   type Usage,
 } from './types.ts';
@@ -27,39 +28,22 @@ export interface LimiterOptions {
   /** Calls in flight across every process; 0 for no cap. @default 0 */
   readonly concurrency?: number;
   /**
-   * Share of each limit left unused, for what the window cannot see: another client's spend
-   * between readings, a reading the provider rounded. Not kept in a scope and dimension while
-   * the provider's readings there (within a window) are exact, give a limit at least ours and
-   * show nobody else's spend. @default 0.01
+   * Share of each limit kept free, in our window and in the provider's projected view, for what
+   * neither sees: another client's spend since the provider's latest reading. @default 0.01
    */
   readonly headroom?: number;
-  /**
-   * Added to the window, in ms. Stamps are taken once the response begins, after the provider
-   * admitted the call, so none is needed: a margin keeps room the provider has already freed
-   * from us, and another client on the key may take it first. @default 0
-   */
-  readonly windowMarginMs?: number;
   /** How long a slot and an open reservation live without renewal. @default 30_000 */
   readonly leaseMs?: number;
   /**
-   * How the provider charges output: `actual` gives unused max_tokens back at settle and
-   * stamps the output then (output is produced until the end), or part by part as it arrived
-   * (`Usage.outputParts`). @default 'reserve'
+   * How the provider charges output ({@link OutputAccounting}). Under `actual` and `produced`
+   * the unused max_tokens come back at settle, and the output is stamped then (it is counted
+   * until the end). @default 'reserve'
    */
-  readonly outputAccounting?: 'reserve' | 'actual';
+  readonly outputAccounting?: OutputAccounting;
   /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */
   readonly clock?: () => number;
   /** The longest a waiter sleeps between two attempts. @default 1_000 */
   readonly maxPollMs?: number;
-  /**
-   * Probes: after waiting for budget while another client's spend is counted (provider
-   * feedback), the first call admitted when room comes back goes alone, and the others wait
-   * for the provider's reading of it (or its end) up to this long, so that room the other
-   * client took meanwhile is known before the rest is spent; and room for one of that
-   * client's calls stays free while its spend is counted. 0: neither.
-   * @default a tenth of the window, at most the lease
-   */
-  readonly probeMs?: number;
   /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
   readonly commandTimeoutMs?: number;
   /**
@@ -92,7 +76,6 @@ export interface AcquireOptions {
             priority?: number;
             scopes?: readonly string[];
             more?: readonly Charge[];
-            backfill?: number;
           }
         | undefined
       >
@@ -107,18 +90,6 @@ export interface AcquireManyOptions extends AcquireOptions {
    * round trip, in order, while each fits at once and nobody else waits in line.
    */
   readonly more?: readonly Charge[];
-  /**
-   * Backfill: while this call waits for budget, up to this many of `more` may go ahead of it,
-   * each only when it fits now and this call would start no later for it (its spend must fit
-   * beside this call's when this call's room comes), and a slot stays free for this call.
-   * @default 0
-   */
-  readonly backfill?: number;
-  /**
-   * Takes the reservations made for calls of `more` that go ahead (`indexes` into `more`);
-   * awaited before the next attempt. Required with `backfill`.
-   */
-  readonly onBackfill?: (reservations: Reservation[], indexes: number[]) => Promise<void>;
 }
 
 /** A scope's name: no "|", "," or spaces (Lua keys totals and reservations by it). */
@@ -151,11 +122,9 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
     scopes: {},
     concurrency: 0,
     headroom: 0.01,
-    windowMarginMs: 0,
     outputAccounting: 'reserve',
     maxPollMs: 1_000,
     commandTimeoutMs: 5_000,
-    probeMs: Math.min(leaseMs, Math.ceil(windowMs / 10)),
     ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
     leaseMs,
     windowGiven: options.windowMs !== undefined,
@@ -164,8 +133,6 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
   if (!(s.headroom >= 0 && s.headroom < 1))
     throw new TypeError(`headroom must be from 0 to below 1, got ${s.headroom}`);
   if (!(s.leaseMs >= 100)) throw new TypeError(`leaseMs must be at least 100, got ${s.leaseMs}`);
-  if (!Number.isSafeInteger(s.probeMs) || s.probeMs < 0)
-    throw new TypeError(`probeMs must be a whole number of ms from 0 up, got ${s.probeMs}`);
   if (!Number.isInteger(s.concurrency) || s.concurrency < 0) {
     throw new TypeError(`concurrency must be a whole number from 0 up, got ${s.concurrency}`);
   }
@@ -234,13 +201,6 @@ export function usageError(usage: Usage): TypeError | undefined {
       );
     }
   }
-  for (const part of usage.outputParts ?? []) {
-    const { agoMs, tokens } = part;
-    if (!(Number.isFinite(agoMs) && agoMs >= 0 && Number.isSafeInteger(tokens) && tokens >= 0))
-      return new TypeError(
-        `settle: each of usage.outputParts must have agoMs (ms from 0 up) and tokens (a whole number from 0 up), got ${JSON.stringify(part)}`,
-      );
-  }
   return undefined;
 }
 
@@ -254,22 +214,13 @@ export function limitsOf(s: LimiterSettings, scope: string): DimensionLimits {
   return scope === GLOBAL_SCOPE ? s.limits : (s.scopes[scope] ?? {});
 }
 
-function effective(limit: number | undefined, headroom: number): number {
-  if (limit === undefined || limit <= 0) return 0;
-  return Math.max(1, Math.floor(limit * (1 - headroom)));
-}
-
-/** Every scope charged, each with its limits less headroom by short dimension name (0: none). */
+/** Every scope charged, each with its configured limits by short dimension name (0: none). */
 export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): ScriptScope[] {
   return scopeList(scopes).map((name) => {
     checkScopeName(name);
     const l = limitsOf(s, name);
     const limits: Record<string, number> = {};
-    for (const d of DIMENSIONS) limits[d.lua] = effective(l[d.name], s.headroom);
-    if (s.headroom === 0) return { name, limits };
-    // The limits before headroom: acquire uses them while the provider's readings are exact.
-    const full: Record<string, number> = {};
-    for (const d of DIMENSIONS) full[d.lua] = effective(l[d.name], 0);
-    return { name, limits, full };
+    for (const d of DIMENSIONS) limits[d.lua] = l[d.name] ?? 0;
+    return { name, limits };
   });
 }

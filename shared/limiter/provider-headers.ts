@@ -18,13 +18,8 @@ export function header(headers: HeaderSource | undefined, name: string): string 
 
 export interface ProviderLimitReading {
   readonly limit: number;
+  /** As the provider gave it: Anthropic rounds token figures to the nearest thousand. */
   readonly remaining: number;
-  /**
-   * How far the true remaining may be from `remaining`: Anthropic rounds token `-remaining` to
-   * the nearest thousand, so a token reading that is a multiple of 1,000 (of a limit in whole
-   * thousands) may be 500 off either way (0 for requests, and for a reading that is not rounded).
-   */
-  readonly rounding: number;
   /** When the provider says the dimension is fully replenished (ms since the epoch). */
   readonly resetMs: number | undefined;
 }
@@ -37,16 +32,6 @@ const HEADER_NAMES: Record<ProviderDimension, string> = {
   outputTokens: 'output-tokens',
   tokens: 'tokens',
 };
-
-/** Anthropic's token `-remaining` headers are rounded to the nearest thousand. */
-const TOKEN_ROUNDING = 1_000;
-
-/** A token reading that may be rounded: its limit and remaining both whole thousands. */
-const roundedReading = (dim: ProviderDimension, limit: number, remaining: number): boolean =>
-  dim !== 'requests' &&
-  limit > 0 &&
-  limit % TOKEN_ROUNDING === 0 &&
-  remaining % TOKEN_ROUNDING === 0;
 
 function int(v: string | undefined): number | undefined {
   if (v === undefined || !/^\d+$/.test(v.trim())) return undefined;
@@ -70,7 +55,6 @@ export function readRateLimitHeaders(headers: HeaderSource | undefined): Provide
     out[dim] = {
       limit,
       remaining,
-      rounding: roundedReading(dim, limit, remaining) ? TOKEN_ROUNDING / 2 : 0,
       resetMs: Number.isFinite(reset) ? reset : undefined,
     };
   }

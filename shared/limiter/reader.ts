@@ -1,88 +1,39 @@
-import { DIMENSIONS, type Dimension } from '../dimensions.ts';
+import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import type { RedisClient } from '../redis.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
+import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
   type DimensionLimits,
   GLOBAL_SCOPE,
   type HistoryPoint,
   type LimiterSnapshot,
+  type ProviderShape,
   type ScopeSnapshot,
 } from './types.ts';
 
-/** Log scores at or below this are calls that left the window (see includes/expiry.lua). */
-const GONE_FLOOR = -5e12;
-
-/** How long a call that left the window stays in the log for late readings (as expiry.lua). */
-export const goneKeepMs = (windowMs: number): number => Math.min(5_000, Math.floor(windowMs / 10));
-
 /** How much of the live history a snapshot shows. */
 const HISTORY_SPAN_MS = 15 * 60_000;
+
+const SHAPES: Record<string, ProviderShape> = { b: 'bucket', w: 'window' };
 
 /** What a reader knows of the limiter besides Redis: its own settings, when it has them. */
 export interface ReaderSettings {
   readonly redis: RedisClient;
   readonly keys: LimiterKeys;
+  readonly scripts: LimiterScripts;
   /** Undefined: the window the workers published. */
   readonly windowMs: number | undefined;
-  readonly marginMs: number;
   readonly limits: DimensionLimits;
   readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
   readonly concurrency: number;
-  readonly clock: (() => number) | undefined;
 }
 
 interface PublishedConfig {
   windowMs?: number;
-  windowMarginMs?: number;
   limits?: DimensionLimits;
   scopes?: Record<string, DimensionLimits>;
   concurrency?: number;
-}
-
-/**
- * Another client's spend counted now for `field` of the ext hash: the held reading while it
- * lasts, then the one that follows it, or the latest reading when that is higher (`foreign_of`
- * in the Lua include `foreign`).
- */
-export function foreignNow(ext: Record<string, string>, field: string, now: number): number {
-  const live = (f: string) => (Number(ext[`${f}|until`] ?? 0) > now ? Number(ext[f] ?? 0) : 0);
-  const held = Number(ext[`${field}|until`] ?? 0) > now ? live(field) : live(`${field}|next`);
-  return Math.max(held, live(`${field}|last`));
-}
-
-/**
- * Whether acquire uses the whole limit of `field` (`seen_exactly` in the Lua include
- * `foreign-spend`): an exact reading less than a window old, its limit at least `limit`, and no
- * other client's spend held, rising or possible.
- */
-export function wholeLimitNow(
-  ext: Record<string, string>,
-  field: string,
-  limit: number | undefined,
-  now: number,
-): boolean {
-  const live = (f: string) => Number(ext[`${f}|until`] ?? 0) > now;
-  if (limit === undefined || !live(`${field}|exact`)) return false;
-  if (Number(ext[`${field}|exact`]) < limit) return false;
-  const none = (f: string) => !live(f) || Number(ext[f] ?? 0) === 0;
-  return (
-    foreignNow(ext, field, now) === 0 &&
-    !live(`${field}|last`) &&
-    none(`${field}|rise`) &&
-    none(`${field}|seen`)
-  );
-}
-
-/** A reservation as the res hash stores it: "requests|input|output|flags|scope1,scope2". */
-function decodeReservation(enc: string): { spend: Record<Dimension, number>; scopes: string[] } {
-  const [req, inp, out, , scopes = ''] = enc.split('|');
-  const i = Number(inp);
-  const o = Number(out);
-  return {
-    spend: { requests: Number(req), inputTokens: i, outputTokens: o, tokens: i + o },
-    scopes: scopes.split(',').filter(Boolean),
-  };
 }
 
 function rows<T>(result: [Error | null, unknown][] | null): T {
@@ -93,99 +44,46 @@ function rows<T>(result: [Error | null, unknown][] | null): T {
 }
 
 /**
- * Reads the limiter's state without writing anything: the totals are the running ones less
- * what has left the window but was not dropped yet (dropping is the write path's: acquire,
- * observe, and the idle worker's prune).
+ * Reads the limiter's state without writing anything. Use and the provider's projected room come
+ * from `view-4.lua`, which projects with the same Lua acquire admits by.
  */
 export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> {
   const k = s.keys;
-  const [config, time] = rows<[string | null, [string, string] | null]>(
-    await s.redis.pipeline().get(k.config).time().exec(),
-  );
-  const published = config ? (JSON.parse(config) as PublishedConfig) : {};
-  const now = s.clock
-    ? Math.floor(s.clock())
-    : Number(time![0]) * 1000 + Math.floor(Number(time![1]) / 1000);
-  const windowMs = s.windowMs ?? published.windowMs ?? 60_000;
-  const marginMs =
-    s.windowMs !== undefined ? s.marginMs : Math.max(s.marginMs, published.windowMarginMs ?? 0);
-  const [tot, ext, pause, inFlight, waiters, stats, hist, left] = rows<
-    [
-      Record<string, string>,
-      Record<string, string>,
-      string | null,
-      number,
-      number,
-      Record<string, string>,
-      Record<string, string>,
-      string[],
-    ]
+  const [config, totFields, pause, waiters, stats, hist] = rows<
+    [string | null, string[], string | null, number, Record<string, string>, Record<string, string>]
   >(
     await s.redis
       .multi()
-      .hgetall(k.tot)
-      .hgetall(k.ext)
+      .get(k.config)
+      .hkeys(k.tot)
       .get(k.pause)
-      .zcount(k.slots, now, '+inf')
       .zcard(k.waiters)
       .hgetall(k.stats)
       .hgetall(k.hist)
-      // Above GONE_FLOOR: what expire_log keeps of calls that left (`~id`) is out already.
-      .zrangebyscore(k.log, `(${GONE_FLOOR}`, now - (windowMs + marginMs))
       .exec(),
   );
-  // Reservations that left the window but are still in the totals: taken off here, not in Redis.
-  const gone: Record<string, number> = {};
-  if (left.length > 0) {
-    const encs = await s.redis.hmget(k.res, ...left);
-    for (const enc of encs) {
-      if (!enc) continue;
-      const r = decodeReservation(enc);
-      for (const scope of r.scopes)
-        for (const d of DIMENSIONS)
-          gone[`${scope}|${d.lua}`] = (gone[`${scope}|${d.lua}`] ?? 0) + r.spend[d.name];
-    }
-  }
+  const published = config ? (JSON.parse(config) as PublishedConfig) : {};
+  const windowMs = s.windowMs ?? published.windowMs ?? 60_000;
+  const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopeLimits)]);
+  for (const f of totFields) names.add(f.split('|')[0]!);
+  const view = await s.scripts.view(windowMs, [...names]);
+  const now = view.now;
+  const inFlight = await s.redis.zcount(k.slots, `(${now}`, '+inf');
   const limitsOf = (scope: string): DimensionLimits =>
     scope === GLOBAL_SCOPE
       ? Object.keys(s.limits).length > 0
         ? s.limits
         : (published.limits ?? {})
       : (s.scopeLimits[scope] ?? published.scopes?.[scope] ?? {});
-  const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopeLimits)]);
-  for (const f of Object.keys(tot)) names.add(f.split('|')[0]!);
-  const scopes: ScopeSnapshot[] = [...names].map((scope) => {
-    const dims = {} as ScopeSnapshot['dimensions'];
-    for (const d of DIMENSIONS) {
-      const f = `${scope}|${d.lua}`;
-      const limit = limitsOf(scope)[d.name];
-      dims[d.name] = {
-        used: Number(tot[f] ?? 0) - (gone[f] ?? 0),
-        limit,
-        foreign: foreignNow(ext, f, now),
-        wholeLimit: wholeLimitNow(ext, f, limit, now),
-      };
-    }
-    return { scope, dimensions: dims };
-  });
   const n = (f: string) => Number(stats[f] ?? 0);
-  const pausedUntil = pause && Number(pause) > now ? Number(pause) : null;
-  // A probe holds the others until its reading, its call's end or its time, whichever first.
-  const probeId = ext['probe'];
-  const probeEnd = Number(ext['probe|until'] ?? 0);
-  const probeUntil =
-    probeId && probeEnd > now && (await s.redis.zscore(k.slots, probeId)) !== null
-      ? probeEnd
-      : null;
   return {
     now,
     windowMs,
-    pausedUntil,
-    probeUntil,
+    pausedUntil: pause && Number(pause) > now ? Number(pause) : null,
     inFlight,
     concurrency: s.concurrency || published.concurrency || undefined,
     waiters,
-    scopes,
+    scopes: [...names].map((scope) => scopeOf(scope, view, limitsOf(scope))),
     counters: {
       admitted: n('admitted'),
       deniedBudget: n('denied_budget'),
@@ -198,9 +96,28 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       actualOut: n('actual_out'),
       settledReservedIn: n('settled_reserved_in'),
       settledReservedOut: n('settled_reserved_out'),
-      probes: n('probes'),
     },
     history: historyOf(hist, now),
+  };
+}
+
+function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits): ScopeSnapshot {
+  const v = view.scopes[scope];
+  const dims = {} as ScopeSnapshot['dimensions'];
+  for (const d of DIMENSIONS) {
+    const x = v?.dims[d.lua];
+    dims[d.name] = {
+      used: x?.used ?? 0,
+      limit: limits[d.name],
+      providerLimit: x?.limit,
+      providerRoom: x?.room,
+    };
+  }
+  return {
+    scope,
+    shape: SHAPES[v?.shape ?? ''] ?? 'unknown',
+    roundingStep: v?.step ?? 0,
+    dimensions: dims,
   };
 }
 

@@ -6,10 +6,12 @@ import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../lua-scri
 import { isCluster, type RedisClient } from '../redis.ts';
 import { slotMaster } from '../redis-slot.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
-import type { ProviderReading } from './provider-headers.ts';
-import type { Charge, MoneyClaim } from './types.ts';
+import type { Charge, MoneyClaim, OutputAccounting } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
+
+/** The history's bucket length (the live view's per-10 s counters). */
+export const HISTORY_BUCKET_MS = 10_000;
 
 /**
  * Plain msgpack maps, which Lua's `cmsgpack.unpack` reads. Integers past 32 bits (ms
@@ -36,8 +38,6 @@ export enum AcquireCode {
   Concurrency = 4,
   /** The cost can never fit a limit. */
   NeverFits = 5,
-  /** A probe's reading is awaited. */
-  ProbeOut = 6,
   /** A money budget has no room for the call's worst-case cost (it left the line). */
   BudgetExhausted = 7,
 }
@@ -53,14 +53,11 @@ export type AcquireReply =
       readonly code: AcquireCode.Queued | AcquireCode.Paused | AcquireCode.Concurrency;
       readonly waitMs: number;
     }
-  | { readonly code: AcquireCode.ProbeOut; readonly waitMs: number }
   | {
       readonly code: AcquireCode.Budget;
       readonly waitMs: number;
       readonly scope: string;
       readonly dimension: Dimension;
-      /** Extras that went ahead (backfill), as indexes into `extras`. */
-      readonly backfilled: number[];
     }
   | {
       readonly code: AcquireCode.NeverFits;
@@ -78,18 +75,15 @@ export type AcquireReply =
       readonly limit: number;
     };
 
-/**
- * A scope as acquire sees it: limits by short dimension name, headroom taken off, 0 unlimited;
- * `full`, the limits before headroom (used while the provider's readings are exact).
- */
+/** A scope as acquire sees it: its configured limits by short dimension name, 0 for none. */
 export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
-  readonly full?: Readonly<Record<string, number>>;
 }
 
 export interface AcquireArgs {
   readonly windowMs: number;
+  readonly headroom: number;
   readonly ticket: string;
   readonly priority: number;
   readonly queue: boolean;
@@ -104,28 +98,67 @@ export interface AcquireArgs {
     readonly cost: Charge;
     readonly scopes?: readonly ScriptScope[] | undefined;
   }[];
-  readonly backfill: number;
-  readonly probeMs: number;
 }
 
-/** One call's end for `settle-6.lua` (see its header). */
-export interface SettleCall {
+/** One call's end for `record-10.lua` (see its header). */
+export interface EndRecord {
   readonly id: string;
   readonly mode: 'usage' | 'keep' | 'release';
+  /** Actual input and output tokens (mode 'usage'; -1 keeps the estimate). */
   readonly input: number;
   readonly output: number;
-  readonly restamp: boolean;
+  /** Output the provider reported, for the counters only (-1 unknown). */
   readonly reported: number;
-  /** Actual cost in µ$ for the money hold (mode 'usage'; -1 unknown: the worst case stays). */
+  /** Actual cost in µ$ for the money hold (mode 'usage'; -1: the worst case stays). */
   readonly micros: number;
-  /** Output parts as [ms ago, tokens], oldest first (see settle-8.lua). */
-  readonly parts?: readonly (readonly [number, number])[];
 }
 
-export interface SettleResult {
+/** A provider's reading for `record-10.lua`: one scope, the dimensions it gave figures for. */
+export interface ReadingRecord {
+  readonly scope: string;
+  /** The reservation whose response brought it. */
+  readonly of: string;
+  /** How long ago the call that brought it was sent, ms. */
+  readonly ageMs: number;
+  readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;
+}
+
+/** What one `record-10.lua` run writes, in its order: stamps, ends, the pause, readings. */
+export interface RecordBatch {
+  readonly stamps: readonly string[];
+  readonly ends: readonly EndRecord[];
+  readonly pauseMs?: number | undefined;
+  readonly readings: readonly ReadingRecord[];
+  /** The money periods kept (with ends of calls holding money), else undefined. */
+  readonly periods?: readonly string[] | undefined;
+}
+
+export interface EndResult {
   readonly known: boolean;
   readonly inputDelta: number;
   readonly outputDelta: number;
+}
+
+/** What `view-4.lua` reads of one scope and dimension. */
+export interface ViewDimension {
+  readonly used: number;
+  readonly left: number;
+  /** The provider's limit, as last read. */
+  readonly limit?: number;
+  /** The provider's room now, projected from its latest reading (absent: none fresh). */
+  readonly room?: number;
+  /** When that reading was taken (ms). */
+  readonly at?: number;
+}
+
+export interface ViewReply {
+  readonly now: number;
+  readonly scopes: Readonly<
+    Record<
+      string,
+      { shape: '' | 'b' | 'w'; step: number; dims: Readonly<Record<string, ViewDimension>> }
+    >
+  >;
 }
 
 /**
@@ -159,10 +192,50 @@ function packMoney(m: MoneyClaim | undefined) {
   return { micros: m.micros, limits, fields: m.fields };
 }
 
+function packCost(c: Charge) {
+  return { req: c.requests, inp: c.inputTokens, out: c.outputTokens, money: packMoney(c.money) };
+}
+
 function script(name: string): LuaScript {
   const s = SCRIPTS[name];
   if (!s) throw new Error(`no limiter script named ${name}`);
   return s;
+}
+
+/** Reads acquire's reply by its code (see acquire-12.lua's header). */
+function acquireReply(reply: (number | string)[]): AcquireReply {
+  const code = Number(reply[0]) as AcquireCode;
+  const dimension = (v: unknown) => dimensionOfLua(String(v)) ?? 'tokens';
+  switch (code) {
+    case AcquireCode.Admitted:
+      return { code, now: Number(reply[1]), extras: Number(reply[3] ?? 0) };
+    case AcquireCode.Queued:
+    case AcquireCode.Paused:
+    case AcquireCode.Concurrency:
+      return { code, waitMs: Number(reply[1]) };
+    case AcquireCode.Budget:
+      return { code, waitMs: Number(reply[1]), scope: String(reply[2]), dimension: dimension(reply[3]) };
+    case AcquireCode.NeverFits:
+      return {
+        code,
+        scope: String(reply[1]),
+        dimension: dimension(reply[2]),
+        cost: Number(reply[3]),
+        limit: Number(reply[4]),
+      };
+    case AcquireCode.BudgetExhausted:
+      return {
+        code,
+        budget: String(reply[1]),
+        period: reply[2] === 'day' ? 'day' : 'month',
+        spent: Number(reply[3]),
+        limit: Number(reply[4]),
+      };
+    default:
+      throw new LimiterUnavailableError(
+        `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
+      );
+  }
 }
 
 /**
@@ -184,50 +257,23 @@ export class LimiterScripts {
 
   async acquire(a: AcquireArgs): Promise<AcquireReply> {
     const k = this.keys;
-    const claims = [a.cost.money, ...a.extras.map((x) => x.cost.money)];
+    const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.view];
     const reply = (await this.run(
       'acquire',
-      [
-        k.log,
-        k.res,
-        k.slots,
-        k.waiters,
-        k.waitexp,
-        k.seq,
-        k.pause,
-        k.tot,
-        k.ext,
-        k.stats,
-        k.spend,
-        k.held,
-      ],
+      [...keys, k.stats, k.spend, k.held],
       {
         now: this.now(),
         windowMs: a.windowMs,
+        headroom: a.headroom,
         ticket: a.ticket,
         priority: a.priority,
         queue: a.queue,
         leaseMs: a.leaseMs,
         ticketTtlMs: a.ticketTtlMs,
         concurrency: a.concurrency,
-        cost: {
-          req: a.cost.requests,
-          inp: a.cost.inputTokens,
-          out: a.cost.outputTokens,
-          money: packMoney(a.cost.money),
-        },
+        cost: packCost(a.cost),
         scopes: a.scopes,
-        periods: claims.find((m) => m !== undefined)?.periods,
-        extras: a.extras.map((x) => ({
-          id: x.ticket,
-          req: x.cost.requests,
-          inp: x.cost.inputTokens,
-          out: x.cost.outputTokens,
-          money: packMoney(x.cost.money),
-          scopes: x.scopes,
-        })),
-        backfill: a.backfill,
-        probeMs: a.probeMs,
+        extras: a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes })),
       },
       {
         name: 'abandon',
@@ -235,106 +281,39 @@ export class LimiterScripts {
         args: { ids: [a.ticket, ...a.extras.map((x) => x.ticket)] },
       },
     )) as (number | string)[];
-    const code = Number(reply[0]) as AcquireCode;
-    const dimension = (v: unknown) => dimensionOfLua(String(v)) ?? 'tokens';
-    switch (code) {
-      case AcquireCode.Admitted:
-        return { code, now: Number(reply[1]), extras: Number(reply[3] ?? 0) };
-      case AcquireCode.Queued:
-      case AcquireCode.Paused:
-      case AcquireCode.Concurrency:
-      case AcquireCode.ProbeOut:
-        return { code, waitMs: Number(reply[1]) };
-      case AcquireCode.Budget:
-        return {
-          code,
-          waitMs: Number(reply[1]),
-          scope: String(reply[2]),
-          dimension: dimension(reply[3]),
-          backfilled: reply.slice(4).map((i) => Number(i) - 1),
-        };
-      case AcquireCode.NeverFits:
-        return {
-          code,
-          scope: String(reply[1]),
-          dimension: dimension(reply[2]),
-          cost: Number(reply[3]),
-          limit: Number(reply[4]),
-        };
-      case AcquireCode.BudgetExhausted:
-        return {
-          code,
-          budget: String(reply[1]),
-          period: reply[2] === 'day' ? 'day' : 'month',
-          spent: Number(reply[3]),
-          limit: Number(reply[4]),
-        };
-      default:
-        throw new LimiterUnavailableError(
-          `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
-        );
-    }
+    return acquireReply(reply);
   }
 
-  /** Ends calls in one run; one result each, in order. */
-  async settle(
-    calls: readonly SettleCall[],
-    bucketMs: number,
-    channel: string,
-  ): Promise<SettleResult[]> {
+  /** Stamps, ends, the pause and readings, in that order, in one run. */
+  async record(b: RecordBatch, windowMs: number, channel: string, accounting: OutputAccounting) {
     const k = this.keys;
-    const keys = [k.log, k.res, k.slots, k.tot, k.stats, k.hist, k.spend, k.held];
-    const r = (await this.run('settle', keys, {
+    const keys = [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, k.pause];
+    const r = (await this.run('record', keys, {
       now: this.now(),
-      bucketMs,
+      windowMs,
+      bucketMs: HISTORY_BUCKET_MS,
       channel,
-      calls,
+      split: accounting !== 'reserve',
+      produced: accounting === 'produced',
+      ...b,
     })) as number[];
-    return calls.map((_, i) => ({
-      known: Number(r[i * 3]) === 1,
-      inputDelta: Number(r[i * 3 + 1] ?? 0),
-      outputDelta: Number(r[i * 3 + 2] ?? 0),
-    }));
+    return {
+      pausedUntil: Number(r[0]) || undefined,
+      ends: b.ends.map(
+        (_, i): EndResult => ({
+          known: Number(r[1 + i * 3]) === 1,
+          inputDelta: Number(r[2 + i * 3] ?? 0),
+          outputDelta: Number(r[3 + i * 3] ?? 0),
+        }),
+      ),
+    };
   }
 
-  /** Takes a provider's reading of one scope (a dimension without headers is left out). */
-  async observe(a: {
-    readonly windowMs: number;
-    readonly marginMs: number;
-    readonly scope: string;
-    readonly reading: ProviderReading;
-    readonly of: string;
-    readonly channel: string;
-    /** How long before now the provider took the reading (when it admitted its call), ms. */
-    readonly ageMs: number;
-  }): Promise<void> {
-    const { reading, ...rest } = a;
-    const readings: Record<
-      string,
-      { limit: number; remaining: number; reset: number; rounding: number }
-    > = {};
-    for (const d of DIMENSIONS) {
-      const r = reading[d.name];
-      if (r)
-        readings[d.lua] = {
-          limit: r.limit,
-          remaining: r.remaining,
-          reset: r.resetMs ?? -1,
-          rounding: r.rounding,
-        };
-    }
+  /** Each scope's use and projected room, read only. */
+  async view(windowMs: number, scopes: readonly string[]): Promise<ViewReply> {
     const k = this.keys;
-    await this.run('observe', [k.tot, k.ext, k.stats, k.log, k.res], {
-      now: this.now(),
-      ...rest,
-      readings,
-    });
-  }
-
-  /** Stamps (or marks begun) open reservations; how many were. */
-  async start(mode: 'stamp' | 'mark', ids: readonly string[]): Promise<number> {
-    const k = this.keys;
-    return Number(await this.run('start', [k.log, k.res], { now: this.now(), mode, ids }));
+    const args = { now: this.now(), windowMs, scopes };
+    return JSON.parse(String(await this.run('view', [k.log, k.res, k.tot, k.view], args))) as ViewReply;
   }
 
   /** Changes an open reservation's tokens; false when it is unknown. */
@@ -356,22 +335,14 @@ export class LimiterScripts {
     return Number(await this.run('renew', [k.log, k.res, k.slots], args));
   }
 
-  /** Sets the shared pause to at least `ms` from now; resolves with its end (ms). */
-  async pause(ms: number): Promise<number> {
-    return Number(await this.run('pause', [this.keys.pause], { now: this.now(), ms }));
-  }
-
   /** Drops at most 500 reservations that left the window, and lapsed leases (and their money). */
   async prune(windowMs: number): Promise<{ now: number; dropped: number }> {
     const k = this.keys;
-    const [now, dropped] = (await this.run(
-      'prune',
-      [k.log, k.res, k.slots, k.tot, k.spend, k.held],
-      {
-        now: this.now(),
-        windowMs,
-      },
-    )) as [number, number];
+    const keys = [k.log, k.res, k.slots, k.tot, k.spend, k.held];
+    const [now, dropped] = (await this.run('prune', keys, { now: this.now(), windowMs })) as [
+      number,
+      number,
+    ];
     return { now: Number(now), dropped: Number(dropped) };
   }
 

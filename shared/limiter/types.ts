@@ -50,6 +50,16 @@ export interface MoneyShortfall {
   readonly neverFits: boolean;
 }
 
+/**
+ * How the provider charges a call's output tokens, which llmq must match:
+ * - `reserve`: max_tokens at admission, kept (llmq's settle keeps it too);
+ * - `actual`: max_tokens at admission, the unused part given back when the call ends (the API's
+ *   earlier documented rule);
+ * - `produced`: the output as it is produced, actual tokens only (the API's current documented
+ *   rule): a rate-limit reading has not counted the output still to come of calls in flight.
+ */
+export type OutputAccounting = 'reserve' | 'actual' | 'produced';
+
 /** The scope every call belongs to: the provider key. */
 export const GLOBAL_SCOPE = 'global';
 
@@ -65,11 +75,8 @@ export interface Reservation {
   readonly leaseExpiresAt: number;
 }
 
-/**
- * `probe`: a call admitted alone is finding out what another client spent (see probeMs);
- * `money`: a money budget has no room for its worst case (it left the line).
- */
-export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'probe' | 'money';
+/** `money`: a money budget has no room for its worst case (it left the line). */
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'money';
 
 /** A denial is a value: how long to wait and why. */
 export type Decision =
@@ -90,35 +97,30 @@ export interface Usage {
   readonly outputTokens: number;
   /** The call's actual cost in whole µ$, which its money hold settles to (absent: the worst case stays spent). */
   readonly costMicros?: number | undefined;
-  /**
-   * Under 'actual' accounting, the output that had arrived by earlier moments of a streamed
-   * call, oldest first: each part leaves the window from its own moment instead of the call's
-   * end (a provider counts output as it is produced). Parts beyond `outputTokens` are cut.
-   */
-  readonly outputParts?: readonly OutputPart[] | undefined;
-}
-
-/** Output tokens that had arrived `agoMs` before the settle. */
-export interface OutputPart {
-  readonly agoMs: number;
-  readonly tokens: number;
 }
 
 export interface DimensionUse {
+  /** Our spend in the window (open calls at their reservation). */
   readonly used: number;
-  /** The configured limit, before headroom; undefined when unlimited. */
+  /** The configured limit, before headroom; undefined when none is configured. */
   readonly limit: number | undefined;
-  /** Spend the provider reported that this window did not make (another client). */
-  readonly foreign: number;
+  /** The provider's limit, as its latest reading said; undefined before any. */
+  readonly providerLimit: number | undefined;
   /**
-   * The provider's latest reading (within a window) was exact and showed nobody else's spend:
-   * the whole limit is used, headroom is not kept.
+   * The provider's room now, projected from its latest reading by its shape; undefined when no
+   * reading is fresher than a window. Below `providerLimit − used` by another client's spend.
    */
-  readonly wholeLimit: boolean;
+  readonly providerRoom: number | undefined;
 }
+
+/** How the provider gives room back, as learned from its headers. */
+export type ProviderShape = 'bucket' | 'window' | 'unknown';
 
 export interface ScopeSnapshot {
   readonly scope: string;
+  readonly shape: ProviderShape;
+  /** The step the provider rounds token readings to (learned; 0 before any). */
+  readonly roundingStep: number;
   readonly dimensions: Record<Dimension, DimensionUse>;
 }
 
@@ -136,11 +138,6 @@ export interface LimiterSnapshot {
   readonly now: number;
   readonly windowMs: number;
   readonly pausedUntil: number | null;
-  /**
-   * While a probe is out (see `probeMs`): the latest moment the others wait for its reading;
-   * null otherwise.
-   */
-  readonly probeUntil: number | null;
   readonly inFlight: number;
   readonly concurrency: number | undefined;
   readonly waiters: number;
@@ -158,8 +155,6 @@ export interface LimiterSnapshot {
     /** Of the settled calls: what was reserved, for the estimate's accuracy. */
     readonly settledReservedIn: number;
     readonly settledReservedOut: number;
-    /** Calls admitted alone after a wait beside another client's spend (see probeMs). */
-    readonly probes: number;
   };
   readonly history: readonly HistoryPoint[];
 }

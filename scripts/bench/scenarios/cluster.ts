@@ -151,7 +151,7 @@ async function measure(
     const masterOf = (l: Limiter) => nodeName(redis, l.allKeys[0]!);
     const counts = limiters.map(() => 0);
     // One warm-up admission each: scripts loaded, slots known, before the CPU is read.
-    for (const l of limiters) await l.keep(await l.acquire(COST));
+    for (const l of limiters) await l.call(await l.acquire(COST)).failed({ charged: true });
     const before = await masterCpuSeconds(redis);
     const started = performance.now();
     const until = started + runMs;
@@ -159,7 +159,7 @@ async function measure(
       limiters.flatMap((l, i) =>
         Array.from({ length: LOOPS }, async () => {
           while (performance.now() < until) {
-            await l.keep(await l.acquire(COST));
+            await l.call(await l.acquire(COST)).failed({ charged: true });
             counts[i]!++;
           }
         }),

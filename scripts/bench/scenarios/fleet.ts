@@ -70,9 +70,8 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   ];
   const pool = `${PROCESSES} worker processes × ${CONCURRENCY / PROCESSES}`;
   const llmqClients = [
-    { client: `llmq, ${pool}`, backfill: false, exactCount: false },
-    { client: `llmq --backfill, ${pool}`, backfill: true, exactCount: false },
-    { client: `llmq --backfill, exact counts, ${pool}`, backfill: true, exactCount: true },
+    { client: `llmq, ${pool}`, exactCount: false },
+    { client: `llmq, exact counts, ${pool}`, exactCount: true },
   ];
   let peakRss = 0;
   await withMock(mockOptions, async (mock) => {
@@ -98,7 +97,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         }),
       );
     }
-    for (const { client, backfill, exactCount } of llmqClients) {
+    for (const { client, exactCount } of llmqClients) {
       ctx.log(`fleet: ${client}`);
       await mock.reset();
       const run = await runLlmq({
@@ -110,7 +109,6 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
         ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
         workers: { count: PROCESSES, where: 'processes' },
         concurrency: CONCURRENCY / PROCESSES,
-        backfill,
         exactCount,
       });
       peakRss = Math.max(peakRss, ...run.processes.map((p) => p.peakRssBytes));
@@ -119,7 +117,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   });
 
   const llmqRows = rows.slice(-llmqClients.length);
-  const [fcfs, backfilled, exact] = llmqRows as [RateRow, RateRow, RateRow];
+  const [fcfs, exact] = llmqRows as [RateRow, RateRow];
   const best = llmqRows.reduce((a, b) => (b.utilization > a.utilization ? b : a));
   return {
     name: 'fleet',
@@ -151,12 +149,12 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
       {
         name: 'llmq uses at least 97% of the budget',
         met: best.utilization >= 0.97,
-        detail: `${percent(exact.utilization)} with --backfill and exact counts; ${percent(backfilled.utilization)} with --backfill and estimates; ${percent(fcfs.utilization)} first come first served, where the ideal client of that order reaches ${percent(ideal.utilization)}`,
+        detail: `${percent(exact.utilization)} with exact counts; ${percent(fcfs.utilization)} with estimates, where the ideal client of that order reaches ${percent(ideal.utilization)}`,
       },
     ],
     notes: [
       `mix: 60% of 100–600 tokens, 30% of 600–3,000, 10% of 3,000–8,000 (a tenth of each input, the rest max_tokens), fixed seed; answers half of max_tokens; mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token`,
-      `minimum: the ideal client (20 at once, first come first served, no overhead) ${seconds(ideal.minimumMs)}; a large request at the head of the line waits for room while smaller ones behind it could have used it, so even that client averages ${percent(ideal.utilization)} per window; with --backfill they do, when the head would start no later for them`,
+      `minimum: the ideal client (20 at once, first come first served, no overhead) ${seconds(ideal.minimumMs)}; a large request at the head of the line waits for room while smaller ones behind it could have used it, so even that client averages ${percent(ideal.utilization)} per window`,
       `estimates: input tokens estimated from the text, erring high (about twice what the mock counts here; the surplus comes back at settle); exact counts: the producer's exactCount, one count_tokens call per request at enqueue (the bench's t0 is before it)`,
       `baselines: the article's LLMGateway in one process (tokens first, then a Semaphore(20) slot), SDK default retries; llmq worker peak RSS ${megabytes(peakRss)}`,
       ...rows

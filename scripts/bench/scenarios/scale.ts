@@ -2,7 +2,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Producer } from '../../../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import { Limiter } from '../../../shared/limiter/limiter.ts';
-import { goneKeepMs } from '../../../shared/limiter/reader.ts';
 import type { Reservation } from '../../../shared/limiter/types.ts';
 import { openQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
@@ -88,10 +87,9 @@ async function acquireLatency(
         Array.from({ length: batch }, async () => {
           const d = await roomy.tryAcquire(cost);
           if (d.ok)
-            await roomy.settle(d.reservation, {
-              inputTokens: cost.inputTokens,
-              outputTokens: cost.outputTokens,
-            });
+            await roomy
+              .call(d.reservation)
+              .succeeded({ inputTokens: cost.inputTokens, outputTokens: cost.outputTokens });
         }),
       );
       filled += batch;
@@ -185,7 +183,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       // round whose jobs are not active yet count: they are the window's too.
       const during = { entries: 0, bytes: 0, bound: 0, worstShare: 0 };
       const admissions: { at: number; admitted: number }[] = [];
-      const span = windowMs + goneKeepMs(windowMs) + 600;
+      const span = windowMs + 600;
       const admittedSoFar = async () =>
         Number((await redis.hget(limiterKey(limiter, ':stats'), 'admitted')) ?? 0);
       try {
@@ -254,7 +252,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       figures['limiterDuring'] = during;
       // One window (and what is kept for late readings) after the last call, a prune (an idle
       // worker's) drops what left.
-      await sleep(windowMs + goneKeepMs(windowMs) + 200);
+      await sleep(windowMs + 200);
       await limiter.prune();
       figures['limiterAfter'] = await limiterFootprint(redis, limiter);
     }),

@@ -21,8 +21,8 @@
 ]]
 --- @include "args"
 --- @include "reservation"
---- @include "tally"
 --- @include "money"
+--- @include "money-end"
 
 local undone = 0
 local mk = { spend = KEYS[8], held = KEYS[9] }
@@ -34,7 +34,9 @@ for _, id in ipairs(args.ids) do
   local enc = redis.call('HGET', KEYS[2], id)
   if enc then
     local r = decode(enc)
-    add_totals(KEYS[4], r, -1)
+    local t = {}
+    add_spend(t, r, -1)
+    flush(t, KEYS[4])
     redis.call('HDEL', KEYS[2], id)
     redis.call('ZREM', KEYS[1], id)
     redis.call('HINCRBY', KEYS[5], 'admitted', -1)

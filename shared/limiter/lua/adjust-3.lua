@@ -12,13 +12,14 @@
 ]]
 --- @include "args"
 --- @include "reservation"
---- @include "tally"
 
 local enc = redis.call('HGET', KEYS[1], args.id)
 if not enc then return 0 end
 local r = decode(enc)
 local dIn, dOut = args.input - r.inp, args.output - r.out
-add_totals(KEYS[2], { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
+local t = {}
+add_spend(t, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
+flush(t, KEYS[2])
 r.inp = r.inp + dIn
 r.out = r.out + dOut
 redis.call('HSET', KEYS[1], args.id, encode(r))

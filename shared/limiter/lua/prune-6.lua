@@ -1,26 +1,17 @@
 --[[
-  Drops what has left the window and the leases that ran out (giving back the money they
-  held), so a snapshot reads current totals even when nobody acquired lately.
+  Drops what has left the window and the leases that ran out (giving back the money they held),
+  so the limiter's keys shrink to nothing when nobody acquires.
 
-  Input:
-    KEYS[1] log    ZSET reservation id -> stamp ms
-    KEYS[2] res    HASH reservation id -> "req|in|out|flags|scopes"
-    KEYS[3] slots  ZSET reservation id -> lease expiry ms
-    KEYS[4] tot    HASH "scope|dim" -> spend inside the window
-    KEYS[5] spend  HASH "<period id>|<budget or model:name>" -> µ$ spent
-    KEYS[6] held   HASH reservation id -> the money it holds
-    ARGV[1] msgpack map: dims, now (ms; absent for Redis TIME), windowMs
-
-  Output: {now (ms), reservations dropped}; at most 500 a call, so call again while it
-          drops 500
+  KEYS: 1 log, 2 res, 3 slots, 4 tot, 5 spend, 6 held (as acquire-12.lua)
+  ARGV[1] msgpack: dims, now (absent: TIME), windowMs
+  Output: {now (ms), reservations dropped}; at most 500 a call, so call again while it drops 500
 ]]
 --- @include "args"
 --- @include "reservation"
---- @include "tally"
 --- @include "money"
+--- @include "money-end"
 --- @include "expiry"
 
 local now = now_ms(args.now)
 expire_slots(KEYS[3], now, { spend = KEYS[5], held = KEYS[6] })
-local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
-return { now, dropped }
+return { now, expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs) }

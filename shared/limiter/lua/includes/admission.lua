@@ -1,60 +1,85 @@
--- One acquire's run (`run`: its keys, clock, scopes and what it admitted so far): whether a
--- cost fits, and admitting it. What the run admits is added to the totals and counters once,
--- at its end (finish_run); need_of counts it meanwhile. A cost may carry its own scopes with
--- their limits (`c.limits`; else the run's) and a money claim (`c.money`). Needs "tally",
--- "foreign-spend" and "money".
+-- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run` (keys,
+-- clock, scopes, caches; `totals`: what it admitted so far, written at its end by finish_run).
+-- A cost may carry its own scopes with their limits (`c.limits`) and a money claim (`c.money`).
+-- Needs "reservation", "money" and "view".
 
--- Another client's spend in `field` (foreign_of), read once a run: nothing in a run changes it.
-local function run_foreign(run, field)
-  local f = run.foreign[field]
-  if f == nil then
-    f = foreign_of(run.ext, field, run.now)
-    run.foreign[field] = f
-  end
-  return f
+-- The configured limit of scope s, dimension d capped by the provider's (0: none), and the reading.
+local function limit_of(run, s, d)
+  local v = view_of(run, s.name .. '|' .. d)
+  local lim = s.limits[d] or 0
+  if v and v.lim > 0 and (lim == 0 or v.lim < lim) then lim = v.lim end
+  return lim, v
 end
 
--- What `c` lacks in scope s, dimension d, now (0 or less: it fits), the foreign spend, and the
--- room kept in it: beside another client's spend (`run.leaveRoom`), room for one of its calls
--- (the largest rise of that spend between two readings) stays free, for as long as that spend
--- is counted: its next call lands there, often while ours are on their way, and then both fit.
-local function need_of(run, s, d, c)
-  local field = s.name .. '|' .. d
-  local used = tonumber(redis.call('HGET', run.tot, field) or '0') + tallied(run.totals, field)
-  local f = run_foreign(run, field)
-  local kept = 0
-  if run.leaveRoom and #f.steps > 0 then kept = f.rise end
-  return used + foreign_at(f, run.now, 0) + kept + amount(c, d) - s.limits[d], f, kept
+-- Our window sum (with what this run admitted) and count of what left, for `field`.
+local function own_of(run, field)
+  if not run.own[field] then run.own[field] = redis.call('HMGET', run.tot, field, field .. '|left') end
+  local o = run.own[field]
+  return tonumber(o[1] or '0') + (run.totals[field] or 0), tonumber(o[2] or '0')
 end
 
--- Whether c fits every dimension of every scope, its money budgets and a slot right now,
--- leaving `spareSlots`.
-local function fits_now(run, c, spareSlots)
-  if run.maxSlots > 0 and redis.call('ZCARD', run.slots) + 1 + spareSlots > run.maxSlots then
-    return false
+-- What c lacks in scope s, dimension d now (≤ 0: it fits), its room's refill per ms (0: it
+-- comes back as our entries leave), and when the reading behind it lapses (0: none). The own
+-- window counts unless the provider is a bucket no smaller than the configured limit.
+local function lack_of(run, s, d, c)
+  local lim, v = limit_of(run, s, d)
+  if lim == 0 then return -1, 0, 0 end
+  local used, left = own_of(run, s.name .. '|' .. d)
+  local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
+  local room, rate = projected(run, s.name, v, used, left)
+  local need, r, lapse = -1, 0, 0
+  if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then
+    need = used + a - math.floor(lim * (1 - h))
   end
-  for _, s in ipairs(c.limits or run.scopes) do
-    for _, d in ipairs(DIMS) do
-      if s.limits[d] > 0 and need_of(run, s, d, c) > 0 then return false end
+  local n = room and a - room + math.floor(v.lim * h)
+  if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end
+  return need, r, lapse
+end
+
+-- How long until `need` more is free: a bucket refills it, or our entries leave the window;
+-- never past the lapse of the reading behind it.
+local function wait_for(run, s, d, need, rate, lapse)
+  local most = run.windowMs
+  if lapse > 0 then most = math.max(1, math.min(most, lapse - run.now)) end
+  if rate > 0 then return math.max(1, math.min(most, math.ceil(need / rate))) end
+  local freed = 0
+  local entries = redis.call('ZRANGEBYSCORE', run.log, '-inf', run.now + most - run.windowMs,
+    'WITHSCORES', 'LIMIT', 0, 4000)
+  for i = 1, #entries, 2 do
+    local enc = redis.call('HGET', run.res, entries[i])
+    local r = enc and decode(enc)
+    if r and in_scope(r, s.name) then
+      freed = freed + amount(r, d)
+      if freed >= need then return math.max(1, tonumber(entries[i + 1]) + run.windowMs - run.now) end
     end
   end
-  return not (c.money and money_short(run.money, c.money))
+  return most
 end
 
--- An open reservation whose stamp is its lease expiry until the call starts or settles.
+-- The first scope and dimension where c does not fit now, with what it lacks there; or nil.
+local function short_of(run, c)
+  for _, s in ipairs(c.limits or run.scopes) do
+    for _, d in ipairs(DIMS) do
+      local need, rate, lapse = lack_of(run, s, d, c)
+      if need > 0 then return s, d, need, rate, lapse end
+    end
+  end
+end
+
+-- An open reservation, stamped at its lease's end until the call starts or settles.
 local function admit(run, id, c)
   redis.call('ZADD', run.log, run.leaseExpiry, id)
-  redis.call('HSET', run.res, id, encode(c))
-  tally_totals(run.totals, c, 1)
   redis.call('ZADD', run.slots, run.leaseExpiry, id)
-  tally(run.stats, 'admitted', 1)
-  tally(run.stats, 'reserved_in', c.inp)
-  tally(run.stats, 'reserved_out', c.out)
+  redis.call('HSET', run.res, id, encode(c))
+  add_spend(run.totals, c, 1)
+  run.stats.admitted = (run.stats.admitted or 0) + 1
+  run.stats.reserved_in = (run.stats.reserved_in or 0) + c.inp
+  run.stats.reserved_out = (run.stats.reserved_out or 0) + c.out
   if c.money then money_hold(run.money, id, c.money) end
 end
 
 local function finish_run(run, reply)
-  flush_tally(run.totals, run.tot)
-  flush_tally(run.stats, run.statsKey)
+  flush(run.totals, run.tot)
+  flush(run.stats, run.statsKey)
   return reply
 end

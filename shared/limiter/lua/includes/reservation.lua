@@ -1,8 +1,5 @@
--- A reservation is stored in the res hash as "requests|input|output|flags|scope1,scope2" where
--- flags is "s" once its stamp is final, "b" once the provider's response began but the
--- reservation stays open (actual accounting): its request and input then live in a part of
--- their own, `<id>:in`, stamped when the response began (see start). A settle that gave output
--- back appends "|reservedOutput": what the provider counted until the call ended (see observe).
+-- A reservation in the res hash: "requests|input|output|flags|scopes"; flags "" open, "s" stamped,
+-- "b" begun under 'actual' (request and input then in `<id>:in`, stamped; the output open).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -12,35 +9,43 @@ local function now_ms(given)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes, rout =
-    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+  local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   local list = {}
   for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
-  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list,
-    rout = tonumber(rout) }
+  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list }
 end
 
 local function encode(r)
-  local enc = r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
-  if r.rout and r.rout ~= r.out then enc = enc .. '|' .. r.rout end
-  return enc
+  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
 end
 
--- The amount a reservation spends of one dimension.
 local function amount(r, dim)
-  if dim == 'req' then return r.req end
-  if dim == 'in' then return r.inp end
-  if dim == 'out' then return r.out end
+  if dim == 'req' then return r.req elseif dim == 'in' then return r.inp
+  elseif dim == 'out' then return r.out end
   return r.inp + r.out
 end
 
--- The entry holding a begun call's request and input under 'actual' accounting (see start).
-local function input_part(id)
-  return id .. ':in'
+local function in_scope(r, scope)
+  for _, s in ipairs(r.scopes) do if s == scope then return true end end
+  return false
 end
 
--- The entry holding the k-th part of a streamed call's output, stamped when it arrived (see
--- settle).
-local function output_part(id, k)
-  return id .. ':o' .. k
+-- Sums of increments by field (`t`), written once each by `flush`: a run that admits, settles
+-- or expires many calls writes each field once. `suffix` names a running count ("|left").
+local function add_spend(t, r, sign, suffix)
+  for _, s in ipairs(r.scopes) do
+    for _, d in ipairs(DIMS) do
+      local f = s .. '|' .. d .. (suffix or '')
+      t[f] = (t[f] or 0) + sign * amount(r, d)
+    end
+  end
 end
+
+local function flush(t, key)
+  for f, n in pairs(t) do
+    if n ~= 0 then redis.call('HINCRBY', key, f, n) end
+  end
+end
+
+-- The entry holding a begun call's request and input under 'actual' accounting.
+local function input_part(id) return id .. ':in' end

@@ -15,8 +15,6 @@ export interface LineRequest {
   readonly priority: number;
   /** The calls queued behind (see `AcquireManyOptions.more`). */
   readonly more: readonly Charge[];
-  /** How many of `more` may go ahead while this call waits (see `AcquireManyOptions.backfill`). */
-  readonly backfill: number;
 }
 
 /** One attempt's outcome: admitted (this call, then the first k of `more`), or a denial. */
@@ -25,9 +23,6 @@ export type LineAttempt =
   | {
       readonly ok: false;
       readonly denial: Denial;
-      /** Calls of `more` that went ahead (backfill): their reservations and indexes. */
-      readonly ahead: readonly Reservation[];
-      readonly aheadIndexes: readonly number[];
       /** performance.now() at the denial: time spent since comes off the sleep. */
       readonly deniedAt: number;
     };
@@ -38,10 +33,7 @@ export interface LineDriver {
     ticket: string,
     request: LineRequest,
     tickets: readonly { ticket: string; cost: Charge }[],
-  ): Promise<
-    | { ok: true; reservation: Reservation; more?: Reservation[] }
-    | (Denial & { ahead?: Reservation[]; aheadIndexes?: number[] })
-  >;
+  ): Promise<{ ok: true; reservation: Reservation; more?: Reservation[] } | Denial>;
   sleepOrWake(ms: number, wakeable: boolean, signal: AbortSignal | undefined): Promise<void>;
   cancel(ticket: string): Promise<void>;
   readonly maxPollMs: number;
@@ -79,8 +71,7 @@ export class Line {
     const tickets = this.request.more.map((c) => ({ ticket: randomUUID(), cost: c }));
     const d = await this.driver.attempt(this.ticket, this.request, tickets);
     if (d.ok) return { ok: true, reservations: [d.reservation, ...(d.more ?? [])] };
-    const { ahead = [], aheadIndexes = [], ...denial } = d;
-    return { ok: false, denial, ahead, aheadIndexes, deniedAt: performance.now() };
+    return { ok: false, denial: d, deniedAt: performance.now() };
   }
 
   /**
@@ -105,9 +96,8 @@ export class Line {
 }
 
 /**
- * Drives a line until admitted, for {@link Limiter.acquireMany}: hands backfilled calls to
- * `onBackfill`, tells `onDenied`, sleeps, takes `onWait`'s changes; leaves the line when it
- * stops waiting (an abort throws the signal's reason).
+ * Drives a line until admitted, for {@link Limiter.acquireMany}: tells `onDenied`, sleeps, takes
+ * `onWait`'s changes; leaves the line when it stops waiting (an abort throws the signal's reason).
  */
 export async function waitInLine(line: Line, options: AcquireManyOptions): Promise<Reservation[]> {
   try {
@@ -115,19 +105,12 @@ export async function waitInLine(line: Line, options: AcquireManyOptions): Promi
       options.signal?.throwIfAborted();
       const a = await line.attempt();
       if (a.ok) return a.reservations;
-      if (a.ahead.length > 0) await options.onBackfill?.([...a.ahead], [...a.aheadIndexes]);
       options.onDenied?.(a.denial);
       // A money budget is spent: waiting in line until its period ends is not this loop's call.
       if (a.denial.money) throw BudgetExhaustedError.of(a.denial.money);
       await line.sleep(a, options.signal);
       const change = await options.onWait?.(a.denial);
-      if (change) {
-        const { backfill, ...rest } = change;
-        line.update({
-          ...Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined)),
-          ...(backfill !== undefined && options.onBackfill ? { backfill } : {}),
-        });
-      }
+      if (change) line.update(Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)));
     }
   } catch (err) {
     await line.leave().catch(() => {});

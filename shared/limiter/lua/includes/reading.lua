@@ -1,0 +1,76 @@
+-- Storing a provider's reading in the view (see view.lua). Needs "reservation".
+
+local function gcd(a, b)
+  while b > 0 do a, b = b, a % b end
+  return a
+end
+
+-- What reading r (limit, remaining, reset ms or -1) says of the shape: 'b' when its reset is when
+-- a bucket would be full and well before a window, 'w' when at a window or later (the call it
+-- just admitted leaves a sliding window no sooner), nil when both or neither fit. `slack`: the
+-- reset's resolution (a second), the rounding, the reading's age.
+local function shape_says(ctx, r, half, ageMs)
+  if not r.reset or r.reset <= 0 or r.limit <= 0 then return nil end
+  local slack = 1000 + 2 * half * ctx.windowMs / r.limit + ageMs
+  local untilReset = r.reset - (ctx.now - ageMs)
+  local bucket = math.abs(untilReset - (r.limit - r.remaining) * ctx.windowMs / r.limit) <= slack
+  local window = untilReset >= ctx.windowMs - slack
+  if bucket and not window then return 'b' end
+  if window and not bucket then return 'w' end
+  return nil
+end
+
+-- Our spend in `scope` that a reading may not have counted: calls stamped after the call that
+-- brought it (id `of`) was sent (`ageMs` before now), or not stamped yet. A begun call's open
+-- output (flags "b") was counted at its admission, unless the provider counts output as it is
+-- produced (ctx.produced): then it is still to come. `of`'s own stamped part is counted.
+local function pending_of(ctx, scope, ageMs, of)
+  local p = { req = 0, ['in'] = 0, out = 0, tok = 0 }
+  local readAt = ctx.now - ageMs
+  local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. readAt, '+inf', 'LIMIT', 0, 2000)
+  if #ids == 0 then return p end
+  local encs = redis.call('HMGET', ctx.res, unpack(ids))
+  for i, id in ipairs(ids) do
+    local r = encs[i] and decode(encs[i])
+    local counted = id == input_part(of) or (id == of and r and r.flags == 's')
+    if r and r.flags == 'b' and not ctx.produced then
+      local began = tonumber(redis.call('ZSCORE', ctx.log, input_part(id)) or readAt + 1)
+      counted = id == of or began <= readAt
+    end
+    if r and not counted and in_scope(r, scope) then
+      for _, d in ipairs(DIMS) do p[d] = p[d] + amount(r, d) end
+    end
+  end
+  return p
+end
+
+-- Stores reading g = { scope, of, ageMs, dims = { [d] = { limit, remaining, reset } } }.
+local function store_reading(ctx, g)
+  local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
+  local pending = pending_of(ctx, scope, ageMs, g.of or '')
+  local step = tonumber(redis.call('HGET', ctx.view, scope .. '|step') or '0')
+  for _, d in ipairs(DIMS) do
+    local r = g.dims[d]
+    if r and d ~= 'req' and r.remaining > 0 then step = gcd(step > 0 and step or r.limit, r.remaining) end
+  end
+  local shape = nil
+  for _, d in ipairs(DIMS) do
+    local r = g.dims[d]
+    if r then
+      local field = scope .. '|' .. d
+      local half = 0
+      if d ~= 'req' then half = math.floor(step / 2) end
+      local e = redis.call('HMGET', ctx.tot, field, field .. '|left')
+      local used, left = tonumber(e[1] or '0'), tonumber(e[2] or '0')
+      redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', math.max(0, r.remaining - half),
+        field .. '|at', ctx.now, field .. '|seen', used + left - pending[d], field .. '|gone', left)
+      ctx.views[field] = nil
+      shape = shape_says(ctx, r, half, ageMs) or shape
+    end
+  end
+  if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step) end
+  if shape then
+    redis.call('HSET', ctx.view, scope .. '|shape', shape)
+    ctx.shapes[scope] = shape
+  end
+end

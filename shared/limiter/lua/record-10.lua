@@ -1,0 +1,120 @@
+--[[
+  Records what calls did, in this order: stamps (a response began: the provider admitted the
+  call), ends (settled with the provider's usage, kept, or released), the shared pause (a 429),
+  and the provider's readings (after the ends they may include; see includes/reading.lua).
+  Several calls that began or ended together go in one run. Lapsed leases and what left the
+  window go first; money holds settle with their calls.
+
+  KEYS: 1 log, 2 res, 3 slots, 4 tot, 5 view, 6 stats, 7 hist (per-bucket counters), 8 spend,
+    9 held, 10 pause (as acquire-12.lua)
+  ARGV[1] msgpack: dims, now (absent: TIME), windowMs, bucketMs, channel (SPUBLISH when budget
+    or a slot comes back, or ''), split (stamps keep the output open: it is counted to the end),
+    produced (the provider counts output as produced: a reading has not counted what is to come),
+    periods (money periods kept, or absent), stamps (ids), ends ({ id, mode = 'usage' | 'keep' |
+    'release', input, output (-1: keep the estimate), reported (output for the counters, -1
+    unknown), micros (-1: the worst case stays) }), pauseMs (or absent), readings ({ scope, of,
+    ageMs, dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
+  Output: { pausedUntil (0: none), then per end: known (0: already gone), inputDelta, outputDelta }
+]]
+--- @include "args"
+--- @include "reservation"
+--- @include "money"
+--- @include "money-end"
+--- @include "expiry"
+--- @include "reading"
+
+local now = now_ms(args.now)
+local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
+  windowMs = args.windowMs, views = {}, shapes = {}, produced = args.produced }
+local mk = { spend = KEYS[8], held = KEYS[9], periods = args.periods }
+local totals, stats, hist = {}, {}, {}
+local bucket = math.floor(now / args.bucketMs) * args.bucketMs
+local wake = expire_slots(KEYS[3], now, mk) > 0
+expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+
+local function count(t, f, n) t[f] = (t[f] or 0) + n end
+local function store(id, r) redis.call('HSET', KEYS[2], id, encode(r)) end
+
+-- The provider admitted the call: stamped now; with `split`, only its request and input, in an
+-- entry of their own (its output is counted until the end).
+local function stamp(id)
+  local enc = redis.call('HGET', KEYS[2], id)
+  local r = enc and decode(enc)
+  if not r or r.flags ~= '' then return end
+  if args.split then
+    store(input_part(id), { req = r.req, inp = r.inp, out = 0, flags = 's', scopes = r.scopes })
+    redis.call('ZADD', KEYS[1], now, input_part(id))
+    r.req, r.inp, r.flags = 0, 0, 'b'
+  else
+    r.flags = 's'
+    redis.call('ZADD', KEYS[1], now, id)
+  end
+  store(id, r)
+end
+
+local function forget(id, r)
+  add_spend(totals, r, -1)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+end
+
+-- One call's end; returns known, inputDelta, outputDelta.
+local function finish(e)
+  money_settle(mk, e.id, (e.mode == 'release' and 0) or (e.mode == 'usage' and e.micros >= 0 and e.micros) or nil)
+  if redis.call('ZREM', KEYS[3], e.id) == 1 then wake = true end
+  local enc = redis.call('HGET', KEYS[2], e.id)
+  if not enc then return 0, 0, 0 end
+  local r = decode(enc)
+  local partEnc = r.flags == 'b' and redis.call('HGET', KEYS[2], input_part(e.id))
+  local part = partEnc and decode(partEnc)
+  local inp = r.inp + (part and part.inp or 0)
+  if e.mode == 'release' then
+    forget(e.id, r)
+    if part then forget(input_part(e.id), part) end
+    count(stats, 'released', 1)
+    count(stats, 'reserved_in', -inp)
+    count(stats, 'reserved_out', -r.out)
+    wake = true
+    return 1, -inp, -r.out
+  end
+  local holder = part or r
+  local dIn = (e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
+  local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
+  add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
+  holder.inp, r.out = holder.inp + dIn, r.out + dOut
+  if part then store(input_part(e.id), part) end
+  if r.flags ~= 's' then redis.call('ZADD', KEYS[1], now, e.id) end
+  r.flags = 's'
+  store(e.id, r)
+  local reported = e.reported >= 0 and e.reported or r.out
+  for name, n in pairs({ calls = 1, reserved_in = inp, reserved_out = r.out - dOut, actual_in = inp + dIn,
+    actual_out = reported }) do count(hist, bucket .. '|' .. name, n) end
+  for name, n in pairs({ settled = 1, actual_in = inp + dIn, actual_out = reported,
+    settled_reserved_in = inp, settled_reserved_out = r.out - dOut }) do count(stats, name, n) end
+  if dIn < 0 or dOut < 0 then wake = true end
+  return 1, dIn, dOut
+end
+
+for _, id in ipairs(args.stamps or {}) do stamp(id) end
+local out = { 0 }
+for _, e in ipairs(args.ends or {}) do
+  local known, dIn, dOut = finish(e)
+  out[#out + 1], out[#out + 2], out[#out + 3] = known, dIn, dOut
+end
+flush(totals, KEYS[4])
+if args.pauseMs then
+  local untilMs = math.max(now + args.pauseMs, tonumber(redis.call('GET', KEYS[10]) or '0'))
+  -- The value decides; the expiry only collects the key, a minute after the pause ends.
+  redis.call('SET', KEYS[10], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
+  out[1] = untilMs
+end
+for _, g in ipairs(args.readings or {}) do store_reading(ctx, g) end
+if args.periods then money_keep(mk) end
+flush(stats, KEYS[6])
+flush(hist, KEYS[7])
+-- Keep about 20 minutes of buckets: drop the one that just fell out.
+local old = bucket - 120 * args.bucketMs
+redis.call('HDEL', KEYS[7], old .. '|calls', old .. '|reserved_in', old .. '|reserved_out',
+  old .. '|actual_in', old .. '|actual_out')
+if wake and args.channel ~= '' then redis.call('SPUBLISH', args.channel, '1') end
+return out
