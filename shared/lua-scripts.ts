@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { RedisClient } from './redis.ts';
@@ -39,6 +40,25 @@ export function loadLuaScripts(dir: string): Record<string, LuaScript> {
     };
   }
   return out;
+}
+
+/**
+ * Runs a script that only reads as EVALSHA_RO (EVAL_RO the first time on a connection's
+ * server): Redis refuses any write it would make, so a reader can never change what it reads.
+ */
+export async function runLuaReadOnly(
+  redis: RedisClient,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly LuaArg[],
+): Promise<unknown> {
+  const sha = createHash('sha1').update(script.lua).digest('hex');
+  try {
+    return await redis.call('EVALSHA_RO', sha, keys.length, ...keys, ...args);
+  } catch (err) {
+    if (!String((err as Error).message).startsWith('NOSCRIPT')) throw err;
+    return redis.call('EVAL_RO', script.lua, keys.length, ...keys, ...args);
+  }
 }
 
 /** A script argument; a Buffer goes as is (msgpack, see shared/limiter/scripts.ts). */

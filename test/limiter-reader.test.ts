@@ -29,6 +29,10 @@ const READS = new Set([
   'zrangebyscore',
   'hmget',
   'zscore',
+  'hkeys',
+  // The view script, which Redis runs read-only: it refuses any write.
+  'evalsha_ro',
+  'eval_ro',
 ]);
 
 let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
@@ -82,10 +86,7 @@ describe('a snapshot reads and never writes', () => {
     expect(await redis.zcard(limiterKeys(names).log)).toBe(3);
     // The write path drops them, and the figures stay the same.
     await lim.prune();
-    // Out of the window: only the third is live; the two are kept as gone for a few seconds
-    // (scores below any stamp), for readings taken before they left.
-    expect(await redis.zcount(limiterKeys(names).log, '(-5e12', '+inf')).toBe(1);
-    expect(await redis.zcard(limiterKeys(names).log)).toBe(3);
+    expect(await redis.zcard(limiterKeys(names).log)).toBe(1);
     const after = (await reader.snapshot()).scopes.find((s) => s.scope === 'global')!;
     expect(after.dimensions).toEqual(global.dimensions);
   });

@@ -2,7 +2,13 @@ import { ReplyError } from 'ioredis';
 import { Packr } from 'msgpackr';
 import { DIMENSIONS, type Dimension, dimensionOfLua } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
-import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../lua-scripts.ts';
+import {
+  type LuaArg,
+  type LuaScript,
+  loadLuaScripts,
+  runLua,
+  runLuaReadOnly,
+} from '../lua-scripts.ts';
 import { isCluster, type RedisClient } from '../redis.ts';
 import { slotMaster } from '../redis-slot.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
@@ -195,6 +201,9 @@ function packMoney(m: MoneyClaim | undefined) {
 function packCost(c: Charge) {
   return { req: c.requests, inp: c.inputTokens, out: c.outputTokens, money: packMoney(c.money) };
 }
+
+/** Scripts that only read: run as EVALSHA_RO, which Redis refuses to let write. */
+const READ_ONLY = new Set(['view']);
 
 function script(name: string): LuaScript {
   const s = SCRIPTS[name];
@@ -396,6 +405,7 @@ export class LimiterScripts {
 
   private call(s: LuaScript, keys: string[], args: Record<string, unknown>): Promise<unknown> {
     const packed: LuaArg = packArgs({ dims: DIMS, ...args });
+    if (READ_ONLY.has(s.name)) return runLuaReadOnly(this.redis, s, keys, [packed]);
     return runLua(this.redis, s, keys, [packed]);
   }
 }

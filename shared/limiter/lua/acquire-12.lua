@@ -1,18 +1,24 @@
 --[[
-  Admits a call when every dimension of every scope it belongs to has room in our window and in
-  the provider's projected view (docs/limiter.md), its money budgets have room for its worst
-  case and a slot is free, all at once; or admits nothing and says how long to wait. Waiters
-  line up by priority, then arrival; only the first goes on.
+  Admits a call when every scope·dimension has room in our window and the provider's projected
+  view (docs/limiter.md), its money its worst case and a slot is free; or says how long to wait.
+  Waiters line up by priority, then arrival; only the first goes on.
 
-  KEYS: 1 log (ZSET id -> stamp; open: lease end), 2 res (HASH id -> reservation), 3 slots
-    (ZSET id -> lease end), 4 waiters (ZSET ticket -> priority * 2^32 + arrival), 5 waitexp
-    (ZSET ticket -> heartbeat end), 6 seq (arrivals), 7 pause (until ms), 8 tot (HASH "scope|dim"
-    -> window sum, "scope|dim|left"), 9 view (see view.lua), 10 stats, 11 spend, 12 held (money)
+  KEYS[1]  log      ZSET id -> stamp (an open call: its lease's end)
+  KEYS[2]  res      HASH id -> reservation (see reservation.lua)
+  KEYS[3]  slots    ZSET id -> lease end (calls in flight)
+  KEYS[4]  waiters  ZSET ticket -> priority * 2^32 + arrival
+  KEYS[5]  waitexp  ZSET ticket -> heartbeat end
+  KEYS[6]  seq      STRING arrivals
+  KEYS[7]  pause    STRING the shared pause, until ms
+  KEYS[8]  tot      HASH "scope|dim" -> window sum; "scope|dim|left" -> what left it
+  KEYS[9]  view     HASH the provider's view (see view.lua)
+  KEYS[10] stats    HASH counters
+  KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent
+  KEYS[12] held     HASH id -> the money it holds
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
-    concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits = { req, in,
-    out, tok } }, 0 none, global first), extras ({ id, req, inp, out, money,
-    scopes }: calls queued behind, admitted with it while each fits and nobody else waits)
+    concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits }, global first),
+    extras ({ id, req, inp, out, money, scopes }: admitted with it while each fits, nobody waits)
   Output: {0, now, leaseExpiry, k} admitted (again, for a ticket admitted already) with the
     first k extras; {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope,
     dim} no budget there yet; {4, waitMs} no slot; {5, scope, dim, cost, limit} can never fit;
@@ -35,18 +41,12 @@ local function charge(x, limits)
     scopes = names }
 end
 local cost = charge(args.cost)
-local run = {
-  log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view = KEYS[9], statsKey = KEYS[10],
-  money = { spend = KEYS[11], held = KEYS[12] }, now = now,
+local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view = KEYS[9],
+  statsKey = KEYS[10], money = { spend = KEYS[11], held = KEYS[12] }, now = now,
   windowMs = args.windowMs, headroom = args.headroom, leaseExpiry = now + args.leaseMs,
-  maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {},
-  shapes = {},
-}
+  maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {} }
 
-local function leave_line()
-  redis.call('ZREM', waitersKey, ticket)
-  redis.call('ZREM', waitexpKey, ticket)
-end
+local function leave_line() redis.call('ZREM', waitersKey, ticket); redis.call('ZREM', waitexpKey, ticket) end
 
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])

@@ -2,7 +2,12 @@
   Drops what has left the window and the leases that ran out (giving back the money they held),
   so the limiter's keys shrink to nothing when nobody acquires.
 
-  KEYS: 1 log, 2 res, 3 slots, 4 tot, 5 spend, 6 held (as acquire-12.lua)
+  KEYS[1] log (as acquire-12.lua)
+  KEYS[2] res
+  KEYS[3] slots
+  KEYS[4] tot
+  KEYS[5] spend
+  KEYS[6] held
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs
   Output: {now (ms), reservations dropped}; at most 500 a call, so call again while it drops 500
 ]]

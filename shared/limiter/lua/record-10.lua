@@ -5,8 +5,16 @@
   Several calls that began or ended together go in one run. Lapsed leases and what left the
   window go first; money holds settle with their calls.
 
-  KEYS: 1 log, 2 res, 3 slots, 4 tot, 5 view, 6 stats, 7 hist (per-bucket counters), 8 spend,
-    9 held, 10 pause (as acquire-12.lua)
+  KEYS[1] log (KEYS 1-6 and 8-10 as in acquire-12.lua)
+  KEYS[2] res
+  KEYS[3] slots
+  KEYS[4] tot
+  KEYS[5] view
+  KEYS[6] stats
+  KEYS[7] hist     HASH "bucket|name" -> counters of 10 s buckets (the live view)
+  KEYS[8] spend
+  KEYS[9] held
+  KEYS[10] pause
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, bucketMs, channel (SPUBLISH when budget
     or a slot comes back, or ''), split (stamps keep the output open: it is counted to the end),
     produced (the provider counts output as produced: a reading has not counted what is to come),
@@ -77,11 +85,13 @@ local function finish(e)
     wake = true
     return 1, -inp, -r.out
   end
-  local holder = part or r
-  local dIn = (e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
+  -- A begun call's input part gone: it left the window, the provider dropped it too.
+  local holder = part or (r.flags ~= 'b' and r)
+  local dIn = (holder and e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
   local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
   add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
-  holder.inp, r.out = holder.inp + dIn, r.out + dOut
+  if holder then holder.inp = holder.inp + dIn end
+  r.out = r.out + dOut
   if part then store(input_part(e.id), part) end
   if r.flags ~= 's' then redis.call('ZADD', KEYS[1], now, e.id) end
   r.flags = 's'

@@ -15,7 +15,8 @@
 
 local now = now_ms(args.now)
 local id = args.id
-if not redis.call('ZSCORE', KEYS[3], id) then return 0 end
+local lease = tonumber(redis.call('ZSCORE', KEYS[3], id) or '0')
+if lease <= now then return 0 end
 local expiry = now + args.leaseMs
 redis.call('ZADD', KEYS[3], expiry, id)
 local enc = redis.call('HGET', KEYS[2], id)

@@ -3,7 +3,10 @@
   the window but is not dropped yet is left out here). The projection is view.lua's, the one
   acquire uses.
 
-  KEYS: 1 log, 2 res, 3 tot, 4 view (as acquire-12.lua)
+  KEYS[1] log (as acquire-12.lua)
+  KEYS[2] res
+  KEYS[3] tot
+  KEYS[4] view
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, scopes (names)
   Output: JSON { now, scopes = { [name] = { shape, step, dims = { [dim] = { used, left,
     limit (the provider's, or absent), room (projected now, or absent), at (the reading's) } } } } }
@@ -30,10 +33,10 @@ for _, scope in ipairs(args.scopes) do
     local used = tonumber(e[1] or '0') - (gone[f] or 0)
     local left = tonumber(e[2] or '0') + (gone[f] or 0)
     local v = view_of(ctx, f)
-    local room = projected(ctx, scope, v, used, left)
+    local room = projected(ctx, scope, d, v, used, left)
     dims[d] = { used = used, left = left, limit = v and v.lim or nil, room = room, at = v and v.at or nil }
   end
-  out.scopes[scope] = { shape = shape_of(ctx, scope),
-    step = tonumber(redis.call('HGET', KEYS[4], scope .. '|step') or '0'), dims = dims }
+  local shape, half = shape_of(ctx, scope, 'tok')
+  out.scopes[scope] = { shape = shape, step = half * 2, dims = dims }
 end
 return cjson.encode(out)

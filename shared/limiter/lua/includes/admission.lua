@@ -26,7 +26,7 @@ local function lack_of(run, s, d, c)
   if lim == 0 then return -1, 0, 0 end
   local used, left = own_of(run, s.name .. '|' .. d)
   local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
-  local room, rate = projected(run, s.name, v, used, left)
+  local room, rate = projected(run, s.name, d, v, used, left)
   local need, r, lapse = -1, 0, 0
   if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then
     need = used + a - math.floor(lim * (1 - h))
@@ -78,8 +78,7 @@ local function admit(run, id, c)
   if c.money then money_hold(run.money, id, c.money) end
 end
 
+-- Writes what the run admitted and counted, once each, and answers.
 local function finish_run(run, reply)
-  flush(run.totals, run.tot)
-  flush(run.stats, run.statsKey)
-  return reply
+  flush(run.totals, run.tot); flush(run.stats, run.statsKey); return reply
 end

@@ -1,8 +1,6 @@
--- Money budgets, decided with admission: a call's worst case (whole µ$) is held against every
--- budget it falls under, or it is not admitted; its end settles the hold. `mk`: the keys
---   spend  HASH "<period id>|<name>" -> µ$ spent; "|day" -> the newest day seen
---   held   HASH reservation id -> msgpack { µ$, fields charged }
--- and the periods kept. A claim `m`: { micros, limits = { field, budget, period, limit }, fields }.
+-- Money budgets: a call's worst case (µ$) is held against every budget it falls under at
+-- admission, or it is not admitted. `mk`: spend (HASH "<period>|<name>" -> µ$; "|day" the newest
+-- day seen), held (HASH id -> msgpack { µ$, fields }). A claim: { micros, limits, fields }.
 
 -- The first limit of claim m without room for it now, and what that budget has spent.
 local function money_short(mk, m)

@@ -1,5 +1,8 @@
 -- Storing a provider's reading in the view (see view.lua). Needs "reservation".
 
+-- The entry holding a begun call's request and input (flags "b", see reservation.lua).
+local function input_part(id) return id .. ':in' end
+
 local function gcd(a, b)
   while b > 0 do a, b = b, a % b end
   return a
@@ -58,19 +61,16 @@ local function store_reading(ctx, g)
     local r = g.dims[d]
     if r then
       local field = scope .. '|' .. d
-      local half = 0
-      if d ~= 'req' then half = math.floor(step / 2) end
+      local half = d ~= 'req' and math.floor(step / 2) or 0
       local e = redis.call('HMGET', ctx.tot, field, field .. '|left')
       local used, left = tonumber(e[1] or '0'), tonumber(e[2] or '0')
-      redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', math.max(0, r.remaining - half),
+      redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', r.remaining,
         field .. '|at', ctx.now, field .. '|seen', used + left - pending[d], field .. '|gone', left)
       ctx.views[field] = nil
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
   end
   if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step) end
-  if shape then
-    redis.call('HSET', ctx.view, scope .. '|shape', shape)
-    ctx.shapes[scope] = shape
-  end
+  if shape then redis.call('HSET', ctx.view, scope .. '|shape', shape) end
+  ctx.shapes[scope] = nil
 end

@@ -46,6 +46,3 @@ local function flush(t, key)
     if n ~= 0 then redis.call('HINCRBY', key, f, n) end
   end
 end
-
--- The entry holding a begun call's request and input under 'actual' accounting.
-local function input_part(id) return id .. ':in' end
