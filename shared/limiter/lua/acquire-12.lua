@@ -47,7 +47,6 @@ local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view
   maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {} }
 
 local function leave_line() redis.call('ZREM', waitersKey, ticket); redis.call('ZREM', waitexpKey, ticket) end
-
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])
   if not queue then leave_line() end
