@@ -10,10 +10,9 @@ import { DIMENSIONS } from './dimensions.ts';
 import { durationMs } from './duration.ts';
 import { ConfigError } from './errors.ts';
 import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
-import type { DimensionLimits } from './limiter/types.ts';
+import type { DimensionLimits, OutputAccounting } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
 import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
-import type { OutputAccounting } from './limiter/types.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a

@@ -68,7 +68,10 @@ export function forecastDrain(
       const use = global?.dimensions[d];
       if (!use || use.limit === undefined || use.limit <= 0) continue;
       const limit = Math.max(1, Math.floor(use.limit * (1 - headroom)));
-      const left = Math.max(0, Math.min(limit - use.used, use.providerRoom ?? Number.POSITIVE_INFINITY));
+      const left = Math.max(
+        0,
+        Math.min(limit - use.used, use.providerRoom ?? Number.POSITIVE_INFINITY),
+      );
       const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * cycleMs;
       if (ms > drainMs) {
         drainMs = ms;

@@ -12,11 +12,11 @@ import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import {
+  start as begin,
   deleteKeys,
   newRedis,
   REDIS_URL,
   rateHeaders,
-  start as begin,
   testNames,
   until,
 } from './helpers.ts';

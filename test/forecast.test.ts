@@ -31,7 +31,12 @@ describe('forecast', () => {
         { priority: 1_000, jobs: 30, inputTokens: 3_000, outputTokens: 3_000 },
         { priority: 10, jobs: 5, inputTokens: 500, outputTokens: 500 },
       ],
-      { windowMs: 60_000, scopes: [{ scope: 'global', shape: 'unknown', roundingStep: 0, dimensions: dims(1_000, 200) }] },
+      {
+        windowMs: 60_000,
+        scopes: [
+          { scope: 'global', shape: 'unknown', roundingStep: 0, dimensions: dims(1_000, 200) },
+        ],
+      },
       { headroom: 0 },
     );
     // interactive: 500 fits in the 800 left now; then 3,500 in all: 2,700 past now, 2.7 windows.

@@ -87,19 +87,25 @@ export function start(
   return limiter.call(r).begin(headers, sentAgoMs);
 }
 
-/** `anthropic-ratelimit-*` headers for one dimension (`tokens`, `input-tokens`, …). */
+/**
+ * `anthropic-ratelimit-*` headers for one dimension (`tokens`, `input-tokens`, …), with its reset
+ * `resetInMs` after `now` in whole seconds (rounded up), as the API gives it.
+ */
 export function rateHeaders(
   name: string,
   limit: number,
   remaining: number,
   resetInMs?: number,
+  now = Date.now(),
 ): Record<string, string> {
   const h: Record<string, string> = {
     [`anthropic-ratelimit-${name}-limit`]: String(limit),
     [`anthropic-ratelimit-${name}-remaining`]: String(remaining),
   };
-  if (resetInMs !== undefined)
-    h[`anthropic-ratelimit-${name}-reset`] = new Date(Date.now() + resetInMs).toISOString();
+  if (resetInMs !== undefined) {
+    const at = Math.ceil((now + resetInMs) / 1000) * 1000;
+    h[`anthropic-ratelimit-${name}-reset`] = new Date(at).toISOString().replace('.000Z', 'Z');
+  }
   return h;
 }
 

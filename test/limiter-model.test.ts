@@ -2,172 +2,99 @@ import fc from 'fast-check';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CostExceedsLimitError } from '../shared/errors.ts';
+import type { CallHandle } from '../shared/limiter/call.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { moneyKeys } from '../shared/limiter/limiter-keys.ts';
 import type {
   Decision,
-  Dimension,
   DimensionLimits,
-  MoneyClaim,
+  OutputAccounting,
   Reservation,
 } from '../shared/limiter/types.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import {
+  createRateLimiter,
+  type LimitTicket,
+  type Charge as ProviderCharge,
+} from '../testing/mock-anthropic/rate-limits.ts';
+import { deleteKeys, newRedis, rateHeaders, testNames } from './helpers.ts';
 
 /*
- * Random sequences of limiter operations (tryAcquire in nested scopes, with a money claim
- * against a daily budget when the run has one, start, settle, keep, release, renew, observe,
- * pauseFor, and the injected clock moving on) against the real Redis, checked against a small
- * reference model of the design:
+ * The limiter against a small reference model of its rules (docs/limiter.md), on random
+ * sequences of operations against the real Redis with an injected clock:
  *
- * - every decision (admitted; or paused / budget with its scope, dimension and wait /
- *   concurrency), every settle and renew answer and every snapshot (totals in the window,
- *   foreign spend, pause, slots, counters, money spent) equals the model's;
- * - what a user would notice: a call that reached the provider (settled or kept, or still in
- *   flight) was admitted there at some moment between its admission here and its final stamp,
- *   charging its final usage. Rather than draw that moment at random, the check takes the
- *   worst case: no placement of those moments may put more than a limit into any provider
- *   window [a, a + W), in any dimension of any scope.
+ * 1. Agreement: every decision (admitted; or paused / budget with its scope, dimension and wait /
+ *    concurrency / never fits), every settle's answer and every snapshot (our window, the
+ *    provider's limit and projected room, the shape, the pause, calls in flight) equals the
+ *    model's, with provider readings drawn at random (any limit, remaining, reset).
+ * 2. Safety, what a user would notice: with readings from a provider of either shape (the mock's
+ *    exact sliding window or its token bucket, the configured limits, no other client), rounded
+ *    as the API rounds them, the provider admits every call llmq admits.
  *
  * Leases are far longer than a run (a lapsed lease is another contract).
  */
 
 type Dim = 'req' | 'in' | 'out' | 'tok';
 const DIMS: readonly Dim[] = ['req', 'in', 'out', 'tok'];
-const DIM_NAME: Record<Dim, Dimension> = {
+const DIM_NAME = {
   req: 'requests',
   in: 'inputTokens',
   out: 'outputTokens',
   tok: 'tokens',
-};
+} as const;
 const HEADER: Record<Dim, string> = {
   req: 'requests',
   in: 'input-tokens',
   out: 'output-tokens',
   tok: 'tokens',
 };
-const NESTED = ['tenant:a', 'tenant:b', 'team:x'] as const;
+const NESTED = ['tenant:a', 'team:x'] as const;
 const ALL_SCOPES = ['global', ...NESTED] as const;
 const WINDOW = 10_000;
-const DAY = 86_400_000;
-/** The model's period ids (this day, the day before, this month, the one before). */
-const PERIODS = ['d', 'c', 'm', 'l'];
-
-/** A claim of `micros` against the global daily budget of `limit` µ$ (see BudgetLedger.claim). */
-function claim(micros: number, limit: number, now: number): MoneyClaim {
-  const field = `${PERIODS[0]}|global`;
-  const limits = [
-    { field, budget: 'global', period: 'day' as const, limitMicros: limit, resetsAt: now + DAY },
-  ];
-  return { micros, limits, fields: [field], periods: PERIODS };
-}
-const LEASE = 1_000_000_000; // far longer than any run: a lapsed lease is another contract
+const LEASE = 1_000_000_000;
 
 interface Config {
-  readonly accounting: 'reserve' | 'actual';
-  readonly marginMs: number;
+  readonly accounting: OutputAccounting;
   readonly headroom: number;
   readonly concurrency: number;
   readonly limits: Record<string, DimensionLimits>;
-  /** A global daily money budget in µ$, or none. */
-  readonly money: number | null;
 }
 
-type Op =
-  | {
-      kind: 'acquire';
-      requests: number;
-      input: number;
-      output: number;
-      scopes: string[];
-      micros: number;
-    }
-  | { kind: 'settle'; pick: number; inPct: number; outPct: number }
-  | { kind: 'keep' | 'release' | 'start' | 'renew'; pick: number }
-  | { kind: 'advance'; ms: number }
-  | {
-      kind: 'observe';
-      scope: string;
-      dims: { dim: Dim; limit: number; remainingPct: number; resetIn: number | null }[];
-    }
-  | { kind: 'pause'; ms: number }
-  | { kind: 'check' };
+type Amounts = Record<'req' | 'in' | 'out', number>;
+const amount = (a: Amounts, d: Dim) => (d === 'tok' ? a.in + a.out : a[d]);
 
-/** What a one-off attempt must come to: admitted, refused (how and for how long), or never fits. */
-type Expected = 'admit' | 'exceeds' | (Decision & { ok: false });
-
-interface Amounts {
-  req: number;
-  in: number;
-  out: number;
-}
-
-/** A begun call's request and input under 'actual' accounting, stamped when it began. */
-interface ModelPart extends Amounts {
-  readonly scopes: readonly string[];
-  readonly stamp: number;
-  inLog: boolean;
-}
-
-interface ModelRes extends Amounts {
-  readonly reservation: Reservation;
-  readonly scopes: readonly string[];
-  readonly admittedAt: number;
-  stamp: number;
-  started: boolean;
-  /** The provider's response began (start was called), stamped or not. */
-  begun: boolean;
-  /** Still in Redis's log (not yet pruned or released). */
-  inLog: boolean;
-  slot: number | null;
-  ended: boolean;
-  /** Under 'actual' accounting, once begun: its request and input (see start-2.lua). */
-  part: ModelPart | null;
-  /** The money it holds (µ$), until it ends. */
-  held: number;
-}
-
-/** A call the provider may have admitted at any time in [lo, hi], charging `amounts`. */
-interface Step {
-  readonly amount: number;
-  readonly until: number;
-}
-
-interface ProviderCall extends Amounts {
-  readonly lo: number;
-  readonly hi: number;
+/** One entry of the log: a reservation or its input part (`<id>:in`). */
+interface Entry {
+  readonly id: string;
+  a: Amounts;
+  /** '' open, 's' stamped, 'b' begun with its input apart. */
+  flags: '' | 's' | 'b';
+  score: number;
   readonly scopes: readonly string[];
 }
 
-const amount = (a: Amounts, d: Dim) =>
-  d === 'req' ? a.req : d === 'in' ? a.in : d === 'out' ? a.out : a.in + a.out;
-
-function effective(limit: number | undefined, headroom: number): number {
-  if (limit === undefined || limit <= 0) return 0;
-  return Math.max(1, Math.floor(limit * (1 - headroom)));
+interface View {
+  lim: number;
+  rem: number;
+  at: number;
+  seen: number;
+  gone: number;
 }
 
+interface ReadingDim {
+  limit: number;
+  remaining: number;
+  reset: number;
+}
+
+/** The rules, once more, in TypeScript: what the Lua scripts must agree with. */
 class Model {
   now: number;
   pausedUntil = 0;
-  readonly res: ModelRes[] = [];
-  /**
-   * Foreign spend per "scope|dim": the held reading of what was certainly foreign, the highest
-   * one since it, and the latest reading of what may have been foreign.
-   */
-  readonly ext = new Map<string, { held?: Step; next?: Step; last?: Step }>();
-  /** The latest reading's "possibly foreign" per "scope|dim": the next reading must agree. */
-  readonly seen = new Map<string, Step>();
-  /** The latest reading's "certainly foreign", and its largest rise from one reading to the next. */
-  readonly certain = new Map<string, Step>();
-  readonly rise = new Map<string, Step>();
-  /** The provider's limit after an exact (not rounded) reading, for a window. */
-  readonly exact = new Map<string, Step>();
-  /** Whether an acquire ever used a limit without headroom (exact readings). */
-  lifted = false;
-  readonly reached: ProviderCall[] = [];
-  counters = { admitted: 0, deniedBudget: 0, deniedSlots: 0, settled: 0, released: 0 };
-  /** Money spent against the budget (µ$): held worst cases, settled costs. */
-  spent = 0;
+  readonly entries = new Map<string, Entry>();
+  readonly slots = new Map<string, number>();
+  readonly left = new Map<string, number>();
+  readonly views = new Map<string, View>();
+  readonly shape = new Map<string, string>();
+  readonly step = new Map<string, number>();
 
   constructor(
     readonly cfg: Config,
@@ -176,481 +103,313 @@ class Model {
     this.now = now;
   }
 
-  get windowArg(): number {
-    return WINDOW + this.cfg.marginMs;
-  }
-
-  /** The limit less headroom: what no cost may exceed. */
-  baseLimit(scope: string, d: Dim): number {
-    return effective(this.cfg.limits[scope]?.[DIM_NAME[d]], this.cfg.headroom);
-  }
-
-  /** The limit as configured: the provider's. */
-  fullLimit(scope: string, d: Dim): number {
-    return effective(this.cfg.limits[scope]?.[DIM_NAME[d]], 0);
-  }
-
-  /**
-   * The limit acquire fills: without headroom while the latest exact reading (its limit at least
-   * ours) shows nobody else's spend: none held, none rising, none possibly another's.
-   */
-  limit(scope: string, d: Dim): number {
-    const base = this.baseLimit(scope, d);
-    const full = this.fullLimit(scope, d);
-    if (base === 0 || full <= base) return base;
-    const field = `${scope}|${d}`;
-    const live = (s: Step | undefined) => (s && s.until > this.now ? s : undefined);
-    const exact = live(this.exact.get(field));
-    const clear =
-      exact !== undefined &&
-      exact.amount >= full &&
-      this.steps(scope, d).length === 0 &&
-      !live(this.ext.get(field)?.last) &&
-      !live(this.rise.get(field)) &&
-      (live(this.seen.get(field))?.amount ?? 0) === 0;
-    return clear ? full : base;
-  }
-
-  /** What the acquire and prune scripts drop: stamps that left the window, lapsed slots. */
-  prune(): void {
-    this.pruneLog();
-    for (const r of this.res) if (r.slot !== null && r.slot <= this.now) r.slot = null;
-  }
-
-  pruneLog(): void {
-    for (const r of this.entries())
-      if (r.inLog && r.stamp <= this.now - this.windowArg) r.inLog = false;
-  }
-
-  /** Every entry of the log: reservations, and the input parts of begun ones. */
-  entries(): (ModelRes | ModelPart)[] {
-    return [...this.res, ...this.res.flatMap((r) => (r.part ? [r.part] : []))];
+  conf(scope: string, d: Dim): number {
+    return this.cfg.limits[scope]?.[DIM_NAME[d]] ?? 0;
   }
 
   used(scope: string, d: Dim): number {
-    let sum = 0;
-    for (const r of this.entries()) {
-      if (r.inLog && r.stamp > this.now - this.windowArg && r.scopes.includes(scope))
-        sum += amount(r, d);
+    let u = 0;
+    for (const e of this.entries.values()) if (e.scopes.includes(scope)) u += amount(e.a, d);
+    return u;
+  }
+
+  expire(): void {
+    for (const [id, e] of [...this.entries]) {
+      if (e.score > this.now - WINDOW) continue;
+      for (const s of e.scopes)
+        for (const d of DIMS) {
+          const f = `${s}|${d}`;
+          this.left.set(f, (this.left.get(f) ?? 0) + amount(e.a, d));
+        }
+      this.entries.delete(id);
     }
-    return sum;
   }
 
-  /** Of `used`, what the provider's own window (without the margin) still holds. */
-  counted(scope: string, d: Dim): number {
-    let sum = 0;
-    for (const r of this.entries()) {
-      if (r.inLog && r.stamp > this.now - WINDOW && r.scopes.includes(scope)) sum += amount(r, d);
+  limitOf(scope: string, d: Dim): { lim: number; v: View | undefined } {
+    const v = this.views.get(`${scope}|${d}`);
+    let lim = this.conf(scope, d);
+    if (v && v.lim > 0 && (lim === 0 || v.lim < lim)) lim = v.lim;
+    return { lim, v };
+  }
+
+  /** The provider's room now and its refill per ms; undefined when no reading is fresh. */
+  projected(scope: string, d: Dim, v: View | undefined, used: number) {
+    if (!v || this.now >= v.at + WINDOW) return undefined;
+    const half = d === 'req' ? 0 : Math.floor((this.step.get(scope) ?? 0) / 2);
+    const left = this.left.get(`${scope}|${d}`) ?? 0;
+    if (this.shape.get(scope) === 'b') {
+      const rate = v.lim / WINDOW;
+      const level = Math.min(v.lim, v.rem - half + rate * (this.now - v.at));
+      return { room: level - (used + left - v.seen), rate };
     }
-    return sum;
+    return { room: Math.min(v.lim, v.rem + half + v.seen - v.gone) - used, rate: 0 };
   }
 
-  /** Open reservations whose response has not begun: the provider has not counted them. */
-  unseen(scope: string, d: Dim): number {
-    let sum = 0;
-    for (const r of this.res) {
-      if (r.inLog && !r.started && !r.begun && r.stamp > this.now && r.scopes.includes(scope))
-        sum += amount(r, d);
+  lack(scope: string, d: Dim, a: Amounts) {
+    const { lim, v } = this.limitOf(scope, d);
+    if (lim === 0) return { need: -1, rate: 0, lapse: 0 };
+    const used = this.used(scope, d);
+    const p = this.projected(scope, d, v, used);
+    const conf = this.conf(scope, d);
+    let need = -1;
+    let rate = 0;
+    let lapse = 0;
+    if (!(p && p.rate > 0 && (conf === 0 || conf >= v!.lim)))
+      need = used + amount(a, d) - Math.floor(lim * (1 - this.cfg.headroom));
+    if (p) {
+      const n = amount(a, d) - p.room + Math.floor(v!.lim * this.cfg.headroom);
+      if (n > need) [need, rate, lapse] = [n, p.rate, v!.at + WINDOW];
     }
-    return sum;
+    return { need, rate, lapse };
   }
 
-  /** The live steps of the foreign spend, in time order: the amount now is the first's. */
-  steps(scope: string, d: Dim): Step[] {
-    const e = this.ext.get(`${scope}|${d}`);
-    const out: Step[] = [];
-    if (e?.held && e.held.until > this.now) out.push(e.held);
-    if (e?.next && e.next.until > this.now && (out.length === 0 || e.next.until > out[0]!.until))
-      out.push(e.next);
-    return out;
+  waitFor(scope: string, d: Dim, need: number, rate: number, lapse: number): number {
+    let most = WINDOW;
+    if (lapse > 0) most = Math.max(1, Math.min(most, lapse - this.now));
+    if (rate > 0) return Math.max(1, Math.min(most, Math.ceil(need / rate)));
+    const sorted = [...this.entries.values()]
+      .filter((e) => e.score <= this.now + most - WINDOW)
+      .sort((x, y) => x.score - y.score);
+    let freed = 0;
+    for (const e of sorted) {
+      if (!e.scopes.includes(scope)) continue;
+      freed += amount(e.a, d);
+      if (freed >= need) return Math.max(1, e.score + WINDOW - this.now);
+    }
+    return most;
   }
 
-  /** The foreign spend counted at `at`, as things stand now. */
-  foreignAt(scope: string, d: Dim, at: number): number {
-    const held = this.steps(scope, d).find((st) => st.until > at)?.amount ?? 0;
-    const last = this.ext.get(`${scope}|${d}`)?.last;
-    return Math.max(held, last && last.until > this.now && last.until > at ? last.amount : 0);
-  }
-
-  foreign(scope: string, d: Dim): number {
-    return this.foreignAt(scope, d, this.now);
-  }
-
-  /** Room kept free for one of another client's calls while its spend is held (probes on). */
-  kept(scope: string, d: Dim): number {
-    const r = this.rise.get(`${scope}|${d}`);
-    return this.steps(scope, d).length > 0 && r && r.until > this.now ? r.amount : 0;
-  }
-
-  inFlight(): ModelRes[] {
-    return this.res.filter((r) => !r.ended);
-  }
-
-  /** The decision the limiter must make for a one-off attempt (nobody waits in line). */
-  expectAcquire(cost: Amounts, scopes: readonly string[], micros: number): Expected {
-    for (const s of scopes) {
+  /** What tryAcquire must answer. */
+  acquire(a: Amounts, scopes: readonly string[]): Decision | 'exceeds' | 'admit' {
+    for (const s of scopes)
       for (const d of DIMS) {
-        const l = this.baseLimit(s, d);
-        if (l > 0 && amount(cost, d) > l) return 'exceeds';
+        const most = Math.floor(this.limitOf(s, d).lim * (1 - this.cfg.headroom));
+        if (most > 0 && amount(a, d) > most) return 'exceeds';
       }
-    }
-    this.prune();
-    // Money before the pause: a call whose budget is spent waits for the next period anyway.
-    const budget = this.cfg.money;
-    if (budget !== null && this.spent + micros > budget) {
-      const money = {
-        budget: 'global',
-        period: 'day' as const,
-        spentMicros: this.spent,
-        limitMicros: budget,
-        resetsAt: this.now + DAY,
-        neverFits: micros > budget,
-      };
-      return { ok: false, reason: 'money', waitMs: 0, money };
-    }
+    this.expire();
     if (this.pausedUntil > this.now)
       return { ok: false, reason: 'paused', waitMs: this.pausedUntil - this.now };
-    for (const s of scopes) {
+    for (const s of scopes)
       for (const d of DIMS) {
-        const l = this.limit(s, d);
-        if (l > this.baseLimit(s, d)) this.lifted = true;
-        const need = this.used(s, d) + this.foreign(s, d) + this.kept(s, d) + amount(cost, d) - l;
-        if (l > 0 && need > 0) {
-          this.counters.deniedBudget++;
-          return {
-            ok: false,
-            reason: 'budget',
-            waitMs: this.budgetWait(s, d, need),
-            scope: s,
-            dimension: DIM_NAME[d],
-          };
+        const { need, rate, lapse } = this.lack(s, d, a);
+        if (need > 0) {
+          const waitMs = this.waitFor(s, d, need, rate, lapse);
+          return { ok: false, reason: 'budget', waitMs, scope: s, dimension: DIM_NAME[d] };
         }
       }
-    }
-    const slots = this.res.filter((r) => r.slot !== null);
-    if (this.cfg.concurrency > 0 && slots.length >= this.cfg.concurrency) {
-      this.counters.deniedSlots++;
-      const first = Math.min(...slots.map((r) => r.slot ?? 0));
-      return { ok: false, reason: 'concurrency', waitMs: Math.max(first - this.now, 1) };
-    }
+    const live = [...this.slots.values()].filter((end) => end > this.now);
+    if (this.cfg.concurrency > 0 && live.length >= this.cfg.concurrency)
+      return {
+        ok: false,
+        reason: 'concurrency',
+        waitMs: Math.max(Math.min(...live) - this.now, 1),
+      };
     return 'admit';
   }
 
-  /**
-   * How long until `need` of scope/dim is free, nothing else changing: the first moment when
-   * what has left the window (an entry leaves 1 ms after stamp + window + margin, as the script
-   * says) plus the foreign spend if it has lapsed by then covers the need.
-   */
-  budgetWait(scope: string, d: Dim, need: number): number {
-    const mine = this.entries().filter((r) => r.inLog && r.scopes.includes(scope));
-    const last = this.ext.get(`${scope}|${d}`)?.last;
-    const moments = [
-      ...mine.map((r) => r.stamp + this.windowArg + 1),
-      ...this.steps(scope, d).map((st) => st.until),
-      ...(last && last.until > this.now ? [last.until] : []),
-    ];
-    // Room kept for another client's call is no longer kept once its spend has lapsed.
-    const kept = this.kept(scope, d);
-    for (const at of moments.sort((a, b) => a - b)) {
-      let freed = this.foreign(scope, d) - this.foreignAt(scope, d, at);
-      for (const r of mine) if (r.stamp + this.windowArg + 1 <= at) freed += amount(r, d);
-      const needAt = kept > 0 && this.foreignAt(scope, d, at) === 0 ? need - kept : need;
-      if (freed >= needAt) return Math.max(at - this.now, 1);
-    }
-    // Beside room kept for another client, the script waits a window when nothing frees enough
-    // (waiters wake on any settle meanwhile).
-    if (kept > 0) return this.windowArg;
-    throw new Error(`the model finds no moment when ${need} of ${scope}|${d} is free`);
+  admit(id: string, a: Amounts, scopes: readonly string[]): void {
+    this.entries.set(id, { id, a: { ...a }, flags: '', score: this.now + LEASE, scopes });
+    this.slots.set(id, this.now + LEASE);
   }
 
-  admit(reservation: Reservation, cost: Amounts, scopes: readonly string[], micros: number): void {
-    this.counters.admitted++;
-    const held = this.cfg.money === null ? 0 : micros;
-    this.spent += held;
-    this.res.push({
-      held,
-      ...cost,
-      reservation,
-      scopes,
-      admittedAt: this.now,
-      stamp: this.now + LEASE,
-      started: false,
-      begun: false,
-      inLog: true,
-      slot: this.now + LEASE,
-      ended: false,
-      part: null,
-    });
-  }
-
-  start(r: ModelRes): void {
-    if (!r.inLog || r.started) return;
-    // Under 'actual' accounting the output is produced until the end: it stays open, while the
-    // request and input, counted at admission, are stamped now in a part of their own.
-    if (this.cfg.accounting === 'actual') {
-      if (r.begun) return;
-      r.begun = true;
-      r.part = { req: r.req, in: r.in, out: 0, scopes: r.scopes, stamp: this.now, inLog: true };
-      r.req = 0;
-      r.in = 0;
-      return;
-    }
-    r.begun = true;
-    r.started = true;
-    r.stamp = this.now;
-  }
-
-  renew(r: ModelRes): boolean {
-    if (r.slot === null) return false;
-    r.slot = this.now + LEASE;
-    if (r.inLog && !r.started) r.stamp = Math.max(r.stamp, this.now + LEASE);
-    return true;
-  }
-
-  /** settle ('usage', with its cost in µ$) and keep; returns what settle answers. */
-  end(r: ModelRes, actual: { in: number; out: number; micros: number } | null) {
-    r.ended = true;
-    r.slot = null;
-    // Its money settles to the cost; kept, its worst case stays spent.
-    if (actual) this.spent += actual.micros - r.held;
-    r.held = 0;
-    // A begun call's input is in its part, if that is still in the log.
-    const holder = r.part ? (r.part.inLog ? r.part : null) : r;
-    const part = r.part;
-    const reservedIn = part ? part.in : r.in;
-    const charged = actual
-      ? {
-          req: part ? part.req : r.req,
-          in: actual.in,
-          out: this.cfg.accounting === 'actual' ? actual.out : r.out,
-        }
-      : { req: part ? part.req : r.req, in: reservedIn, out: r.out };
-    let answer = { known: false, inputDelta: 0, outputDelta: 0 };
-    if (r.inLog) {
-      const inputDelta = holder && actual ? charged.in - holder.in : 0;
-      answer = { known: true, inputDelta, outputDelta: charged.out - r.out };
-      if (holder && actual) holder.in = charged.in;
-      r.out = charged.out;
-      if (!r.started || (actual && this.cfg.accounting === 'actual')) r.stamp = this.now;
-      r.started = true;
-      this.counters.settled++;
-    }
-    if (part) {
-      // Admitted by the provider before its response began (the part's stamp) for the request
-      // and input; the output until the end.
-      this.reached.push({
-        req: charged.req,
-        in: charged.in,
-        out: 0,
-        lo: r.admittedAt,
-        hi: part.stamp,
-        scopes: r.scopes,
-      });
-      this.reached.push({
-        req: 0,
-        in: 0,
-        out: charged.out,
-        lo: r.admittedAt,
-        hi: r.stamp,
-        scopes: r.scopes,
-      });
-    } else this.reached.push({ ...charged, lo: r.admittedAt, hi: r.stamp, scopes: r.scopes });
-    return answer;
-  }
-
-  release(r: ModelRes): void {
-    r.ended = true;
-    r.slot = null;
-    this.spent -= r.held;
-    r.held = 0;
-    if (r.inLog) this.counters.released++;
-    r.inLog = false;
-    if (r.part) r.part.inLog = false;
-  }
-
-  observe(
-    scope: string,
-    dims: { dim: Dim; limit: number; remaining: number; reset: number | null }[],
-  ): void {
-    this.pruneLog();
-    for (const { dim, limit, remaining, reset } of dims) {
-      const field = `${scope}|${dim}`;
-      // Certainly foreign: every call of ours the provider's window holds counted as seen;
-      // possibly: unbegun ones not.
-      const ours = this.counted(scope, dim);
-      // A token reading that is a multiple of 1,000 may be the provider's rounding of ours.
-      const rounding = dim !== 'req' && limit % 1_000 === 0 && remaining % 1_000 === 0 ? 500 : 0;
-      const certain = Math.max(limit - remaining - ours - rounding, 0);
-      const raw = Math.max(limit - remaining - (ours - this.unseen(scope, dim)) - rounding, 0);
-      let until = this.now + this.windowArg;
-      if (reset !== null && reset > this.now && reset < until) until = reset;
-      // Possibly foreign only as far as the reading before agrees (a race shows in one).
-      const seen = this.seen.get(field);
-      const possible = Math.max(
-        Math.min(raw, seen && seen.until > this.now ? seen.amount : 0),
-        certain,
-      );
-      this.seen.set(field, { amount: raw, until });
-      const before = this.certain.get(field);
-      const rise = this.rise.get(field);
-      const risen = before && before.until > this.now ? certain - before.amount : 0;
-      if (risen > 0 && risen >= (rise && rise.until > this.now ? rise.amount : 0))
-        this.rise.set(field, { amount: risen, until: this.now + this.windowArg });
-      this.certain.set(field, { amount: certain, until });
-      if (rounding === 0)
-        this.exact.set(field, { amount: limit, until: this.now + this.windowArg });
-      else this.exact.delete(field);
-      const [first, second] = this.steps(scope, dim);
-      let e: { held?: Step; next?: Step; last?: Step };
-      if (!first || certain >= first.amount) {
-        // A new highest reading, held from now.
-        e = certain > 0 ? { held: { amount: certain, until } } : {};
-      } else if (certain > 0 && (!second || certain >= second.amount)) {
-        e = { held: first, next: { amount: certain, until } };
+  begin(id: string, reading: { scope: string; dims: Partial<Record<Dim, ReadingDim>> } | null) {
+    this.expire();
+    const e = this.entries.get(id);
+    if (e && e.flags === '') {
+      if (this.cfg.accounting !== 'reserve') {
+        const part = { req: e.a.req, in: e.a.in, out: 0 };
+        this.entries.set(`${id}:in`, {
+          id: `${id}:in`,
+          a: part,
+          flags: 's',
+          score: this.now,
+          scopes: e.scopes,
+        });
+        e.a = { req: 0, in: 0, out: e.a.out };
+        e.flags = 'b';
       } else {
-        e = second ? { held: first, next: second } : { held: first };
+        e.flags = 's';
+        e.score = this.now;
       }
-      if (possible > certain) e.last = { amount: possible, until };
-      this.ext.set(field, e);
     }
+    if (reading) this.observe(id, reading.scope, reading.dims);
   }
 
-  /** Calls that may have reached the provider: settled, kept, and those still in flight. */
-  providerCalls(): ProviderCall[] {
-    const open = this.inFlight().flatMap((r) => [
-      {
-        req: r.req,
-        in: r.in,
-        out: r.out,
-        lo: r.admittedAt,
-        hi: r.started ? r.stamp : this.now,
-        scopes: r.scopes,
-      },
-      ...(r.part ? [{ ...r.part, lo: r.admittedAt, hi: r.part.stamp }] : []),
-    ]);
-    return [...this.reached, ...open];
+  end(id: string, mode: 'usage' | 'keep' | 'release', use?: { in: number; out: number }) {
+    this.expire();
+    this.slots.delete(id);
+    const e = this.entries.get(id);
+    if (!e) return { known: false, inputDelta: 0, outputDelta: 0 };
+    const part = e.flags === 'b' ? this.entries.get(`${id}:in`) : undefined;
+    if (mode === 'release') {
+      this.entries.delete(id);
+      this.entries.delete(`${id}:in`);
+      return { known: true, inputDelta: -(e.a.in + (part?.a.in ?? 0)), outputDelta: -e.a.out };
+    }
+    const holder = part ?? (e.flags !== 'b' ? e : undefined);
+    const dIn = holder && mode === 'usage' ? use!.in - holder.a.in : 0;
+    const dOut = mode === 'usage' && this.cfg.accounting !== 'reserve' ? use!.out - e.a.out : 0;
+    if (holder) holder.a.in += dIn;
+    e.a.out += dOut;
+    if (e.flags !== 's') e.score = this.now;
+    e.flags = 's';
+    return { known: true, inputDelta: dIn, outputDelta: dOut };
+  }
+
+  private pending(scope: string, of: string): Record<Dim, number> {
+    const p = { req: 0, in: 0, out: 0, tok: 0 };
+    for (const e of this.entries.values()) {
+      if (e.score <= this.now || !e.scopes.includes(scope)) continue;
+      let counted = e.id === `${of}:in` || (e.id === of && e.flags === 's');
+      if (e.flags === 'b' && this.cfg.accounting !== 'produced') {
+        const began = this.entries.get(`${e.id}:in`)?.score ?? this.now + 1;
+        counted = e.id === of || began <= this.now;
+      }
+      if (!counted) for (const d of DIMS) p[d] += amount(e.a, d);
+    }
+    return p;
+  }
+
+  observe(of: string, scope: string, dims: Partial<Record<Dim, ReadingDim>>): void {
+    this.expire();
+    const pending = this.pending(scope, of);
+    const gcd = (x: number, y: number): number => (y > 0 ? gcd(y, x % y) : x);
+    let step = this.step.get(scope) ?? 0;
+    for (const d of DIMS) {
+      const r = dims[d];
+      if (r && d !== 'req' && r.remaining > 0) step = gcd(step > 0 ? step : r.limit, r.remaining);
+    }
+    let shape: string | undefined;
+    for (const d of DIMS) {
+      const r = dims[d];
+      if (!r) continue;
+      const half = d !== 'req' ? Math.floor(step / 2) : 0;
+      const f = `${scope}|${d}`;
+      const left = this.left.get(f) ?? 0;
+      const seen = this.used(scope, d) + left - pending[d];
+      this.views.set(f, { lim: r.limit, rem: r.remaining, at: this.now, seen, gone: left });
+      if (r.reset > 0 && r.limit > 0) {
+        const slack = 1000 + (2 * half * WINDOW) / r.limit;
+        const untilReset = r.reset - this.now;
+        const full = ((r.limit - r.remaining) * WINDOW) / r.limit;
+        const bucket = Math.abs(untilReset - full) <= slack;
+        const window = untilReset >= WINDOW - slack;
+        if (bucket !== window) shape = bucket ? 'b' : 'w';
+      }
+    }
+    if (step > 0) this.step.set(scope, step);
+    if (shape) this.shape.set(scope, shape);
+  }
+
+  /** Our window as a snapshot reads it (what left is out, though not dropped). */
+  snapshotUsed(scope: string, d: Dim): number {
+    let u = 0;
+    for (const e of this.entries.values())
+      if (e.scopes.includes(scope) && e.score > this.now - WINDOW) u += amount(e.a, d);
+    return u;
   }
 }
 
-/**
- * The most any provider window [a, a + W) can hold when each call is admitted by the provider
- * at the worst moment in [lo, hi]: the maximum is reached with a at some call's hi.
- */
-function worstWindow(
-  calls: readonly ProviderCall[],
-  scope: string,
-  d: Dim,
-): { sum: number; at: number } {
-  let worst = { sum: 0, at: 0 };
-  const mine = calls.filter((c) => c.scopes.includes(scope));
-  for (const { hi: a } of mine) {
-    let sum = 0;
-    for (const c of mine) if (c.lo < a + WINDOW && c.hi >= a) sum += amount(c, d);
-    if (sum > worst.sum) worst = { sum, at: a };
-  }
-  return worst;
-}
+const limitsArb = (lo: number, hi: number): fc.Arbitrary<DimensionLimits> =>
+  fc.record(
+    {
+      requests: fc.integer({ min: 3, max: 20 }),
+      inputTokens: fc.integer({ min: lo, max: hi }),
+      outputTokens: fc.integer({ min: lo, max: hi }),
+      tokens: fc.integer({ min: lo, max: 2 * hi }),
+    },
+    { requiredKeys: [] },
+  );
 
-const limitsArb = (lo: number, hi: number) =>
-  fc.record({
-    requests: fc.option(fc.integer({ min: 2, max: 8 }), { nil: undefined }),
-    inputTokens: fc.option(fc.integer({ min: lo, max: hi }), { nil: undefined }),
-    outputTokens: fc.option(fc.integer({ min: lo, max: hi }), { nil: undefined }),
-    tokens: fc.option(fc.integer({ min: lo, max: hi * 2 }), { nil: undefined }),
-  });
-
-const configArb = (accounting: 'reserve' | 'actual'): fc.Arbitrary<Config> =>
+const configArb = (accounting: OutputAccounting): fc.Arbitrary<Config> =>
   fc.record({
     accounting: fc.constant(accounting),
-    marginMs: fc.constantFrom(0, 0, 50, 1_000),
-    headroom: fc.constantFrom(0, 0, 0.1),
+    headroom: fc.constantFrom(0, 0, 0.01, 0.1),
     concurrency: fc.constantFrom(0, 0, 2, 4),
     limits: fc.record({
       global: limitsArb(1_000, 4_000),
       'tenant:a': limitsArb(800, 2_000),
-      'tenant:b': limitsArb(800, 2_000),
       'team:x': limitsArb(800, 3_000),
     }),
-    money: fc.constantFrom(null, null, 2_000, 10_000),
   });
 
+type Op =
+  | { kind: 'acquire'; req: number; in: number; out: number; scopes: string[] }
+  | { kind: 'begin'; pick: number; reading: ReadingArb | null }
+  | { kind: 'settle'; pick: number; inPct: number; outPct: number }
+  | { kind: 'keep' | 'release'; pick: number }
+  | { kind: 'advance'; ms: number }
+  | { kind: 'pause'; ms: number }
+  | { kind: 'check' };
+
+interface ReadingArb {
+  scope: string;
+  dims: { dim: Dim; limit: number; remainingPct: number; resetIn: number | null; round: number }[];
+}
+
 const pick = fc.nat({ max: 1_000 });
-// Mostly costs that fit, now and then one too big for some scope.
 const tokensArb = fc.oneof(
   { weight: 9, arbitrary: fc.integer({ min: 0, max: 400 }) },
   { weight: 1, arbitrary: fc.integer({ min: 0, max: 1_500 }) },
 );
-const opArb = (marginMs: number): fc.Arbitrary<Op> =>
-  fc.oneof(
-    {
-      weight: 10,
-      arbitrary: fc.record({
-        kind: fc.constant('acquire' as const),
-        requests: fc.constantFrom(1, 1, 1, 0, 2),
-        input: tokensArb,
-        output: tokensArb,
-        scopes: fc.shuffledSubarray([...NESTED]),
-        micros: fc.integer({ min: 0, max: 1_500 }),
-      }),
-    },
-    {
-      weight: 4,
-      arbitrary: fc.record({
-        kind: fc.constant('settle' as const),
-        pick,
-        inPct: fc.oneof(fc.constant(100), fc.integer({ min: 0, max: 100 })),
-        outPct: fc.oneof(fc.constant(100), fc.integer({ min: 0, max: 100 })),
-      }),
-    },
-    { weight: 1, arbitrary: fc.record({ kind: fc.constant('keep' as const), pick }) },
-    { weight: 2, arbitrary: fc.record({ kind: fc.constant('release' as const), pick }) },
-    { weight: 3, arbitrary: fc.record({ kind: fc.constant('start' as const), pick }) },
-    { weight: 1, arbitrary: fc.record({ kind: fc.constant('renew' as const), pick }) },
-    {
-      weight: 6,
-      arbitrary: fc.record({
-        kind: fc.constant('advance' as const),
-        ms: fc.oneof(
-          fc.integer({ min: 0, max: 500 }),
-          fc.integer({ min: 0, max: 6_000 }),
-          // The window's edges, where off-by-one mistakes live.
-          fc.constantFrom(WINDOW + marginMs - 1, WINDOW + marginMs, WINDOW + marginMs + 1, WINDOW),
-        ),
-      }),
-    },
-    {
-      weight: 2,
-      arbitrary: fc.record({
-        kind: fc.constant('observe' as const),
-        scope: fc.constantFrom(...ALL_SCOPES),
-        dims: fc.uniqueArray(
-          fc.record({
-            dim: fc.constantFrom(...DIMS),
-            limit: fc.integer({ min: 1, max: 5_000 }),
-            remainingPct: fc.integer({ min: 0, max: 100 }),
-            resetIn: fc.option(fc.integer({ min: -2_000, max: 2 * WINDOW }), { nil: null }),
-          }),
-          { selector: (x) => x.dim, minLength: 1, maxLength: 4 },
-        ),
-      }),
-    },
-    {
-      weight: 1,
-      arbitrary: fc.record({
-        kind: fc.constant('pause' as const),
-        ms: fc.integer({ min: 0, max: 4_000 }),
-      }),
-    },
-    { weight: 2, arbitrary: fc.record({ kind: fc.constant('check' as const) }) },
-  );
-
-const scenarioArb = (accounting: 'reserve' | 'actual') =>
-  configArb(accounting).chain((cfg) =>
+const readingArb: fc.Arbitrary<ReadingArb> = fc.record({
+  scope: fc.constantFrom(...ALL_SCOPES),
+  dims: fc.uniqueArray(
     fc.record({
-      cfg: fc.constant(cfg),
-      ops: fc.array(opArb(cfg.marginMs), { minLength: 1, maxLength: 60, size: 'max' }),
+      dim: fc.constantFrom(...DIMS),
+      limit: fc.constantFrom(1_000, 2_000, 4_000, 3_977),
+      remainingPct: fc.integer({ min: 0, max: 100 }),
+      resetIn: fc.option(fc.integer({ min: -2_000, max: 2 * WINDOW }), { nil: null }),
+      round: fc.constantFrom(1, 1, 100),
     }),
-  );
+    { selector: (x) => x.dim, minLength: 1, maxLength: 4 },
+  ),
+});
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  {
+    weight: 10,
+    arbitrary: fc.record({
+      kind: fc.constant('acquire' as const),
+      req: fc.constantFrom(1, 1, 1, 0, 2),
+      in: tokensArb,
+      out: tokensArb,
+      scopes: fc.shuffledSubarray([...NESTED]),
+    }),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('begin' as const),
+      pick,
+      reading: fc.option(readingArb, { nil: null }),
+    }),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('settle' as const),
+      pick,
+      inPct: fc.oneof(fc.constant(100), fc.integer({ min: 0, max: 150 })),
+      outPct: fc.oneof(fc.constant(100), fc.integer({ min: 0, max: 100 })),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('keep' as const), pick }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('release' as const), pick }) },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      kind: fc.constant('advance' as const),
+      ms: fc.oneof(
+        fc.integer({ min: 0, max: 500 }),
+        fc.integer({ min: 0, max: 6_000 }),
+        // The window's edges, where off-by-one mistakes live.
+        fc.constantFrom(WINDOW - 1, WINDOW, WINDOW + 1),
+      ),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('pause' as const), ms: fc.nat(4_000) }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('check' as const) }) },
+);
 
 let redis: Redis;
 beforeAll(() => {
@@ -660,179 +419,232 @@ afterAll(() => {
   redis.disconnect();
 });
 
-async function checkSnapshot(
-  lim: Limiter,
-  model: Model,
-  trace: string[],
-  names: ReturnType<typeof testNames>,
-): Promise<void> {
-  // A snapshot only reads: the prune the model takes with it is the write path's.
-  await lim.prune();
-  const snap = await lim.snapshot();
-  model.prune();
-  const where = () => `after:\n${trace.join('\n')}`;
-  expect(snap.now, where()).toBe(model.now);
-  for (const scope of ALL_SCOPES) {
-    const s = snap.scopes.find((x) => x.scope === scope);
-    for (const d of DIMS) {
-      const got = s?.dimensions[DIM_NAME[d]];
-      expect({ scope, d, used: got?.used ?? 0, foreign: got?.foreign ?? 0 }, where()).toEqual({
-        scope,
-        d,
-        used: model.used(scope, d),
-        foreign: model.foreign(scope, d),
-      });
-    }
-  }
-  expect(snap.pausedUntil, where()).toBe(model.pausedUntil > model.now ? model.pausedUntil : null);
-  expect(snap.inFlight, where()).toBe(model.res.filter((r) => r.slot !== null).length);
-  expect(snap.waiters, where()).toBe(0);
-  expect(snap.counters, where()).toMatchObject(model.counters);
-  const spend = await redis.hget(moneyKeys(names).spend, `${PERIODS[0]}|global`);
-  expect(Number(spend ?? 0), where()).toBe(model.spent);
-}
-
-async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
-  const names = testNames('limmodel');
-  const t0 = 1_700_000_000_000 + Math.floor(Math.random() * 1_000_000);
-  let t = t0;
-  const model = new Model(cfg, t);
-  const lim = new Limiter({
+function limiterFor(cfg: Config, names: ReturnType<typeof testNames>, clock: () => number) {
+  return new Limiter({
     redis,
     names,
     windowMs: WINDOW,
-    windowMarginMs: cfg.marginMs,
     headroom: cfg.headroom,
     concurrency: cfg.concurrency,
     leaseMs: LEASE,
     outputAccounting: cfg.accounting,
     limits: cfg.limits['global'] ?? {},
     scopes: Object.fromEntries(NESTED.map((s) => [s, cfg.limits[s] ?? {}])),
-    clock: () => t,
+    clock,
   });
+}
+
+async function checkSnapshot(lim: Limiter, model: Model, where: () => string): Promise<void> {
+  const snap = await lim.snapshot();
+  // The snapshot leaves out what left the window (only the write path drops it): as expired.
+  model.expire();
+  expect(snap.now, where()).toBe(model.now);
+  for (const scope of ALL_SCOPES) {
+    const s = snap.scopes.find((x) => x.scope === scope);
+    const shape = { b: 'bucket', w: 'window' }[model.shape.get(scope) ?? ''] ?? 'unknown';
+    expect(s?.shape ?? 'unknown', where()).toBe(shape);
+    for (const d of DIMS) {
+      const got = s?.dimensions[DIM_NAME[d]];
+      const used = model.snapshotUsed(scope, d);
+      const v = model.views.get(`${scope}|${d}`);
+      const projected = model.projected(scope, d, v, used)?.room;
+      const room = projected === undefined ? undefined : Math.floor(projected + 1e-9);
+      expect(
+        { scope, d, used: got?.used ?? 0, limit: got?.providerLimit, room: got?.providerRoom },
+        where(),
+      ).toEqual({ scope, d, used, limit: v?.lim, room });
+    }
+  }
+  expect(snap.pausedUntil, where()).toBe(model.pausedUntil > model.now ? model.pausedUntil : null);
+  const live = [...model.slots.values()].filter((end) => end > model.now).length;
+  expect(snap.inFlight, where()).toBe(live);
+}
+
+/** Headers of a reading drawn at random (any limit, remaining and reset). */
+function headersOf(r: ReadingArb, now: number) {
+  const headers: Record<string, string> = {};
+  const dims: Partial<Record<Dim, ReadingDim>> = {};
+  for (const { dim, limit, remainingPct, resetIn, round } of r.dims) {
+    const remaining = Math.round((limit * remainingPct) / 100 / round) * round;
+    const h = rateHeaders(HEADER[dim], limit, remaining, resetIn ?? undefined, now);
+    Object.assign(headers, h);
+    const reset = h[`anthropic-ratelimit-${HEADER[dim]}-reset`];
+    dims[dim] = { limit, remaining, reset: reset ? Date.parse(reset) : -1 };
+  }
+  return { headers, dims };
+}
+
+async function agreementScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
+  const names = testNames('limmodel');
+  const t0 = 1_800_000_000_000 + 1_000 * Math.floor(Math.random() * 1_000);
+  let t = t0;
+  const model = new Model(cfg, t);
+  const lim = limiterFor(cfg, names, () => t);
+  const calls = new Map<string, { call: CallHandle; r: Reservation; a: Amounts }>();
+  // The handle of a call describes the scope its readings are of: the one the test draws.
   const trace: string[] = [];
+  const where = () => `after:\n${trace.join('\n')}`;
   try {
     for (const op of ops) {
       trace.push(`t0+${t - t0} ${JSON.stringify(op)}`);
-      const target =
-        'pick' in op ? model.inFlight()[op.pick % Math.max(model.inFlight().length, 1)] : undefined;
+      const ids = [...calls.keys()];
+      const target = 'pick' in op ? calls.get(ids[op.pick % Math.max(ids.length, 1)]!) : undefined;
       switch (op.kind) {
         case 'acquire': {
-          const cost = {
-            requests: op.requests,
-            inputTokens: op.input,
-            outputTokens: op.output,
-            money: cfg.money === null ? undefined : claim(op.micros, cfg.money, t),
-          };
-          const amounts = { req: op.requests, in: op.input, out: op.output };
+          const a = { req: op.req, in: op.in, out: op.out };
           const scopes = ['global', ...op.scopes];
-          const expected = model.expectAcquire(amounts, scopes, op.micros);
+          const expected = model.acquire(a, scopes);
           let got: Decision | 'exceeds';
           try {
-            got = await lim.tryAcquire(cost, { scopes: op.scopes });
+            got = await lim.tryAcquire(
+              { requests: a.req, inputTokens: a.in, outputTokens: a.out },
+              { scopes: op.scopes },
+            );
           } catch (err) {
             if (!(err instanceof CostExceedsLimitError)) throw err;
             got = 'exceeds';
           }
           if (expected === 'admit') {
-            expect(got, trace.join('\n')).toMatchObject({ ok: true });
+            expect(got, where()).toMatchObject({ ok: true });
             if (got !== 'exceeds' && got.ok) {
-              // Never while a pause holds.
-              expect(model.pausedUntil).toBeLessThanOrEqual(t);
-              expect(got.reservation.admittedAt).toBe(t);
-              expect(got.reservation.scopes).toEqual(scopes);
-              model.admit(got.reservation, amounts, scopes, op.micros);
+              model.admit(got.reservation.id, a, scopes);
+              calls.set(got.reservation.id, {
+                call: lim.call(got.reservation),
+                r: got.reservation,
+                a,
+              });
             }
-          } else if (expected !== 'exceeds' && expected.reason === 'money') {
-            // Its wait is until the period's end, on the real clock.
-            const { waitMs: _, ...rest } = expected;
-            expect(got, trace.join('\n')).toMatchObject(rest);
-          } else {
-            // Exact: a pause holds every admission; a budget denial names the first full
-            // scope/dim and when it frees; a concurrency denial when the first lease ends.
-            expect(got, trace.join('\n')).toEqual(expected);
-          }
+          } else expect(got, where()).toEqual(expected);
+          break;
+        }
+        case 'begin': {
+          // A handle begins once: a second response start of the same call is no news.
+          if (!target || target.call.started) break;
+          const reading = op.reading && headersOf(op.reading, t);
+          target.call = lim.call(target.r, op.reading?.scope ?? 'global');
+          await target.call.begin(reading?.headers ?? undefined, 0);
+          model.begin(
+            target.r.id,
+            reading ? { scope: op.reading!.scope, dims: reading.dims } : null,
+          );
           break;
         }
         case 'settle': {
           if (!target) break;
-          const usage = {
-            inputTokens: Math.floor((target.in * op.inPct) / 100),
-            outputTokens: Math.floor((target.out * op.outPct) / 100),
-            costMicros: Math.floor((target.held * op.inPct) / 100),
+          const use = {
+            in: Math.floor((target.a.in * op.inPct) / 100),
+            out: Math.floor((target.a.out * op.outPct) / 100),
           };
-          const answer = await lim.settle(target.reservation, usage);
-          expect(answer, trace.join('\n')).toEqual(
-            model.end(target, {
-              in: usage.inputTokens,
-              out: usage.outputTokens,
-              micros: usage.costMicros,
-            }),
-          );
+          const answer = await target.call.succeeded({
+            inputTokens: use.in,
+            outputTokens: use.out,
+          });
+          expect(answer, where()).toEqual(model.end(target.r.id, 'usage', use));
+          calls.delete(target.r.id);
           break;
         }
         case 'keep':
-          if (!target) break;
-          await lim.keep(target.reservation);
-          model.end(target, null);
-          break;
         case 'release':
           if (!target) break;
-          await lim.release(target.reservation);
-          model.release(target);
-          break;
-        case 'start':
-          if (!target) break;
-          await lim.start(target.reservation);
-          model.start(target);
-          break;
-        case 'renew':
-          if (!target) break;
-          expect(await lim.renew(target.reservation), trace.join('\n')).toBe(model.renew(target));
+          if (op.kind === 'keep') await target.call.failed({ charged: true });
+          else await target.call.abandoned();
+          model.end(target.r.id, op.kind === 'keep' || target.call.started ? 'keep' : 'release');
+          calls.delete(target.r.id);
           break;
         case 'advance':
           t += op.ms;
           model.now = t;
           break;
-        case 'observe': {
-          const headers: Record<string, string> = {};
-          const dims = op.dims.map(({ dim, limit, remainingPct, resetIn }) => {
-            const remaining = Math.floor((limit * remainingPct) / 100);
-            const reset = resetIn === null ? null : t + resetIn;
-            headers[`anthropic-ratelimit-${HEADER[dim]}-limit`] = String(limit);
-            headers[`anthropic-ratelimit-${HEADER[dim]}-remaining`] = String(remaining);
-            if (reset !== null)
-              headers[`anthropic-ratelimit-${HEADER[dim]}-reset`] = new Date(reset).toISOString();
-            return { dim, limit, remaining, reset };
-          });
-          await lim.observe(headers, op.scope);
-          model.observe(op.scope, dims);
-          break;
-        }
         case 'pause': {
           const until = await lim.pauseFor(op.ms);
           model.pausedUntil = Math.max(model.pausedUntil, t + op.ms);
-          expect(until, trace.join('\n')).toBe(model.pausedUntil);
+          expect(until, where()).toBe(model.pausedUntil);
           break;
         }
         case 'check':
-          await checkSnapshot(lim, model, trace, names);
+          await checkSnapshot(lim, model, where);
           break;
       }
     }
-    await checkSnapshot(lim, model, trace, names);
-    // What a user of the provider would notice: no provider window ever holds more than a limit.
-    const calls = model.providerCalls();
-    for (const scope of ALL_SCOPES) {
-      for (const d of DIMS) {
-        // The provider's limit; the limit less headroom while no exact reading lifted it.
-        const l = model.lifted ? model.fullLimit(scope, d) : model.baseLimit(scope, d);
-        if (l === 0) continue;
-        const worst = worstWindow(calls, scope, d);
-        expect(
-          worst.sum,
-          `${scope}|${d} window from t0+${worst.at - t0}\n${trace.join('\n')}`,
-        ).toBeLessThanOrEqual(l);
+    await checkSnapshot(lim, model, where);
+  } finally {
+    await deleteKeys(redis, names.prefix);
+  }
+}
+
+/** Calls of random sizes against a provider of `shape` with the configured global limits. */
+async function safetyScenario(
+  cfg: Config,
+  shape: 'sliding' | 'bucket',
+  steps: readonly { in: number; out: number; outPct: number; ms: number }[],
+): Promise<void> {
+  const names = testNames('limsafe');
+  let t = 1_800_000_000_000;
+  const limits = cfg.limits['global'] ?? {};
+  const provider = createRateLimiter(
+    shape,
+    {
+      requests: limits.requests,
+      input_tokens: limits.inputTokens,
+      output_tokens: limits.outputTokens,
+      tokens: limits.tokens,
+    },
+    WINDOW,
+  );
+  const lim = limiterFor({ ...cfg, limits: { global: limits } }, names, () => t);
+  const inFlight: { endsAt: number; call: CallHandle; ticket: LimitTicket; out: number }[] = [];
+  const trace: string[] = [];
+  try {
+    for (const s of steps) {
+      trace.push(`t+${t - 1_800_000_000_000} ${JSON.stringify(s)}`);
+      const c = { requests: 1, inputTokens: s.in, outputTokens: s.out };
+      const d = await lim.tryAcquire(c).catch(() => undefined);
+      if (d?.ok) {
+        const charge: ProviderCharge = {
+          requests: 1,
+          input_tokens: s.in,
+          output_tokens: s.out,
+          tokens: s.in + s.out,
+        };
+        const a = provider.consume(charge, t);
+        expect(a.admitted, `the provider refused a call llmq admitted:\n${trace.join('\n')}`).toBe(
+          true,
+        );
+        if (!a.admitted) break;
+        const headers: Record<string, string> = {};
+        for (const [dim, st] of Object.entries(provider.state(t))) {
+          const name = {
+            requests: 'requests',
+            input_tokens: 'input-tokens',
+            output_tokens: 'output-tokens',
+            tokens: 'tokens',
+          }[dim]!;
+          const round = dim === 'requests' ? 1 : Math.max(1, Math.floor(st.limit / 40));
+          const remaining = Math.round(st.remaining / round) * round;
+          Object.assign(headers, rateHeaders(name, st.limit, remaining, st.resetAt - t, t));
+        }
+        const call = lim.call(d.reservation);
+        await call.begin(headers, 0);
+        inFlight.push({
+          endsAt: t + 200,
+          call,
+          ticket: a.ticket,
+          out: Math.floor((s.out * s.outPct) / 100),
+        });
+      }
+      t += s.ms;
+      for (const f of inFlight.filter((x) => x.endsAt <= t)) {
+        if (cfg.accounting !== 'reserve')
+          provider.refund(
+            f.ticket,
+            {
+              output_tokens: f.ticket.charge.output_tokens - f.out,
+              tokens: f.ticket.charge.output_tokens - f.out,
+            },
+            t,
+          );
+        await f.call.succeeded({ inputTokens: f.ticket.charge.input_tokens, outputTokens: f.out });
+        inFlight.splice(inFlight.indexOf(f), 1);
       }
     }
   } finally {
@@ -841,15 +653,42 @@ async function runScenario(cfg: Config, ops: readonly Op[]): Promise<void> {
 }
 
 // LIM_RUNS: runs per accounting mode; LIM_SEED: replay the seed a failure printed.
-const runs = Number(process.env['LIM_RUNS'] ?? 300);
+const runs = Number(process.env['LIM_RUNS'] ?? 150);
 const seed = process.env['LIM_SEED'] ? { seed: Number(process.env['LIM_SEED']) } : {};
 
 describe('the limiter against a reference model', () => {
-  for (const accounting of ['reserve', 'actual'] as const) {
-    it(`never lets a provider window hold more than a limit, and agrees with the model (${accounting} output)`, async () => {
+  for (const accounting of ['reserve', 'actual', 'produced'] as const) {
+    it(`agrees with the model on every decision and snapshot (${accounting} output)`, async () => {
+      const scenario = configArb(accounting).chain((cfg) =>
+        fc.record({ cfg: fc.constant(cfg), ops: fc.array(opArb, { minLength: 1, maxLength: 60 }) }),
+      );
       await fc.assert(
-        fc.asyncProperty(scenarioArb(accounting), ({ cfg, ops }) => runScenario(cfg, ops)),
+        fc.asyncProperty(scenario, ({ cfg, ops }) => agreementScenario(cfg, ops)),
         { numRuns: runs, ...seed },
+      );
+    }, 300_000);
+  }
+
+  for (const shape of ['sliding', 'bucket'] as const) {
+    it(`never admits a call a ${shape} provider refuses, its readings rounded`, async () => {
+      const step = fc.record({
+        in: fc.integer({ min: 0, max: 600 }),
+        out: fc.integer({ min: 1, max: 600 }),
+        outPct: fc.integer({ min: 0, max: 100 }),
+        ms: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 2_000 })),
+      });
+      const scenario = fc.record({
+        cfg: fc.record({
+          accounting: fc.constantFrom<OutputAccounting>('reserve', 'actual', 'produced'),
+          headroom: fc.constantFrom(0.01, 0.05),
+          concurrency: fc.constantFrom(0, 4),
+          limits: fc.record({ global: limitsArb(1_000, 4_000) }),
+        }),
+        steps: fc.array(step, { minLength: 5, maxLength: 80 }),
+      });
+      await fc.assert(
+        fc.asyncProperty(scenario, ({ cfg, steps }) => safetyScenario(cfg, shape, steps)),
+        { numRuns: Math.ceil(runs / 2), ...seed },
       );
     }, 300_000);
   }

@@ -110,7 +110,12 @@ describe('money held with admission', () => {
         outputTokens: u.output_tokens,
         costMicros: costMicros(PRICE, u),
       });
-    await Promise.all([settleTo(a, usage[0]!), settleTo(b, usage[1]!), lim.release(c), keep(lim, d)]);
+    await Promise.all([
+      settleTo(a, usage[0]!),
+      settleTo(b, usage[1]!),
+      lim.release(c),
+      keep(lim, d),
+    ]);
     const expected = costMicros(PRICE, usage[0]!) + costMicros(PRICE, usage[1]!) + WORST;
     const spend = await ledger.spend();
     expect(day(spend, 'global')).toBe(expected);

@@ -53,7 +53,10 @@ describe('a snapshot reads and never writes', () => {
     for (const c of [cost(100, 200), cost(300, 400)]) {
       const d = await lim.tryAcquire(c);
       if (!d.ok) throw new Error('not admitted');
-      await settle(lim, d.reservation, { inputTokens: c.inputTokens, outputTokens: c.outputTokens });
+      await settle(lim, d.reservation, {
+        inputTokens: c.inputTokens,
+        outputTokens: c.outputTokens,
+      });
     }
     t += 5_000;
     const late = await lim.tryAcquire(cost(50, 60));

@@ -25,7 +25,9 @@ describe('llmq status', () => {
     // A bucket's reading: 200 of 4,000 used, full again in 0.5 s of its 60 s window.
     await start(limiter, r, rateHeaders('tokens', 4_000, 3_800, 500));
     const status = formatStatus(await getQueueStatus(redis, names, limiter));
-    expect(status).toMatch(/global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 \(provider: limit 4000, room 3\d{3} now\)/);
+    expect(status).toMatch(
+      /global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 \(provider: limit 4000, room 3\d{3} now\)/,
+    );
   });
 
   it('counts a dead-lettered job once, under dead, not under failed too', async () => {

@@ -61,7 +61,9 @@ describe('a worker whose trial call waits for budget', () => {
     const limiter = { windowMs: 1_500, limits, headroom: 0 };
     // 880 of 1,000 spent elsewhere: the head (about 160) waits for it to leave the window.
     const spent = new Limiter({ redis, names, ...limiter });
-    await spent.call(await spent.acquire({ requests: 1, inputTokens: 880, outputTokens: 0 })).begin();
+    await spent
+      .call(await spent.acquire({ requests: 1, inputTokens: 880, outputTokens: 0 }))
+      .begin();
     const producer = new Producer({ redis, names });
     const request = { model: 'm', max_tokens: 150, messages: [{ role: 'user', content: 'hi' }] };
     for (let i = 0; i < 4; i++) await producer.enqueue(request, { priority: 'batch' });

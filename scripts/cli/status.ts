@@ -27,7 +27,9 @@ export function formatStatus(s: QueueStatus): string {
       return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${provider}`;
     }).filter(Boolean);
     const shape = scope.shape === 'unknown' ? '' : ` [${scope.shape}]`;
-    lines.push(`  ${scope.scope}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`);
+    lines.push(
+      `  ${scope.scope}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`,
+    );
   }
   lines.push(...formatForecast(s.forecast));
   for (const l of s.spend ?? []) {

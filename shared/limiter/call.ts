@@ -172,7 +172,12 @@ export class CallHandle {
     if (!reading) return;
     await this.recorder.push({
       kind: 'reading',
-      reading: { scope: this.scope, of: this.reservation.id, ageMs: Math.round(sentAgoMs), dims: reading },
+      reading: {
+        scope: this.scope,
+        of: this.reservation.id,
+        ageMs: Math.round(sentAgoMs),
+        dims: reading,
+      },
     });
   }
 }

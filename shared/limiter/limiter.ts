@@ -67,7 +67,13 @@ export class Limiter {
     this.wakeUps = new WakeUps(o.subscriber, channel);
     this.keys = limiterKeys(o.names);
     this.scripts = new LimiterScripts(o.redis, this.keys, o.commandTimeoutMs, o.clock);
-    this.recorder = new Recorder(this.scripts, o.windowMs, channel, o.outputAccounting, this.wakeUps);
+    this.recorder = new Recorder(
+      this.scripts,
+      o.windowMs,
+      channel,
+      o.outputAccounting,
+      this.wakeUps,
+    );
   }
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */

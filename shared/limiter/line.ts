@@ -110,7 +110,8 @@ export async function waitInLine(line: Line, options: AcquireManyOptions): Promi
       if (a.denial.money) throw BudgetExhaustedError.of(a.denial.money);
       await line.sleep(a, options.signal);
       const change = await options.onWait?.(a.denial);
-      if (change) line.update(Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)));
+      if (change)
+        line.update(Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)));
     }
   } catch (err) {
     await line.leave().catch(() => {});

@@ -110,7 +110,8 @@ function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits): Scope
       used: x?.used ?? 0,
       limit: limits[d.name],
       providerLimit: x?.limit,
-      providerRoom: x?.room,
+      // Whole tokens (a bucket refills by fractions; the JSON of the script carries 14 digits).
+      providerRoom: x?.room === undefined ? undefined : Math.floor(x.room + 1e-9),
     };
   }
   return {

@@ -223,7 +223,12 @@ function acquireReply(reply: (number | string)[]): AcquireReply {
     case AcquireCode.Concurrency:
       return { code, waitMs: Number(reply[1]) };
     case AcquireCode.Budget:
-      return { code, waitMs: Number(reply[1]), scope: String(reply[2]), dimension: dimension(reply[3]) };
+      return {
+        code,
+        waitMs: Number(reply[1]),
+        scope: String(reply[2]),
+        dimension: dimension(reply[3]),
+      };
     case AcquireCode.NeverFits:
       return {
         code,
@@ -322,7 +327,9 @@ export class LimiterScripts {
   async view(windowMs: number, scopes: readonly string[]): Promise<ViewReply> {
     const k = this.keys;
     const args = { now: this.now(), windowMs, scopes };
-    return JSON.parse(String(await this.run('view', [k.log, k.res, k.tot, k.view], args))) as ViewReply;
+    return JSON.parse(
+      String(await this.run('view', [k.log, k.res, k.tot, k.view], args)),
+    ) as ViewReply;
   }
 
   /** Changes an open reservation's tokens; false when it is unknown. */

@@ -1,0 +1,200 @@
+import type { Redis } from 'ioredis';
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { Reservation } from '../shared/limiter/types.ts';
+import { eachTestRedis, rateHeaders, settle, start, testLimiter } from './helpers.ts';
+
+/*
+ * The provider's view (docs/limiter.md): a reading is the provider's count when it admitted the
+ * call that brought it; the limiter projects it forward by the provider's shape, and admits a
+ * call only when it fits the projection as well as its own window.
+ */
+
+let redis: Redis;
+let names: QueueNames;
+let t: number;
+const T0 = 1_800_000_000_000;
+const W = 10_000;
+
+eachTestRedis('proj', (r, n) => {
+  redis = r;
+  names = n;
+});
+beforeEach(() => {
+  t = T0;
+});
+
+const make = (o: Partial<LimiterOptions> = {}) =>
+  testLimiter({ redis, names, clock: () => t, windowMs: W, limits: { tokens: 4_000 }, ...o });
+const cost = (inputTokens: number, outputTokens = 0) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
+
+async function admitted(lim: Limiter, c: ReturnType<typeof cost>): Promise<Reservation> {
+  const d = await lim.tryAcquire(c);
+  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
+  return d.reservation;
+}
+
+/** The tokens reading of a sliding window: reset one window after the call just admitted. */
+const windowReading = (remaining: number, limit = 4_000) =>
+  rateHeaders('tokens', limit, remaining, W, t);
+/** The tokens reading of a bucket: full again once what is missing has refilled. */
+const bucketReading = (remaining: number, limit = 4_000) =>
+  rateHeaders('tokens', limit, remaining, ((limit - remaining) * W) / limit, t);
+
+async function tokensView(lim: Limiter) {
+  const global = (await lim.snapshot()).scopes.find((s) => s.scope === 'global')!;
+  return { shape: global.shape, step: global.roundingStep, ...global.dimensions.tokens };
+}
+
+describe('a window-shaped provider', () => {
+  it('takes a reading that agrees with our own spend as ours: our window alone decides', async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(1_003));
+    await start(lim, r, windowReading(2_997));
+    expect(await tokensView(lim)).toMatchObject({
+      shape: 'window',
+      used: 1_003,
+      providerRoom: 2_997,
+    });
+    expect((await lim.tryAcquire(cost(2_997))).ok).toBe(true);
+  });
+
+  it("counts another client's spend until the reading is a window old", async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(1_003));
+    // 1,000 more than ours is spent: another client's.
+    await start(lim, r, windowReading(1_997));
+    expect(await lim.tryAcquire(cost(1_998))).toMatchObject({
+      ok: false,
+      reason: 'budget',
+      waitMs: W,
+    });
+    await start(lim, await admitted(lim, cost(1_997)));
+    // A window on, all the reading counted has left a window: only our own window is left.
+    t += W - 1;
+    expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
+    t += 1;
+    expect((await lim.tryAcquire(cost(4_000))).ok).toBe(true);
+  });
+
+  it('gives the room back our own calls free as they leave the window', async () => {
+    const lim = make();
+    const a = await admitted(lim, cost(2_003));
+    await start(lim, a);
+    t += 4_000;
+    const b = await admitted(lim, cost(997));
+    // Another client's 500 beside our 3,000.
+    await start(lim, b, windowReading(497));
+    // When our first call leaves (6 s on), its 2,003 are free in the provider's window too.
+    const d = await lim.tryAcquire(cost(2_000));
+    expect(d).toMatchObject({ ok: false, waitMs: 6_000 });
+    t += 6_000;
+    expect((await lim.tryAcquire(cost(2_000))).ok).toBe(true);
+    // The other client's 503 stay counted until the reading is a window old.
+    expect((await lim.tryAcquire(cost(501))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(500))).ok).toBe(true);
+  });
+
+  it("does not let our calls on their way hide another client's spend", async () => {
+    const lim = make();
+    const a = await admitted(lim, cost(1_003));
+    // On its way when the reading came: the provider had not counted it.
+    await admitted(lim, cost(997));
+    await start(lim, a, windowReading(1_997));
+    // Ours: 2,000; the provider's: 1,000 other + 1,003 counted + 997 to come = 3,000.
+    expect((await lim.tryAcquire(cost(1_001))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(1_000))).ok).toBe(true);
+  });
+
+  it("takes spend within the reading's rounding for ours, and beyond it for another client's", async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(300));
+    // Rounded to the nearest 100: 3,700 is within it of our 3,700 left; the step is learned.
+    await start(lim, r, windowReading(3_700));
+    expect(await tokensView(lim)).toMatchObject({ step: 100, providerRoom: 3_700 });
+    const b = await admitted(lim, cost(300));
+    // 3,400 of ours left, the provider says 3,000: 400 beyond ours, less the half step.
+    await start(lim, b, windowReading(3_000));
+    expect((await tokensView(lim)).providerRoom).toBe(3_050);
+  });
+
+  it("caps the configured limit by the provider's, and reads one where none is configured", async () => {
+    const lim = make({ limits: {} });
+    const r = await admitted(lim, cost(1_003));
+    await start(lim, r, windowReading(2_997, 4_000));
+    expect((await lim.tryAcquire(cost(2_998))).ok).toBe(false);
+    await expect(lim.tryAcquire(cost(4_001))).rejects.toThrow(/needs 4001 tokens/);
+  });
+});
+
+describe('a bucket-shaped provider', () => {
+  it('is known by its reset, and what it refills is admitted beyond our own window', async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(1_003));
+    // Full again in 2.5 s of a 10 s window: a bucket, not a sliding window.
+    await start(lim, r, bucketReading(2_997));
+    expect((await tokensView(lim)).shape).toBe('bucket');
+    // What is left of the bucket fits at once; our window is full then.
+    expect((await lim.tryAcquire(cost(2_997))).ok).toBe(true);
+    // The bucket refills 0.4 tokens a ms: 997 more in 2,493 ms.
+    const d = await lim.tryAcquire(cost(997));
+    expect(d).toMatchObject({ ok: false, reason: 'budget' });
+    if (!d.ok) expect(d.waitMs).toBe(2_493);
+    t += 2_492;
+    expect((await lim.tryAcquire(cost(997))).ok).toBe(false);
+    t += 1;
+    expect((await lim.tryAcquire(cost(997))).ok).toBe(true);
+    expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
+  });
+
+  it('refills no more than its capacity, and lapses to our own window after a window', async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(1_003));
+    await start(lim, r, bucketReading(2_997));
+    t += 9_000;
+    // Full long ago: the bucket's capacity less what we took since the reading.
+    const extra = await admitted(lim, cost(2_997));
+    await settle(lim, extra, { inputTokens: 2_997, outputTokens: 0 });
+    expect((await lim.tryAcquire(cost(1_004))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(1_003))).ok).toBe(true);
+    // A window after the reading it lapses: our window (all 5,003 in it) decides again.
+    t += 1_000;
+    expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
+  });
+
+  it('keeps our window beside it when the configured limit is below the provider’s', async () => {
+    const lim = make({ limits: { tokens: 2_000 } });
+    const r = await admitted(lim, cost(1_500));
+    await start(lim, r, bucketReading(2_500));
+    t += 5_000;
+    expect((await lim.tryAcquire(cost(501))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(500))).ok).toBe(true);
+  });
+});
+
+describe('output counted as it is produced', () => {
+  it("leaves the output of calls in flight to come, where 'actual' takes it as counted", async () => {
+    const limits = { outputTokens: 4_000 };
+    const reading = rateHeaders('output-tokens', 4_000, 2_999, W, t);
+    const admittedCall = async (lim: Limiter) => {
+      const a = await admitted(lim, cost(10, 1_000));
+      await start(lim, a, reading);
+    };
+    // The provider counted max_tokens at admission: 1,001 of its 4,000 (1 someone else's).
+    const actual = make({ limits, outputAccounting: 'actual' });
+    await admittedCall(actual);
+    expect((await actual.tryAcquire(cost(10, 3_000))).ok).toBe(false);
+    expect((await actual.tryAcquire(cost(10, 2_999))).ok).toBe(true);
+    await actual.destroy();
+    // It counts output as produced: the 1,001 it counted are someone else's, ours are to come.
+    const produced = make({ limits, outputAccounting: 'produced' });
+    await admittedCall(produced);
+    expect((await produced.tryAcquire(cost(10, 2_000))).ok).toBe(false);
+    expect((await produced.tryAcquire(cost(10, 1_999))).ok).toBe(true);
+  });
+});
