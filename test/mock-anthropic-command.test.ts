@@ -90,6 +90,9 @@ describe('the mock-anthropic command', () => {
       faultMidstream: '0.02',
       spendCappedKey: ['a', 'b'],
       seed: '7',
+      roundReadings: '1000',
+      maxOutputTokens: '8192',
+      cacheTtl: '1.5',
     });
     expect(parseMockAnthropicOptions(options)).toEqual({
       host: '127.0.0.1',
@@ -106,6 +109,9 @@ describe('the mock-anthropic command', () => {
       faults: { overloaded: 0.1, serverError: 0.05, drop: 0.01, midStreamError: 0.02 },
       spendCappedKeys: ['a', 'b'],
       seed: 7,
+      roundReadings: 1000,
+      maxOutputTokens: 8192,
+      cacheTtlMs: 1500,
     });
     expect(resolveMockAnthropicFlags({ outputShare: '0.7' }).outputShare).toBe(0.7);
   });
@@ -127,6 +133,15 @@ describe('the mock-anthropic command', () => {
     [{ port: '70000' }, '--port must be a port from 0 to 65535, got "70000"'],
     [{ latency: '-1' }, '--latency must be a number >= 0, got "-1"'],
     [{ seed: 'x' }, '--seed must be an integer, got "x"'],
+    [
+      { roundReadings: '-5' },
+      '--round-readings must be a whole number of tokens >= 0 (0 for exact readings), got "-5"',
+    ],
+    [
+      { maxOutputTokens: '1e12' },
+      '--max-output-tokens must be a whole number of tokens from 1 to 1000000, got "1e12"',
+    ],
+    [{ cacheTtl: '0' }, '--cache-ttl must be a number of seconds from 0.001 to 86400, got "0"'],
     [
       { charsPerToken: '0' },
       '--chars-per-token must be a number of characters from 0.1 to 100, got "0"',

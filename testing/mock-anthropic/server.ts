@@ -18,12 +18,13 @@ import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './a
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { type BatchFaults, type BatchOptions, type BatchStats, handleBatches } from './batches.ts';
 import { readBody, sendEmpty, sendJson } from './http-io.ts';
+import { MediaError } from './media-costs.ts';
 import { handleMessages, type RouteContext } from './messages-handler.ts';
 import { type MockAnthropicOptions, parseMockAnthropicOptions } from './options.ts';
 import { countTokensRequestSchema, describeIssue, firstIssue } from './request-schema.ts';
+import { countRequestTokens } from './request-tokens.ts';
 import { MockState, type RuntimeOptions } from './state.ts';
 import type { MockStats } from './stats.ts';
-import { countRequestTokens } from './tokenizer.ts';
 
 export interface MockAnthropicHandle {
   /** Base URL to give the SDK as `baseURL`, without `/v1`, e.g. `http://127.0.0.1:43123`. */
@@ -175,9 +176,13 @@ async function handleCountTokens(
   if (!parsed.data.model.startsWith('claude-')) {
     return fail('not_found_error', `model: ${parsed.data.model}`);
   }
-  sendJson(res, 200, {
-    input_tokens: countRequestTokens(parsed.data, state.options.inputCounting),
-  });
+  try {
+    const tokens = await countRequestTokens(parsed.data, state.options.inputCounting);
+    sendJson(res, 200, { input_tokens: tokens });
+  } catch (error) {
+    if (!(error instanceof MediaError)) throw error;
+    fail('invalid_request_error', error.message);
+  }
 }
 
 async function handleSetFaults(
