@@ -10,7 +10,14 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import { answerEvents, messageBody, type StreamProgress } from './answer-events.ts';
 import { type ApiErrorType, apiErrorBody, ERROR_STATUS } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
-import { readBody, sendJson } from './http-io.ts';
+import {
+  NOT_JSON_MESSAGE,
+  parseJson,
+  readBody,
+  sendJson,
+  TOO_LARGE_MESSAGE,
+  untilGone,
+} from './http-io.ts';
 import { sleep } from './latency.ts';
 import { type Admitted, runCall } from './message-call.ts';
 import type { MockState } from './state.ts';
@@ -21,19 +28,6 @@ export interface RouteContext {
   readonly requestId: string;
   /** Aborts when the server closes. */
   readonly serverSignal: AbortSignal;
-}
-
-export const TOO_LARGE_MESSAGE = 'Request exceeds the maximum allowed number of bytes.';
-export const NOT_JSON_MESSAGE =
-  'There was an error parsing the body of your request: it is not valid JSON.';
-
-/** The body as JSON, or undefined when it is not JSON. */
-export function parseJson(raw: string): { value: unknown } | undefined {
-  try {
-    return { value: JSON.parse(raw) };
-  } catch {
-    return undefined;
-  }
 }
 
 export async function handleMessages(
@@ -85,15 +79,6 @@ export async function handleMessages(
   if (delivered) sendJson(res, 200, messageBody(answer), outcome.headers);
   // The "model" produced the whole output even if nobody was left to read it.
   outcome.settle(answer.output.tokens);
-}
-
-/** Aborts when the server closes or the client goes away. */
-export function untilGone(res: ServerResponse, serverSignal: AbortSignal): AbortSignal {
-  const gone = new AbortController();
-  res.on('close', () => {
-    if (!res.writableFinished) gone.abort();
-  });
-  return AbortSignal.any([serverSignal, gone.signal]);
 }
 
 /** Sends the answer as server-sent events (headers at once), then settles what was sent. */

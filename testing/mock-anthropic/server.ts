@@ -7,6 +7,9 @@
  * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}` by the same counter as
  *   `/v1/messages`, not rate limited;
  * - `/v1/messages/batches…` — Message Batches, see batches.ts;
+ * - Bedrock's `POST /model/{id}/invoke` and `invoke-with-response-stream`, see bedrock-route.ts;
+ * - Vertex AI's `POST /v1/projects/…/models/{model}:rawPredict` and `:streamRawPredict`, see
+ *   vertex-route.ts;
  * - `GET /__stats` — MockStats JSON; `POST /__reset` — 204; `POST /__faults` — 204, body as
  *   `setFaults`.
  */
@@ -17,6 +20,7 @@ import { LlmqError } from '../../shared/errors.ts';
 import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { type BatchFaults, type BatchOptions, type BatchStats, handleBatches } from './batches.ts';
+import { handleBedrock } from './bedrock-route.ts';
 import { readBody, sendEmpty, sendJson } from './http-io.ts';
 import { MediaError } from './media-costs.ts';
 import { handleMessages, type RouteContext } from './messages-handler.ts';
@@ -25,6 +29,7 @@ import { countTokensRequestSchema, describeIssue, firstIssue } from './request-s
 import { countRequestTokens } from './request-tokens.ts';
 import { MockState, type RuntimeOptions } from './state.ts';
 import type { MockStats } from './stats.ts';
+import { handleVertex } from './vertex-route.ts';
 
 export interface MockAnthropicHandle {
   /** Base URL to give the SDK as `baseURL`, without `/v1`, e.g. `http://127.0.0.1:43123`. */
@@ -123,6 +128,8 @@ async function route(
 ): Promise<void> {
   const path = new URL(req.url ?? '/', 'http://mock').pathname;
   if (await handleBatches(req, res, context.state.batches, context.requestId)) return;
+  if (await handleBedrock(req, res, path, context)) return;
+  if (await handleVertex(req, res, path, context)) return;
   const key = `${req.method ?? 'GET'} ${path}`;
   switch (key) {
     case 'POST /v1/messages':
