@@ -58,6 +58,18 @@ async function realPath(): Promise<{ producer: Producer; mock: MockAnthropicHand
 
 const quiet = { write: () => true, isTTY: false };
 
+/** Summarizes the test's docs folder into `out`, quietly. */
+function summarizeDocs(producer: Producer, out: string, images = false) {
+  return runBatchSummarize({
+    paths: [join(dir, 'docs')],
+    out,
+    producer,
+    images,
+    progress: quiet,
+    report: quiet,
+  });
+}
+
 interface Line {
   file: string;
   id: string;
@@ -92,13 +104,7 @@ describe('batch summarize with PDFs and images', () => {
     const pages = await writeFolder();
     const { producer, mock } = await realPath();
     const out = join(dir, 'results.jsonl');
-    const report = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
-      out,
-      producer,
-      progress: quiet,
-      report: quiet,
-    });
+    const report = await summarizeDocs(producer, out);
     expect(report).toMatchObject({ files: 7, succeeded: 7, failed: [], exitCode: 0 });
     const lines = readLines(out);
     expect(lines.map((l) => l.file).sort()).toEqual(
@@ -114,13 +120,7 @@ describe('batch summarize with PDFs and images', () => {
     expect(mock.stats().admitted).toBe(7);
 
     // A rerun finds every result and sends nothing.
-    const again = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
-      out,
-      producer,
-      progress: quiet,
-      report: quiet,
-    });
+    const again = await summarizeDocs(producer, out);
     expect(again).toMatchObject({ skipped: 7, enqueued: 0, succeeded: 7 });
     expect(mock.stats().admitted).toBe(7);
   });
@@ -131,14 +131,7 @@ describe('batch summarize with PDFs and images', () => {
     writeFileSync(join(dir, 'docs', 'broken.webp'), 'not a picture at all');
     const { producer } = await realPath();
     const out = join(dir, 'results.jsonl');
-    const report = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
-      out,
-      producer,
-      images: true,
-      progress: quiet,
-      report: quiet,
-    });
+    const report = await summarizeDocs(producer, out, true);
     expect(report).toMatchObject({ files: 10, succeeded: 9, exitCode: 1 });
     const lines = readLines(out);
     const chart = lines.find((l) => l.file.endsWith('chart.png'))!;

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { Command } from 'commander';
@@ -13,24 +12,9 @@ import {
   parseMockAnthropicOptions,
   startMockAnthropic,
 } from '../testing/mock-anthropic/index.ts';
-import { tsxEval } from './helpers.ts';
+import { spawnMockCommand } from './fixtures/mock-command.ts';
 
-const ROOT = new URL('..', import.meta.url).pathname;
-
-/** Runs `mock-anthropic` with `args` in a child process, the way the CLI will. */
-function runCommand(args: string[]) {
-  const code = [
-    "import { Command } from 'commander';",
-    "import { registerMockAnthropicCommand } from './scripts/cli/mock-anthropic.ts';",
-    "const program = new Command('llmq');",
-    'registerMockAnthropicCommand(program);',
-    `await program.parseAsync(${JSON.stringify(['mock-anthropic', ...args])}, { from: 'user' });`,
-  ].join('\n');
-  return spawn(process.execPath, tsxEval(code), {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-}
+const runCommand = (args: string[]) => spawnMockCommand(args);
 
 describe('the mock-anthropic command', () => {
   it('prints the URL alone on the first line, serves, and exits 0 on SIGTERM or SIGINT', async () => {

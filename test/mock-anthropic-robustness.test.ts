@@ -2,15 +2,14 @@
  * The mock as a process under abuse: a request for 10^12 output tokens, a huge answer, and a
  * SIGTERM in the middle of a long stream. It stays small and stops when told.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import Anthropic, { BadRequestError } from '@anthropic-ai/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tsxEval } from './helpers.ts';
+import { spawnMockCommand } from './fixtures/mock-command.ts';
 
-const ROOT = new URL('..', import.meta.url).pathname;
 const children: ChildProcess[] = [];
 
 afterEach(() => {
@@ -19,19 +18,9 @@ afterEach(() => {
 
 /** Starts `llmq mock-anthropic …args` in a child process; resolves with it and its URL. */
 async function startCommand(args: string[]) {
-  const code = [
-    "import { Command } from 'commander';",
-    "import { registerMockAnthropicCommand } from './scripts/cli/mock-anthropic.ts';",
-    "const program = new Command('llmq');",
-    'registerMockAnthropicCommand(program);',
-    `await program.parseAsync(${JSON.stringify(['mock-anthropic', ...args])}, { from: 'user' });`,
-  ].join('\n');
-  const child = spawn(process.execPath, tsxEval(code), {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawnMockCommand(args);
   children.push(child);
-  const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   const url = (await lines.next()).value as string;
   return { child, url };
 }

@@ -13,7 +13,12 @@
 import { RequestValidationError } from '../../shared/errors.ts';
 import type { ContentBlock, DocumentBlock } from './content-blocks.ts';
 import { imageTokens, MAX_PDF_PAGES, MediaError, type PdfCost, pdfCost } from './media-costs.ts';
-import { type CountTokensRequest, countTokensRequestSchema, firstIssue } from './request-schema.ts';
+import {
+  type CountTokensRequest,
+  countTokensRequestSchema,
+  describeIssue,
+  firstIssue,
+} from './request-schema.ts';
 import {
   countTextTokens,
   type InputCounting,
@@ -85,6 +90,34 @@ export async function countRequestTokens(
   counting: InputCounting = {},
 ): Promise<number> {
   return tokensOf(await measureRequest(request), counting);
+}
+
+/**
+ * A `count_tokens` body's answer: its input tokens, or the 400 message (a bad field, image or
+ * PDF) and the 404 of a model that is not Claude's.
+ */
+export async function countTokensAnswer(
+  body: unknown,
+  counting: InputCounting,
+): Promise<
+  { tokens: number } | { refused: 'invalid_request_error' | 'not_found_error'; message: string }
+> {
+  const parsed = countTokensRequestSchema.safeParse(body);
+  if (!parsed.success) {
+    return {
+      refused: 'invalid_request_error',
+      message: describeIssue(firstIssue(parsed.error.issues)),
+    };
+  }
+  if (!parsed.data.model.includes('claude-')) {
+    return { refused: 'not_found_error', message: `model: ${parsed.data.model}` };
+  }
+  try {
+    return { tokens: await countRequestTokens(parsed.data, counting) };
+  } catch (error) {
+    if (!(error instanceof MediaError)) throw error;
+    return { refused: 'invalid_request_error', message: error.message };
+  }
 }
 
 /**

@@ -21,12 +21,17 @@ import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './a
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { type BatchFaults, type BatchOptions, type BatchStats, handleBatches } from './batches.ts';
 import { handleBedrock } from './bedrock-route.ts';
-import { readBody, sendEmpty, sendJson } from './http-io.ts';
-import { MediaError } from './media-costs.ts';
+import {
+  NOT_JSON_MESSAGE,
+  parseJson,
+  readBody,
+  sendEmpty,
+  sendJson,
+  TOO_LARGE_MESSAGE,
+} from './http-io.ts';
 import { handleMessages, type RouteContext } from './messages-handler.ts';
 import { type MockAnthropicOptions, parseMockAnthropicOptions } from './options.ts';
-import { countTokensRequestSchema, describeIssue, firstIssue } from './request-schema.ts';
-import { countRequestTokens } from './request-tokens.ts';
+import { countTokensAnswer } from './request-tokens.ts';
 import { MockState, type RuntimeOptions } from './state.ts';
 import type { MockStats } from './stats.ts';
 import { handleVertex } from './vertex-route.ts';
@@ -165,31 +170,13 @@ async function handleCountTokens(
     return fail('authentication_error', MISSING_KEY_MESSAGE);
   }
   if (raw === null) {
-    return fail('request_too_large', 'Request exceeds the maximum allowed number of bytes.');
+    return fail('request_too_large', TOO_LARGE_MESSAGE);
   }
-  let body: unknown;
-  try {
-    body = JSON.parse(raw);
-  } catch {
-    return fail(
-      'invalid_request_error',
-      'There was an error parsing the body of your request: it is not valid JSON.',
-    );
-  }
-  const parsed = countTokensRequestSchema.safeParse(body);
-  if (!parsed.success) {
-    return fail('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
-  }
-  if (!parsed.data.model.startsWith('claude-')) {
-    return fail('not_found_error', `model: ${parsed.data.model}`);
-  }
-  try {
-    const tokens = await countRequestTokens(parsed.data, state.options.inputCounting);
-    sendJson(res, 200, { input_tokens: tokens });
-  } catch (error) {
-    if (!(error instanceof MediaError)) throw error;
-    fail('invalid_request_error', error.message);
-  }
+  const body = parseJson(raw);
+  if (!body) return fail('invalid_request_error', NOT_JSON_MESSAGE);
+  const answer = await countTokensAnswer(body.value, state.options.inputCounting);
+  if ('refused' in answer) return fail(answer.refused, answer.message);
+  sendJson(res, 200, { input_tokens: answer.tokens });
 }
 
 async function handleSetFaults(

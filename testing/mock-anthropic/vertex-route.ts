@@ -23,11 +23,9 @@ import {
   untilGone,
 } from './http-io.ts';
 import { sleep } from './latency.ts';
-import { MediaError } from './media-costs.ts';
 import { runCall } from './message-call.ts';
 import { type RouteContext, streamAnswer } from './messages-handler.ts';
-import { countTokensRequestSchema, describeIssue, firstIssue } from './request-schema.ts';
-import { countRequestTokens } from './request-tokens.ts';
+import { countTokensAnswer } from './request-tokens.ts';
 
 const PATH =
   /^\/v1\/projects\/([^/]+)\/locations\/([^/]+)\/publishers\/anthropic\/models\/(.+):(rawPredict|streamRawPredict)$/;
@@ -161,15 +159,7 @@ async function countTokens(
   fail: (type: ApiErrorType, message: string) => void,
 ): Promise<void> {
   state.stats.countTokensCall();
-  const parsed = countTokensRequestSchema.safeParse(body);
-  if (!parsed.success) {
-    return fail('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
-  }
-  try {
-    const tokens = await countRequestTokens(parsed.data, state.options.inputCounting);
-    sendJson(res, 200, { input_tokens: tokens });
-  } catch (error) {
-    if (!(error instanceof MediaError)) throw error;
-    fail('invalid_request_error', error.message);
-  }
+  const answer = await countTokensAnswer(body, state.options.inputCounting);
+  if ('refused' in answer) return fail(answer.refused, answer.message);
+  sendJson(res, 200, { input_tokens: answer.tokens });
 }
