@@ -106,6 +106,19 @@ describe('prompt caching', () => {
     expect(other).toBeInstanceOf(RateLimitError);
   });
 
+  it('writes nothing for a request the limits refuse', async () => {
+    const mock = await start({ limits: { requests: 1 }, windowMs: 500 });
+    const client = sdk(mock);
+    await client.messages.create({ ...cachedAsk(10), system: 'Short.' });
+    const refused = await client.messages.create(cachedAsk(2_000)).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RateLimitError);
+    const at = Date.now();
+    await until(() => Date.now() > at + 600, 5_000);
+    const after = await client.messages.create(cachedAsk(2_000));
+    expect(after.usage.cache_creation_input_tokens).toBe(prefixTokens(2_000));
+    expect(after.usage.cache_read_input_tokens).toBe(0);
+  });
+
   it('does not cache a prefix below the model minimum (1,024; 2,048 for Haiku), silently', async () => {
     const mock = await start();
     const client = sdk(mock);

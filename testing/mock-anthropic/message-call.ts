@@ -108,7 +108,7 @@ export async function runCall(state: MockState, call: CallInput): Promise<CallOu
 
   const readableAt = call.stream ? now : now + state.latencyMs;
   const cache = state.promptCache;
-  const usage = cache.use(
+  const planned = cache.plan(
     call.apiKey,
     request.model,
     segments,
@@ -116,7 +116,7 @@ export async function runCall(state: MockState, call: CallInput): Promise<CallOu
     now,
     readableAt,
   );
-  return admit(state, call, request, usage, now);
+  return admit(state, call, request, planned, now);
 }
 
 /** The spend cap and the faults drawn before admission, or nothing when the call goes on. */
@@ -151,10 +151,11 @@ function admit(
   state: MockState,
   call: CallInput,
   request: MessagesRequest,
-  usage: CacheUse,
+  planned: { readonly use: CacheUse; commit(): void },
   now: number,
 ): CallOutcome {
   const { options, stats } = state;
+  const usage = planned.use;
   const input = usage.inputTokens + usage.creationTokens;
   const cost: Charge = {
     requests: 1,
@@ -179,6 +180,8 @@ function admit(
     );
     return refuse('rate_limit_error', message, headers);
   }
+  // Only an admitted call reads or writes the cache.
+  planned.commit();
   const record = stats.admit(now, cost);
   stats.cache(usage);
   const generation = state.generation;

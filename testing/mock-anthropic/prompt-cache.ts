@@ -50,17 +50,18 @@ export class PromptCache {
   constructor(private readonly ttlMs: number) {}
 
   /**
-   * Reads and writes the request's prefixes for `apiKey` at `now`; what it writes becomes
-   * readable at `readableAt`. Resolves what usage reports.
+   * What the request's prefixes make of its input for `apiKey` at `now`: the longest readable
+   * one is read, the later ones written. Nothing changes until `commit()` (the call admitted);
+   * what it writes becomes readable at `readableAt`.
    */
-  use(
+  plan(
     apiKey: string,
     model: string,
     segments: readonly Segment[],
     counting: InputCounting,
     now: number,
     readableAt: number,
-  ): CacheUse {
+  ): { readonly use: CacheUse; commit(): void } {
     if (++this.uses % 256 === 0) this.prune(now);
     const total = tokensOf(segments, counting);
     const points = breakpoints(apiKey, model, segments, counting).filter(
@@ -72,21 +73,27 @@ export class PromptCache {
       if (entry && entry.expiresAt > now && entry.readableAt <= now) hit = k;
     }
     const read = hit >= 0 ? points[hit]!.tokens : 0;
-    if (hit >= 0) this.entries.get(points[hit]!.id)!.expiresAt = now + this.lifetime(points[hit]!);
+    const writes = points.slice(hit + 1);
     let written = read;
     const creation = { '5m': 0, '1h': 0 };
-    for (const point of points.slice(hit + 1)) {
+    for (const point of writes) {
       creation[point.ttl] += point.tokens - written;
       written = point.tokens;
-      this.write(point, now, readableAt);
     }
-    return {
+    const commit = () => {
+      const readPoint = points[hit];
+      const entry = readPoint && this.entries.get(readPoint.id);
+      if (readPoint && entry) entry.expiresAt = now + this.lifetime(readPoint);
+      for (const point of writes) this.write(point, now, readableAt);
+    };
+    const use = {
       inputTokens: total - written,
       creationTokens: written - read,
       readTokens: read,
       creation5m: creation['5m'],
       creation1h: creation['1h'],
     };
+    return { use, commit };
   }
 
   /** Forgets every entry. */
