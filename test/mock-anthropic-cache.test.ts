@@ -150,6 +150,16 @@ describe('prompt caching', () => {
     const after = await client.messages.create(cachedAsk(2_000, 'd?'));
     expect(after.usage.cache_read_input_tokens).toBe(prefixTokens(2_000));
     expect(mock.stats().cache).toMatchObject({ writes: 3, reads: 1 });
+
+    // Streamed the same: the prefix is readable from the first token, not from the headers.
+    const streams = await Promise.all(
+      ['e?', 'f?'].map((q) =>
+        client.messages.stream(cachedAsk(2_000, q, 'claude-opus-4-1')).finalMessage(),
+      ),
+    );
+    for (const answer of streams) {
+      expect(answer.usage.cache_creation_input_tokens).toBe(prefixTokens(2_000));
+    }
   });
 
   it('keeps an entry per API key and per model', async () => {

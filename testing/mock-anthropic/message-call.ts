@@ -106,7 +106,9 @@ export async function runCall(state: MockState, call: CallInput): Promise<CallOu
   const front = frontDoor(state, call.apiKey, request.model, now);
   if (front) return front;
 
-  const readableAt = call.stream ? now : now + state.latencyMs;
+  // The prefix is written when the response begins: its first token, `latencyMs` after admission
+  // (a stream's headers and message_start go out before that, at admission).
+  const readableAt = now + state.latencyMs;
   const cache = state.promptCache;
   const planned = cache.plan(
     call.apiKey,

@@ -3,8 +3,9 @@
  * breakpoint; the prefix up to and including it (tools, then system, then messages; the model's
  * too) is an entry of the caller's key. A request reads the longest of its breakpoints' prefixes
  * that is cached and readable, and writes every later one. An entry:
- * - is readable from the moment the response that wrote it begins (`readableAt`): requests that
- *   arrive before that pay the write again;
+ * - is readable from the moment the response that wrote it begins (`readableAt`: its first
+ *   token, `latencyMs` after admission, streamed or not): requests that arrive before that pay
+ *   the write again;
  * - lives `ttlMs` after its last use (a write or a read), twelve times that for `"ttl": "1h"`;
  * - is never made for a prefix below the model's minimum (1,024 tokens, 2,048 for Haiku): such
  *   a breakpoint is ignored, silently.
