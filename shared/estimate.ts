@@ -1,3 +1,4 @@
+import { estimateMediaBlock } from './media-estimate.ts';
 import type { MessagesRequest } from './request.ts';
 
 /**
@@ -9,8 +10,6 @@ export interface Cost {
   readonly outputTokens: number;
 }
 
-/** Tokens charged for an image or document block when its size is unknown (erring high). */
-const MEDIA_BLOCK_TOKENS = 1_600;
 const PER_MESSAGE_TOKENS = 8;
 const BASE_TOKENS = 16;
 
@@ -28,7 +27,10 @@ function blockBytes(block: unknown): { bytes: number; media: number } {
   const b = block as Record<string, unknown>;
   if (b['type'] === 'text' && typeof b['text'] === 'string')
     return { bytes: bytes(b['text']), media: 0 };
-  if (b['type'] === 'image' || b['type'] === 'document') return { bytes: 0, media: 1 };
+  if (b['type'] === 'image' || b['type'] === 'document') {
+    const { tokens, text } = estimateMediaBlock(b);
+    return { bytes: bytes(text), media: tokens };
+  }
   // tool_use, tool_result and anything newer: its JSON is an upper bound on its text.
   return { bytes: bytes(JSON.stringify(b)), media: 0 };
 }
@@ -36,8 +38,9 @@ function blockBytes(block: unknown): { bytes: number; media: number } {
 /**
  * Estimates a request's input tokens without calling the provider, erring high: about one
  * token per three bytes of UTF-8 (real tokenizers average nearer four characters a token for
- * English), plus a per-message and a base overhead. The worker replaces the estimate with the
- * provider's count when the response arrives.
+ * English), plus a per-message and a base overhead; images and PDFs from their bytes (their size,
+ * their pages: see media-estimate.ts). The worker replaces the estimate with the provider's
+ * count when the response arrives.
  */
 export function estimateInputTokens(request: MessagesRequest): number {
   let total = 0;
@@ -53,12 +56,7 @@ export function estimateInputTokens(request: MessagesRequest): number {
     else for (const b of m.content) add(blockBytes(b));
   }
   if (request.tools) total += bytes(JSON.stringify(request.tools));
-  return (
-    Math.ceil(total / 3) +
-    media * MEDIA_BLOCK_TOKENS +
-    PER_MESSAGE_TOKENS * request.messages.length +
-    BASE_TOKENS
-  );
+  return Math.ceil(total / 3) + media + PER_MESSAGE_TOKENS * request.messages.length + BASE_TOKENS;
 }
 
 /** The cost to reserve for a request: its input estimate plus the whole of max_tokens. */

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { Command } from 'commander';
@@ -13,24 +12,9 @@ import {
   parseMockAnthropicOptions,
   startMockAnthropic,
 } from '../testing/mock-anthropic/index.ts';
-import { tsxEval } from './helpers.ts';
+import { spawnMockCommand } from './fixtures/mock-command.ts';
 
-const ROOT = new URL('..', import.meta.url).pathname;
-
-/** Runs `mock-anthropic` with `args` in a child process, the way the CLI will. */
-function runCommand(args: string[]) {
-  const code = [
-    "import { Command } from 'commander';",
-    "import { registerMockAnthropicCommand } from './scripts/cli/mock-anthropic.ts';",
-    "const program = new Command('llmq');",
-    'registerMockAnthropicCommand(program);',
-    `await program.parseAsync(${JSON.stringify(['mock-anthropic', ...args])}, { from: 'user' });`,
-  ].join('\n');
-  return spawn(process.execPath, tsxEval(code), {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-}
+const runCommand = (args: string[]) => spawnMockCommand(args);
 
 describe('the mock-anthropic command', () => {
   it('prints the URL alone on the first line, serves, and exits 0 on SIGTERM or SIGINT', async () => {
@@ -90,6 +74,9 @@ describe('the mock-anthropic command', () => {
       faultMidstream: '0.02',
       spendCappedKey: ['a', 'b'],
       seed: '7',
+      roundReadings: '1000',
+      maxOutputTokens: '8192',
+      cacheTtl: '1.5',
     });
     expect(parseMockAnthropicOptions(options)).toEqual({
       host: '127.0.0.1',
@@ -106,6 +93,9 @@ describe('the mock-anthropic command', () => {
       faults: { overloaded: 0.1, serverError: 0.05, drop: 0.01, midStreamError: 0.02 },
       spendCappedKeys: ['a', 'b'],
       seed: 7,
+      roundReadings: 1000,
+      maxOutputTokens: 8192,
+      cacheTtlMs: 1500,
     });
     expect(resolveMockAnthropicFlags({ outputShare: '0.7' }).outputShare).toBe(0.7);
   });
@@ -127,6 +117,15 @@ describe('the mock-anthropic command', () => {
     [{ port: '70000' }, '--port must be a port from 0 to 65535, got "70000"'],
     [{ latency: '-1' }, '--latency must be a number >= 0, got "-1"'],
     [{ seed: 'x' }, '--seed must be an integer, got "x"'],
+    [
+      { roundReadings: '-5' },
+      '--round-readings must be a whole number of tokens >= 0 (0 for exact readings), got "-5"',
+    ],
+    [
+      { maxOutputTokens: '1e12' },
+      '--max-output-tokens must be a whole number of tokens from 1 to 1000000, got "1e12"',
+    ],
+    [{ cacheTtl: '0' }, '--cache-ttl must be a number of seconds from 0.001 to 86400, got "0"'],
     [
       { charsPerToken: '0' },
       '--chars-per-token must be a number of characters from 0.1 to 100, got "0"',

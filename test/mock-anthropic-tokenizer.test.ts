@@ -7,7 +7,7 @@ import {
   MESSAGE_OVERHEAD_TOKENS,
   REQUEST_BASE_TOKENS,
 } from '../testing/mock-anthropic/index.ts';
-import { planOutput } from '../testing/mock-anthropic/output.ts';
+import { outputPieces, outputText, planOutput } from '../testing/mock-anthropic/output.ts';
 
 const bytes = (text: string) => Buffer.byteLength(text, 'utf8');
 /** What a client budgets for one text: about a token per 3 bytes. */
@@ -118,7 +118,8 @@ describe('the mock output', () => {
         (hash, maxTokens, share) => {
           const output = planOutput(hash, maxTokens, share);
           expect(output.tokens).toBe(Math.max(1, Math.round(share * maxTokens)));
-          expect(countTextTokens(output.pieces.join(''))).toBe(output.tokens);
+          expect(countTextTokens(outputText(output))).toBe(output.tokens);
+          expect([...outputPieces(output)]).toHaveLength(output.tokens);
           expect(output.stopReason).toBe(output.tokens === maxTokens ? 'max_tokens' : 'end_turn');
         },
       ),
@@ -132,7 +133,7 @@ describe('the mock output', () => {
         const output = planOutput(hash, 1000, [0.3, 0.9]);
         expect(output.tokens).toBeGreaterThanOrEqual(300);
         expect(output.tokens).toBeLessThanOrEqual(900);
-        expect(planOutput(hash, 1000, [0.3, 0.9]).pieces).toEqual(output.pieces);
+        expect(outputText(planOutput(hash, 1000, [0.3, 0.9]))).toBe(outputText(output));
       }),
       { numRuns: 200 },
     );

@@ -228,8 +228,24 @@ describe('mock Anthropic server, as the SDK sees it', () => {
       'messages.0.content.0.text: Input should be a valid string',
     ],
     [
+      { ...params, messages: [{ role: 'user', content: [{ type: 'video' }] }] },
+      "messages.0.content.0.type: Input tag 'video' found",
+    ],
+    [
       { ...params, messages: [{ role: 'user', content: [{ type: 'image' }] }] },
-      "messages.0.content.0.type: Input tag 'image' found",
+      'messages.0.content.0.source: Field required',
+    ],
+    [
+      {
+        ...params,
+        messages: [
+          {
+            role: 'user',
+            content: [{ type: 'text', text: 'x', cache_control: { type: 'eternal' } }],
+          },
+        ],
+      },
+      "messages.0.content.0.cache_control.type: Input should be 'ephemeral'",
     ],
     [{ ...params, stream: 'yes' }, 'stream: Input should be a valid boolean'],
     [{ ...params, temperature: 2 }, 'temperature: Input should be less than or equal to 1'],
@@ -251,7 +267,12 @@ describe('mock Anthropic server, as the SDK sees it', () => {
     const extra = {
       ...params,
       system: [{ type: 'text', text: 'Be brief.' }],
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi', cache_control: {} }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [{ type: 'text', text: 'Hi', cache_control: { type: 'ephemeral' } }],
+        },
+      ],
       metadata: { user_id: 'u1' },
       service_tier: 'auto',
     };

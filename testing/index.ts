@@ -4,6 +4,7 @@
  */
 export type { FaultRates } from './mock-anthropic/faults.ts';
 export type { MockAnthropicOptions } from './mock-anthropic/options.ts';
+export { countMockTokens } from './mock-anthropic/request-tokens.ts';
 export { type MockAnthropicHandle, startMockAnthropic } from './mock-anthropic/server.ts';
 export type { MockStats } from './mock-anthropic/stats.ts';
-export { countMockTokens, countTextTokens } from './mock-anthropic/tokenizer.ts';
+export { countTextTokens } from './mock-anthropic/tokenizer.ts';

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import type { Via } from '../../shared/batch-via.ts';
 import { answerText } from '../../shared/combine.ts';
 import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
@@ -11,6 +10,7 @@ import type { EnqueuedFlow } from '../flows.ts';
 import { jobIdForKey } from '../idempotency.ts';
 import type { Producer } from '../producer.ts';
 import { collectFiles } from './collect-files.ts';
+import { readFileContent } from './file-content.ts';
 import { planDocument, summaryFlow, waitForDocument } from './long-document.ts';
 import { Progress, type ProgressState } from './progress.ts';
 import { type ResultLine, ResultsFile } from './results-file.ts';
@@ -20,8 +20,13 @@ export const DEFAULT_SUMMARY_PROMPT =
   'conclusions that matter; add nothing that is not in the document.';
 
 export interface BatchSummarizeOptions {
-  /** Files and folders (.txt and .md, folders recursively). */
+  /**
+   * Files and folders (.txt, .md and .pdf, folders recursively). A PDF is sent whole as a
+   * document block (never split).
+   */
   readonly paths: readonly string[];
+  /** Take images too (PNG, JPEG, GIF, WebP), each sent as an image block. @default false */
+  readonly images?: boolean;
   /** The JSONL results file; appended to, and read first to resume. */
   readonly out: string;
   /** The producer to enqueue with (its queue, bounds and limits). */
@@ -116,7 +121,7 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   const progressOut = options.progress ?? process.stderr;
   const reportOut = options.report ?? process.stdout;
 
-  const files = await collectFiles(options.paths);
+  const files = await collectFiles(options.paths, { images: options.images ?? false });
   const results = ResultsFile.open(options.out);
   const progress = new Progress(progressOut);
   const failed: { file: string; id: string | null; error: string }[] = [];
@@ -196,17 +201,17 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
     progress.note(`batch: ${files.length} file(s), results in ${options.out}`);
     for (const file of files) {
       if (signal?.aborted) break;
-      const text = await readFile(file, 'utf8');
-      if (text.trim() === '') {
+      const content = await readFileContent(file);
+      if (content.kind === 'empty') {
         empty.push(file);
         continue;
       }
-      const plan = planDocument(text, {
-        model,
-        maxTokens,
-        prompt,
-        chunkTokens: options.chunkTokens,
-      });
+      // A PDF or an image is one block, keyed by its bytes' hash; only text is split.
+      const text = content.kind === 'text' ? content.text : content.fingerprint;
+      const plan =
+        content.kind === 'text'
+          ? planDocument(text, { model, maxTokens, prompt, chunkTokens: options.chunkTokens })
+          : { parts: [], partTokens: 0 };
       const parted = plan.parts.length > 1;
       const baseKey = idempotencyKey({
         model,
@@ -227,11 +232,17 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
         else failed.push({ file, id: decided.line.id, error: decided.line.error });
         continue;
       }
+      if (content.kind === 'invalid') {
+        write({ file, id: jobIdForKey(decided.key, tenant), error: content.reason });
+        continue;
+      }
       const request = {
         model,
         max_tokens: maxTokens,
         system: prompt,
-        messages: [{ role: 'user' as const, content: text }],
+        messages: [
+          { role: 'user' as const, content: content.kind === 'text' ? text : [content.block] },
+        ],
       };
       const enqueueOptions = {
         idempotencyKey: decided.key,

@@ -23,6 +23,7 @@ interface SummarizeFlags {
   prefix?: string;
   via: string;
   deadline?: string;
+  images?: boolean;
 }
 
 /** Adds `llmq batch summarize PATH… --out FILE`. */
@@ -31,7 +32,7 @@ export function registerBatchCommand(program: Command): Command {
   batch
     .command('summarize')
     .description(
-      'summarize .txt and .md files (folders recursively) through the queue, one job per file, results as JSON Lines; ' +
+      'summarize .txt, .md and .pdf files (folders recursively) through the queue, one job per file, results as JSON Lines; ' +
         'a rerun resumes where the last one stopped. Exit 0 when all succeeded, 1 when some were dead-lettered, 130 when interrupted',
     )
     .argument('<paths...>', 'files and folders')
@@ -52,6 +53,7 @@ export function registerBatchCommand(program: Command): Command {
     .option('--tenant <name>', 'the tenant the jobs belong to')
     .option('--no-wait', 'enqueue and exit; a later run collects the results')
     .option('--retry-failed', 'enqueue again the files whose earlier result was an error')
+    .option('--images', 'summarize images too (.png, .jpg, .gif, .webp), each sent as an image')
     .option(
       '--via <path>',
       'messages (now), batches (Message Batches: half price, within 24 h), or auto (batches when --deadline leaves an hour or more)',
@@ -118,6 +120,7 @@ export function registerBatchCommand(program: Command): Command {
           ...(flags.tenant !== undefined ? { tenant: flags.tenant } : {}),
           wait: flags.wait,
           retryFailed: flags.retryFailed ?? false,
+          images: flags.images ?? false,
           signal: ac.signal,
           via,
           ...(deadlineMs !== undefined ? { deadlineAt: Date.now() + deadlineMs } : {}),

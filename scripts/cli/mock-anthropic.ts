@@ -39,6 +39,9 @@ export interface MockAnthropicFlags {
   faultMidstream?: string;
   spendCappedKey?: string[];
   seed?: string;
+  roundReadings?: string;
+  maxOutputTokens?: string;
+  cacheTtl?: string;
 }
 
 /** Adds the `mock-anthropic` subcommand to `program`. */
@@ -80,6 +83,17 @@ export function registerMockAnthropicCommand(program: Command): void {
       [] as string[],
     )
     .option('--seed <n>', 'seed of the fault generator', '1')
+    .option(
+      '--round-readings <n>',
+      'round token -remaining headers to the nearest multiple of n (the API: 1000); 0 exact',
+      '0',
+    )
+    .option('--max-output-tokens <n>', 'the most max_tokens a request may ask for', '64000')
+    .option(
+      '--cache-ttl <seconds>',
+      'prompt-cache lifetime after last use ("ttl":"1h" entries: 12x)',
+      '300',
+    )
     .action(async (flags: MockAnthropicFlags) => {
       const options = resolveMockAnthropicFlags(flags);
       const mock = await listen(options);
@@ -113,6 +127,10 @@ export function resolveMockAnthropicFlags(flags: MockAnthropicFlags): MockAnthro
     Object.entries(FLAG_NAMES).map(([path, name]) => [path, { name }]),
   );
   labels['windowMs'] = { name: '--window', allowed: 'a number of seconds from 0.001 to 86400' };
+  labels['cacheTtlMs'] = {
+    name: '--cache-ttl',
+    allowed: 'a number of seconds from 0.001 to 86400',
+  };
   const typed = (path: string, raw: string | undefined) => {
     if (raw !== undefined) labels[path] = { ...labels[path]!, raw };
     return raw;
@@ -148,6 +166,9 @@ export function resolveMockAnthropicFlags(flags: MockAnthropicFlags): MockAnthro
     }),
     spendCappedKeys: flags.spendCappedKey,
     seed: number('seed', flags.seed),
+    roundReadings: number('roundReadings', flags.roundReadings),
+    maxOutputTokens: number('maxOutputTokens', flags.maxOutputTokens),
+    cacheTtlMs: number('cacheTtlMs', flags.cacheTtl, 1000),
   });
   parseMockAnthropicOptions(options, labels);
   return options as MockAnthropicOptions;
@@ -175,6 +196,9 @@ const FLAG_NAMES: Record<string, string> = {
   'faults.midStreamError': '--fault-midstream',
   spendCappedKeys: '--spend-capped-key',
   seed: '--seed',
+  roundReadings: '--round-readings',
+  maxOutputTokens: '--max-output-tokens',
+  cacheTtlMs: '--cache-ttl',
 };
 
 /** A plain decimal such as `12`, `0.25` or `1e3`; anything else is NaN (which the schema refuses). */
@@ -239,7 +263,8 @@ export function summarize(options: ResolvedMockAnthropicOptions): string {
     `${limitText} (${options.algorithm}, output ${options.outputAccounting}); ${counting}; ` +
     `latency ${options.latencyMs} ms + ${options.latencyPerOutputTokenMs} ms/token; ` +
     `output share ${typeof share === 'number' ? share : share.join('-')}; ` +
-    `faults ${faults.length > 0 ? faults.join(', ') : 'none'}; seed ${options.seed}`
+    `faults ${faults.length > 0 ? faults.join(', ') : 'none'}; seed ${options.seed}; ` +
+    `readings ${options.roundReadings > 0 ? `rounded to ${fmt(options.roundReadings)}` : 'exact'}`
   );
 }
 

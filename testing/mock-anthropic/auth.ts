@@ -15,3 +15,20 @@ export function apiKeyOf(req: IncomingMessage): string | undefined {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
   return match?.[1];
 }
+
+/**
+ * The caller of a Bedrock request: the access key id of its SigV4 signature
+ * (`Authorization: AWS4-HMAC-SHA256 Credential=AKID/…`), or a Bedrock API key sent as a bearer
+ * token. The signature itself is not checked: the mock trusts any credentials.
+ */
+export function awsKeyOf(req: IncomingMessage): string | undefined {
+  const authorization = req.headers.authorization ?? '';
+  const signed = /^AWS4-HMAC-SHA256\s+Credential=([^/\s,]+)\//i.exec(authorization);
+  if (signed) return signed[1];
+  return /^Bearer\s+(\S+)\s*$/i.exec(authorization)?.[1];
+}
+
+/** The caller of a Vertex AI request: its OAuth access token (not checked). */
+export function bearerTokenOf(req: IncomingMessage): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+}

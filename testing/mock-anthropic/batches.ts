@@ -11,15 +11,16 @@
 
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { messageBody } from './answer-events.ts';
 import { type ApiErrorType, apiErrorBody, ERROR_STATUS } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { readBody, sendJson } from './http-io.ts';
-import { messageBody } from './messages-handler.ts';
+import { MediaError } from './media-costs.ts';
 import { planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
 import { describeIssue, firstIssue, messagesRequestSchema } from './request-schema.ts';
+import { countRequestTokens } from './request-tokens.ts';
 import type { MockState } from './state.ts';
-import { countRequestTokens } from './tokenizer.ts';
 
 /** The real API's bounds: 100,000 requests or 256 MB a batch. */
 export const BATCH_MAX_REQUESTS = 100_000;
@@ -58,11 +59,19 @@ type ItemResult =
   | { type: 'canceled' }
   | { type: 'expired' };
 
+/** A batch's item as created: its input tokens read then (PDFs are read asynchronously). */
+interface BatchItem {
+  readonly custom_id: string;
+  readonly params: unknown;
+  /** Its input tokens, or the 400 of an image or PDF the API would refuse. */
+  readonly input: number | MediaError | undefined;
+}
+
 interface MockBatch {
   readonly id: string;
   readonly createdAt: number;
   readonly endsAt: number;
-  readonly requests: readonly { custom_id: string; params: unknown }[];
+  readonly requests: readonly BatchItem[];
   readonly expire: boolean;
   cancelAt?: number;
   results?: { custom_id: string; result: ItemResult }[];
@@ -101,7 +110,24 @@ export class BatchStore {
     this.setFaults({});
   }
 
-  create(requests: MockBatch['requests'], now: number): MockBatch {
+  /** Counts each request's input (a valid one's), for its answer when the batch ends. */
+  async measure(requests: readonly { custom_id: string; params: unknown }[]): Promise<BatchItem[]> {
+    const items: BatchItem[] = [];
+    for (const r of requests) {
+      const parsed = messagesRequestSchema.safeParse(r.params);
+      let input: BatchItem['input'];
+      if (parsed.success) {
+        input = await countRequestTokens(parsed.data).catch((error: unknown) => {
+          if (error instanceof MediaError) return error;
+          throw error;
+        });
+      }
+      items.push({ ...r, input });
+    }
+    return items;
+  }
+
+  create(requests: readonly BatchItem[], now: number): MockBatch {
     const expire = this.faults.expired > 0;
     if (expire) this.faults.expired--;
     const batch: MockBatch = {
@@ -148,13 +174,13 @@ export class BatchStore {
     const results = b.requests.map((r, i): { custom_id: string; result: ItemResult } => {
       if (b.cancelAt !== undefined) return { custom_id: r.custom_id, result: { type: 'canceled' } };
       if (b.expire && i >= half) return { custom_id: r.custom_id, result: { type: 'expired' } };
-      return { custom_id: r.custom_id, result: this.answer(r.params) };
+      return { custom_id: r.custom_id, result: this.answer(r) };
     });
     results.sort((x, y) => fnv1a32(x.custom_id) - fnv1a32(y.custom_id));
     b.results = results;
   }
 
-  private answer(params: unknown): ItemResult {
+  private answer({ params, input }: BatchItem): ItemResult {
     const errored = (type: string, message: string): ItemResult => ({
       type: 'errored',
       error: { type: 'error', error: { type, message } },
@@ -162,6 +188,7 @@ export class BatchStore {
     const parsed = messagesRequestSchema.safeParse(params);
     if (!parsed.success)
       return errored('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
+    if (input instanceof MediaError) return errored('invalid_request_error', input.message);
     if (!parsed.data.model.startsWith('claude-'))
       return errored('not_found_error', `model: ${parsed.data.model}`);
     if (this.faults.erroredItems > 0) {
@@ -170,13 +197,20 @@ export class BatchStore {
       return errored(type, type === 'overloaded_error' ? 'Overloaded' : `mock ${type}`);
     }
     const request = parsed.data;
-    const inputTokens = countRequestTokens(request);
+    const inputTokens = input ?? 0;
     const output = planOutput(
       fnv1a32(JSON.stringify(params)),
       request.max_tokens,
       this.state.outputShare,
     );
-    return { type: 'succeeded', message: messageBody({ request, output, inputTokens }) };
+    const usage = {
+      inputTokens,
+      creationTokens: 0,
+      readTokens: 0,
+      creation5m: 0,
+      creation1h: 0,
+    };
+    return { type: 'succeeded', message: messageBody({ request, output, usage }) };
   }
 }
 
@@ -231,7 +265,7 @@ export async function handleBatches(
       if (typeof checked === 'string') fail('invalid_request_error', checked);
       else if (checked === null)
         fail('request_too_large', 'Batch exceeds the maximum allowed size of 256 MB.');
-      else sendJson(res, 200, batchBody(store.create(checked, now), baseUrl));
+      else sendJson(res, 200, batchBody(store.create(await store.measure(checked), now), baseUrl));
     } else if (method === 'GET') {
       const data = store.list(now).map((b) => batchBody(b, baseUrl));
       sendJson(res, 200, {

@@ -45,3 +45,26 @@ export function sendEmpty(
   res.writeHead(status, headers);
   res.end();
 }
+
+/** The words of the API's 413 and of its 400 for a body that is not JSON. */
+export const TOO_LARGE_MESSAGE = 'Request exceeds the maximum allowed number of bytes.';
+export const NOT_JSON_MESSAGE =
+  'There was an error parsing the body of your request: it is not valid JSON.';
+
+/** The body as JSON, or undefined when it is not JSON. */
+export function parseJson(raw: string): { value: unknown } | undefined {
+  try {
+    return { value: JSON.parse(raw) };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Aborts when the server closes or the client goes away. */
+export function untilGone(res: ServerResponse, serverSignal: AbortSignal): AbortSignal {
+  const gone = new AbortController();
+  res.on('close', () => {
+    if (!res.writableFinished) gone.abort();
+  });
+  return AbortSignal.any([serverSignal, gone.signal]);
+}

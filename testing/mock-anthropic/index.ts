@@ -16,12 +16,12 @@ export {
   mockAnthropicOptionsSchema,
   parseMockAnthropicOptions,
 } from './options.ts';
+export { countMockTokens } from './request-tokens.ts';
 export type { MockAnthropicHandle } from './server.ts';
 export { startMockAnthropic } from './server.ts';
 export type { MockStats } from './stats.ts';
 export type { InputCounting } from './tokenizer.ts';
 export {
-  countMockTokens,
   countTextTokens,
   MESSAGE_OVERHEAD_TOKENS,
   REQUEST_BASE_TOKENS,

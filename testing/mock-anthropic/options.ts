@@ -1,12 +1,13 @@
 /**
- * Options of the mock server: the documented options type, its zod schema (shared by
- * `startMockAnthropic`, the `mock-anthropic` command and tests), and the parser that fills in
- * defaults and turns a bad value into a ConfigError naming the option (or flag) and the value.
+ * Options of the mock server: the documented options type and the parser (shared by
+ * `startMockAnthropic`, the `mock-anthropic` command and tests) that fills in defaults and turns
+ * a bad value into a ConfigError naming the option (or flag) and the value.
  */
 
-import { z } from 'zod';
-import { ConfigError } from '../../shared/errors.ts';
+import type { z } from 'zod';
 import type { FaultRates } from './faults.ts';
+import { type OptionLabels, toConfigError } from './options-errors.ts';
+import { faultRatesSchema, mockAnthropicOptionsSchema } from './options-schema.ts';
 import type { OutputShare } from './output.ts';
 import type { Algorithm, Limits } from './rate-limits.ts';
 import { type InputCounting, MESSAGE_OVERHEAD_TOKENS } from './tokenizer.ts';
@@ -78,6 +79,28 @@ export interface MockAnthropicOptions {
   readonly spendCappedKeys?: readonly string[];
   /** Seed of the fault generator. @default 1 */
   readonly seed?: number;
+  /**
+   * Token `-remaining` headers (tokens, input-tokens, output-tokens) rounded to the nearest
+   * multiple of this, as the real API rounds them to the nearest thousand; `requests-remaining`
+   * stays exact. 0 sends them exact.
+   * @default 0
+   * @example 1000
+   */
+  readonly roundReadings?: number;
+  /**
+   * The most `max_tokens` a request may ask for: above it the answer is the API's 400 (`max_tokens:
+   * N > M, which is the maximum allowed number of output tokens for MODEL`). Also bounds what
+   * the mock generates. At most 1,000,000.
+   * @default 64_000
+   */
+  readonly maxOutputTokens?: number;
+  /**
+   * How long a prompt-cache entry lives after its last use, ms: a `cache_control` of
+   * `{"type":"ephemeral"}` lives this long, one with `"ttl": "1h"` twelve times as long
+   * (the API's 5 minutes and 1 hour).
+   * @default 300_000
+   */
+  readonly cacheTtlMs?: number;
 }
 
 /** Options with every default filled in. */
@@ -97,128 +120,13 @@ export interface ResolvedMockAnthropicOptions {
   readonly faults: FaultRates;
   readonly spendCappedKeys: readonly string[];
   readonly seed: number;
+  readonly roundReadings: number;
+  readonly maxOutputTokens: number;
+  readonly cacheTtlMs: number;
 }
 
-const positiveInteger = () =>
-  z
-    .int({ error: 'a positive integer' })
-    .min(1, { error: 'a positive integer' })
-    .max(Number.MAX_SAFE_INTEGER, { error: 'a positive integer' });
-const nonNegative = () =>
-  z
-    .number({ error: 'a number >= 0' })
-    .min(0, { error: 'a number >= 0' })
-    .max(86_400_000, { error: 'a number >= 0 (and at most a day)' });
-const rate = () =>
-  z
-    .number({ error: 'a rate from 0 to 1' })
-    .min(0, { error: 'a rate from 0 to 1' })
-    .max(1, { error: 'a rate from 0 to 1' });
-const SHARE = 'a share from 0 to 1, or a range [lo, hi] with 0 <= lo <= hi <= 1';
-
-export const faultRatesSchema = z.strictObject({
-  overloaded: rate().optional(),
-  serverError: rate().optional(),
-  drop: rate().optional(),
-  midStreamError: rate().optional(),
-});
-
-const share = () => z.number({ error: SHARE }).min(0, { error: SHARE }).max(1, { error: SHARE });
-const outputShareSchema = z.union(
-  [
-    share(),
-    z.tuple([share(), share()], { error: SHARE }).refine(([lo, hi]) => lo <= hi, { error: SHARE }),
-  ],
-  { error: SHARE },
-);
-
-/** The schema of {@link MockAnthropicOptions} (unknown keys are refused: they are typos). */
-const limitsSchema = z.strictObject({
-  requests: positiveInteger().optional(),
-  inputTokens: positiveInteger().optional(),
-  outputTokens: positiveInteger().optional(),
-  tokens: positiveInteger().optional(),
-});
-
-export const mockAnthropicOptionsSchema = z
-  .strictObject(
-    {
-      host: z
-        .string({ error: 'a host name or IP address' })
-        .min(1, { error: 'a host name or IP address' })
-        .optional(),
-      port: z
-        .int({ error: 'a port from 0 to 65535' })
-        .min(0, { error: 'a port from 0 to 65535' })
-        .max(65_535, { error: 'a port from 0 to 65535' })
-        .optional(),
-      windowMs: z
-        .number({ error: 'a number of milliseconds >= 1' })
-        .min(1, { error: 'a number of milliseconds >= 1' })
-        .max(86_400_000, { error: 'a number of milliseconds up to a day' })
-        .optional(),
-      limits: limitsSchema.optional(),
-      modelLimits: z.record(z.string().min(1), limitsSchema).optional(),
-      algorithm: z.enum(['sliding', 'bucket'], { error: 'sliding or bucket' }).optional(),
-      outputAccounting: z.enum(['reserve', 'actual'], { error: 'reserve or actual' }).optional(),
-      charsPerToken: z
-        .number({ error: 'a number of characters from 0.1 to 100' })
-        .min(0.1, { error: 'a number of characters from 0.1 to 100' })
-        .max(100, { error: 'a number of characters from 0.1 to 100' })
-        .optional(),
-      perMessageTokens: z
-        .int({ error: 'a whole number of tokens from 0 to 1000' })
-        .min(0, { error: 'a whole number of tokens from 0 to 1000' })
-        .max(1000, { error: 'a whole number of tokens from 0 to 1000' })
-        .optional(),
-      latencyMs: nonNegative().optional(),
-      latencyPerOutputTokenMs: nonNegative().optional(),
-      outputShare: outputShareSchema.optional(),
-      faults: faultRatesSchema.optional(),
-      spendCappedKeys: z
-        .array(z.string({ error: 'a list of API keys' }), { error: 'a list of API keys' })
-        .optional(),
-      seed: z.int({ error: 'an integer' }).optional(),
-    },
-    { error: 'an object' },
-  )
-  .check((ctx) => {
-    if (ctx.value.perMessageTokens !== undefined && ctx.value.charsPerToken === undefined) {
-      ctx.issues.push({
-        code: 'custom',
-        input: ctx.value.perMessageTokens,
-        path: ['perMessageTokens'],
-        message: 'given only with charsPerToken (the tokenizer has its own overheads)',
-      });
-    }
-    const faults = ctx.value.faults;
-    if (!faults) return;
-    const front = (faults.overloaded ?? 0) + (faults.serverError ?? 0) + (faults.drop ?? 0);
-    if (front > 1) {
-      ctx.issues.push({
-        code: 'custom',
-        input: faults,
-        path: ['faults'],
-        message: 'rates whose sum (overloaded + serverError + drop) is at most 1',
-      });
-    }
-  }) satisfies z.ZodType<MockAnthropicOptions>;
-
-/**
- * How to name an option in an error: the command passes its flag names and the raw strings typed,
- * so the message reads `--algo must be sliding or bucket, got "fixed"`. Keys are dotted option
- * paths such as `limits.requests` or `algorithm`.
- */
-export type OptionLabels = Readonly<Record<string, OptionLabel>>;
-
-export interface OptionLabel {
-  /** How the user named it, e.g. `--rpm`. */
-  readonly name: string;
-  /** The text the user typed, shown instead of the converted value. */
-  readonly raw?: string;
-  /** What is allowed, when the user's units differ from the option's (seconds vs ms). */
-  readonly allowed?: string;
-}
+/** The schema of {@link MockAnthropicOptions}, checked against the documented type. */
+const optionsSchema: z.ZodType<MockAnthropicOptions> = mockAnthropicOptionsSchema;
 
 /** Limits named as in the options to the limiter's dimensions. */
 function toLimits(l: MockAnthropicOptions['limits']): Limits {
@@ -239,7 +147,7 @@ export function parseMockAnthropicOptions(
   input: unknown = {},
   labels: OptionLabels = {},
 ): ResolvedMockAnthropicOptions {
-  const parsed = mockAnthropicOptionsSchema.safeParse(input);
+  const parsed = optionsSchema.safeParse(input);
   if (!parsed.success) throw toConfigError(parsed.error.issues, input, labels);
   const o = parsed.data;
   const limits = toLimits(o.limits);
@@ -267,6 +175,9 @@ export function parseMockAnthropicOptions(
     faults: resolveFaults(o.faults),
     spendCappedKeys: o.spendCappedKeys ?? [],
     seed: o.seed ?? 1,
+    roundReadings: o.roundReadings ?? 0,
+    maxOutputTokens: o.maxOutputTokens ?? 64_000,
+    cacheTtlMs: o.cacheTtlMs ?? 300_000,
   };
 }
 
@@ -280,60 +191,5 @@ export function resolveFaults(faults: Partial<FaultRates> | undefined): FaultRat
   };
 }
 
-function toConfigError(
-  issues: readonly z.core.$ZodIssue[],
-  input: unknown,
-  labels: OptionLabels,
-): ConfigError {
-  const issue = issues[0];
-  if (!issue) return new ConfigError('mock-anthropic options are invalid');
-  if (issue.code === 'unrecognized_keys') {
-    const where = issue.path.length > 0 ? `${issue.path.join('.')}.` : '';
-    const known = Object.keys(knownKeys(issue.path)).join(', ');
-    return new ConfigError(
-      `unknown mock-anthropic option ${issue.keys.map((key) => `"${where}${key}"`).join(', ')}: ` +
-        `allowed are ${known}`,
-    );
-  }
-  // Name the option, not an element inside it (`outputShare`, not `outputShare.1`).
-  const firstIndex = issue.path.findIndex((key) => typeof key === 'number');
-  const optionPath = firstIndex >= 0 ? issue.path.slice(0, firstIndex) : issue.path;
-  const path = optionPath.map(String).join('.');
-  if (path === 'faults' && issue.code === 'custom') {
-    const name = ['faults.overloaded', 'faults.serverError', 'faults.drop']
-      .map((key) => labels[key]?.name ?? key)
-      .join(' + ');
-    const faults = (valueAt(input, ['faults']) ?? {}) as Record<string, unknown>;
-    const sum = ['overloaded', 'serverError', 'drop'].reduce((total, key) => {
-      const rate = faults[key];
-      return total + (typeof rate === 'number' ? rate : 0);
-    }, 0);
-    return new ConfigError(`${name} must be at most 1, got ${Number(sum.toFixed(6))}`);
-  }
-  const label = labels[path];
-  const name = label?.name ?? (path === '' ? 'mock-anthropic options' : path);
-  const shown =
-    label?.raw !== undefined ? JSON.stringify(label.raw) : show(valueAt(input, optionPath));
-  return new ConfigError(`${name} must be ${label?.allowed ?? issue.message}, got ${shown}`);
-}
-
-function knownKeys(path: readonly PropertyKey[]): Record<string, unknown> {
-  if (path[0] === 'limits') return { requests: 0, inputTokens: 0, outputTokens: 0, tokens: 0 };
-  if (path[0] === 'faults') return faultRatesSchema.shape;
-  return mockAnthropicOptionsSchema.shape;
-}
-
-function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
-  let value = input;
-  for (const key of path) {
-    if (value === null || typeof value !== 'object') return undefined;
-    value = (value as Record<PropertyKey, unknown>)[key];
-  }
-  return value;
-}
-
-function show(value: unknown): string {
-  if (value === undefined) return 'nothing';
-  if (typeof value === 'number' && !Number.isFinite(value)) return String(value);
-  return JSON.stringify(value) ?? String(value);
-}
+export type { OptionLabel, OptionLabels } from './options-errors.ts';
+export { faultRatesSchema, mockAnthropicOptionsSchema };

@@ -12,9 +12,11 @@ export type OutputShare = number | readonly [number, number];
 export interface PlannedOutput {
   /** Output tokens, `max(1, round(share * max_tokens))`; the mock's tokenizer counts the text so. */
   readonly tokens: number;
-  /** One string per output token; joined, they are the text. */
-  readonly pieces: readonly string[];
   readonly stopReason: 'end_turn' | 'max_tokens';
+  /** The hash the text is drawn from. */
+  readonly seed: number;
+  /** Whether the share was drawn from the seed (the text's draws come after it). */
+  readonly drewShare: boolean;
 }
 
 // Words of 3 to 6 letters: each, with its leading space, is exactly one token for the tokenizer
@@ -26,30 +28,50 @@ const WORDS = (
 
 /**
  * Plans the output for a request whose body hashes to `bodyHash`. With a range share, the share is
- * picked from the hash too (uniform in [lo, hi]).
+ * picked from the hash too (uniform in [lo, hi]). Nothing is generated yet: see
+ * {@link outputPieces}.
  */
 export function planOutput(bodyHash: number, maxTokens: number, share: OutputShare): PlannedOutput {
-  const random = mulberry32(bodyHash);
-  const pickedShare =
-    typeof share === 'number' ? share : share[0] + (share[1] - share[0]) * random();
+  const drewShare = typeof share !== 'number';
+  const pickedShare = drewShare ? share[0] + (share[1] - share[0]) * mulberry32(bodyHash)() : share;
   const tokens = Math.min(maxTokens, Math.max(1, Math.round(pickedShare * maxTokens)));
-  const pieces: string[] = [];
+  return {
+    tokens,
+    stopReason: tokens === maxTokens ? 'max_tokens' : 'end_turn',
+    seed: bodyHash,
+    drewShare,
+  };
+}
+
+/**
+ * The output's pieces, one a token, generated as they are read: a long stream holds one delta
+ * of text at a time, never the whole answer.
+ */
+export function* outputPieces(plan: PlannedOutput): Generator<string> {
+  const random = mulberry32(plan.seed);
+  if (plan.drewShare) random();
   let sentenceLeft = 0;
-  while (pieces.length < tokens) {
+  for (let n = 0; n < plan.tokens; n++) {
     // A period is a token of its own; never end on one so short outputs stay words.
-    if (sentenceLeft === 0 && pieces.length > 0 && pieces.length < tokens - 1) {
-      pieces.push('.');
+    if (sentenceLeft === 0 && n > 0 && n < plan.tokens - 1) {
+      yield '.';
       sentenceLeft = -1;
       continue;
     }
     const word = WORDS[Math.floor(random() * WORDS.length)] ?? 'lorem';
-    if (pieces.length === 0) pieces.push(capitalize(word));
-    else if (sentenceLeft === -1) pieces.push(` ${capitalize(word)}`);
-    else pieces.push(` ${word}`);
+    if (n === 0) yield capitalize(word);
+    else if (sentenceLeft === -1) yield ` ${capitalize(word)}`;
+    else yield ` ${word}`;
     if (sentenceLeft <= 0) sentenceLeft = 5 + Math.floor(random() * 10);
     sentenceLeft--;
   }
-  return { tokens, pieces, stopReason: tokens === maxTokens ? 'max_tokens' : 'end_turn' };
+}
+
+/** The whole output text (bounded by `maxOutputTokens`, at most a million tokens). */
+export function outputText(plan: PlannedOutput): string {
+  let text = '';
+  for (const piece of outputPieces(plan)) text += piece;
+  return text;
 }
 
 function capitalize(word: string): string {

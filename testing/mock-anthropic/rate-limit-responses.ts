@@ -31,18 +31,22 @@ export function retryAfterSeconds(ms: number): number {
 
 /**
  * `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}` for
- * each limited dimension. `remaining` is exact (rounded down to an integer; the real API rounds
- * token counts to the nearest thousand, which would only blur tests); `reset` is when the
- * dimension is fully replenished.
+ * each limited dimension. `remaining` is rounded down to an integer, and for the token dimensions
+ * to the nearest multiple of `roundTokensTo` when it is above 0 (the real API rounds them to the
+ * nearest thousand; `requests-remaining` is exact); `reset` is when the dimension is fully
+ * replenished.
  */
 export function rateLimitHeaders(
   states: Partial<Record<Dimension, DimensionState>>,
+  roundTokensTo = 0,
 ): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [dimension, state] of Object.entries(states) as [Dimension, DimensionState][]) {
     const name = `anthropic-ratelimit-${HEADER_NAME[dimension]}`;
+    const exact = Math.floor(state.remaining);
+    const step = dimension === 'requests' ? 0 : roundTokensTo;
     headers[`${name}-limit`] = String(state.limit);
-    headers[`${name}-remaining`] = String(Math.floor(state.remaining));
+    headers[`${name}-remaining`] = String(step > 0 ? Math.round(exact / step) * step : exact);
     headers[`${name}-reset`] = rfc3339Seconds(state.resetAt);
   }
   return headers;

@@ -1,31 +1,23 @@
 /**
  * Validation of Messages request bodies, with errors worded like the real API's (which come from
  * pydantic): `max_tokens: Field required`, `messages.0.role: Input should be 'user' or
- * 'assistant'`. Only text content is supported; unknown extra fields are accepted and ignored.
+ * 'assistant'`. Content is text, image and document blocks (content-blocks.ts); unknown extra
+ * fields are accepted and ignored.
  */
 
 import { z } from 'zod';
 import type { FieldIssue } from '../../shared/errors.ts';
+import {
+  cacheControlSchema,
+  contentBlockSchema,
+  expected,
+  textBlockSchema,
+} from './content-blocks.ts';
 
-type IssueInput = { input?: unknown };
+/** The most `cache_control` breakpoints one request may carry. */
+export const MAX_CACHE_BREAKPOINTS = 4;
 
-/** A zod error function: "Field required" when absent, else "Input should be <expected>". */
-function expected(what: string) {
-  return (issue: IssueInput) =>
-    issue.input === undefined ? 'Field required' : `Input should be ${what}`;
-}
-
-const textBlockSchema = z.looseObject({
-  type: z.literal('text', {
-    error: (issue: IssueInput) =>
-      issue.input === undefined
-        ? 'Field required'
-        : `Input tag '${String(issue.input)}' found using 'type' does not match any of the expected tags: 'text' (the mock supports text blocks only)`,
-  }),
-  text: z.string({ error: expected('a valid string') }),
-});
-
-const contentSchema = z.union([z.string(), z.array(textBlockSchema)], {
+const contentSchema = z.union([z.string(), z.array(contentBlockSchema)], {
   error: expected('a valid string or a list of content blocks'),
 });
 
@@ -55,7 +47,7 @@ const messagesSchema = z
         return;
       }
       message.content.forEach((block, blockIndex) => {
-        if (block.text.length === 0) {
+        if (block.type === 'text' && block.text.length === 0) {
           ctx.issues.push({
             code: 'custom',
             input: block.text,
@@ -69,6 +61,7 @@ const messagesSchema = z
 
 const toolSchema = z.looseObject({
   name: z.string({ error: expected('a valid string') }),
+  cache_control: cacheControlSchema.nullish(),
 });
 
 /** Fields shared by `/v1/messages` and `/v1/messages/count_tokens`. */
@@ -84,44 +77,67 @@ const commonFields = {
 };
 
 /** Body of `POST /v1/messages/count_tokens`. */
-export const countTokensRequestSchema = z.looseObject(commonFields, {
-  error: expected('a valid dictionary'),
-});
+export const countTokensRequestSchema = z
+  .looseObject(commonFields, { error: expected('a valid dictionary') })
+  .check(checkBreakpoints);
 
 /** Body of `POST /v1/messages`. */
-export const messagesRequestSchema = z.looseObject(
-  {
-    ...commonFields,
-    max_tokens: z
-      .int({ error: expected('a valid integer') })
-      .min(1, { error: 'Input should be greater than or equal to 1' }),
-    stream: z.boolean({ error: expected('a valid boolean') }).optional(),
-    temperature: z
-      .number({ error: expected('a valid number') })
-      .min(0, { error: 'Input should be greater than or equal to 0' })
-      .max(1, { error: 'Input should be less than or equal to 1' })
-      .optional(),
-    top_p: z
-      .number({ error: expected('a valid number') })
-      .min(0, { error: 'Input should be greater than or equal to 0' })
-      .max(1, { error: 'Input should be less than or equal to 1' })
-      .optional(),
-    top_k: z
-      .int({ error: expected('a valid integer') })
-      .min(0, { error: 'Input should be greater than or equal to 0' })
-      .optional(),
-    stop_sequences: z
-      .array(z.string({ error: expected('a valid string') }), { error: expected('a valid list') })
-      .optional(),
-    metadata: z
-      .looseObject(
-        { user_id: z.string({ error: expected('a valid string') }).nullish() },
-        { error: expected('a valid dictionary') },
-      )
-      .optional(),
-  },
-  { error: expected('a valid dictionary') },
-);
+export const messagesRequestSchema = z
+  .looseObject(
+    {
+      ...commonFields,
+      max_tokens: z
+        .int({ error: expected('a valid integer') })
+        .min(1, { error: 'Input should be greater than or equal to 1' }),
+      stream: z.boolean({ error: expected('a valid boolean') }).optional(),
+      temperature: z
+        .number({ error: expected('a valid number') })
+        .min(0, { error: 'Input should be greater than or equal to 0' })
+        .max(1, { error: 'Input should be less than or equal to 1' })
+        .optional(),
+      top_p: z
+        .number({ error: expected('a valid number') })
+        .min(0, { error: 'Input should be greater than or equal to 0' })
+        .max(1, { error: 'Input should be less than or equal to 1' })
+        .optional(),
+      top_k: z
+        .int({ error: expected('a valid integer') })
+        .min(0, { error: 'Input should be greater than or equal to 0' })
+        .optional(),
+      stop_sequences: z
+        .array(z.string({ error: expected('a valid string') }), { error: expected('a valid list') })
+        .optional(),
+      metadata: z
+        .looseObject(
+          { user_id: z.string({ error: expected('a valid string') }).nullish() },
+          { error: expected('a valid dictionary') },
+        )
+        .optional(),
+    },
+    { error: expected('a valid dictionary') },
+  )
+  .check(checkBreakpoints);
+
+/** The API refuses more than four `cache_control` blocks in one request. */
+function checkBreakpoints(ctx: z.core.ParsePayload<z.infer<z.ZodObject<typeof commonFields>>>) {
+  const request = ctx.value;
+  let found = 0;
+  const count = (blocks: readonly { cache_control?: unknown }[] | string | undefined) => {
+    if (typeof blocks === 'string' || blocks === undefined) return;
+    for (const block of blocks) if (block.cache_control) found++;
+  };
+  count(request.tools);
+  count(request.system);
+  for (const message of request.messages) count(message.content);
+  if (found > MAX_CACHE_BREAKPOINTS) {
+    ctx.issues.push({
+      code: 'custom',
+      input: found,
+      path: [],
+      message: `A maximum of ${MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found ${found}.`,
+    });
+  }
+}
 
 export type CountTokensRequest = z.infer<typeof countTokensRequestSchema>;
 export type MessagesRequest = z.infer<typeof messagesRequestSchema>;

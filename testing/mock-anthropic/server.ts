@@ -7,6 +7,9 @@
  * - `POST /v1/messages/count_tokens` — `{"input_tokens": N}` by the same counter as
  *   `/v1/messages`, not rate limited;
  * - `/v1/messages/batches…` — Message Batches, see batches.ts;
+ * - Bedrock's `POST /model/{id}/invoke` and `invoke-with-response-stream`, see bedrock-route.ts;
+ * - Vertex AI's `POST /v1/projects/…/models/{model}:rawPredict` and `:streamRawPredict`, see
+ *   vertex-route.ts;
  * - `GET /__stats` — MockStats JSON; `POST /__reset` — 204; `POST /__faults` — 204, body as
  *   `setFaults`.
  */
@@ -17,13 +20,21 @@ import { LlmqError } from '../../shared/errors.ts';
 import { type ApiErrorType, apiErrorBody, ERROR_STATUS, newRequestId } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { type BatchFaults, type BatchOptions, type BatchStats, handleBatches } from './batches.ts';
-import { readBody, sendEmpty, sendJson } from './http-io.ts';
+import { handleBedrock } from './bedrock-route.ts';
+import {
+  NOT_JSON_MESSAGE,
+  parseJson,
+  readBody,
+  sendEmpty,
+  sendJson,
+  TOO_LARGE_MESSAGE,
+} from './http-io.ts';
 import { handleMessages, type RouteContext } from './messages-handler.ts';
 import { type MockAnthropicOptions, parseMockAnthropicOptions } from './options.ts';
-import { countTokensRequestSchema, describeIssue, firstIssue } from './request-schema.ts';
+import { countTokensAnswer } from './request-tokens.ts';
 import { MockState, type RuntimeOptions } from './state.ts';
 import type { MockStats } from './stats.ts';
-import { countRequestTokens } from './tokenizer.ts';
+import { handleVertex } from './vertex-route.ts';
 
 export interface MockAnthropicHandle {
   /** Base URL to give the SDK as `baseURL`, without `/v1`, e.g. `http://127.0.0.1:43123`. */
@@ -122,6 +133,8 @@ async function route(
 ): Promise<void> {
   const path = new URL(req.url ?? '/', 'http://mock').pathname;
   if (await handleBatches(req, res, context.state.batches, context.requestId)) return;
+  if (await handleBedrock(req, res, path, context)) return;
+  if (await handleVertex(req, res, path, context)) return;
   const key = `${req.method ?? 'GET'} ${path}`;
   switch (key) {
     case 'POST /v1/messages':
@@ -157,27 +170,13 @@ async function handleCountTokens(
     return fail('authentication_error', MISSING_KEY_MESSAGE);
   }
   if (raw === null) {
-    return fail('request_too_large', 'Request exceeds the maximum allowed number of bytes.');
+    return fail('request_too_large', TOO_LARGE_MESSAGE);
   }
-  let body: unknown;
-  try {
-    body = JSON.parse(raw);
-  } catch {
-    return fail(
-      'invalid_request_error',
-      'There was an error parsing the body of your request: it is not valid JSON.',
-    );
-  }
-  const parsed = countTokensRequestSchema.safeParse(body);
-  if (!parsed.success) {
-    return fail('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
-  }
-  if (!parsed.data.model.startsWith('claude-')) {
-    return fail('not_found_error', `model: ${parsed.data.model}`);
-  }
-  sendJson(res, 200, {
-    input_tokens: countRequestTokens(parsed.data, state.options.inputCounting),
-  });
+  const body = parseJson(raw);
+  if (!body) return fail('invalid_request_error', NOT_JSON_MESSAGE);
+  const answer = await countTokensAnswer(body.value, state.options.inputCounting);
+  if ('refused' in answer) return fail(answer.refused, answer.message);
+  sendJson(res, 200, { input_tokens: answer.tokens });
 }
 
 async function handleSetFaults(

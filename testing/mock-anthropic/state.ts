@@ -1,6 +1,6 @@
 /**
- * The mutable state behind one mock server: the limiter, the stats, the fault generator and the
- * options that may change at runtime. `reset()` swaps in fresh ones; a response still in flight
+ * The mutable state behind one mock server: the limiter, the prompt cache, the stats, the fault
+ * generator and the options that may change at runtime. `reset()` swaps in fresh ones; a response still in flight
  * from before the reset carries the old generation and its refund is dropped, so it cannot corrupt
  * the new state.
  */
@@ -15,6 +15,7 @@ import {
   resolveFaults,
 } from './options.ts';
 import type { OutputShare } from './output.ts';
+import { PromptCache } from './prompt-cache.ts';
 import { createRateLimiter, type RateLimiter } from './rate-limits.ts';
 import { createStatsRecorder, type StatsRecorder } from './stats.ts';
 
@@ -36,6 +37,8 @@ export class MockState {
   /** A limiter per model name prefix of `modelLimits`. */
   modelLimiters = new Map<string, RateLimiter>();
   stats: StatsRecorder;
+  /** Prompt-cache entries of every key. */
+  promptCache: PromptCache;
   readonly faults: FaultInjector;
   /** Message Batches: kept across `reset()` only in their options. */
   readonly batches: BatchStore;
@@ -50,15 +53,17 @@ export class MockState {
     this.spendCappedKeys = new Set(options.spendCappedKeys);
     this.newLimiters();
     this.stats = this.newStats();
+    this.promptCache = new PromptCache(options.cacheTtlMs);
     this.faults = createFaultInjector(options.seed, options.faults);
     this.batches = new BatchStore(this);
   }
 
-  /** Clears stats and limit state and restarts the fault generator from the seed. */
+  /** Clears stats, limit state and the prompt cache, and restarts the fault generator. */
   reset(): void {
     this.generation++;
     this.newLimiters();
     this.stats = this.newStats();
+    this.promptCache = new PromptCache(this.options.cacheTtlMs);
     this.faults.reset();
     this.batches.reset();
   }

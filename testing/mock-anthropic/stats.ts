@@ -5,6 +5,7 @@
  */
 
 import type { FaultKind } from './faults.ts';
+import type { CacheUse } from './prompt-cache.ts';
 import {
   type Algorithm,
   type Charge,
@@ -42,6 +43,15 @@ export interface MockStats {
   /** First and last admission times, ms epoch. */
   firstAdmissionAt: number | null;
   lastAdmissionAt: number | null;
+  /** The prompt cache: admitted calls that wrote to it and that read from it, and their tokens. */
+  cache: CacheStats;
+}
+
+export interface CacheStats {
+  writes: number;
+  reads: number;
+  creationInputTokens: number;
+  readInputTokens: number;
 }
 
 /** One admission as the stats keep it; refunds lower its charge. */
@@ -64,6 +74,8 @@ export interface StatsRecorder {
   fault(kind: FaultKind): void;
   countTokensCall(): void;
   admit(at: number, charge: Charge): AdmissionRecord;
+  /** What an admitted call wrote to and read from the prompt cache. */
+  cache(use: CacheUse): void;
   refund(record: AdmissionRecord, amount: Partial<Charge>): void;
   snapshot(): MockStats;
 }
@@ -84,6 +96,7 @@ export function createStatsRecorder(config: StatsConfig): StatsRecorder {
     midStreamError: 0,
   };
   const spent = zeroCharge();
+  const cache: CacheStats = { writes: 0, reads: 0, creationInputTokens: 0, readInputTokens: 0 };
   // Kept whole for worstWindow: fine for tests and benches up to ~100k admissions.
   const log: AdmissionRecord[] = [];
 
@@ -110,6 +123,12 @@ export function createStatsRecorder(config: StatsConfig): StatsRecorder {
       for (const dimension of DIMENSIONS) spent[dimension] += charge[dimension];
       return record;
     },
+    cache(use) {
+      if (use.creationTokens > 0) cache.writes++;
+      if (use.readTokens > 0) cache.reads++;
+      cache.creationInputTokens += use.creationTokens;
+      cache.readInputTokens += use.readTokens;
+    },
     refund(record, amount) {
       for (const dimension of DIMENSIONS) {
         const back = Math.min(Math.max(amount[dimension] ?? 0, 0), record.charge[dimension]);
@@ -133,6 +152,7 @@ export function createStatsRecorder(config: StatsConfig): StatsRecorder {
         faults: { ...faults },
         firstAdmissionAt: log[0]?.at ?? null,
         lastAdmissionAt: log.at(-1)?.at ?? null,
+        cache: { ...cache },
       };
     },
   };

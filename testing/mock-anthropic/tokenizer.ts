@@ -22,16 +22,11 @@
  *    per-message overhead therefore never under-reserves, however odd the text
  *    ("a,b,c,d" would otherwise count 7). English prose lands near 4 characters a token.
  *
- * A request counts `REQUEST_BASE_TOKENS`, plus its system text, plus for each message
- * `MESSAGE_OVERHEAD_TOKENS` and its texts, plus for each tool `TOOL_OVERHEAD_TOKENS` and the text
- * of its JSON definition.
+ * How a whole request counts (overheads, tools, images and PDFs) is in request-tokens.ts.
  *
  * A provider whose tokenizer differs more from llmq's estimate is had with {@link InputCounting}:
  * `ceil(characters / charsPerToken)` over every text, plus `perMessageTokens` a message.
  */
-
-import { RequestValidationError } from '../../shared/errors.ts';
-import { type CountTokensRequest, countTokensRequestSchema, firstIssue } from './request-schema.ts';
 
 /** Tokens every request costs before any text (the real API also adds a few framing tokens). */
 export const REQUEST_BASE_TOKENS = 3;
@@ -85,66 +80,4 @@ export interface InputCounting {
   readonly charsPerToken?: number | undefined;
   /** Tokens each message costs on top of its text, with `charsPerToken`. @default 3 */
   readonly perMessageTokens?: number | undefined;
-}
-
-/** Input tokens of an already validated request body (system + messages + tools). */
-export function countRequestTokens(
-  request: CountTokensRequest,
-  counting: InputCounting = {},
-): number {
-  if (counting.charsPerToken !== undefined)
-    return countByRatio(
-      request,
-      counting.charsPerToken,
-      counting.perMessageTokens ?? MESSAGE_OVERHEAD_TOKENS,
-    );
-  let tokens = REQUEST_BASE_TOKENS;
-  if (request.system !== undefined) tokens += countContentTokens(request.system);
-  for (const message of request.messages) {
-    tokens += MESSAGE_OVERHEAD_TOKENS + countContentTokens(message.content);
-  }
-  for (const tool of request.tools ?? []) {
-    tokens += TOOL_OVERHEAD_TOKENS + countTextTokens(JSON.stringify(tool));
-  }
-  return tokens;
-}
-
-function countByRatio(
-  request: CountTokensRequest,
-  charsPerToken: number,
-  perMessageTokens: number,
-): number {
-  const texts: string[] = [];
-  const add = (content: string | readonly { text: string }[]) => {
-    if (typeof content === 'string') texts.push(content);
-    else for (const block of content) texts.push(block.text);
-  };
-  if (request.system !== undefined) add(request.system);
-  for (const message of request.messages) add(message.content);
-  for (const tool of request.tools ?? []) texts.push(JSON.stringify(tool));
-  let characters = 0;
-  for (const text of texts) for (const _ of text) characters++;
-  return Math.ceil(characters / charsPerToken) + perMessageTokens * request.messages.length;
-}
-
-function countContentTokens(content: string | readonly { text: string }[]): number {
-  if (typeof content === 'string') return countTextTokens(content);
-  let tokens = 0;
-  for (const block of content) tokens += countTextTokens(block.text);
-  return tokens;
-}
-
-/**
- * The mock's input-token count for a Messages request body (the `input_tokens` it will report and
- * charge). `max_tokens` is not needed.
- *
- * @throws RequestValidationError when the body is not a valid Messages request, naming the field
- *   the way the mock's 400 would.
- */
-export function countMockTokens(request: unknown, counting: InputCounting = {}): number {
-  const parsed = countTokensRequestSchema.safeParse(request);
-  if (!parsed.success) {
-    throw new RequestValidationError([firstIssue(parsed.error.issues)], 'invalid Messages request');
-  }
-  return countRequestTokens(parsed.data, counting);
 }

@@ -1,0 +1,208 @@
+/**
+ * One Messages call, whatever door it came in by (the Claude API's `/v1/messages`, Bedrock's
+ * `invoke`, Vertex's `rawPredict`): validation, spend cap, faults, the prompt cache and the rate
+ * limits, ending in a refusal or an admitted answer for the route to write in its own shape.
+ *
+ * Order of checks (the first that fails decides): 400 bad field, image or PDF → 404 model not
+ * Claude's → 400 `max_tokens` above the model's → 429 spend-capped key → fault draw (529, 500 or
+ * dropped socket) → 429 rate limit → admitted. Only an admitted call is charged; it is charged
+ * its uncached input plus what it writes to the cache, never what it reads.
+ */
+
+import type { OutgoingHttpHeaders } from 'node:http';
+import type { ApiErrorType } from './api-errors.ts';
+import { MediaError } from './media-costs.ts';
+import { type PlannedOutput, planOutput } from './output.ts';
+import { fnv1a32 } from './prng.ts';
+import type { CacheUse } from './prompt-cache.ts';
+import {
+  rateLimitHeaders,
+  rateLimitMessage,
+  retryAfterSeconds,
+  spendCapMessage,
+} from './rate-limit-responses.ts';
+import type { Charge } from './rate-limits.ts';
+import {
+  describeIssue,
+  firstIssue,
+  type MessagesRequest,
+  messagesRequestSchema,
+} from './request-schema.ts';
+import { measureRequest } from './request-tokens.ts';
+import type { MockState } from './state.ts';
+
+/** A call as a route hands it over: who, the body's text (it seeds the answer) and the body. */
+export interface CallInput {
+  readonly apiKey: string;
+  readonly raw: string;
+  readonly body: unknown;
+  /** Whether the answer is streamed (the body's `stream`, or the platform's path). */
+  readonly stream: boolean;
+}
+
+/** The answer the "model" gives an admitted call. */
+export interface Answer {
+  readonly request: MessagesRequest;
+  readonly output: PlannedOutput;
+  readonly usage: CacheUse;
+  readonly latencyMs: number;
+  readonly perTokenMs: number;
+}
+
+export interface Refused {
+  readonly kind: 'refused';
+  readonly type: ApiErrorType;
+  readonly message: string;
+  readonly details?: { error_code: string };
+  /** What the Claude API sends with it: the rate-limit readings, retry-after. */
+  readonly headers: OutgoingHttpHeaders;
+}
+
+export interface Admitted {
+  readonly kind: 'admitted';
+  readonly answer: Answer;
+  /** The rate-limit readings the Claude API sends with the answer. */
+  readonly headers: OutgoingHttpHeaders;
+  /** Whether the stream fails midway (a fault). */
+  readonly failMidway: boolean;
+  /** Gives back the unused output (`outputAccounting: 'actual'`) once `sent` tokens went out. */
+  settle(sent: number): void;
+}
+
+export type CallOutcome = Refused | Admitted | { readonly kind: 'dropped' };
+
+const refuse = (
+  type: ApiErrorType,
+  message: string,
+  headers: OutgoingHttpHeaders = {},
+  details?: { error_code: string },
+): Refused => ({ kind: 'refused', type, message, headers, ...(details ? { details } : {}) });
+
+/** Runs one call through the mock's checks; see the module comment for their order. */
+export async function runCall(state: MockState, call: CallInput): Promise<CallOutcome> {
+  const parsed = messagesRequestSchema.safeParse(call.body);
+  if (!parsed.success) {
+    return refuse('invalid_request_error', describeIssue(firstIssue(parsed.error.issues)));
+  }
+  const request = parsed.data;
+  let segments: Awaited<ReturnType<typeof measureRequest>>;
+  try {
+    segments = await measureRequest(request);
+  } catch (error) {
+    if (error instanceof MediaError) return refuse('invalid_request_error', error.message);
+    throw error;
+  }
+  if (!request.model.includes('claude-')) {
+    return refuse('not_found_error', `model: ${request.model}`);
+  }
+  const most = state.options.maxOutputTokens;
+  if (request.max_tokens > most) {
+    return refuse(
+      'invalid_request_error',
+      `max_tokens: ${request.max_tokens} > ${most}, which is the maximum allowed number of output tokens for ${request.model}`,
+    );
+  }
+  const now = Date.now();
+  const front = frontDoor(state, call.apiKey, request.model, now);
+  if (front) return front;
+
+  // The prefix is written when the response begins: its first token, `latencyMs` after admission
+  // (a stream's headers and message_start go out before that, at admission).
+  const readableAt = now + state.latencyMs;
+  const cache = state.promptCache;
+  const planned = cache.plan(
+    call.apiKey,
+    request.model,
+    segments,
+    state.options.inputCounting,
+    now,
+    readableAt,
+  );
+  return admit(state, call, request, planned, now);
+}
+
+/** The spend cap and the faults drawn before admission, or nothing when the call goes on. */
+function frontDoor(
+  state: MockState,
+  apiKey: string,
+  model: string,
+  now: number,
+): CallOutcome | undefined {
+  const { stats } = state;
+  if (state.spendCappedKeys.has(apiKey)) {
+    stats.rateLimited('spend_cap');
+    // No retry-after: waiting minutes does not help, access returns next month.
+    const headers = rateLimitHeaders(
+      state.limiterFor(model).state(now),
+      state.options.roundReadings,
+    );
+    return refuse('rate_limit_error', spendCapMessage(now), headers, {
+      error_code: 'enforced_spend_limit_reached',
+    });
+  }
+  const fault = state.faults.beforeAdmission();
+  if (fault) stats.fault(fault);
+  if (fault === 'drop') return { kind: 'dropped' };
+  if (fault === 'overloaded') return refuse('overloaded_error', 'Overloaded');
+  if (fault === 'serverError') return refuse('api_error', 'Internal server error');
+  return undefined;
+}
+
+/** Charges the call to its model's limits, or refuses it with the limit that said no. */
+function admit(
+  state: MockState,
+  call: CallInput,
+  request: MessagesRequest,
+  planned: { readonly use: CacheUse; commit(): void },
+  now: number,
+): CallOutcome {
+  const { options, stats } = state;
+  const usage = planned.use;
+  const input = usage.inputTokens + usage.creationTokens;
+  const cost: Charge = {
+    requests: 1,
+    input_tokens: input,
+    output_tokens: request.max_tokens,
+    tokens: input + request.max_tokens,
+  };
+  const limiter = state.limiterFor(request.model);
+  const admission = limiter.consume(cost, now);
+  const headers: OutgoingHttpHeaders = rateLimitHeaders(limiter.state(now), options.roundReadings);
+  if (!admission.admitted) {
+    stats.rateLimited(admission.dimension);
+    headers['retry-after'] = String(retryAfterSeconds(admission.retryAfterMs));
+    // A cost above the limit itself never fits: tell the SDK not to retry it.
+    if (!admission.canEverFit) headers['x-should-retry'] = 'false';
+    const limit = options.limits[admission.dimension] ?? 0;
+    const message = rateLimitMessage(
+      admission.dimension,
+      limit,
+      options.windowMs,
+      admission.canEverFit,
+    );
+    return refuse('rate_limit_error', message, headers);
+  }
+  // Only an admitted call reads or writes the cache.
+  planned.commit();
+  const record = stats.admit(now, cost);
+  stats.cache(usage);
+  const generation = state.generation;
+  const settle = (sent: number) => {
+    if (options.outputAccounting !== 'actual' || generation !== state.generation) return;
+    const unused = request.max_tokens - sent;
+    if (unused <= 0) return;
+    const amount: Partial<Charge> = { output_tokens: unused, tokens: unused };
+    limiter.refund(admission.ticket, amount, Date.now());
+    stats.refund(record, amount);
+  };
+  const answer: Answer = {
+    request,
+    output: planOutput(fnv1a32(call.raw), request.max_tokens, state.outputShare),
+    usage,
+    latencyMs: state.latencyMs,
+    perTokenMs: state.latencyPerOutputTokenMs,
+  };
+  const failMidway = call.stream && state.faults.midStream();
+  if (failMidway) stats.fault('midStreamError');
+  return { kind: 'admitted', answer, headers, failMidway, settle };
+}
