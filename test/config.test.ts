@@ -48,7 +48,7 @@ describe('resolveConfig', () => {
       'LLMQ_TPM must be a whole number from 1 up, got "lots"',
     );
     expect(() => resolveConfig({ flags: { outputAccounting: 'maybe' }, env: {} })).toThrow(
-      '--output-accounting must be reserve or actual, got "maybe"',
+      '--output-accounting must be reserve, actual or produced, got "maybe"',
     );
     expect(() => resolveConfig({ env: { REDIS_URL: 'localhost:6379' } })).toThrow(
       /REDIS_URL must be a redis:\/\//,
@@ -57,8 +57,8 @@ describe('resolveConfig', () => {
       'concurrency in the config file must be a whole number from 1 to 10000, got 0',
     );
     expect(() => resolveConfig({ env: {}, file: '/nonexistent/llmq.json' })).toThrow(ConfigError);
-    expect(() => resolveConfig({ env: { LLMQ_PROBE_MS: '-5' } })).toThrow(
-      'LLMQ_PROBE_MS must be a whole number of milliseconds from 0 (no probes) to 600000, got "-5"',
+    expect(() => resolveConfig({ env: { LLMQ_HEADROOM: '0.7' } })).toThrow(
+      'LLMQ_HEADROOM must be a share from 0 to 0.5, got "0.7"',
     );
   });
 
