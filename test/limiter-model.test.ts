@@ -232,7 +232,7 @@ class Model {
         e.score = this.now;
       }
     }
-    if (reading) this.observe(id, reading.scope, reading.dims);
+    if (reading) this.observe(reading.scope, reading.dims);
   }
 
   end(id: string, mode: 'usage' | 'keep' | 'release', use?: { in: number; out: number }) {
@@ -256,23 +256,20 @@ class Model {
     return { known: true, inputDelta: dIn, outputDelta: dOut };
   }
 
-  private pending(scope: string, of: string): Record<Dim, number> {
+  /** Ours the reading has not counted: calls not begun; with `produced`, output still to come. */
+  private pending(scope: string): Record<Dim, number> {
     const p = { req: 0, in: 0, out: 0, tok: 0 };
     for (const e of this.entries.values()) {
       if (e.score <= this.now || !e.scopes.includes(scope)) continue;
-      let counted = e.id === `${of}:in` || (e.id === of && e.flags === 's');
-      if (e.flags === 'b' && this.cfg.accounting !== 'produced') {
-        const began = this.entries.get(`${e.id}:in`)?.score ?? this.now + 1;
-        counted = e.id === of || began <= this.now;
-      }
-      if (!counted) for (const d of DIMS) p[d] += amount(e.a, d);
+      const toCome = e.flags === '' || (e.flags === 'b' && this.cfg.accounting === 'produced');
+      if (toCome) for (const d of DIMS) p[d] += amount(e.a, d);
     }
     return p;
   }
 
-  observe(of: string, scope: string, dims: Partial<Record<Dim, ReadingDim>>): void {
+  observe(scope: string, dims: Partial<Record<Dim, ReadingDim>>): void {
     this.expire();
-    const pending = this.pending(scope, of);
+    const pending = this.pending(scope);
     const gcd = (x: number, y: number): number => (y > 0 ? gcd(y, x % y) : x);
     let step = this.step.get(scope) ?? 0;
     for (const d of DIMS) {

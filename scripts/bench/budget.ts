@@ -59,6 +59,11 @@ export interface BudgetShape {
   /** Calls in flight at once. */
   readonly concurrency: number;
   readonly accounting: 'reserve' | 'actual';
+  /**
+   * The provider's shape: `sliding`, an exact sliding window; `bucket`, a token bucket of the
+   * limit refilled continuously at limit per window (what the API documents). @default 'sliding'
+   */
+  readonly shape?: 'sliding' | 'bucket' | undefined;
 }
 
 export interface IdealSchedule {
@@ -118,8 +123,27 @@ function settledCharge(c: CallShape, accounting: 'reserve' | 'actual'): Charge {
   return accounting === 'actual' ? [1, c.input, c.output, c.input + c.output] : fullCharge(c);
 }
 
+/**
+ * A bucket's least admission span: from a full bucket, everything charged beyond its capacity
+ * must be refilled, at limit per window (per dimension, the longest).
+ */
+export function bucketMinimumSpanMs(calls: readonly CallShape[], budget: BudgetShape): number {
+  const totals = [0, 0, 0, 0];
+  for (const c of calls) {
+    const charge = fullCharge(c);
+    for (let d = 0; d < 4; d++) totals[d]! += charge[d]!;
+  }
+  let span = 0;
+  limitsOf(budget.limits).forEach((limit, d) => {
+    if (limit !== undefined)
+      span = Math.max(span, ((totals[d]! - limit) / limit) * budget.windowMs);
+  });
+  return Math.max(0, span);
+}
+
 /** The ideal first-come-first-served client's schedule (see the module comment). */
 export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape): IdealSchedule {
+  if (budget.shape === 'bucket') return idealBucketSchedule(calls, budget);
   const W = budget.windowMs;
   const limits = limitsOf(budget.limits);
   const starts: number[] = [];
@@ -199,4 +223,76 @@ export function utilization(
   }
   const windows = sums.map((s) => s / limit);
   return { windows, mean: windows.reduce((a, b) => a + b, 0) / windows.length };
+}
+
+/**
+ * The ideal client against a bucket: each call starts at the earliest instant at which the call
+ * before it has started, fewer than C calls run, and every limited dimension's bucket holds its
+ * full charge. A bucket starts full, refills at limit / window up to the limit, and under
+ * `actual` gets a call's unused output back when it ends.
+ */
+function idealBucketSchedule(calls: readonly CallShape[], budget: BudgetShape): IdealSchedule {
+  const limits = limitsOf(budget.limits);
+  const level = limits.map((l) => l ?? Number.POSITIVE_INFINITY);
+  let at = 0;
+  const refunds: { at: number; back: Charge }[] = [];
+  const advance = (to: number) => {
+    for (;;) {
+      const next = refunds.length > 0 && refunds[0]!.at <= to ? refunds.shift()! : undefined;
+      const until = next ? next.at : to;
+      limits.forEach((l, d) => {
+        if (l !== undefined)
+          level[d] = Math.min(l, level[d]! + ((until - at) * l) / budget.windowMs);
+      });
+      at = until;
+      if (!next) return;
+      limits.forEach((l, d) => {
+        if (l !== undefined) level[d] = Math.min(l, level[d]! + next.back[d]!);
+      });
+    }
+  };
+  const starts: number[] = [];
+  const ends: number[] = [];
+  for (let i = 0; i < calls.length; i++) {
+    const c = calls[i]!;
+    const charge = fullCharge(c);
+    let t = i === 0 ? 0 : starts[i - 1]!;
+    const running = ends.filter((e) => e > t).sort((a, b) => a - b);
+    if (running.length >= budget.concurrency)
+      t = Math.max(t, running[running.length - budget.concurrency]!);
+    for (;;) {
+      advance(t);
+      // When each dimension will hold the charge by refill alone; a refund before it moves it.
+      let fit = t;
+      limits.forEach((l, d) => {
+        if (l !== undefined && level[d]! < charge[d]!)
+          fit = Math.max(fit, t + ((charge[d]! - level[d]!) * budget.windowMs) / l);
+      });
+      const refund = refunds[0]?.at;
+      if (fit === t || refund === undefined || refund >= fit) {
+        advance(fit);
+        t = fit;
+        break;
+      }
+      t = refund;
+    }
+    limits.forEach((l, d) => {
+      if (l !== undefined) level[d]! -= charge[d]!;
+    });
+    starts.push(t);
+    ends.push(t + c.latencyMs);
+    if (budget.accounting === 'actual') {
+      const back = charge.map((x, d) => x - settledCharge(c, 'actual')[d]!) as unknown as Charge;
+      refunds.push({ at: t + c.latencyMs, back });
+      refunds.sort((a, b) => a.at - b.at);
+    }
+  }
+  const minimumMs = ends.length > 0 ? Math.max(...ends) : 0;
+  const byTokens = budget.limits.tokens !== undefined;
+  const limit = budget.limits.tokens ?? budget.limits.input ?? Number.NaN;
+  const admissions = calls.map((c, i) => {
+    const charge = settledCharge(c, budget.accounting);
+    return { at: starts[i]!, charge: byTokens ? charge[3] : charge[1] };
+  });
+  return { starts, minimumMs, utilization: utilization(admissions, limit, budget.windowMs).mean };
 }

@@ -172,12 +172,7 @@ export class CallHandle {
     if (!reading) return;
     await this.recorder.push({
       kind: 'reading',
-      reading: {
-        scope: this.scope,
-        of: this.reservation.id,
-        ageMs: Math.round(sentAgoMs),
-        dims: reading,
-      },
+      reading: { scope: this.scope, ageMs: Math.round(sentAgoMs), dims: reading },
     });
   }
 }

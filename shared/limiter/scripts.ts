@@ -122,8 +122,6 @@ export interface EndRecord {
 /** A provider's reading for `record-10.lua`: one scope, the dimensions it gave figures for. */
 export interface ReadingRecord {
   readonly scope: string;
-  /** The reservation whose response brought it. */
-  readonly of: string;
   /** How long ago the call that brought it was sent, ms. */
   readonly ageMs: number;
   readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;

@@ -1,5 +1,5 @@
 import type { MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
-import { fluidMinimumMs, idealSchedule, uniformMinimumMs } from '../budget.ts';
+import { bucketMinimumSpanMs, fluidMinimumMs, idealSchedule, uniformMinimumMs } from '../budget.ts';
 import type { TokenLimiter } from '../clients/primitives.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
@@ -8,6 +8,7 @@ import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { CallRecorder } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
+import { roundingFor, SHAPES, type Shape, shapeLabel } from '../shapes.ts';
 import { percent, ratio, seconds } from '../table.ts';
 import { costAtMock, latencyFor, shapesOf, shortCall, windowMsFor } from '../workload.ts';
 import { RATE_HEADERS, type RateRow, rateCells, rateRow } from './rate-rows.ts';
@@ -93,8 +94,7 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
     minimumMs: ideal.minimumMs,
     fluidMs,
   };
-  const llmqClient = 'llmq (1 worker, concurrency 10)';
-  // One mock for the scenario, reset before each client: every client starts on an empty window.
+  // One mock for the baselines, reset before each client: every client starts on an empty window.
   await withMock(mockOptions, async (mock) => {
     for (const b of baselines) {
       ctx.log(`published: ${b.client}`);
@@ -118,26 +118,44 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
         }),
       );
     }
-    ctx.log('published: llmq');
-    await mock.reset();
-    const run = await runLlmq({
-      redisUrl: ctx.redisUrl,
-      scope: 'published',
-      mockUrl: mock.url,
-      requests,
-      ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
-      workers: { count: 1, where: 'in-process' },
-      concurrency: CONCURRENCY,
-    });
-    rows.push(
-      rateRow({ ...common, client: llmqClient, run, calls: run.calls, stats: await mock.stats() }),
-    );
   });
+  // llmq against each shape, readings rounded as the API's.
+  const llmqRows: Record<Shape, RateRow> = {} as Record<Shape, RateRow>;
+  for (const shape of SHAPES) {
+    const client = `llmq (1 worker, concurrency 10), ${shapeLabel(shape)}`;
+    ctx.log(`published: ${client}`);
+    const shaped = { ...mockOptions, algorithm: shape, roundReadings: roundingFor(LIMIT) };
+    await withMock(shaped, async (mock) => {
+      const run = await runLlmq({
+        redisUrl: ctx.redisUrl,
+        scope: 'published',
+        mockUrl: mock.url,
+        requests,
+        ...tokenBudget(windowMs, LIMIT, CONCURRENCY),
+        workers: { count: 1, where: 'in-process' },
+        concurrency: CONCURRENCY,
+      });
+      const minimumMs = idealSchedule(shapes, { ...budget, shape }).minimumMs;
+      const row = rateRow({
+        ...common,
+        minimumMs,
+        client,
+        run,
+        calls: run.calls,
+        stats: await mock.stats(),
+      });
+      llmqRows[shape] = row;
+      rows.push(row);
+    });
+  }
+  const bucketSpanMs = bucketMinimumSpanMs(shapes, budget);
 
-  const llmq = rows[rows.length - 1]!;
+  const llmq = llmqRows.sliding;
+  const bucket = llmqRows.bucket;
+  const spanOver = bucket.admissionSpanMs / bucketSpanMs;
   return {
     name: 'published',
-    title: `${calls} calls of ${cost} tokens, ${LIMIT} tokens per sliding ${W} s window (reserve accounting)`,
+    title: `${calls} calls of ${cost} tokens, ${LIMIT} tokens per ${W} s, a sliding window or a token bucket, readings rounded to ${roundingFor(LIMIT)} (reserve accounting)`,
     settings: {
       mock: mockOptions,
       calls: calls,
@@ -147,20 +165,27 @@ export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioR
       minimumMs: ideal.minimumMs,
       closedFormMinimumMs: closedForm,
       idealUtilization: ideal.utilization,
+      bucketMinimumSpanMs: bucketSpanMs,
+      roundReadings: roundingFor(LIMIT),
     },
     headers: RATE_HEADERS,
     rows: rows.map(rateCells),
     figures: rows,
     targets: [
       {
-        name: 'llmq completes every call with zero 429s',
-        met: llmq.completed === calls && llmq.rateLimited === 0,
-        detail: `${llmq.completed}/${calls}, ${llmq.rateLimited} 429s`,
+        name: 'llmq completes every call with zero 429s, on both shapes',
+        met: [llmq, bucket].every((r) => r.completed === calls && r.rateLimited === 0),
+        detail: `sliding ${llmq.completed}/${calls}, ${llmq.rateLimited} 429s; bucket ${bucket.completed}/${calls}, ${bucket.rateLimited} 429s`,
       },
       {
-        name: "llmq within 2% of the budget's minimum",
+        name: "sliding window: llmq within 2% of the budget's minimum",
         met: llmq.wallOverMinimum <= 1.02,
         detail: `${seconds(llmq.wallMs)} against ${seconds(ideal.minimumMs)} (${ratio(llmq.wallOverMinimum)})`,
+      },
+      {
+        name: "token bucket: llmq's admissions span within 5% of the bucket's minimum",
+        met: spanOver <= 1.05,
+        detail: `${seconds(bucket.admissionSpanMs)} against (tokens charged − capacity) / refill rate = ${seconds(bucketSpanMs)} (${ratio(spanOver)})`,
       },
     ],
     notes: [

@@ -15,6 +15,8 @@ export interface RateRow {
   /** HTTP attempts this client made. */
   readonly attempts: number;
   readonly wallMs: number;
+  /** From the first admitted call to the last, as the provider admitted them. */
+  readonly admissionSpanMs: number;
   /** The mock's worst window (total tokens) and its limit. */
   readonly worstWindow: number;
   readonly limit: number;
@@ -70,6 +72,7 @@ export function rateRow(i: RateRowInput): RateRow {
     rateLimited: i.calls.statuses['429'] ?? 0,
     attempts: i.calls.attempts,
     wallMs: i.run.wallMs,
+    admissionSpanMs: admissions.length > 1 ? admissions.at(-1)!.at - admissions[0]!.at : 0,
     worstWindow: i.stats.worstWindow.tokens,
     limit: i.limit,
     utilization: utilization(admissions, i.limit, i.windowMs).mean,

@@ -31,6 +31,9 @@
 --- @include "expiry"
 --- @include "reading"
 
+-- The entry holding a begun call's request and input (flags "b", see reservation.lua).
+local function input_part(id) return id .. ':in' end
+
 local now = now_ms(args.now)
 local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
   windowMs = args.windowMs, views = {}, shapes = {}, produced = args.produced }

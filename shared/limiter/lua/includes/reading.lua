@@ -1,7 +1,5 @@
 -- Storing a provider's reading in the view (see view.lua). Needs "reservation".
 
--- The entry holding a begun call's request and input (flags "b", see reservation.lua).
-local function input_part(id) return id .. ':in' end
 
 local function gcd(a, b)
   while b > 0 do a, b = b, a % b end
@@ -23,24 +21,18 @@ local function shape_says(ctx, r, half, ageMs)
   return nil
 end
 
--- Our spend in `scope` that a reading may not have counted: calls stamped after the call that
--- brought it (id `of`) was sent (`ageMs` before now), or not stamped yet. A begun call's open
--- output (flags "b") was counted at its admission, unless the provider counts output as it is
--- produced (ctx.produced): then it is still to come. `of`'s own stamped part is counted.
-local function pending_of(ctx, scope, ageMs, of)
+-- Our spend in `scope` that a reading may not have counted: calls whose response has not begun
+-- (open), and, when the provider counts output as it is produced (ctx.produced), the output
+-- still to come of begun calls (flags "b"). A begun call counts as counted: the provider admitted
+-- it before its response began, most likely before the reading's call, and our window keeps it
+-- in any case.
+local function pending_of(ctx, scope)
   local p = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  local readAt = ctx.now - ageMs
-  local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. readAt, '+inf', 'LIMIT', 0, 2000)
+  local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. ctx.now, '+inf', 'LIMIT', 0, 2000)
   if #ids == 0 then return p end
-  local encs = redis.call('HMGET', ctx.res, unpack(ids))
-  for i, id in ipairs(ids) do
-    local r = encs[i] and decode(encs[i])
-    local counted = id == input_part(of) or (id == of and r and r.flags == 's')
-    if r and r.flags == 'b' and not ctx.produced then
-      local began = tonumber(redis.call('ZSCORE', ctx.log, input_part(id)) or readAt + 1)
-      counted = id == of or began <= readAt
-    end
-    if r and not counted and in_scope(r, scope) then
+  for _, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
+    local r = enc and decode(enc)
+    if r and (r.flags == '' or (r.flags == 'b' and ctx.produced)) and in_scope(r, scope) then
       for _, d in ipairs(DIMS) do p[d] = p[d] + amount(r, d) end
     end
   end
@@ -50,7 +42,7 @@ end
 -- Stores reading g = { scope, of, ageMs, dims = { [d] = { limit, remaining, reset } } }.
 local function store_reading(ctx, g)
   local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
-  local pending = pending_of(ctx, scope, ageMs, g.of or '')
+  local pending = pending_of(ctx, scope)
   local step = tonumber(redis.call('HGET', ctx.view, scope .. '|step') or '0')
   for _, d in ipairs(DIMS) do
     local r = g.dims[d]
