@@ -216,7 +216,7 @@ class Model {
     this.expire();
     const e = this.entries.get(id);
     if (e && e.flags === '') {
-      if (this.cfg.accounting !== 'reserve') {
+      if (this.cfg.accounting === 'produced') {
         const part = { req: e.a.req, in: e.a.in, out: 0 };
         this.entries.set(`${id}:in`, {
           id: `${id}:in`,
@@ -261,8 +261,7 @@ class Model {
     const p = { req: 0, in: 0, out: 0, tok: 0 };
     for (const e of this.entries.values()) {
       if (e.score <= this.now || !e.scopes.includes(scope)) continue;
-      const toCome = e.flags === '' || (e.flags === 'b' && this.cfg.accounting === 'produced');
-      if (toCome) for (const d of DIMS) p[d] += amount(e.a, d);
+      if (e.flags !== 's') for (const d of DIMS) p[d] += amount(e.a, d);
     }
     return p;
   }

@@ -125,18 +125,23 @@ describe('settling a reservation', () => {
     expect(await used(lim, 'outputTokens')).toBe(900);
   });
 
-  it("gives unused output back under 'actual' accounting", async () => {
+  it("under 'actual' accounting, a call counts from when its response began, and its unused output comes back", async () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 900));
+    await start(lim, r);
+    t += 4_000;
     expect(await settle(lim, r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
       outputDelta: -850,
     });
     expect(await used(lim, 'outputTokens')).toBe(50);
     expect(await lim.tryAcquire(cost(100, 900))).toMatchObject({ ok: true });
+    // The provider counted it at admission: it left a window after it began; the second stays.
+    t += 6_000;
+    expect(await used(lim, 'outputTokens')).toBe(900);
   });
 
-  it("under 'actual' accounting, a call streaming longer than the window stays counted until it settles", async () => {
-    const lim = make({ outputAccounting: 'actual', leaseMs: 5_000 });
+  it("under 'produced' accounting, a call streaming longer than the window stays counted until it settles", async () => {
+    const lim = make({ outputAccounting: 'produced', leaseMs: 5_000 });
     const r = await admitted(lim, cost(500, 900));
     await start(lim, r);
     // The response streams for three windows, its lease renewed as it goes.
@@ -161,8 +166,8 @@ describe('settling a reservation', () => {
     });
   });
 
-  it("under 'actual' accounting, a call's input leaves a window after its response began, its output a window after it ended", async () => {
-    const lim = make({ outputAccounting: 'actual' });
+  it("under 'produced' accounting, a call's input leaves a window after its response began, its output a window after it ended", async () => {
+    const lim = make({ outputAccounting: 'produced' });
     const r = await admitted(lim, cost(900, 900));
     // The response begins now (the provider counted the input by then) and streams for 4 s.
     await start(lim, r);

@@ -36,8 +36,8 @@ export interface LimiterOptions {
   readonly leaseMs?: number;
   /**
    * How the provider charges output ({@link OutputAccounting}). Under `actual` and `produced`
-   * the unused max_tokens come back at settle, and the output is stamped then (it is counted
-   * until the end). @default 'reserve'
+   * the unused max_tokens come back at settle; under `produced` the output is stamped then (it is
+   * counted until the end). @default 'reserve'
    */
   readonly outputAccounting?: OutputAccounting;
   /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */

@@ -305,8 +305,7 @@ export class LimiterScripts {
       windowMs,
       bucketMs: HISTORY_BUCKET_MS,
       channel,
-      split: accounting !== 'reserve',
-      produced: accounting === 'produced',
+      split: accounting === 'produced',
       ...b,
     })) as number[];
     return {

@@ -16,8 +16,8 @@
   KEYS[9] held
   KEYS[10] pause
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, bucketMs, channel (SPUBLISH when budget
-    or a slot comes back, or ''), split (stamps keep the output open: it is counted to the end),
-    produced (the provider counts output as produced: a reading has not counted what is to come),
+    or a slot comes back, or ''), split (the provider counts output as it is produced: a stamp
+    keeps the output open until the call ends),
     periods (money periods kept, or absent), stamps (ids), ends ({ id, mode = 'usage' | 'keep' |
     'release', input, output (-1: keep the estimate), reported (output for the counters, -1
     unknown), micros (-1: the worst case stays) }), pauseMs (or absent), readings ({ scope, of,
@@ -36,7 +36,7 @@ local function input_part(id) return id .. ':in' end
 
 local now = now_ms(args.now)
 local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
-  windowMs = args.windowMs, views = {}, shapes = {}, produced = args.produced }
+  windowMs = args.windowMs, views = {}, shapes = {} }
 local mk = { spend = KEYS[8], held = KEYS[9], periods = args.periods }
 local totals, stats, hist = {}, {}, {}
 local bucket = math.floor(now / args.bucketMs) * args.bucketMs

@@ -22,17 +22,16 @@ local function shape_says(ctx, r, half, ageMs)
 end
 
 -- Our spend in `scope` that a reading may not have counted: calls whose response has not begun
--- (open), and, when the provider counts output as it is produced (ctx.produced), the output
--- still to come of begun calls (flags "b"). A begun call counts as counted: the provider admitted
--- it before its response began, most likely before the reading's call, and our window keeps it
--- in any case.
+-- (open), and the output still to come of begun calls when the provider counts output as it is
+-- produced (flags "b"). A begun call counts as counted: the provider admitted it before its
+-- response began, most likely before the reading's call, and our window keeps it in any case.
 local function pending_of(ctx, scope)
   local p = { req = 0, ['in'] = 0, out = 0, tok = 0 }
   local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. ctx.now, '+inf', 'LIMIT', 0, 2000)
   if #ids == 0 then return p end
   for _, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
     local r = enc and decode(enc)
-    if r and (r.flags == '' or (r.flags == 'b' and ctx.produced)) and in_scope(r, scope) then
+    if r and r.flags ~= 's' and in_scope(r, scope) then
       for _, d in ipairs(DIMS) do p[d] = p[d] + amount(r, d) end
     end
   end

@@ -1,5 +1,5 @@
 -- A reservation in the res hash: "requests|input|output|flags|scopes"; flags "" open, "s" stamped,
--- "b" begun under 'actual' (request and input then in `<id>:in`, stamped; the output open).
+-- "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the output open).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
