@@ -4,6 +4,7 @@ import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { combineInputTokens } from '../shared/combine.ts';
 import { RequestValidationError } from '../shared/errors.ts';
 import { estimateCost } from '../shared/estimate.ts';
+import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -62,6 +63,9 @@ export class Producer {
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
   private registered = false;
+  /** When the fleet's limits were last read (ms), or undefined when they are not read at all. */
+  private fleetReadAt: number | undefined;
+  private readonly fleetMaxAgeMs: number;
 
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
@@ -78,6 +82,8 @@ export class Producer {
       tokenCounter: options.tokenCounter,
     });
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
+    this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;
+    this.fleetMaxAgeMs = options.fleetLimitsMaxAgeMs ?? 1_000;
     this.retention = {
       completedS: options.keepCompletedS ?? 7 * DAY_S,
       completedCount: options.keepCompletedCount ?? 100_000,
@@ -101,7 +107,34 @@ export class Producer {
     });
   }
 
-  /** Builds the job's data from the estimate, or throws a typed error; writes nothing. */
+  /**
+   * Reads the fleet's stored limits again unless they were read within `fleetLimitsMaxAgeMs`
+   * (or `force`); every enqueue does this first. Resolves with the limits jobs are checked against.
+   */
+  async loadLimits(force = false): Promise<LimitSet> {
+    const at = this.fleetReadAt;
+    if (at !== undefined && (force || Date.now() - at >= this.fleetMaxAgeMs)) {
+      const stored = await this.redisCall(() => readFleetLimits(this.redis, this.names));
+      this.builder.useFleet(stored?.limits);
+      this.fleetReadAt = Date.now();
+    }
+    return this.builder.limits;
+  }
+
+  /**
+   * The most input tokens (estimated) a request of `model` with `maxTokens` may have and still
+   * fit every limit it is charged to (the fleet's too); Infinity when none bounds it, below 0
+   * when max_tokens alone can never fit.
+   */
+  async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
+    await this.loadLimits();
+    return this.builder.inputRoom(model, maxTokens, tenant);
+  }
+
+  /**
+   * Builds the job's data from the estimate, or throws a typed error; writes nothing. Checks
+   * against the fleet's limits as last read (see {@link loadLimits}).
+   */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.builder.prepare(request, options);
   }
@@ -119,6 +152,7 @@ export class Producer {
   /** {@link enqueue}, telling also whether a job was created or an existing one was found. */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
+    await this.loadLimits();
     const data = await this.prepareAsync(request, options);
     if (options.via === 'batches') {
       const attempts = checkAttempts(options.attempts);
@@ -170,6 +204,7 @@ export class Producer {
     const batches = options.via === 'batches';
     const key = options.idempotencyKey;
     const attempts = checkAttempts(options.attempts);
+    await this.loadLimits();
     if (flow.parts.length === 0) {
       throw new RequestValidationError([
         { field: 'parts', message: 'must hold at least one request' },
@@ -271,6 +306,7 @@ export class Producer {
       ]);
     }
     const attempts = checkAttempts(options.attempts);
+    await this.loadLimits();
     const datas: JobData[] = [];
     for (let i = 0; i < requests.length; i++) {
       try {

@@ -1,8 +1,9 @@
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
+import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
-import type { LimiterSnapshot } from './limiter/types.ts';
+import type { DimensionLimits, LimiterSnapshot } from './limiter/types.ts';
 import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { type DeadLetterQueue, type LlmqQueue, openDeadLetterQueue, openQueue } from './queues.ts';
 import type { RedisClient } from './redis.ts';
@@ -24,6 +25,15 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
+  /**
+   * The fleet's limits: `configured` as stored (`llmq limits`, written by workers), null when
+   * none are; `read` the limits taken from the provider's headers, per model: null while llmq
+   * does not read them (issue 31).
+   */
+  readonly limits: {
+    readonly configured: StoredFleetLimits | null;
+    readonly read: Readonly<Record<string, DimensionLimits>> | null;
+  };
   /** When the waiting jobs will have started at the current limits, per priority class. */
   readonly forecast: Forecast;
   /** Money spent this day and month against each budget, and per model (budgets configured). */
@@ -54,8 +64,8 @@ export type QueueCounts = QueueStatus['counts'];
 
 /** A queue's jobs per state, each job once (see {@link QueueStatus.counts}). */
 export async function getQueueCounts(redis: RedisClient, names: QueueNames): Promise<QueueCounts> {
-  const queue = openQueue(redis, names);
-  const dlq = openDeadLetterQueue(redis, names);
+  const queue = openQueue(redis, names, { read: true });
+  const dlq = openDeadLetterQueue(redis, names, { read: true });
   try {
     const [c, d, both] = await Promise.all([
       queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
@@ -84,19 +94,21 @@ export async function getQueueStatus(
   ledger?: BudgetLedger,
 ): Promise<QueueStatus> {
   const lim = limiter ?? new Limiter({ redis, names });
-  const [counts, snapshot, b, backlog, metrics, spend] = await Promise.all([
+  const [counts, snapshot, b, backlog, metrics, spend, configured] = await Promise.all([
     getQueueCounts(redis, names),
     lim.snapshot(),
     redis.hgetall(breakerKey(names)),
     readBacklog(redis, names),
     readMetrics(redis, names),
     ledger ? spendReport(ledger) : undefined,
+    readFleetLimits(redis, names),
   ]);
   return {
     queue: names.queue,
     prefix: names.prefix,
     counts,
     limiter: snapshot,
+    limits: { configured: configured ?? null, read: null },
     forecast: forecastDrain(backlog.classes, snapshot, {
       headroom: lim.headroom,
       callMs: medianLatencyMs(metrics),

@@ -1,6 +1,11 @@
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
-import { ConfigError, LlmqError, RequestValidationError } from '../../shared/errors.ts';
+import {
+  ConfigError,
+  CostExceedsLimitError,
+  LlmqError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 
 type Register = (program: Command) => unknown;
@@ -11,6 +16,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   enqueue: async () => (await import('./enqueue.ts')).registerEnqueueCommand,
   status: async () => (await import('./status.ts')).registerStatusCommand,
   queues: async () => (await import('./queues.ts')).registerQueuesCommand,
+  limits: async () => (await import('./limits.ts')).registerLimitsCommand,
   dlq: async () => (await import('./dlq.ts')).registerDlqCommand,
   'mock-anthropic': async () => (await import('./mock-anthropic.ts')).registerMockAnthropicCommand,
   demo: async () => (await import('./demo.ts')).registerDemoCommand,
@@ -55,6 +61,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (
       err instanceof ConfigError ||
       err instanceof RequestValidationError ||
+      // A request that can never fit the limits is bad input too.
+      err instanceof CostExceedsLimitError ||
       err instanceof TypeError
     ) {
       process.stderr.write(`llmq: ${(err as Error).message}\n`);
