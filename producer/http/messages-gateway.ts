@@ -2,17 +2,29 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { breakerKey, type QueueNames } from '../../shared/keys.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import type { RedisClient } from '../../shared/redis.ts';
+import type { RedisAuthThrottle } from '../../shared/redis-auth-throttle.ts';
+import { countWorkers } from '../../shared/worker-presence.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedJob, Producer } from '../producer.ts';
-import { type ApiErrorAnswer, apiError, deadLetterError, toApiError } from './anthropic-errors.ts';
+import {
+  type ApiErrorAnswer,
+  apiError,
+  deadLetterError,
+  newRequestId,
+  statusText,
+  toApiError,
+} from './anthropic-errors.ts';
 import type { ApiKeyStore } from './api-keys.ts';
 import type { CountTokensForwarder } from './count-tokens.ts';
 import { INVALID_JSON } from './fastify-adapter.ts';
+import { listModels, patternsOf, retrieveModel } from './models-route.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
 
 export interface GatewayOptions {
   readonly producer: Producer;
   readonly keys: ApiKeyStore;
+  /** Failed keys counted per address with every other route and server (none: not throttled). */
+  readonly throttle?: RedisAuthThrottle | undefined;
   /** A connection for the breaker's state and the relays' wakes (leased copies block on reads). */
   readonly redis: RedisClient;
   readonly names: QueueNames;
@@ -55,8 +67,23 @@ function header(req: FastifyRequest, name: string): string | undefined {
   return Array.isArray(v) ? v.join(',') : v;
 }
 
+/** The `request-id` this answer carries (set for every request; the provider's replaces it). */
+function requestIdOf(reply: FastifyReply): string {
+  return String(reply.getHeader('request-id') ?? '');
+}
+
+/** Sends an answer with its status line as the API writes it (`529 Overloaded`). */
+function withStatus(reply: FastifyReply, status: number): FastifyReply {
+  reply.raw.statusMessage = statusText(status);
+  return reply.code(status);
+}
+
+/** Sends an error in the API's shape, its body naming the answer's request-id. */
 function send(reply: FastifyReply, a: ApiErrorAnswer): FastifyReply {
-  return reply.code(a.status).headers(a.headers).type('application/json').send(a.body);
+  return withStatus(reply, a.status)
+    .headers(a.headers)
+    .type('application/json')
+    .send({ ...a.body, request_id: requestIdOf(reply) });
 }
 
 /**
@@ -73,14 +100,32 @@ export function mountMessagesGateway(
   const pingMs = options.pingMs ?? 5_000;
   const reader = new EventStreamReader(options.redis, options.names);
 
-  /** The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401. */
-  function authenticate(req: FastifyRequest) {
+  /**
+   * The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401; an address
+   * the throttle refuses gets a 429 whatever it sends, and a wrong key counts against it.
+   */
+  async function authenticate(req: FastifyRequest) {
+    const verdict = await options.throttle?.check(req.ip);
+    if (verdict && !verdict.ok) {
+      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
+      return apiError(
+        'rate_limit_error',
+        `llmq: too many failed authentications from this address: try again in ${seconds} s`,
+        { 'retry-after': String(seconds) },
+      );
+    }
     const bearer = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(header(req, 'authorization') ?? '')?.[1];
     const key = header(req, 'x-api-key') ?? bearer;
     if (key === undefined || key === '') {
       return apiError('authentication_error', 'x-api-key header is required');
     }
-    return keys.entryOf(key) ?? apiError('authentication_error', 'invalid x-api-key');
+    const entry = keys.entryOf(key);
+    if (!entry) {
+      await options.throttle?.failed(req.ip);
+      return apiError('authentication_error', 'invalid x-api-key');
+    }
+    await options.throttle?.succeeded(req.ip, verdict?.ok ? verdict.failures : 0);
+    return entry;
   }
 
   /** Open breaker: the provider is failing, so the call is refused before it is queued. */
@@ -102,6 +147,20 @@ export function mountMessagesGateway(
     );
   }
 
+  /** The 529 of a call cancelled before it started: why it did not start, as far as Redis tells. */
+  async function notStarted(): Promise<ApiErrorAnswer> {
+    const workers = await countWorkers(options.redis, options.names).catch(() => undefined);
+    const why =
+      workers === 0
+        ? `no worker is running on queue ${options.names.queue} (start \`llmq worker\`)`
+        : 'the budget had no room for it';
+    return apiError(
+      'overloaded_error',
+      `Overloaded (llmq: ${why}; the call waited ${maxWaitMs / 1000} s without starting and was cancelled, never sent)`,
+      { 'retry-after': '5' },
+    );
+  }
+
   /**
    * How the job ends for its caller: its result, the provider's error when it was
    * dead-lettered, a 529 when it had not started within `maxWaitMs` (it is cancelled then), or
@@ -120,16 +179,7 @@ export function mountMessagesGateway(
         if (job.created) await producer.cancel(job.id).catch(() => {});
         return { kind: 'gone' };
       }
-      if ((await cancelling) === 'cancelled') {
-        return {
-          kind: 'error',
-          error: apiError(
-            'overloaded_error',
-            `Overloaded (llmq: the call waited ${maxWaitMs / 1000} s for budget without starting and was cancelled, never sent)`,
-            { 'retry-after': '5' },
-          ),
-        };
-      }
+      if ((await cancelling) === 'cancelled') return { kind: 'error', error: await notStarted() };
       if (err instanceof JobFailedError) {
         return { kind: 'error', error: deadLetterError(err.reason, err.deadLetter) };
       }
@@ -140,7 +190,7 @@ export function mountMessagesGateway(
   }
 
   async function messages(req: FastifyRequest, reply: FastifyReply) {
-    const who = authenticate(req);
+    const who = await authenticate(req);
     if ('status' in who) return send(reply, who);
     const body = req.body;
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
@@ -206,7 +256,15 @@ export function mountMessagesGateway(
     const outcome = outcomeOf(job, signal);
     if (stream) {
       reply.hijack();
-      await relayEvents({ reader, jobId: job.id, res: reply.raw, outcome, pingMs, signal });
+      await relayEvents({
+        reader,
+        jobId: job.id,
+        res: reply.raw,
+        outcome,
+        pingMs,
+        signal,
+        requestId: requestIdOf(reply),
+      });
       if (signal.aborted && !reply.raw.writableEnded) reply.raw.destroy();
       return;
     }
@@ -221,8 +279,7 @@ export function mountMessagesGateway(
         ...done.error,
         headers: { ...done.error.headers, 'llmq-job-id': job.id },
       });
-    return reply
-      .code(200)
+    return withStatus(reply, 200)
       .headers({
         'llmq-job-id': job.id,
         ...(done.requestId ? { 'request-id': done.requestId } : {}),
@@ -232,7 +289,7 @@ export function mountMessagesGateway(
   }
 
   async function countTokens(req: FastifyRequest, reply: FastifyReply) {
-    const who = authenticate(req);
+    const who = await authenticate(req);
     if ('status' in who) return send(reply, who);
     if (!options.countTokens) {
       return send(reply, {
@@ -247,10 +304,33 @@ export function mountMessagesGateway(
       version: header(req, 'anthropic-version'),
       beta: header(req, 'anthropic-beta'),
     });
-    return reply.code(a.status).headers(a.headers).type('application/json').send(a.body);
+    return withStatus(reply, a.status).headers(a.headers).type('application/json').send(a.body);
+  }
+
+  /** `GET /v1/models[/{id}]`: the models of the fleet's per-model limits. */
+  async function models(req: FastifyRequest, reply: FastifyReply) {
+    const who = await authenticate(req);
+    if ('status' in who) return send(reply, who);
+    let patterns: string[];
+    try {
+      patterns = patternsOf((await producer.loadLimits()).scopes);
+    } catch (err) {
+      return send(reply, toApiError(err));
+    }
+    const id = (req.params as { id?: string }).id;
+    const a =
+      id === undefined
+        ? listModels(patterns, req.query as Record<string, string | undefined>)
+        : retrieveModel(patterns, id);
+    if (a.status !== 200) return send(reply, a as ApiErrorAnswer);
+    return withStatus(reply, 200).type('application/json').send(a.body);
   }
 
   void app.register(async (scope) => {
+    // Every answer carries a request-id, as the API's do (the provider's own where it gave one).
+    scope.addHook('onRequest', async (_req, reply) => {
+      reply.header('request-id', newRequestId());
+    });
     // The API's error shapes for what fastify refuses before a handler runs.
     scope.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
       switch (err.code) {
@@ -281,6 +361,8 @@ export function mountMessagesGateway(
     });
     scope.post('/v1/messages', messages);
     scope.post('/v1/messages/count_tokens', countTokens);
+    scope.get('/v1/models', models);
+    scope.get('/v1/models/:id', models);
   });
   return { close: () => reader.close() };
 }
