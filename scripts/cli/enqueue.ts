@@ -4,7 +4,12 @@ import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
-import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import {
+  ConfigError,
+  LlmqError,
+  QueueFullError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -31,6 +36,16 @@ export function parseRequests(text: string): unknown[] {
       ]);
     }
   });
+}
+
+/** The requests' text from a file or standard input (0); a ConfigError when it cannot be read. */
+function readInput(file: string | 0): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    const what = file === 0 ? 'standard input' : `--file ${file}`;
+    throw new ConfigError(`${what} cannot be read (${(err as Error).message}): check the path`);
+  }
 }
 
 export function registerEnqueueCommand(program: Command): void {
@@ -62,7 +77,7 @@ export function registerEnqueueCommand(program: Command): void {
     const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
     // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
     const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
-    const requests = parseRequests(readFileSync(file, 'utf8'));
+    const requests = parseRequests(readInput(file));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
         redis,

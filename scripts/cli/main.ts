@@ -46,6 +46,16 @@ export async function buildProgram(argv: readonly string[]): Promise<Command> {
   return program;
 }
 
+/** A file or folder that could not be read or written (a path given on the command line). */
+function isFileError(err: unknown): err is NodeJS.ErrnoException & { path: string } {
+  const e = err as NodeJS.ErrnoException;
+  return (
+    e instanceof Error &&
+    typeof e.path === 'string' &&
+    ['ENOENT', 'EACCES', 'EISDIR', 'ENOTDIR', 'EPERM', 'EEXIST'].includes(e.code ?? '')
+  );
+}
+
 /** Runs the CLI; resolves with the exit code. Usage errors exit 2, other failures 1. */
 export async function main(argv: readonly string[]): Promise<number> {
   const program = await buildProgram(argv);
@@ -71,6 +81,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (err instanceof LlmqError) {
       process.stderr.write(`llmq: ${err.message}\n`);
       return 1;
+    }
+    if (isFileError(err)) {
+      process.stderr.write(`llmq: ${err.path} cannot be used (${err.message}): check the path\n`);
+      return 2;
     }
     process.stderr.write(`llmq: ${(err as Error)?.stack ?? String(err)}\n`);
     return 1;
