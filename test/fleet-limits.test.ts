@@ -58,6 +58,15 @@ describe("the fleet's limits, stored once for every process", () => {
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);
     expect(bad.stderr).toMatch(/needs \d+ tokens but scope "global" allows only 3960 per window/);
     expect(await pool.queue.count()).toBe(0);
+    // Among many, it is found before any is added.
+    const lines = [request('Fine.', 100), request('Too much.', 5_000)].map((r) =>
+      JSON.stringify(r),
+    );
+    const many = await runCli(['enqueue'], pool.cliEnv(), lines.join('\n'));
+    expect(many.code).toBe(2);
+    expect(many.stderr).toMatch(/^llmq: invalid request: request 2: the request needs/);
+    expect(many.stdout).toBe('');
+    expect(await pool.queue.count()).toBe(0);
 
     const status = await runCli(['status'], pool.cliEnv());
     expect(status.stdout).toMatch(

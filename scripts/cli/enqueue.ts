@@ -6,6 +6,7 @@ import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
 import {
   ConfigError,
+  CostExceedsLimitError,
   LlmqError,
   QueueFullError,
   RequestValidationError,
@@ -87,7 +88,9 @@ export function registerEnqueueCommand(program: Command): void {
         maxDepth: config.maxDepth,
       });
       try {
-        // Validate every request before adding any, so a bad line leaves nothing behind.
+        // Validate every request before adding any, so a bad line leaves nothing behind; the
+        // fleet's stored limits first, so a request that never fits them is one too.
+        await producer.loadLimits(true);
         requests.forEach((r, i) => {
           try {
             if (via === 'batches') checkBatchable(r, {});
@@ -97,6 +100,11 @@ export function registerEnqueueCommand(program: Command): void {
               throw new RequestValidationError(
                 err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })),
               );
+            }
+            if (err instanceof CostExceedsLimitError && requests.length > 1) {
+              throw new RequestValidationError([
+                { field: `request ${i + 1}`, message: err.message },
+              ]);
             }
             throw err;
           }
