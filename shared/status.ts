@@ -27,8 +27,8 @@ export interface QueueStatus {
   readonly limiter: LimiterSnapshot;
   /**
    * The fleet's limits: `configured` as stored (`llmq limits`, written by workers), null when
-   * none are; `read` the limits taken from the provider's headers, per model: null while llmq
-   * does not read them (issue 31).
+   * none are; `read` the limits the provider's headers told, by scope and dimension, null
+   * before any reading.
    */
   readonly limits: {
     readonly configured: StoredFleetLimits | null;
@@ -43,6 +43,17 @@ export interface QueueStatus {
     readonly failures: number;
     readonly openUntil: number | null;
   };
+}
+
+/** The limits the provider's headers told, by scope and dimension; null before any reading. */
+function readLimits(s: LimiterSnapshot): Record<string, DimensionLimits> | null {
+  const out: Record<string, DimensionLimits> = {};
+  for (const scope of s.scopes) {
+    const read = Object.entries(scope.dimensions).filter(([, u]) => u.providerLimit !== undefined);
+    if (read.length > 0)
+      out[scope.scope] = Object.fromEntries(read.map(([d, u]) => [d, u.providerLimit]));
+  }
+  return Object.keys(out).length > 0 ? out : null;
 }
 
 /** How many dead letters' jobs are also in the queue's failed set (one read, no write). */
@@ -108,7 +119,7 @@ export async function getQueueStatus(
     prefix: names.prefix,
     counts,
     limiter: snapshot,
-    limits: { configured: configured ?? null, read: null },
+    limits: { configured: configured ?? null, read: readLimits(snapshot) },
     forecast: forecastDrain(backlog.classes, snapshot, {
       headroom: lim.headroom,
       callMs: medianLatencyMs(metrics),

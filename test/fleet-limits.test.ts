@@ -72,7 +72,7 @@ describe("the fleet's limits, stored once for every process", () => {
     expect(status.stdout).toMatch(
       /limits configured: tpm 4000, window 10 s, headroom 0\.01 \(set by worker on /,
     );
-    expect(status.stdout).toContain('limits read: none');
+    expect(status.stdout).toContain('limits read: none yet');
     const json = JSON.parse((await runCli(['status', '--json'], pool.cliEnv())).stdout);
     expect(json.limits.configured.limits).toMatchObject({ tpm: 4_000, windowS: 10 });
     expect(json.limits.read).toBeNull();

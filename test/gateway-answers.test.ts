@@ -225,9 +225,10 @@ describe('a 529 from the gateway', () => {
   });
 
   it('blames the budget when a worker runs but has no room', async () => {
-    await pool.worker({ limiter: { limits: { requests: 1 }, windowMs: 60_000 } });
-    const first = await call();
-    expect(first.status).toBe(200);
+    await pool.worker({ limiter: { limits: { requests: 1 }, windowMs: 60_000, headroom: 0 } });
+    // The window's one request, spent by a job of the queue's own.
+    const spent = await pool.producer.enqueue(request('The only one this minute.', 20));
+    await until(async () => (await pool.queue.getJobState(spent)) === 'completed', 20_000);
     const res = await call();
     expect([res.status, res.statusMessage]).toEqual([529, 'Overloaded']);
     expect(JSON.parse(res.text).error.message).toContain('the budget had no room for it');

@@ -24,9 +24,14 @@ function formatLimits(l: QueueStatus['limits']): string[] {
     : 'none stored (`llmq limits set`, or a worker with limit flags)';
   const read = l.read
     ? Object.entries(l.read)
-        .map(([scope, d]) => `${scope} ${JSON.stringify(d)}`)
+        .map(([scope, d]) => {
+          const shown = DIMENSIONS.flatMap((x) =>
+            d[x.name] === undefined ? [] : [`${x.limit} ${d[x.name]}`],
+          );
+          return `${scope} ${shown.join(', ')}`;
+        })
         .join('; ')
-    : "none (llmq does not read the provider's limit headers yet)";
+    : 'none yet (taken from the rate-limit headers of the answers)';
   return [`  limits configured: ${configured}`, `  limits read: ${read}`];
 }
 
