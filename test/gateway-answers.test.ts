@@ -78,6 +78,16 @@ describe('a request no worker can ever admit', () => {
       /^max_tokens: the request needs \d+ tokens but scope "global" allows only 99000 per window/,
     );
     requestIdOf(e);
+    // The job API refuses it the same way, in its own shape.
+    const res = await fetch(`${api.url}/v1/jobs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${TENANT_KEYS.acme}` },
+      body: JSON.stringify({ request: request('Far too long an answer.', 150_000) }),
+    });
+    expect(res.status).toBe(422);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+      'cost_exceeds_limit',
+    );
     expect(await leftBehind(pool)).toEqual({ jobs: 0, dead: 0 });
     expect(pool.mock.stats().attempts).toBe(0);
   });
