@@ -1,9 +1,16 @@
 import type { FlowJob } from 'bullmq';
+import { combineInputTokens } from '../shared/combine.ts';
+import { RequestValidationError } from '../shared/errors.ts';
+import { estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { bullPrefix } from '../shared/keys.ts';
 import { batchNames } from '../shared/queues.ts';
-import type { EnqueuedJob } from './producer.ts';
+import { parseMessagesRequest } from '../shared/request.ts';
+import { checkBatchable } from './batches/batch-jobs.ts';
+import { jobIdForKey, newJobId } from './idempotency.ts';
+import type { JobBuilder } from './job-builder.ts';
+import type { EnqueuedJob, EnqueueOptions } from './producer-options.ts';
 
 /**
  * A map-reduce: part requests, each its own job (own budget, retries and dead letter), and a
@@ -54,4 +61,67 @@ export function mapReduceFlow(f: {
       opts: { ...f.jobOptions(data), jobId: f.partIds[i]! },
     })),
   };
+}
+
+/** A map-reduce's jobs, built and checked, nothing written: their ids and their data. */
+export interface BuiltMapReduce {
+  readonly id: string;
+  readonly partIds: readonly string[];
+  readonly parts: readonly JobData[];
+  readonly combine: JobData;
+  readonly tenant: string | undefined;
+}
+
+/**
+ * Validates and costs every part (an error names it: `parts.2.max_tokens`) and the combine
+ * job, which reserves its template plus every part's max_tokens. With an idempotency key every
+ * id is derived from it.
+ */
+export function buildMapReduce(
+  builder: JobBuilder,
+  flow: MapReduceRequest,
+  options: EnqueueOptions,
+): BuiltMapReduce {
+  const batches = options.via === 'batches';
+  const key = options.idempotencyKey;
+  if (flow.parts.length === 0) {
+    throw new RequestValidationError([
+      { field: 'parts', message: 'must hold at least one request' },
+    ]);
+  }
+  const parts = flow.parts.map((r, i) => {
+    try {
+      if (batches) checkBatchable(r, options);
+      const data = builder.prepare(r, {
+        ...options,
+        ...(key ? { idempotencyKey: partKey(key, i) } : {}),
+      });
+      return batches && options.deadlineAt !== undefined
+        ? { ...data, deadlineAt: options.deadlineAt }
+        : data;
+    } catch (err) {
+      if (!(err instanceof RequestValidationError)) throw err;
+      throw new RequestValidationError(
+        err.issues.map((s) => ({ field: `parts.${i}.${s.field}`, message: s.message })),
+      );
+    }
+  });
+  const template = parseMessagesRequest(flow.combine);
+  const tenant = parts[0]?.tenant;
+  const id = key !== undefined ? jobIdForKey(key, tenant) : newJobId();
+  const partIds = parts.map((_, i) =>
+    key !== undefined ? jobIdForKey(partKey(key, i), tenant) : newJobId(),
+  );
+  const cost = {
+    ...estimateCost(template),
+    inputTokens: combineInputTokens(
+      template,
+      parts.map((p) => p.request.max_tokens),
+    ),
+  };
+  const combine: JobData = {
+    ...builder.build(template, { ...options, via: 'messages' }, cost),
+    combine: { parts: partIds },
+  };
+  return { id, partIds, parts, combine, tenant };
 }

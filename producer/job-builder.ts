@@ -1,7 +1,8 @@
 import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
-import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
+import { amountOf, DIMENSION_NAMES, type Dimension } from '../shared/dimensions.ts';
 import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
+import { capLimitSet, type FleetLimits, type LimitSet } from '../shared/fleet-limits.ts';
 import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
 import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
@@ -26,27 +27,61 @@ export interface JobBuilderOptions {
  * scopes, and refused when it could never fit a limit or a budget. Writes nothing.
  */
 export class JobBuilder {
-  private readonly limits: DimensionLimits;
-  private readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
-  private readonly headroom: number;
-  /** The model patterns of the `model:` scopes, and whether a model must match one. */
-  private readonly models: { readonly patterns: readonly string[]; readonly strict: boolean };
+  /** The limits given to this builder; {@link useFleet} caps them with the fleet's. */
+  private readonly own: LimitSet;
+  private current: LimitSet;
+  /** The model patterns of the `model:` scopes. */
+  private patterns: readonly string[];
   private readonly ledger: BudgetLedger | undefined;
   private readonly tokenCounter: TokenCounter | undefined;
 
   constructor(options: JobBuilderOptions) {
-    this.limits = options.limits ?? {};
-    this.scopeLimits = options.scopes ?? {};
-    this.headroom = options.headroom ?? 0;
-    if (!(this.headroom >= 0 && this.headroom <= 0.5)) {
-      throw new TypeError(`headroom must be a share from 0 to 0.5, got ${this.headroom}`);
+    const headroom = options.headroom ?? 0;
+    if (!(headroom >= 0 && headroom <= 0.5)) {
+      throw new TypeError(`headroom must be a share from 0 to 0.5, got ${headroom}`);
     }
-    this.models = {
-      patterns: Object.keys(this.scopeLimits).filter(isModelScope).map(patternOfScope),
-      strict: options.modelsStrict ?? false,
+    this.own = {
+      limits: options.limits ?? {},
+      scopes: options.scopes ?? {},
+      modelsStrict: options.modelsStrict ?? false,
+      headroom,
     };
+    this.current = this.own;
+    this.patterns = modelPatterns(this.own);
     this.ledger = options.ledger;
     this.tokenCounter = options.tokenCounter;
+  }
+
+  /** Caps the given limits with the fleet's stored ones (none: the given limits alone). */
+  useFleet(fleet: FleetLimits | undefined): void {
+    this.current = capLimitSet(this.own, fleet);
+    this.patterns = modelPatterns(this.current);
+  }
+
+  /** The limits jobs are checked against now. */
+  get limits(): LimitSet {
+    return this.current;
+  }
+
+  /**
+   * The most input tokens a request of `model` with `maxTokens` can have and still fit every
+   * limit of its scopes; Infinity when no limit bounds it, below 0 when max_tokens alone never fits.
+   */
+  inputRoom(model: string, maxTokens: number, tenant?: string): number {
+    const scopes = tenant ? [`tenant:${tenant}`] : [];
+    const modelScope = modelScopeOf(this.patterns, model, false);
+    if (modelScope) scopes.push(modelScope);
+    let room = Number.POSITIVE_INFINITY;
+    for (const scope of [GLOBAL_SCOPE, ...scopes]) {
+      const limits = this.scopeLimits(scope);
+      const cap = (dim: Dimension) => {
+        const raw = limits[dim];
+        return raw === undefined || raw <= 0 ? Number.POSITIVE_INFINITY : this.usable(raw);
+      };
+      if (maxTokens > cap('outputTokens')) return -1;
+      room = Math.min(room, cap('inputTokens'), cap('tokens') - maxTokens);
+    }
+    return room;
   }
 
   /** The job's data from the estimate, or a typed error. */
@@ -109,7 +144,7 @@ export class JobBuilder {
     checkMeta(options.meta);
     checkProviderHeaders(options.providerHeaders);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
-    const modelScope = modelScopeOf(this.models.patterns, req.model, this.models.strict);
+    const modelScope = modelScopeOf(this.patterns, req.model, this.current.modelsStrict);
     if (modelScope) scopes.push(modelScope);
     // Message Batches run outside the per-minute limits; the model's context still bounds them.
     if (options.via === 'batches') refuseOverContext(req.model, cost);
@@ -142,15 +177,24 @@ export class JobBuilder {
   /** The limiter refuses what exceeds a limit less its headroom at once; so does the producer. */
   private refuseNeverFits(cost: Cost, scopes: readonly string[]): void {
     for (const scope of [GLOBAL_SCOPE, ...scopes]) {
-      const limits = scope === GLOBAL_SCOPE ? this.limits : (this.scopeLimits[scope] ?? {});
+      const limits = this.scopeLimits(scope);
       for (const dim of DIMENSION_NAMES) {
         const raw = limits[dim];
         if (raw === undefined || raw <= 0) continue;
-        const limit = Math.max(1, Math.floor(raw * (1 - this.headroom)));
+        const limit = this.usable(raw);
         const need = amountOf(cost, dim);
         if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit);
       }
     }
+  }
+
+  private scopeLimits(scope: string): DimensionLimits {
+    return scope === GLOBAL_SCOPE ? this.current.limits : (this.current.scopes[scope] ?? {});
+  }
+
+  /** What the limiter admits of a limit: the limit less its headroom. */
+  private usable(limit: number): number {
+    return Math.max(1, Math.floor(limit * (1 - this.current.headroom)));
   }
 
   private async countInputTokens(req: MessagesRequest): Promise<number> {
@@ -169,6 +213,10 @@ export class JobBuilder {
     const counted = await this.tokenCounter.messages.countTokens(params as never);
     return counted.input_tokens;
   }
+}
+
+function modelPatterns(l: LimitSet): string[] {
+  return Object.keys(l.scopes).filter(isModelScope).map(patternOfScope);
 }
 
 function stripStream(req: MessagesRequest): MessagesRequest {

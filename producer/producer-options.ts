@@ -19,6 +19,13 @@ export interface ProducerOptions {
   /** Close `redis` with the producer. @default false */
   readonly ownsRedis?: boolean;
   readonly names: QueueNames;
+  /**
+   * Read the fleet's stored limits (`llmq limits`, written by workers) and refuse what could
+   * never fit them too; `limits` and `scopes` given here cap them further. @default true
+   */
+  readonly fleetLimits?: boolean;
+  /** How long the fleet's limits, once read, are used before they are read again. @default 1_000 */
+  readonly fleetLimitsMaxAgeMs?: number;
   /** Limits of the global scope, to refuse a job that could never fit. */
   readonly limits?: DimensionLimits;
   /** Limits of nested scopes (`tenant:acme`, `model:claude-sonnet-*`). */

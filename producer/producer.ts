@@ -1,9 +1,8 @@
 import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
-import { combineInputTokens } from '../shared/combine.ts';
 import { RequestValidationError } from '../shared/errors.ts';
-import { estimateCost } from '../shared/estimate.ts';
+import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -14,12 +13,16 @@ import {
   registerQueue,
 } from '../shared/queues.ts';
 import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts';
-import { parseMessagesRequest } from '../shared/request.ts';
 import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
 import { DepthGate } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
-import { type EnqueuedFlow, type MapReduceRequest, mapReduceFlow, partKey } from './flows.ts';
+import {
+  buildMapReduce,
+  type EnqueuedFlow,
+  type MapReduceRequest,
+  mapReduceFlow,
+} from './flows.ts';
 import { jobIdForKey, newJobId } from './idempotency.ts';
 import { checkAttempts, checkChunk, JobBuilder } from './job-builder.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
@@ -62,6 +65,9 @@ export class Producer {
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
   private registered = false;
+  /** When the fleet's limits were last read (ms), or undefined when they are not read at all. */
+  private fleetReadAt: number | undefined;
+  private readonly fleetMaxAgeMs: number;
 
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
@@ -78,6 +84,8 @@ export class Producer {
       tokenCounter: options.tokenCounter,
     });
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
+    this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;
+    this.fleetMaxAgeMs = options.fleetLimitsMaxAgeMs ?? 1_000;
     this.retention = {
       completedS: options.keepCompletedS ?? 7 * DAY_S,
       completedCount: options.keepCompletedCount ?? 100_000,
@@ -101,7 +109,24 @@ export class Producer {
     });
   }
 
-  /** Builds the job's data from the estimate, or throws a typed error; writes nothing. */
+  /** Reads the fleet's stored limits unless read within `fleetLimitsMaxAgeMs` (or `force`): every enqueue does first. */
+  async loadLimits(force = false): Promise<LimitSet> {
+    const at = this.fleetReadAt;
+    if (at !== undefined && (force || Date.now() - at >= this.fleetMaxAgeMs)) {
+      const stored = await this.redisCall(() => readFleetLimits(this.redis, this.names));
+      this.builder.useFleet(stored?.limits);
+      this.fleetReadAt = Date.now();
+    }
+    return this.builder.limits;
+  }
+
+  /** The most input tokens a request may have to fit every limit it is charged to (see JobBuilder.inputRoom). */
+  async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
+    await this.loadLimits();
+    return this.builder.inputRoom(model, maxTokens, tenant);
+  }
+
+  /** Builds the job's data from the estimate (the fleet's limits as last read), or throws a typed error; writes nothing. */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.builder.prepare(request, options);
   }
@@ -119,6 +144,7 @@ export class Producer {
   /** {@link enqueue}, telling also whether a job was created or an existing one was found. */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
+    await this.loadLimits();
     const data = await this.prepareAsync(request, options);
     if (options.via === 'batches') {
       const attempts = checkAttempts(options.attempts);
@@ -168,50 +194,9 @@ export class Producer {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedFlow> {
     const batches = options.via === 'batches';
-    const key = options.idempotencyKey;
     const attempts = checkAttempts(options.attempts);
-    if (flow.parts.length === 0) {
-      throw new RequestValidationError([
-        { field: 'parts', message: 'must hold at least one request' },
-      ]);
-    }
-    const parts = flow.parts.map((r, i) => {
-      try {
-        if (batches) checkBatchable(r, options);
-        const data = this.prepare(r, {
-          ...options,
-          ...(key ? { idempotencyKey: partKey(key, i) } : {}),
-        });
-        return batches && options.deadlineAt !== undefined
-          ? { ...data, deadlineAt: options.deadlineAt }
-          : data;
-      } catch (err) {
-        if (!(err instanceof RequestValidationError)) throw err;
-        throw new RequestValidationError(
-          err.issues.map((s) => ({ field: `parts.${i}.${s.field}`, message: s.message })),
-        );
-      }
-    });
-    const template = parseMessagesRequest(flow.combine);
-    const tenant = parts[0]?.tenant;
-    const id = key !== undefined ? jobIdForKey(key, tenant) : newJobId();
-    const partIds = parts.map((_, i) =>
-      key !== undefined ? jobIdForKey(partKey(key, i), tenant) : newJobId(),
-    );
-    const combine: JobData = {
-      ...this.builder.build(
-        template,
-        { ...options, via: 'messages' },
-        {
-          ...estimateCost(template),
-          inputTokens: combineInputTokens(
-            template,
-            parts.map((p) => p.request.max_tokens),
-          ),
-        },
-      ),
-      combine: { parts: partIds },
-    };
+    await this.loadLimits();
+    const { id, partIds, parts, combine, tenant } = buildMapReduce(this.builder, flow, options);
     await this.ensureRegistered();
     if (await this.redisCall(() => this.queue.getJob(id))) return { id, partIds, created: false };
     // Parts via messages wait in the queue: they take room under the depth bound.
@@ -271,23 +256,8 @@ export class Producer {
       ]);
     }
     const attempts = checkAttempts(options.attempts);
-    const datas: JobData[] = [];
-    for (let i = 0; i < requests.length; i++) {
-      try {
-        datas.push(
-          options.exactCount
-            ? await this.prepareAsync(requests[i], options)
-            : this.prepare(requests[i], options),
-        );
-      } catch (err) {
-        if (err instanceof RequestValidationError) {
-          throw new RequestValidationError(
-            err.issues.map((s) => ({ field: `${i}.${s.field}`, message: s.message })),
-          );
-        }
-        throw err;
-      }
-    }
+    await this.loadLimits();
+    const datas = await this.prepareEach(requests, options);
     if (options.via === 'batches') {
       // Batch-bound jobs skip the depth bound: add them one by one (the submitter groups them).
       for (const r of requests) checkBatchable(r, options);
@@ -426,6 +396,24 @@ export class Producer {
     await this.flows?.close();
     await Promise.all([this.queue.close(), this.deadLetters.close()]);
     if (this.ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
+  }
+
+  /** Every request's job data, in order; an error names the request (`3.max_tokens`). */
+  private async prepareEach(
+    requests: readonly unknown[],
+    o: EnqueueManyOptions,
+  ): Promise<JobData[]> {
+    const datas: JobData[] = [];
+    for (const [i, r] of requests.entries()) {
+      try {
+        datas.push(o.exactCount ? await this.prepareAsync(r, o) : this.prepare(r, o));
+      } catch (err) {
+        if (!(err instanceof RequestValidationError)) throw err;
+        const issues = err.issues.map((s) => ({ field: `${i}.${s.field}`, message: s.message }));
+        throw new RequestValidationError(issues);
+      }
+    }
+    return datas;
   }
 
   /** Under the `refuse` policy, a job whose budget is spent is refused with budget_exhausted. */

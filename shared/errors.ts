@@ -58,6 +58,15 @@ export class RequestValidationError extends LlmqError {
   }
 }
 
+/** The request names a model the fleet does not serve (its models are strict, and none matches). */
+export class ModelNotServedError extends RequestValidationError {
+  readonly model: string;
+  constructor(model: string, detail: string) {
+    super([{ field: 'model', message: detail }]);
+    this.model = model;
+  }
+}
+
 /** Redis did not answer at the configured URL. */
 export class RedisUnavailableError extends LlmqError {
   readonly url: string;

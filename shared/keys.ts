@@ -59,3 +59,21 @@ export function batchesKey(
 export function jobEventsKey(names: QueueNames, jobId: string): string {
   return llmqKey(names, 'sse', jobId);
 }
+
+/** The fleet's configured limits of a queue (one JSON string; see shared/fleet-limits.ts). */
+export function fleetLimitsKey(names: QueueNames): string {
+  return llmqKey(names, 'limits');
+}
+
+/**
+ * Failed authentications from one address, shared by every `llmq serve` under a prefix. Its
+ * own hash tag: no queue's keys are written with it.
+ */
+export function authFailuresKey(prefix: string, address: string): string {
+  return `${prefix}:{auth}:${address}`;
+}
+
+/** The worker processes of a queue that are running: id -> present until (Redis time, ms). */
+export function workersKey(names: QueueNames): string {
+  return llmqKey(names, 'workers');
+}

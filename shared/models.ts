@@ -1,4 +1,4 @@
-import { RequestValidationError } from './errors.ts';
+import { ModelNotServedError } from './errors.ts';
 
 /**
  * The context window of current models, in tokens: the input and max_tokens of one call must fit
@@ -52,7 +52,7 @@ export function matchModel(patterns: readonly string[], model: string): string |
 
 /**
  * The model scope a job is charged to: `model:<pattern>`, or none when no pattern matches
- * (global limits only), or a RequestValidationError when `strict`.
+ * (global limits only), or a ModelNotServedError when `strict`.
  */
 export function modelScopeOf(
   patterns: readonly string[],
@@ -63,14 +63,11 @@ export function modelScopeOf(
   const p = matchModel(patterns, model);
   if (p !== undefined) return modelScopeName(p);
   if (strict) {
-    throw new RequestValidationError([
-      {
-        field: 'model',
-        message:
-          `${JSON.stringify(model)} matches no pattern of models (${patterns.join(', ') || 'none'}) and modelsStrict is on: ` +
-          'add a pattern for it, or turn modelsStrict off to use the global limits only',
-      },
-    ]);
+    throw new ModelNotServedError(
+      model,
+      `${JSON.stringify(model)} matches no pattern of models (${patterns.join(', ') || 'none'}) and modelsStrict is on: ` +
+        'add a pattern for it, or turn modelsStrict off to use the global limits only',
+    );
   }
   return undefined;
 }

@@ -16,11 +16,21 @@ import { bullmqTelemetry } from './telemetry/tracing.ts';
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
 
+/** How a queue is opened: `read` for a reader, which must not write (BullMQ's `meta` otherwise). */
+export interface OpenOptions {
+  readonly read?: boolean;
+}
+
 /** The BullMQ queue of llmq jobs. The connection is shared, not owned. */
-export function openQueue(connection: ConnectionOptions, names: QueueNames): LlmqQueue {
+export function openQueue(
+  connection: ConnectionOptions,
+  names: QueueNames,
+  options: OpenOptions = {},
+): LlmqQueue {
   return new Queue<JobData, JobResult, string>(names.queue, {
     connection,
     prefix: bullPrefix(names),
+    ...(options.read ? { skipMetasUpdate: true } : {}),
     ...bullmqTelemetry(),
   });
 }
@@ -29,10 +39,12 @@ export function openQueue(connection: ConnectionOptions, names: QueueNames): Llm
 export function openDeadLetterQueue(
   connection: ConnectionOptions,
   names: QueueNames,
+  options: OpenOptions = {},
 ): DeadLetterQueue {
   return new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
     connection,
     prefix: bullPrefix(names),
+    ...(options.read ? { skipMetasUpdate: true } : {}),
   });
 }
 

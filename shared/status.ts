@@ -1,8 +1,9 @@
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
+import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import { breakerKey, type QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
-import type { LimiterSnapshot } from './limiter/types.ts';
+import type { DimensionLimits, LimiterSnapshot } from './limiter/types.ts';
 import { medianLatencyMs, readMetrics } from './metrics.ts';
 import { type DeadLetterQueue, type LlmqQueue, openDeadLetterQueue, openQueue } from './queues.ts';
 import type { RedisClient } from './redis.ts';
@@ -24,6 +25,15 @@ export interface QueueStatus {
     readonly dead: number;
   };
   readonly limiter: LimiterSnapshot;
+  /**
+   * The fleet's limits: `configured` as stored (`llmq limits`, written by workers), null when
+   * none are; `read` the limits the provider's headers told, by scope and dimension, null
+   * before any reading.
+   */
+  readonly limits: {
+    readonly configured: StoredFleetLimits | null;
+    readonly read: Readonly<Record<string, DimensionLimits>> | null;
+  };
   /** When the waiting jobs will have started at the current limits, per priority class. */
   readonly forecast: Forecast;
   /** Money spent this day and month against each budget, and per model (budgets configured). */
@@ -33,6 +43,17 @@ export interface QueueStatus {
     readonly failures: number;
     readonly openUntil: number | null;
   };
+}
+
+/** The limits the provider's headers told, by scope and dimension; null before any reading. */
+function readLimits(s: LimiterSnapshot): Record<string, DimensionLimits> | null {
+  const out: Record<string, DimensionLimits> = {};
+  for (const scope of s.scopes) {
+    const read = Object.entries(scope.dimensions).filter(([, u]) => u.providerLimit !== undefined);
+    if (read.length > 0)
+      out[scope.scope] = Object.fromEntries(read.map(([d, u]) => [d, u.providerLimit]));
+  }
+  return Object.keys(out).length > 0 ? out : null;
 }
 
 /** How many dead letters' jobs are also in the queue's failed set (one read, no write). */
@@ -54,8 +75,8 @@ export type QueueCounts = QueueStatus['counts'];
 
 /** A queue's jobs per state, each job once (see {@link QueueStatus.counts}). */
 export async function getQueueCounts(redis: RedisClient, names: QueueNames): Promise<QueueCounts> {
-  const queue = openQueue(redis, names);
-  const dlq = openDeadLetterQueue(redis, names);
+  const queue = openQueue(redis, names, { read: true });
+  const dlq = openDeadLetterQueue(redis, names, { read: true });
   try {
     const [c, d, both] = await Promise.all([
       queue.getJobCounts('wait', 'prioritized', 'active', 'delayed', 'completed', 'failed'),
@@ -84,19 +105,21 @@ export async function getQueueStatus(
   ledger?: BudgetLedger,
 ): Promise<QueueStatus> {
   const lim = limiter ?? new Limiter({ redis, names });
-  const [counts, snapshot, b, backlog, metrics, spend] = await Promise.all([
+  const [counts, snapshot, b, backlog, metrics, spend, configured] = await Promise.all([
     getQueueCounts(redis, names),
     lim.snapshot(),
     redis.hgetall(breakerKey(names)),
     readBacklog(redis, names),
     readMetrics(redis, names),
     ledger ? spendReport(ledger) : undefined,
+    readFleetLimits(redis, names),
   ]);
   return {
     queue: names.queue,
     prefix: names.prefix,
     counts,
     limiter: snapshot,
+    limits: { configured: configured ?? null, read: readLimits(snapshot) },
     forecast: forecastDrain(backlog.classes, snapshot, {
       headroom: lim.headroom,
       callMs: medianLatencyMs(metrics),

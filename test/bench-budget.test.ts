@@ -9,6 +9,7 @@ import {
 import { estimateInputTokens } from '../scripts/bench/clients/primitives.ts';
 import { SlidingWindow } from '../scripts/bench/clients/sliding-window.ts';
 import { costAtMock, mixedCalls, shortCall } from '../scripts/bench/workload.ts';
+import { nextTurn } from './helpers.ts';
 
 const same = (n: number, c: Partial<CallShape> = {}): CallShape[] =>
   Array.from({ length: n }, () => ({
@@ -183,12 +184,13 @@ describe("the article's clients", () => {
   });
 
   it('a client sliding window admits up to its limit at once, then waits for the oldest to leave', async () => {
-    const w = new SlidingWindow(400, 0.2);
-    const t0 = performance.now();
-    await w.acquire(200);
-    await w.acquire(200);
-    expect(performance.now() - t0).toBeLessThan(100);
-    await w.acquire(200);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(200);
+    const w = new SlidingWindow(400, 1);
+    const settled: boolean[] = [false, false, false];
+    const acquired = [0, 1, 2].map((i) => w.acquire(200).then(() => (settled[i] = true)));
+    // The first two need no timer; the third sleeps until the first leaves the window.
+    await nextTurn();
+    expect(settled).toEqual([true, true, false]);
+    await Promise.all(acquired);
+    expect(settled).toEqual([true, true, true]);
   });
 });

@@ -20,7 +20,7 @@ beforeAll(async () => {
       bodyLimit: 8_000,
       maxWaitMs: 30_000,
       // The auth backoff has its own test; here every request reaches the routes.
-      authThrottle: { freeFailures: 1_000_000, baseDelayMs: 60_000, log: () => {} },
+      authThrottle: { maxFailures: 1_000_000, baseDelayMs: 60_000, log: () => {} },
     },
   );
   port = Number(new URL(api.url).port);

@@ -12,14 +12,16 @@ import {
 } from '../producer/batch/summarize.ts';
 import { Producer } from '../producer/producer.ts';
 import { answerText } from '../shared/combine.ts';
-import { estimateTextTokens } from '../shared/estimate.ts';
+import { resolveConfig } from '../shared/config.ts';
+import { estimateCost, estimateTextTokens } from '../shared/estimate.ts';
+import { fleetLimitsOf, writeFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { startBatchSubmitter } from '../worker/batches/submitter.ts';
 import { callProvider, createProviderClient, type ProviderCaller } from '../worker/provider.ts';
-import { startWorker, type WorkerHandle } from '../worker/worker.ts';
+import { startWorker, type WorkerHandle, type WorkerOptions } from '../worker/worker.ts';
 import { batchCli } from './fixtures/batch-cli.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
@@ -69,6 +71,7 @@ function writeDocument(tokens: number): { path: string; text: string } {
 async function worker(
   seen: MessagesRequest[] = [],
   hold?: (r: MessagesRequest) => boolean,
+  limiter: WorkerOptions['limiter'] = {},
 ): Promise<WorkerHandle> {
   const client = createProviderClient({ apiKey: 'sk-test-longdoc', baseURL: mock.url });
   const provider: ProviderCaller = async (request, o) => {
@@ -79,7 +82,7 @@ async function worker(
     return callProvider(client, request, o);
   };
   const conn = newRedis();
-  const w = await startWorker({ redis: conn, names, provider, limiter: {}, concurrency: 4 });
+  const w = await startWorker({ redis: conn, names, provider, limiter, concurrency: 4 });
   closers.push(async () => {
     await w.stop(200).catch(() => {});
     conn.disconnect();
@@ -175,6 +178,26 @@ describe('long documents: summarized in parts, then combined, as a BullMQ flow',
     });
     expect(reported).toMatch(/1 summarized in parts/);
   }, 120_000);
+
+  it("a document longer than the fleet's limits allow one call is summarized in parts that fit them", async () => {
+    // The workers' limits, stored: 3,000 tokens a second. The run is given no limit of its own.
+    const limits = fleetLimitsOf(resolveConfig({ flags: { tpm: '3000', window: '1' }, env: {} }));
+    await writeFleetLimits(redis, names, limits, 'test');
+    const { path } = writeDocument(9_000);
+    const seen: MessagesRequest[] = [];
+    await worker(seen, undefined, { limits: { tokens: 3_000 }, windowMs: 1_000 });
+    const { r, out } = await summarize(path, { chunkTokens: undefined });
+    expect(r).toMatchObject({ succeeded: 1, split: 1, failed: [], exitCode: 0 });
+    const [line] = readLines(out);
+    expect(line!.parts).toBeGreaterThanOrEqual(3);
+    // Every call fit under the limit less its headroom, the final one too.
+    expect(seen).toHaveLength(line!.parts! + 1);
+    for (const q of seen) {
+      const cost = estimateCost(q);
+      expect(cost.inputTokens + cost.outputTokens).toBeLessThanOrEqual(2_970);
+    }
+    expect(mock.stats().admitted).toBe(line!.parts! + 1);
+  }, 60_000);
 
   it('a rerun after a kill between the parts and the final call makes only the final call', async () => {
     const { path, text } = writeDocument(60_000);

@@ -177,12 +177,23 @@ describe('bounded depth', () => {
         await new Promise((r) => setTimeout(r, 2));
       }
     })();
+    // The ids the full queue refused (each enqueue reserves its own id, then waits for room).
+    const refused = new Set<string>();
+    for (const q of [p, ...others]) {
+      const reserve = q.gate.reserve.bind(q.gate);
+      q.gate.reserve = async (ids, tenant) => {
+        const outcome = await reserve(ids, tenant);
+        if (!outcome.ok && 'full' in outcome) for (const id of ids) refused.add(id);
+        return outcome;
+      };
+    }
     const adding = Promise.all(
       [p, ...others].map((q) =>
         Promise.all(Array.from({ length: 10 }, () => q.enqueue(request(), { wait: true }))),
       ),
     );
-    await new Promise((r) => setTimeout(r, 200));
+    // Every one of the 30 was refused and waits; none got in.
+    await until(() => refused.size === 30, 10_000);
     expect(await bullDepth()).toBe(5);
     const consumer = startConsumer(5);
     let processed = 0;

@@ -28,6 +28,9 @@ describe('llmq status', () => {
     expect(status).toMatch(
       /global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 \(provider: limit 4000, room 3\d{3} now\)/,
     );
+    // Beside the configured limits (none stored here), the ones read from the headers.
+    expect(status).toContain('limits configured: none stored');
+    expect(status).toContain('limits read: global tpm 4000');
   });
 
   it('counts a dead-lettered job once, under dead, not under failed too', async () => {

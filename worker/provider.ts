@@ -1,4 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
+import { Stream } from '@anthropic-ai/sdk/core/streaming';
+import { MessageStream } from '@anthropic-ai/sdk/lib/MessageStream';
 import type { StoredMessage } from '../shared/job.ts';
 import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
@@ -66,6 +68,62 @@ export type ProviderCaller = (
   options: ProviderCallOptions,
 ) => Promise<ProviderCallResult>;
 
+/**
+ * A streamed call, its response begun. With `onEvent`, every SSE event goes to it as the
+ * provider sent it, `ping` too (the SDK's parser skips those): the body is read twice, by the
+ * SDK for the message and raw for the relay (`relayed` settles once the relay has read it all).
+ */
+async function openStream(
+  client: Anthropic,
+  params: Anthropic.MessageCreateParamsNonStreaming,
+  reqOptions: Record<string, unknown>,
+  onEvent: ((name: string, data: string) => void) | undefined,
+): Promise<{
+  stream: MessageStream;
+  headers: HeaderSource;
+  requestId: string | null;
+  relayed: Promise<void>;
+}> {
+  if (!onEvent) {
+    const stream = client.messages.stream(
+      { ...params, stream: true } as unknown as Anthropic.MessageStreamParams,
+      reqOptions,
+    );
+    // Keep an unhandled rejection from escaping while we wait for the headers.
+    stream.on('error', () => {});
+    const { response, request_id } = await stream.withResponse();
+    return {
+      stream,
+      headers: response.headers,
+      requestId: request_id ?? null,
+      relayed: Promise.resolve(),
+    };
+  }
+  const response = await client.messages
+    .create({ ...params, stream: true } as Anthropic.MessageCreateParamsStreaming, reqOptions)
+    .asResponse();
+  const [forSdk, forRelay] = response.body!.tee();
+  const parsed = Stream.fromSSEResponse<Anthropic.MessageStreamEvent>(
+    new Response(forSdk, { status: response.status, headers: response.headers }),
+    new AbortController(),
+    client,
+  );
+  const stream = MessageStream.fromReadableStream(parsed.toReadableStream());
+  stream.on('error', () => {});
+  const relayed = (async () => {
+    for await (const sse of Stream.rawEvents(new Response(forRelay))) {
+      // An error event is relayed by the call's end, with the error the SDK made of it.
+      if (sse.event && sse.event !== 'error') onEvent(sse.event, sse.data);
+    }
+  })().catch(() => {});
+  return {
+    stream,
+    headers: response.headers,
+    requestId: response.headers.get('request-id'),
+    relayed,
+  };
+}
+
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
 export async function callProvider(
   client: Anthropic,
@@ -80,22 +138,24 @@ export async function callProvider(
   };
   const params = request as unknown as Anthropic.MessageCreateParamsNonStreaming;
   if (options.stream) {
-    const stream = client.messages.stream(
-      { ...params, stream: true } as unknown as Anthropic.MessageStreamParams,
+    const { stream, headers, requestId, relayed } = await openStream(
+      client,
+      params,
       reqOptions,
+      options.onEvent,
     );
-    // Keep an unhandled rejection from escaping while we wait for the headers.
-    stream.on('error', () => {});
-    const onEvent = options.onEvent;
-    // The event's name is its `type`; serialized at once, before the SDK's accumulation reuses it.
-    if (onEvent) stream.on('streamEvent', (event) => onEvent(event.type, JSON.stringify(event)));
-    const { response, request_id } = await stream.withResponse();
-    await options.onStart?.(response.headers);
-    const message = await stream.finalMessage();
+    await options.onStart?.(headers);
+    let message: Anthropic.Message;
+    try {
+      message = await stream.finalMessage();
+    } finally {
+      // The relay's last events go out before the call is reported ended.
+      await relayed;
+    }
     return {
       message: store(message),
-      headers: response.headers,
-      requestId: request_id ?? null,
+      headers,
+      requestId,
       latencyMs: performance.now() - started,
     };
   }

@@ -17,6 +17,7 @@ import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
+import { WorkerPresence } from '../shared/worker-presence.ts';
 import type { BackoffOptions } from './backoff.ts';
 import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import {
@@ -190,6 +191,7 @@ export class Worker implements WorkerHandle {
   private unwatchRedis: (() => void) | undefined;
   private loop: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
+  private presence: WorkerPresence | undefined;
 
   /** Starts a worker; see {@link WorkerOptions}. */
   static async start(options: WorkerOptions): Promise<Worker> {
@@ -321,6 +323,9 @@ export class Worker implements WorkerHandle {
     this.unwatchRedis = logConnectionChanges(options.redis, this.log);
     await registerQueue(options.redis, options.names);
     await this.limiter.publishConfig();
+    // Marked running, so a gateway can tell a caller no worker runs.
+    this.presence = new WorkerPresence(options.redis, options.names, this.id);
+    await this.presence.start();
     await this.bull.startStalledCheckTimer();
     // Keep locks and leases alive while calls run; a dead process stops renewing and both lapse.
     const lockMs = this.lockDurationMs;
@@ -429,6 +434,7 @@ export class Worker implements WorkerHandle {
     this.stopper.abort();
     this.unwatchRedis?.();
     await this.loop;
+    await this.presence?.stop();
     this.handoff.completeAlone();
     const all = Promise.all([...this.running].map((r) => r.done));
     const timer = setTimeout(() => {

@@ -23,7 +23,15 @@ export interface SummaryParams {
   readonly prompt: string;
   /** The most tokens a part may hold; unset: what the model's context leaves. */
   readonly chunkTokens?: number | undefined;
+  /**
+   * The most input tokens one call may have under the fleet's limits (see
+   * `Producer.inputRoom`); parts are cut to fit it too. @default no bound
+   */
+  readonly inputRoom?: number | undefined;
 }
+
+/** Below this many tokens a part is too small to be worth a call: the limits are the problem. */
+const SMALLEST_PART_TOKENS = 200;
 
 /** How a document is summarized: one call, or in parts of at most `partTokens`. */
 export interface DocumentPlan {
@@ -33,12 +41,16 @@ export interface DocumentPlan {
 
 /**
  * Splits a document longer than `chunkTokens` (or, without it, than the model's context leaves
- * beside the prompt and max_tokens) into parts; a shorter one is one part.
+ * beside the prompt and max_tokens) into parts, each small enough for one call to fit the
+ * fleet's limits (`inputRoom`); a shorter one is one part. Limits too small for a part of
+ * a useful size leave the document whole: its enqueue then says which limit it exceeds.
  */
 export function planDocument(text: string, p: SummaryParams): DocumentPlan {
-  const partTokens =
-    p.chunkTokens ??
-    contextTokensOf(p.model) - p.maxTokens - estimateTextTokens(p.prompt) - CONTEXT_MARGIN_TOKENS;
+  const beside = estimateTextTokens(p.prompt) + CONTEXT_MARGIN_TOKENS;
+  const byContext = contextTokensOf(p.model) - p.maxTokens - beside;
+  const byLimits = (p.inputRoom ?? Number.POSITIVE_INFINITY) - beside;
+  let partTokens = Math.min(p.chunkTokens ?? byContext, byContext);
+  if (byLimits >= SMALLEST_PART_TOKENS) partTokens = Math.min(partTokens, Math.floor(byLimits));
   return { parts: splitDocument(text, { maxTokens: partTokens }), partTokens };
 }
 

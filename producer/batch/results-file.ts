@@ -1,4 +1,5 @@
 import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { ConfigError } from '../../shared/errors.ts';
 
 /** One line of a batch's JSONL results. */
 export type ResultLine =
@@ -29,7 +30,19 @@ export class ResultsFile {
     this.fd = fd;
   }
 
+  /** Opens (or creates) the file; a ConfigError naming it when it cannot be read or written. */
   static open(path: string): ResultsFile {
+    try {
+      return ResultsFile.openOrThrow(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === undefined) throw err;
+      throw new ConfigError(
+        `the results file ${path} cannot be opened (${(err as Error).message}): check that its folder exists and is writable`,
+      );
+    }
+  }
+
+  private static openOrThrow(path: string): ResultsFile {
     const existing: ResultLine[] = [];
     let keep = 0;
     let tail: ResultLine | undefined;

@@ -196,6 +196,9 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
     );
   };
 
+  // The fleet's limits bound a call's input (Message Batches run outside them).
+  const inputRoom =
+    via === 'messages' ? await producer.inputRoom(model, maxTokens, tenant) : undefined;
   let interrupted = false;
   try {
     progress.note(`batch: ${files.length} file(s), results in ${options.out}`);
@@ -210,7 +213,13 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
       const text = content.kind === 'text' ? content.text : content.fingerprint;
       const plan =
         content.kind === 'text'
-          ? planDocument(text, { model, maxTokens, prompt, chunkTokens: options.chunkTokens })
+          ? planDocument(text, {
+              model,
+              maxTokens,
+              prompt,
+              chunkTokens: options.chunkTokens,
+              inputRoom,
+            })
           : { parts: [], partTokens: 0 };
       const parted = plan.parts.length > 1;
       const baseKey = idempotencyKey({

@@ -47,7 +47,7 @@ export function mountRoutes(
     const config = req.routeOptions.config as { llmqAuth?: Authenticate } | undefined;
     const check = req.routeOptions.url === undefined ? options.authenticate : config?.llmqAuth;
     if (!check) return;
-    const outcome = check({ headers: flat(req.headers), address: req.ip });
+    const outcome = await check({ headers: flat(req.headers), address: req.ip });
     if ('status' in outcome) return send(reply, outcome);
     tenants.set(req, outcome);
   });

@@ -1,9 +1,10 @@
 import { z } from 'zod';
-import type { AuthThrottle } from '../../shared/auth-throttle.ts';
+
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { durationMs } from '../../shared/duration.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
+import type { RedisAuthThrottle } from '../../shared/redis-auth-throttle.ts';
 import { toFieldIssues } from '../../shared/request.ts';
 import { isRedisDown } from '../errors.ts';
 import type { JobStatus } from '../job-status.ts';
@@ -40,7 +41,7 @@ export type Handler = (req: HandlerRequest) => Promise<HandlerResponse>;
 export type Authenticate = (req: {
   readonly headers: Readonly<Record<string, string | undefined>>;
   readonly address: string;
-}) => { readonly tenant: string } | HandlerResponse;
+}) => Promise<{ readonly tenant: string } | HandlerResponse>;
 
 export interface Route {
   readonly method: 'GET' | 'POST' | 'DELETE';
@@ -124,30 +125,34 @@ const UNAUTHORIZED = errorResponse(
   { headers: { 'www-authenticate': 'Bearer' } },
 );
 
+/** The answer to an address the throttle refuses, in this API's shape. */
+function throttled(retryAfterMs: number): HandlerResponse {
+  const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
+  return errorResponse(
+    429,
+    'too_many_auth_failures',
+    `too many failed authentications from this address: try again in ${seconds} s`,
+    { headers: { 'retry-after': String(seconds) } },
+  );
+}
+
 /**
- * Bearer API keys, with failed attempts counted per address when a throttle is given: an
- * address refused by it gets 429 `too_many_auth_failures`, whatever key it sends.
+ * Bearer API keys, with failed attempts counted per address when a throttle is given (shared
+ * with the gateway's and every other server's): an address refused by it gets 429
+ * `too_many_auth_failures`, whatever key it sends.
  */
-export function apiKeyAuth(keys: ApiKeyStore, throttle?: AuthThrottle): Authenticate {
-  return ({ headers, address }) => {
-    const verdict = throttle?.check(address);
-    if (verdict && !verdict.ok) {
-      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
-      return errorResponse(
-        429,
-        'too_many_auth_failures',
-        `too many failed authentications from this address: try again in ${seconds} s`,
-        { headers: { 'retry-after': String(seconds) } },
-      );
-    }
+export function apiKeyAuth(keys: ApiKeyStore, throttle?: RedisAuthThrottle): Authenticate {
+  return async ({ headers, address }) => {
+    const verdict = await throttle?.check(address);
+    if (verdict && !verdict.ok) return throttled(verdict.retryAfterMs);
     const tenant = keys.authenticate(headers['authorization']);
     if (tenant === undefined) {
       // A request without credentials is not a guess; a wrong or malformed one is.
       if (headers['authorization'] !== undefined || headers['x-api-key'] !== undefined)
-        throttle?.failed(address);
+        await throttle?.failed(address);
       return UNAUTHORIZED;
     }
-    throttle?.succeeded(address);
+    await throttle?.succeeded(address, verdict?.failures ?? 0);
     return { tenant };
   };
 }

@@ -1,18 +1,30 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { breakerKey, type QueueNames } from '../../shared/keys.ts';
-import { resolvePriority } from '../../shared/priority.ts';
 import type { RedisClient } from '../../shared/redis.ts';
+import type { RedisAuthThrottle } from '../../shared/redis-auth-throttle.ts';
+import { countWorkers } from '../../shared/worker-presence.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedJob, Producer } from '../producer.ts';
-import { type ApiErrorAnswer, apiError, deadLetterError, toApiError } from './anthropic-errors.ts';
+import {
+  type ApiErrorAnswer,
+  apiError,
+  deadLetterError,
+  newRequestId,
+  statusText,
+  toApiError,
+} from './anthropic-errors.ts';
 import type { ApiKeyStore } from './api-keys.ts';
 import type { CountTokensForwarder } from './count-tokens.ts';
 import { INVALID_JSON } from './fastify-adapter.ts';
+import { header, readCall } from './gateway-request.ts';
+import { listModels, patternsOf, retrieveModel } from './models-route.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
 
 export interface GatewayOptions {
   readonly producer: Producer;
   readonly keys: ApiKeyStore;
+  /** Failed keys counted per address with every other route and server (none: not throttled). */
+  readonly throttle?: RedisAuthThrottle | undefined;
   /** A connection for the breaker's state and the relays' wakes (leased copies block on reads). */
   readonly redis: RedisClient;
   readonly names: QueueNames;
@@ -26,79 +38,119 @@ export interface GatewayOptions {
   readonly shutdown?: AbortSignal | undefined;
 }
 
-/** Top-level fields of a Messages request the API accepts; any other is refused, as it does. */
-const KNOWN_FIELDS = new Set([
-  'model',
-  'messages',
-  'max_tokens',
-  'system',
-  'metadata',
-  'stop_sequences',
-  'stream',
-  'temperature',
-  'top_k',
-  'top_p',
-  'tools',
-  'tool_choice',
-  'thinking',
-  'service_tier',
-  'container',
-  'context_management',
-  'mcp_servers',
-  'output_config',
-  'output_format',
-  'inference_geo',
-]);
-
-function header(req: FastifyRequest, name: string): string | undefined {
-  const v = req.headers[name];
-  return Array.isArray(v) ? v.join(',') : v;
+/** The `request-id` this answer carries (set for every request; the provider's replaces it). */
+function requestIdOf(reply: FastifyReply): string {
+  return String(reply.getHeader('request-id') ?? '');
 }
 
+/** Sends an answer with its status line as the API writes it (`529 Overloaded`). */
+function withStatus(reply: FastifyReply, status: number): FastifyReply {
+  reply.raw.statusMessage = statusText(status);
+  return reply.code(status);
+}
+
+/** Sends an error in the API's shape, its body naming the answer's request-id. */
 function send(reply: FastifyReply, a: ApiErrorAnswer): FastifyReply {
-  return reply.code(a.status).headers(a.headers).type('application/json').send(a.body);
+  return withStatus(reply, a.status)
+    .headers(a.headers)
+    .type('application/json')
+    .send({ ...a.body, request_id: requestIdOf(reply) });
+}
+
+/** The API's answer to what fastify refuses before a handler runs. */
+function frameworkError(err: Error & { code?: string; statusCode?: number }): ApiErrorAnswer {
+  switch (err.code) {
+    case INVALID_JSON:
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return apiError(
+        'invalid_request_error',
+        'There was an error parsing the body of your request: it is not valid JSON.',
+      );
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return apiError('request_too_large', 'Request exceeds the maximum allowed number of bytes.');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return apiError('invalid_request_error', 'send the body as application/json');
+    default:
+      if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500)
+        return apiError('invalid_request_error', 'the request could not be read');
+      return toApiError(err);
+  }
 }
 
 /**
- * Mounts the drop-in Messages API: `POST /v1/messages` (plain or streamed, through the queue)
- * and `POST /v1/messages/count_tokens` (forwarded), with the API's error shapes. Returns what
- * must be closed with the server.
+ * The drop-in Messages API's routes: `POST /v1/messages` (plain or streamed, through the
+ * queue), `POST /v1/messages/count_tokens` (forwarded) and `GET /v1/models[/{id}]`, with the
+ * API's error shapes.
  */
-export function mountMessagesGateway(
-  app: FastifyInstance,
-  options: GatewayOptions,
-): { close(): Promise<void> } {
-  const { producer, keys } = options;
-  const maxWaitMs = options.maxWaitMs ?? 60_000;
-  const pingMs = options.pingMs ?? 5_000;
-  const reader = new EventStreamReader(options.redis, options.names);
+class MessagesGateway {
+  readonly reader: EventStreamReader;
+  private readonly maxWaitMs: number;
+  private readonly pingMs: number;
 
-  /** The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401. */
-  function authenticate(req: FastifyRequest) {
+  constructor(private readonly o: GatewayOptions) {
+    this.maxWaitMs = o.maxWaitMs ?? 60_000;
+    this.pingMs = o.pingMs ?? 5_000;
+    this.reader = new EventStreamReader(o.redis, o.names);
+  }
+
+  /**
+   * The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401; an address
+   * the throttle refuses gets a 429 whatever it sends, and a wrong key counts against it.
+   */
+  async authenticate(req: FastifyRequest) {
+    const throttle = this.o.throttle;
+    const verdict = await throttle?.check(req.ip);
+    if (verdict && !verdict.ok) {
+      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
+      return apiError(
+        'rate_limit_error',
+        `llmq: too many failed authentications from this address: try again in ${seconds} s`,
+        { 'retry-after': String(seconds) },
+      );
+    }
     const bearer = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(header(req, 'authorization') ?? '')?.[1];
     const key = header(req, 'x-api-key') ?? bearer;
     if (key === undefined || key === '') {
       return apiError('authentication_error', 'x-api-key header is required');
     }
-    return keys.entryOf(key) ?? apiError('authentication_error', 'invalid x-api-key');
+    const entry = this.o.keys.entryOf(key);
+    if (!entry) {
+      await throttle?.failed(req.ip);
+      return apiError('authentication_error', 'invalid x-api-key');
+    }
+    await throttle?.succeeded(req.ip, verdict?.ok ? verdict.failures : 0);
+    return entry;
   }
 
   /** Open breaker: the provider is failing, so the call is refused before it is queued. */
-  async function breakerOpen(): Promise<ApiErrorAnswer | undefined> {
-    const [[, h], [, t]] = (await options.redis
+  private async breakerOpen(): Promise<ApiErrorAnswer | undefined> {
+    const [[, h], [, t]] = (await this.o.redis
       .multi()
-      .hmget(breakerKey(options.names), 'state', 'open_until')
+      .hmget(breakerKey(this.o.names), 'state', 'open_until')
       .time()
       .exec()) as [[null, (string | null)[]], [null, [string, string]]];
     const now = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
     const until = Number(h[1] ?? 0);
     if (h[0] !== 'open' || until <= now) return undefined;
+    const retry = String(Math.max(1, Math.ceil((until - now) / 1000)));
     return apiError(
       'overloaded_error',
       'Overloaded (llmq: the provider is failing; the breaker is open)',
-      {
-        'retry-after': String(Math.max(1, Math.ceil((until - now) / 1000))),
-      },
+      { 'retry-after': retry },
+    );
+  }
+
+  /** The 529 of a call cancelled before it started: why it did not start, as far as Redis tells. */
+  private async notStarted(): Promise<ApiErrorAnswer> {
+    const workers = await countWorkers(this.o.redis, this.o.names).catch(() => undefined);
+    const why =
+      workers === 0
+        ? `no worker is running on queue ${this.o.names.queue} (start \`llmq worker\`)`
+        : 'the budget had no room for it';
+    return apiError(
+      'overloaded_error',
+      `Overloaded (llmq: ${why}; the call waited ${this.maxWaitMs / 1000} s without starting and was cancelled, never sent)`,
+      { 'retry-after': '5' },
     );
   }
 
@@ -107,11 +159,12 @@ export function mountMessagesGateway(
    * dead-lettered, a 529 when it had not started within `maxWaitMs` (it is cancelled then), or
    * `gone` when the caller left (the job is cancelled unless it started, or someone else's).
    */
-  async function outcomeOf(job: EnqueuedJob, signal: AbortSignal): Promise<CallOutcome> {
+  private async outcomeOf(job: EnqueuedJob, signal: AbortSignal): Promise<CallOutcome> {
+    const { producer } = this.o;
     let cancelling: Promise<string> | undefined;
     const timer = setTimeout(() => {
       cancelling = producer.cancel(job.id).catch(() => 'unknown');
-    }, maxWaitMs);
+    }, this.maxWaitMs);
     try {
       const result = await producer.waitForResult(job.id, { signal });
       return { kind: 'done', message: result.message, requestId: result.requestId };
@@ -120,16 +173,8 @@ export function mountMessagesGateway(
         if (job.created) await producer.cancel(job.id).catch(() => {});
         return { kind: 'gone' };
       }
-      if ((await cancelling) === 'cancelled') {
-        return {
-          kind: 'error',
-          error: apiError(
-            'overloaded_error',
-            `Overloaded (llmq: the call waited ${maxWaitMs / 1000} s for budget without starting and was cancelled, never sent)`,
-            { 'retry-after': '5' },
-          ),
-        };
-      }
+      if ((await cancelling) === 'cancelled')
+        return { kind: 'error', error: await this.notStarted() };
       if (err instanceof JobFailedError) {
         return { kind: 'error', error: deadLetterError(err.reason, err.deadLetter) };
       }
@@ -139,74 +184,46 @@ export function mountMessagesGateway(
     }
   }
 
-  async function messages(req: FastifyRequest, reply: FastifyReply) {
-    const who = authenticate(req);
+  /** `POST /v1/messages`: refused at once, or queued and answered as it ends. */
+  async messages(req: FastifyRequest, reply: FastifyReply) {
+    const who = await this.authenticate(req);
     if ('status' in who) return send(reply, who);
-    const body = req.body;
-    if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-      return send(reply, apiError('invalid_request_error', 'the body must be a JSON object'));
-    }
-    const unknown = Object.keys(body).find((k) => !KNOWN_FIELDS.has(k));
-    if (unknown !== undefined) {
-      return send(
-        reply,
-        apiError('invalid_request_error', `${unknown}: Extra inputs are not permitted`),
-      );
-    }
-    const asked = header(req, 'llmq-priority');
-    let priority: string | number;
-    try {
-      priority = asked ?? who.priority ?? 'interactive';
-      resolvePriority(priority);
-    } catch (err) {
-      return send(
-        reply,
-        apiError('invalid_request_error', `llmq-priority: ${(err as Error).message}`),
-      );
-    }
-    const providerHeaders: Record<string, string> = {};
-    for (const name of ['anthropic-version', 'anthropic-beta']) {
-      const v = header(req, name);
-      if (v !== undefined) providerHeaders[name] = v;
-    }
-    const stream = (body as { stream?: unknown }).stream === true;
-    const idempotencyKey = header(req, 'idempotency-key');
+    const call = readCall(req, who);
+    if ('status' in call) return send(reply, call);
     let job: EnqueuedJob;
     try {
-      const open = await breakerOpen();
+      const open = await this.breakerOpen();
       if (open) return send(reply, open);
-      job = await producer.enqueueJob(body, {
-        tenant: who.tenant,
-        priority,
-        relayEvents: stream,
-        providerHeaders,
-        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
-      });
+      job = await this.o.producer.enqueueJob(call.body, call.options);
     } catch (err) {
       const a = toApiError(err);
-      return send(reply, {
-        ...a,
-        body: {
-          ...a.body,
-          error: {
-            ...a.body.error,
-            message: a.body.error.message.replace(/^idempotencyKey:/, 'idempotency-key:'),
-          },
-        },
-      });
+      const message = a.body.error.message.replace(/^idempotencyKey:/, 'idempotency-key:');
+      return send(reply, { ...a, body: { ...a.body, error: { ...a.body.error, message } } });
     }
+    return this.answer(reply, job, call.stream);
+  }
+
+  /** Answers a queued call: its stream relayed, or its Message, or its error, as it ends. */
+  private async answer(reply: FastifyReply, job: EnqueuedJob, stream: boolean) {
     // The caller leaving is seen on the response's socket, before an answer was sent.
     const gone = new AbortController();
     reply.raw.once('close', () => {
       if (!reply.raw.writableFinished) gone.abort();
     });
-    const signal = options.shutdown
-      ? AbortSignal.any([gone.signal, options.shutdown])
-      : gone.signal;
-    const outcome = outcomeOf(job, signal);
+    const shutdown = this.o.shutdown;
+    const signal = shutdown ? AbortSignal.any([gone.signal, shutdown]) : gone.signal;
+    const outcome = this.outcomeOf(job, signal);
     if (stream) {
       reply.hijack();
-      await relayEvents({ reader, jobId: job.id, res: reply.raw, outcome, pingMs, signal });
+      await relayEvents({
+        reader: this.reader,
+        jobId: job.id,
+        res: reply.raw,
+        outcome,
+        pingMs: this.pingMs,
+        signal,
+        requestId: requestIdOf(reply),
+      });
       if (signal.aborted && !reply.raw.writableEnded) reply.raw.destroy();
       return;
     }
@@ -216,25 +233,22 @@ export function mountMessagesGateway(
       reply.raw.destroy();
       return;
     }
-    if (done.kind === 'error')
-      return send(reply, {
-        ...done.error,
-        headers: { ...done.error.headers, 'llmq-job-id': job.id },
-      });
-    return reply
-      .code(200)
-      .headers({
-        'llmq-job-id': job.id,
-        ...(done.requestId ? { 'request-id': done.requestId } : {}),
-      })
+    const jobHeader = { 'llmq-job-id': job.id };
+    if (done.kind === 'error') {
+      return send(reply, { ...done.error, headers: { ...done.error.headers, ...jobHeader } });
+    }
+    return withStatus(reply, 200)
+      .headers({ ...jobHeader, ...(done.requestId ? { 'request-id': done.requestId } : {}) })
       .type('application/json')
       .send(messageBody(done.message));
   }
 
-  async function countTokens(req: FastifyRequest, reply: FastifyReply) {
-    const who = authenticate(req);
+  /** `POST /v1/messages/count_tokens`: forwarded to the provider (501 when not set up). */
+  async countTokens(req: FastifyRequest, reply: FastifyReply) {
+    const who = await this.authenticate(req);
     if ('status' in who) return send(reply, who);
-    if (!options.countTokens) {
+    const forwarder = this.o.countTokens;
+    if (!forwarder) {
       return send(reply, {
         ...apiError(
           'api_error',
@@ -243,44 +257,49 @@ export function mountMessagesGateway(
         status: 501,
       });
     }
-    const a = await options.countTokens.forward(req.body, {
+    const a = await forwarder.forward(req.body, {
       version: header(req, 'anthropic-version'),
       beta: header(req, 'anthropic-beta'),
     });
-    return reply.code(a.status).headers(a.headers).type('application/json').send(a.body);
+    return withStatus(reply, a.status).headers(a.headers).type('application/json').send(a.body);
   }
 
+  /** `GET /v1/models[/{id}]`: the models of the fleet's per-model limits. */
+  async models(req: FastifyRequest, reply: FastifyReply) {
+    const who = await this.authenticate(req);
+    if ('status' in who) return send(reply, who);
+    let patterns: string[];
+    try {
+      patterns = patternsOf((await this.o.producer.loadLimits()).scopes);
+    } catch (err) {
+      return send(reply, toApiError(err));
+    }
+    const id = (req.params as { id?: string }).id;
+    const a =
+      id === undefined
+        ? listModels(patterns, req.query as Record<string, string | undefined>)
+        : retrieveModel(patterns, id);
+    if (a.status !== 200) return send(reply, a as ApiErrorAnswer);
+    return withStatus(reply, 200).type('application/json').send(a.body);
+  }
+}
+
+/** Mounts the drop-in Messages API (see {@link MessagesGateway}); returns what must be closed with the server. */
+export function mountMessagesGateway(
+  app: FastifyInstance,
+  options: GatewayOptions,
+): { close(): Promise<void> } {
+  const gateway = new MessagesGateway(options);
   void app.register(async (scope) => {
-    // The API's error shapes for what fastify refuses before a handler runs.
-    scope.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
-      switch (err.code) {
-        case INVALID_JSON:
-        case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-          return send(
-            reply,
-            apiError(
-              'invalid_request_error',
-              'There was an error parsing the body of your request: it is not valid JSON.',
-            ),
-          );
-        case 'FST_ERR_CTP_BODY_TOO_LARGE':
-          return send(
-            reply,
-            apiError('request_too_large', 'Request exceeds the maximum allowed number of bytes.'),
-          );
-        case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-          return send(
-            reply,
-            apiError('invalid_request_error', 'send the body as application/json'),
-          );
-        default:
-          if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500)
-            return send(reply, apiError('invalid_request_error', 'the request could not be read'));
-          return send(reply, toApiError(err));
-      }
+    // Every answer carries a request-id, as the API's do (the provider's own where it gave one).
+    scope.addHook('onRequest', async (_req, reply) => {
+      reply.header('request-id', newRequestId());
     });
-    scope.post('/v1/messages', messages);
-    scope.post('/v1/messages/count_tokens', countTokens);
+    scope.setErrorHandler((err: Error, _req, reply) => send(reply, frameworkError(err)));
+    scope.post('/v1/messages', (req, reply) => gateway.messages(req, reply));
+    scope.post('/v1/messages/count_tokens', (req, reply) => gateway.countTokens(req, reply));
+    scope.get('/v1/models', (req, reply) => gateway.models(req, reply));
+    scope.get('/v1/models/:id', (req, reply) => gateway.models(req, reply));
   });
-  return { close: () => reader.close() };
+  return { close: () => gateway.reader.close() };
 }

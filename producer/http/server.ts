@@ -1,8 +1,11 @@
 import { STATUS_CODES } from 'node:http';
 import Fastify, { type FastifyReply } from 'fastify';
-import { AuthThrottle, type AuthThrottleOptions } from '../../shared/auth-throttle.ts';
 import type { Config } from '../../shared/config.ts';
 import { connectRedis } from '../../shared/redis.ts';
+import {
+  RedisAuthThrottle,
+  type RedisAuthThrottleOptions,
+} from '../../shared/redis-auth-throttle.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
@@ -27,10 +30,11 @@ export interface HttpApiOptions {
   /** A Redis command that takes longer answers 503. @default 5_000 */
   readonly commandTimeoutMs?: number;
   /**
-   * Failed authentications per address before it is refused for a while (in this process's
-   * memory). @default {} (5 failures, then 1 s doubling up to 60 s)
+   * Failed authentications per address before it is refused for a while, on every route that
+   * takes a key, counted in Redis with every other server of the prefix. @default {} (after 5
+   * failures, 1 s doubling up to 60 s)
    */
-  readonly authThrottle?: AuthThrottleOptions;
+  readonly authThrottle?: RedisAuthThrottleOptions;
   /** The drop-in Messages API (`POST /v1/messages`, docs/gateway.md). */
   readonly gateway?: {
     /** A call not started after this long is cancelled and answered 529. @default maxWaitMs */
@@ -107,7 +111,13 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     },
   });
   const shutdown = new AbortController();
-  const authenticate = apiKeyAuth(keys, new AuthThrottle(options.authThrottle));
+  const gatewayRedis = connectRedis(options.config.redisUrl, {
+    maxRetriesPerRequest: 1,
+    connectTimeout: 2_000,
+  });
+  gatewayRedis.on('error', () => {});
+  const throttle = new RedisAuthThrottle(gatewayRedis, options.config.prefix, options.authThrottle);
+  const authenticate = apiKeyAuth(keys, throttle);
   mountRoutes(
     app,
     createRoutes({
@@ -118,16 +128,12 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     { shutdown: shutdown.signal, authenticate },
   );
   const names = { prefix: options.config.prefix, queue: options.config.queue };
-  const gatewayRedis = connectRedis(options.config.redisUrl, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 2_000,
-  });
-  gatewayRedis.on('error', () => {});
   const g = options.gateway ?? {};
   const apiKey = options.config.anthropicApiKey;
   const gateway = mountMessagesGateway(app, {
     producer,
     keys,
+    throttle,
     redis: gatewayRedis,
     names,
     shutdown: shutdown.signal,

@@ -3,7 +3,7 @@ import type { StoredMessage } from '../../shared/job.ts';
 import { EVENT_FIELDS } from '../../shared/job-events.ts';
 import { jobEventsKey, type QueueNames } from '../../shared/keys.ts';
 import { duplicateRedis, type RedisClient } from '../../shared/redis.ts';
-import type { ApiErrorAnswer } from './anthropic-errors.ts';
+import { type ApiErrorAnswer, statusText } from './anthropic-errors.ts';
 
 /** How a gateway call ended, as the relay needs to know it. */
 export type CallOutcome =
@@ -82,6 +82,8 @@ export interface RelayOptions {
   /** A ping this often while nothing else is sent (and the headers go out then at the latest). */
   readonly pingMs: number;
   readonly signal: AbortSignal;
+  /** The answer's own request-id, sent until (unless) the provider's is known. */
+  readonly requestId: string;
 }
 
 const SSE_HEADERS = {
@@ -111,7 +113,7 @@ export async function relayEvents(o: RelayOptions): Promise<void> {
     res.writeHead(200, {
       ...SSE_HEADERS,
       'llmq-job-id': jobId,
-      ...(requestId ? { 'request-id': requestId } : {}),
+      'request-id': requestId || o.requestId,
     });
   };
   const conn = await reader.lease();
@@ -123,10 +125,14 @@ export async function relayEvents(o: RelayOptions): Promise<void> {
       try {
         entries = await reader.read(conn, jobId, last, o.pingMs);
       } catch {
-        return fail(res, {
-          type: 'overloaded_error',
-          message: 'llmq: the queue is unavailable (RedisClient did not answer)',
-        });
+        return fail(
+          res,
+          {
+            type: 'overloaded_error',
+            message: 'llmq: the queue is unavailable (Redis did not answer)',
+          },
+          o.requestId,
+        );
       }
       if (entries.length === 0) {
         head(null);
@@ -147,7 +153,7 @@ export async function relayEvents(o: RelayOptions): Promise<void> {
           return;
         } else if (kind === EVENT_FIELDS.wake && outcome && outcome.kind !== 'gone') {
           // The wake follows whatever the worker wrote: no end came, so nothing more will.
-          return finish(res, jobId, outcome);
+          return finish(res, jobId, outcome, o.requestId);
         }
       }
     }
@@ -156,27 +162,37 @@ export async function relayEvents(o: RelayOptions): Promise<void> {
   }
 }
 
-function fail(res: ServerResponse, error: { type: string; message: string }): void {
+function fail(
+  res: ServerResponse,
+  error: { type: string; message: string },
+  requestId: string,
+): void {
+  const body = JSON.stringify({ type: 'error', error, request_id: requestId });
   if (!res.headersSent) {
     const status = error.type === 'overloaded_error' ? 529 : 500;
-    res.writeHead(status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ type: 'error', error }));
+    res.writeHead(status, statusText(status), {
+      'content-type': 'application/json',
+      'request-id': requestId,
+    });
+    res.end(body);
     return;
   }
-  res.end(sse('error', JSON.stringify({ type: 'error', error })));
+  res.end(sse('error', body));
 }
 
-function finish(res: ServerResponse, jobId: string, outcome: CallOutcome): void {
+function finish(res: ServerResponse, jobId: string, outcome: CallOutcome, requestId: string): void {
   if (outcome.kind === 'error') {
+    const body = JSON.stringify({ ...outcome.error.body, request_id: requestId });
     if (!res.headersSent) {
-      res.writeHead(outcome.error.status, {
+      res.writeHead(outcome.error.status, statusText(outcome.error.status), {
         'content-type': 'application/json',
         ...outcome.error.headers,
         'llmq-job-id': jobId,
+        'request-id': requestId,
       });
-      res.end(JSON.stringify(outcome.error.body));
+      res.end(body);
     } else {
-      res.end(sse('error', JSON.stringify(outcome.error.body)));
+      res.end(sse('error', body));
     }
     return;
   }
@@ -185,7 +201,7 @@ function finish(res: ServerResponse, jobId: string, outcome: CallOutcome): void 
     res.writeHead(200, {
       ...SSE_HEADERS,
       'llmq-job-id': jobId,
-      ...(outcome.requestId ? { 'request-id': outcome.requestId } : {}),
+      'request-id': outcome.requestId || requestId,
     });
   }
   for (const [name, data] of replayEvents(outcome.message))

@@ -3,10 +3,10 @@ import type { Command } from 'commander';
 import { runBatchSummarize } from '../../producer/batch/summarize.ts';
 import { createProducer } from '../../producer/create-producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
 import { startSubmitterFor } from '../../worker/batches/submitter-process.ts';
+import { configFrom, queueOptions } from './common.ts';
 
 interface SummarizeFlags {
   out: string;
@@ -21,6 +21,7 @@ interface SummarizeFlags {
   retryFailed?: boolean;
   queue?: string;
   prefix?: string;
+  config?: string;
   via: string;
   deadline?: string;
   images?: boolean;
@@ -29,8 +30,7 @@ interface SummarizeFlags {
 /** Adds `llmq batch summarize PATH… --out FILE`. */
 export function registerBatchCommand(program: Command): Command {
   const batch = program.command('batch').description('batch runs through the queue');
-  batch
-    .command('summarize')
+  queueOptions(batch.command('summarize'))
     .description(
       'summarize .txt, .md and .pdf files (folders recursively) through the queue, one job per file, results as JSON Lines; ' +
         'a rerun resumes where the last one stopped. Exit 0 when all succeeded, 1 when some were dead-lettered, 130 when interrupted',
@@ -63,10 +63,8 @@ export function registerBatchCommand(program: Command): Command {
       '--deadline <duration>',
       'when the run must be done, such as 90m, 6h or 2d (for --via auto)',
     )
-    .option('--queue <name>', 'queue name (env LLMQ_QUEUE)')
-    .option('--prefix <prefix>', 'Redis key prefix (env LLMQ_PREFIX)')
     .action(async (paths: string[], flags: SummarizeFlags) => {
-      const config = resolveConfig({ flags: { ...flags }, env: process.env });
+      const config = configFrom({ ...flags });
       const maxTokens = Number(flags.maxTokens);
       if (!Number.isInteger(maxTokens) || maxTokens < 1) {
         throw new ConfigError(

@@ -35,10 +35,14 @@ export function registerDashboardCommand(program: Command): void {
       '--queue <name>',
       'the queue the limiter page opens on (env LLMQ_QUEUE; default the busiest)',
     )
+    .option('--config <file>', 'JSON config file (env LLMQ_CONFIG)')
     .action(async (_flags: DashboardFlags, command: Command) => {
+      const flags = command.optsWithGlobals();
+      // The config file reaches resolveConfig the way LLMQ_CONFIG does.
+      const file = typeof flags['config'] === 'string' ? flags['config'] : undefined;
       const options = resolveDashboardOptions({
-        flags: command.optsWithGlobals(),
-        env: process.env,
+        flags,
+        env: file ? { ...process.env, LLMQ_CONFIG: file } : process.env,
       });
       await assertRedis(options.redisUrl!);
       let dashboard: Awaited<ReturnType<typeof startDashboard>>;

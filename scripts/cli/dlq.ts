@@ -9,15 +9,16 @@ import {
 } from '../../worker/dead-letters.ts';
 import { configFrom, namesOf, parseDuration, queueOptions, withRedis } from './common.ts';
 
-/** Runs `fn` with the queue and its dead-letter queue open. */
+/** Runs `fn` with the queue and its dead-letter queue open (`read`: opened without writing). */
 async function withQueues<T>(
   flags: Record<string, unknown>,
   fn: (q: ReturnType<typeof openQueue>, dlq: ReturnType<typeof openDeadLetterQueue>) => Promise<T>,
+  read = false,
 ): Promise<T> {
   const config = configFrom(flags);
   return withRedis(config, async (redis) => {
-    const q = openQueue(redis, namesOf(config));
-    const dlq = openDeadLetterQueue(redis, namesOf(config));
+    const q = openQueue(redis, namesOf(config), { read });
+    const dlq = openDeadLetterQueue(redis, namesOf(config), { read });
     try {
       return await fn(q, dlq);
     } finally {
@@ -34,19 +35,23 @@ export function registerDlqCommand(program: Command): void {
       .description('list dead letters, oldest first')
       .option('--json', 'one JSON array'),
   ).action(async (flags: Record<string, unknown>) => {
-    await withQueues(flags, async (_q, d) => {
-      const list = await listDeadLetters(d);
-      if (flags['json']) {
-        process.stdout.write(`${JSON.stringify(list)}\n`);
-        return;
-      }
-      if (list.length === 0) process.stdout.write('no dead letters\n');
-      for (const l of list) {
-        process.stdout.write(
-          `${l.id}\t${new Date(l.deadAt).toISOString()}\t${l.errorClass}${l.status ? ` ${l.status}` : ''}\t${l.reason}\n`,
-        );
-      }
-    });
+    await withQueues(
+      flags,
+      async (_q, d) => {
+        const list = await listDeadLetters(d);
+        if (flags['json']) {
+          process.stdout.write(`${JSON.stringify(list)}\n`);
+          return;
+        }
+        if (list.length === 0) process.stdout.write('no dead letters\n');
+        for (const l of list) {
+          process.stdout.write(
+            `${l.id}\t${new Date(l.deadAt).toISOString()}\t${l.errorClass}${l.status ? ` ${l.status}` : ''}\t${l.reason}\n`,
+          );
+        }
+      },
+      true,
+    );
   });
   queueOptions(
     dlq
@@ -54,14 +59,18 @@ export function registerDlqCommand(program: Command): void {
       .description('show one dead letter: request, reason, attempts')
       .argument('<id>'),
   ).action(async (id: string, flags: Record<string, unknown>) => {
-    await withQueues(flags, async (_q, d) => {
-      const letter = await showDeadLetter(d, id);
-      if (!letter)
-        throw new ConfigError(
-          `no dead letter with id ${JSON.stringify(id)}: see \`llmq dlq list\``,
-        );
-      process.stdout.write(`${JSON.stringify(letter, null, 2)}\n`);
-    });
+    await withQueues(
+      flags,
+      async (_q, d) => {
+        const letter = await showDeadLetter(d, id);
+        if (!letter)
+          throw new ConfigError(
+            `no dead letter with id ${JSON.stringify(id)}: see \`llmq dlq list\``,
+          );
+        process.stdout.write(`${JSON.stringify(letter, null, 2)}\n`);
+      },
+      true,
+    );
   });
   queueOptions(
     dlq

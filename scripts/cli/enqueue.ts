@@ -4,7 +4,13 @@ import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
-import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
+import {
+  ConfigError,
+  CostExceedsLimitError,
+  LlmqError,
+  QueueFullError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -31,6 +37,16 @@ export function parseRequests(text: string): unknown[] {
       ]);
     }
   });
+}
+
+/** The requests' text from a file or standard input (0); a ConfigError when it cannot be read. */
+function readInput(file: string | 0): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    const what = file === 0 ? 'standard input' : `--file ${file}`;
+    throw new ConfigError(`${what} cannot be read (${(err as Error).message}): check the path`);
+  }
 }
 
 export function registerEnqueueCommand(program: Command): void {
@@ -62,7 +78,7 @@ export function registerEnqueueCommand(program: Command): void {
     const deadlineAt = deadlineMs !== undefined ? Date.now() + deadlineMs : undefined;
     // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
     const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
-    const requests = parseRequests(readFileSync(file, 'utf8'));
+    const requests = parseRequests(readInput(file));
     await withRedis(config, async (redis) => {
       const producer = new Producer({
         redis,
@@ -72,7 +88,9 @@ export function registerEnqueueCommand(program: Command): void {
         maxDepth: config.maxDepth,
       });
       try {
-        // Validate every request before adding any, so a bad line leaves nothing behind.
+        // Validate every request before adding any, so a bad line leaves nothing behind; the
+        // fleet's stored limits first, so a request that never fits them is one too.
+        await producer.loadLimits(true);
         requests.forEach((r, i) => {
           try {
             if (via === 'batches') checkBatchable(r, {});
@@ -82,6 +100,11 @@ export function registerEnqueueCommand(program: Command): void {
               throw new RequestValidationError(
                 err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })),
               );
+            }
+            if (err instanceof CostExceedsLimitError && requests.length > 1) {
+              throw new RequestValidationError([
+                { field: `request ${i + 1}`, message: err.message },
+              ]);
             }
             throw err;
           }

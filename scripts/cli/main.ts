@@ -1,6 +1,11 @@
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
-import { ConfigError, LlmqError, RequestValidationError } from '../../shared/errors.ts';
+import {
+  ConfigError,
+  CostExceedsLimitError,
+  LlmqError,
+  RequestValidationError,
+} from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 
 type Register = (program: Command) => unknown;
@@ -11,6 +16,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   enqueue: async () => (await import('./enqueue.ts')).registerEnqueueCommand,
   status: async () => (await import('./status.ts')).registerStatusCommand,
   queues: async () => (await import('./queues.ts')).registerQueuesCommand,
+  limits: async () => (await import('./limits.ts')).registerLimitsCommand,
   dlq: async () => (await import('./dlq.ts')).registerDlqCommand,
   'mock-anthropic': async () => (await import('./mock-anthropic.ts')).registerMockAnthropicCommand,
   demo: async () => (await import('./demo.ts')).registerDemoCommand,
@@ -40,6 +46,16 @@ export async function buildProgram(argv: readonly string[]): Promise<Command> {
   return program;
 }
 
+/** A file or folder that could not be read or written (a path given on the command line). */
+function isFileError(err: unknown): err is NodeJS.ErrnoException & { path: string } {
+  const e = err as NodeJS.ErrnoException;
+  return (
+    e instanceof Error &&
+    typeof e.path === 'string' &&
+    ['ENOENT', 'EACCES', 'EISDIR', 'ENOTDIR', 'EPERM', 'EEXIST'].includes(e.code ?? '')
+  );
+}
+
 /** Runs the CLI; resolves with the exit code. Usage errors exit 2, other failures 1. */
 export async function main(argv: readonly string[]): Promise<number> {
   const program = await buildProgram(argv);
@@ -55,6 +71,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (
       err instanceof ConfigError ||
       err instanceof RequestValidationError ||
+      // A request that can never fit the limits is bad input too.
+      err instanceof CostExceedsLimitError ||
       err instanceof TypeError
     ) {
       process.stderr.write(`llmq: ${(err as Error).message}\n`);
@@ -63,6 +81,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (err instanceof LlmqError) {
       process.stderr.write(`llmq: ${err.message}\n`);
       return 1;
+    }
+    if (isFileError(err)) {
+      process.stderr.write(`llmq: ${err.path} cannot be used (${err.message}): check the path\n`);
+      return 2;
     }
     process.stderr.write(`llmq: ${(err as Error)?.stack ?? String(err)}\n`);
     return 1;

@@ -1,17 +1,19 @@
 import type { Command } from 'commander';
 import { ApiKeyStore } from '../../producer/http/api-keys.ts';
 import { startHttpApi } from '../../producer/http/server.ts';
-import { resolveConfig } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
 import { untilStopSignal } from '../../shared/signals.ts';
 import { createLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
+import { configFrom, queueOptions } from './common.ts';
 
 interface ServeFlags {
   port?: string;
   host?: string;
   queue?: string;
+  prefix?: string;
+  config?: string;
   apiKeysFile?: string;
   maxWait?: string;
   countTokensRpm?: string;
@@ -19,8 +21,7 @@ interface ServeFlags {
 
 /** Adds `llmq serve`: the HTTP enqueue API. */
 export function registerServeCommand(program: Command): Command {
-  return program
-    .command('serve')
+  return queueOptions(program.command('serve'))
     .description(
       'serve the HTTP enqueue API (POST /v1/jobs, GET /v1/jobs/:id[/wait], DELETE /v1/jobs/:id, GET /openapi.json) ' +
         'and the drop-in Messages API (POST /v1/messages[/count_tokens]); ' +
@@ -29,7 +30,6 @@ export function registerServeCommand(program: Command): Command {
     )
     .option('--port <n>', 'port to listen on', '8080')
     .option('--host <addr>', 'address to bind (default only this machine)', '127.0.0.1')
-    .option('--queue <name>', 'queue to enqueue into (env LLMQ_QUEUE, default llmq)')
     .option('--api-keys-file <path>', 'file of tenant:sha256hex lines (env LLMQ_API_KEYS_FILE)')
     .option(
       '--max-wait <s>',
@@ -38,7 +38,7 @@ export function registerServeCommand(program: Command): Command {
     )
     .option('--count-tokens-rpm <n>', 'count_tokens requests forwarded per minute', '100')
     .action(async (flags: ServeFlags) => {
-      const config = resolveConfig({ flags: { ...flags }, env: process.env });
+      const config = configFrom({ ...flags });
       const port = Number(flags.port);
       if (!Number.isInteger(port) || port < 0 || port > 65_535) {
         throw new ConfigError(

@@ -1,12 +1,39 @@
 import type { Command } from 'commander';
 import { BudgetLedger } from '../../shared/budgets.ts';
-import { budgetSettingsOf, type Config, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { budgetSettingsOf, type Config } from '../../shared/config.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
+import {
+  describeLimits,
+  fleetLimitsOf,
+  hasLimits,
+  limitSetOf,
+  readFleetLimits,
+} from '../../shared/fleet-limits.ts';
 import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import { formatUsd } from '../../shared/prices.ts';
+import { listQueueNames } from '../../shared/queues.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
+
+/** The fleet's limits: the configured ones (stored) and, beside them, the ones read from the provider. */
+function formatLimits(l: QueueStatus['limits']): string[] {
+  const c = l.configured;
+  const configured = c
+    ? `${describeLimits(c.limits)} (set by ${c.setBy} at ${new Date(c.setAt).toISOString()})`
+    : 'none stored (`llmq limits set`, or a worker with limit flags)';
+  const read = l.read
+    ? Object.entries(l.read)
+        .map(([scope, d]) => {
+          const shown = DIMENSIONS.flatMap((x) =>
+            d[x.name] === undefined ? [] : [`${x.limit} ${d[x.name]}`],
+          );
+          return `${scope} ${shown.join(', ')}`;
+        })
+        .join('; ')
+    : 'none yet (taken from the rate-limit headers of the answers)';
+  return [`  limits configured: ${configured}`, `  limits read: ${read}`];
+}
 
 export function formatStatus(s: QueueStatus): string {
   const c = s.counts;
@@ -31,6 +58,7 @@ export function formatStatus(s: QueueStatus): string {
       `  ${scope.scope}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`,
     );
   }
+  lines.push(...formatLimits(s.limits));
   lines.push(...formatForecast(s.forecast));
   for (const l of s.spend ?? []) {
     const of = l.limitUsd === undefined ? '' : ` of ${formatUsd(l.limitUsd)}`;
@@ -51,17 +79,15 @@ export function registerStatusCommand(program: Command): void {
     const config: Config = configFrom(flags);
     await withRedis(config, async (redis) => {
       const names = namesOf(config);
-      const configured = Object.values(globalLimits(config)).some((v) => v !== undefined);
-      // Without limits of its own, status shows the window and limits the workers published.
+      const own = fleetLimitsOf(config);
+      // Without limits of its own, status shows the fleet's stored ones, else what workers published.
+      const fleet = hasLimits(own) ? own : (await readFleetLimits(redis, names))?.limits;
+      const set = fleet && limitSetOf(fleet);
       const limiter = new Limiter({
         redis,
         names,
-        ...(configured
-          ? {
-              limits: globalLimits(config),
-              scopes: scopeLimitsOf(config),
-              windowMs: config.windowS * 1000,
-            }
+        ...(fleet && set
+          ? { limits: set.limits, scopes: set.scopes, windowMs: fleet.windowS * 1000 }
           : {}),
       });
       const budgets = budgetSettingsOf(config);
@@ -70,6 +96,14 @@ export function registerStatusCommand(program: Command): void {
       process.stdout.write(
         flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`,
       );
+      const { live, gone } = await listQueueNames(redis, names.prefix);
+      if (!live.includes(names.queue) && !gone.includes(names.queue)) {
+        const known = live.length ? `; known: ${live.join(', ')}` : '';
+        process.stderr.write(
+          `llmq: no queue ${JSON.stringify(names.queue)} is registered under prefix ${names.prefix} ` +
+            `(nothing was enqueued to it and no worker ran on it: check --queue and --prefix${known})\n`,
+        );
+      }
     });
   });
 }

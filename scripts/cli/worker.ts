@@ -1,12 +1,46 @@
 import { type Command, Option } from 'commander';
-import { budgetSettingsOf, fairShareOf, globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { budgetSettingsOf, type Config, fairShareOf } from '../../shared/config.ts';
 import { ConfigError } from '../../shared/errors.ts';
-import { assertRedis, connectRedis } from '../../shared/redis.ts';
+import {
+  describeLimits,
+  describeWriter,
+  type FleetLimits,
+  fleetLimitsOf,
+  limitSetOf,
+  type SettledLimits,
+  settleWorkerLimits,
+} from '../../shared/fleet-limits.ts';
+import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
+
+/**
+ * The limits a starting worker runs with: its own, stored as the fleet's when none are (or
+ * with `replace`), or the stored ones when it has none; a worker whose own differ from the
+ * stored ones does not start (FleetLimitsConflictError, one line).
+ */
+async function fleetLimitsFor(
+  redis: RedisClient,
+  config: Config,
+  replace: boolean,
+): Promise<{ fleet: FleetLimits; action: SettledLimits['action'] }> {
+  try {
+    const settled = await settleWorkerLimits({
+      redis,
+      names: namesOf(config),
+      own: fleetLimitsOf(config),
+      replace,
+      setBy: describeWriter('worker'),
+    });
+    return { fleet: settled.limits ?? fleetLimitsOf(config), action: settled.action };
+  } catch (err) {
+    redis.disconnect();
+    throw err;
+  }
+}
 
 export function registerWorkerCommand(program: Command): void {
   queueOptions(
@@ -47,6 +81,10 @@ export function registerWorkerCommand(program: Command): void {
         '--retry-for <duration>',
         'how long transient failures (529, 5xx, timeouts, dropped connections) are retried, from the first; 0 makes them spend attempts (env LLMQ_RETRY_FOR, default 10m)',
       )
+      .option(
+        '--replace-limits',
+        "store this worker's limits as the fleet's even when they differ from the stored ones (`llmq limits show`)",
+      )
       .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
@@ -66,6 +104,8 @@ export function registerWorkerCommand(program: Command): void {
     await assertRedis(config.redisUrl);
     const redis = connectRedis(config.redisUrl);
     redis.on('error', (err) => stderrLogger.warn('redis error', { error: err.message }));
+    const { fleet, action } = await fleetLimitsFor(redis, config, flags['replaceLimits'] === true);
+    const set = limitSetOf(fleet);
     const handle = await startWorker({
       redis,
       names: namesOf(config),
@@ -74,20 +114,21 @@ export function registerWorkerCommand(program: Command): void {
         baseURL: config.anthropicBaseUrl,
       }),
       limiter: {
-        windowMs: config.windowS * 1000,
-        limits: globalLimits(config),
-        scopes: scopeLimitsOf(config),
-        headroom: config.headroom,
+        windowMs: fleet.windowS * 1000,
+        limits: set.limits,
+        scopes: set.scopes,
+        headroom: fleet.headroom,
         outputAccounting: config.outputAccounting,
       },
       concurrency: config.concurrency,
       retryForMs: config.retryForMs,
       budgets: budgetSettingsOf(config),
-      fairShare: fairShareOf(config),
-      ...(config.maxInFlight === undefined ? {} : { maxInFlight: config.maxInFlight }),
+      fairShare: fairShareOf({ ...config, scopes: fleet.scopes }),
+      ...(fleet.maxInFlight === undefined ? {} : { maxInFlight: fleet.maxInFlight }),
       stream: flags['stream'] as 'always' | 'auto',
       logger: stderrLogger,
     });
+    stderrLogger.info(`limits ${action}: ${describeLimits(fleet)}`, { limits: action });
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
         stderrLogger.info(`${signal}: draining calls in flight`, {

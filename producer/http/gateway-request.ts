@@ -1,0 +1,87 @@
+/**
+ * A `POST /v1/messages` as the gateway reads it before queueing: the body checked as the API
+ * checks its top level, and the headers turned into enqueue options.
+ */
+import type { FastifyRequest } from 'fastify';
+import { resolvePriority } from '../../shared/priority.ts';
+import type { EnqueueOptions } from '../producer-options.ts';
+import { type ApiErrorAnswer, apiError } from './anthropic-errors.ts';
+
+/** Top-level fields of a Messages request the API accepts; any other is refused, as it does. */
+const KNOWN_FIELDS = new Set([
+  'model',
+  'messages',
+  'max_tokens',
+  'system',
+  'metadata',
+  'stop_sequences',
+  'stream',
+  'temperature',
+  'top_k',
+  'top_p',
+  'tools',
+  'tool_choice',
+  'thinking',
+  'service_tier',
+  'container',
+  'context_management',
+  'mcp_servers',
+  'output_config',
+  'output_format',
+  'inference_geo',
+]);
+
+/** A request header as one string (repeated ones joined). */
+export function header(req: FastifyRequest, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v.join(',') : v;
+}
+
+/** What a call asks: the request, whether it streams, and how to enqueue it. */
+export interface GatewayCall {
+  readonly body: object;
+  readonly stream: boolean;
+  readonly options: EnqueueOptions;
+}
+
+/**
+ * The call of a request by `who` (its tenant and default priority), or the API's 400 for a body
+ * that is not an object, a field the API does not know, or a bad `llmq-priority`.
+ */
+export function readCall(
+  req: FastifyRequest,
+  who: { readonly tenant: string; readonly priority?: string | number | undefined },
+): GatewayCall | ApiErrorAnswer {
+  const body = req.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    return apiError('invalid_request_error', 'the body must be a JSON object');
+  }
+  const unknown = Object.keys(body).find((k) => !KNOWN_FIELDS.has(k));
+  if (unknown !== undefined) {
+    return apiError('invalid_request_error', `${unknown}: Extra inputs are not permitted`);
+  }
+  const priority = header(req, 'llmq-priority') ?? who.priority ?? 'interactive';
+  try {
+    resolvePriority(priority);
+  } catch (err) {
+    return apiError('invalid_request_error', `llmq-priority: ${(err as Error).message}`);
+  }
+  const providerHeaders: Record<string, string> = {};
+  for (const name of ['anthropic-version', 'anthropic-beta']) {
+    const v = header(req, name);
+    if (v !== undefined) providerHeaders[name] = v;
+  }
+  const stream = (body as { stream?: unknown }).stream === true;
+  const idempotencyKey = header(req, 'idempotency-key');
+  return {
+    body,
+    stream,
+    options: {
+      tenant: who.tenant,
+      priority,
+      relayEvents: stream,
+      providerHeaders,
+      ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+    },
+  };
+}
