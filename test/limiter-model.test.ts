@@ -125,11 +125,12 @@ class Model {
     }
   }
 
-  limitOf(scope: string, d: Dim): { lim: number; v: View | undefined } {
+  limitOf(scope: string, d: Dim): { lim: number; v: View | undefined; most: number } {
     const v = this.views.get(`${scope}|${d}`);
     let lim = this.conf(scope, d);
     if (v && v.lim > 0 && (lim === 0 || v.lim < lim)) lim = v.lim;
-    return { lim, v };
+    const most = lim > 0 ? Math.max(1, Math.floor(lim * (1 - this.cfg.headroom))) : 0;
+    return { lim, v, most };
   }
 
   /** The provider's room now and its refill per ms; undefined when no reading is fresh. */
@@ -146,7 +147,7 @@ class Model {
   }
 
   lack(scope: string, d: Dim, a: Amounts) {
-    const { lim, v } = this.limitOf(scope, d);
+    const { lim, v, most } = this.limitOf(scope, d);
     if (lim === 0) return { need: -1, rate: 0, lapse: 0 };
     const used = this.used(scope, d);
     const p = this.projected(scope, d, v, used);
@@ -154,8 +155,7 @@ class Model {
     let need = -1;
     let rate = 0;
     let lapse = 0;
-    if (!(p && p.rate > 0 && (conf === 0 || conf >= v!.lim)))
-      need = used + amount(a, d) - Math.floor(lim * (1 - this.cfg.headroom));
+    if (!(p && p.rate > 0 && (conf === 0 || conf >= v!.lim))) need = used + amount(a, d) - most;
     if (p) {
       const n = amount(a, d) - p.room + Math.floor(v!.lim * this.cfg.headroom);
       if (n > need) [need, rate, lapse] = [n, p.rate, v!.at + WINDOW];
@@ -183,7 +183,7 @@ class Model {
   acquire(a: Amounts, scopes: readonly string[]): Decision | 'exceeds' | 'admit' {
     for (const s of scopes)
       for (const d of DIMS) {
-        const most = Math.floor(this.limitOf(s, d).lim * (1 - this.cfg.headroom));
+        const { most } = this.limitOf(s, d);
         if (most > 0 && amount(a, d) > most) return 'exceeds';
       }
     this.expire();
@@ -309,7 +309,7 @@ class Model {
 const limitsArb = (lo: number, hi: number): fc.Arbitrary<DimensionLimits> =>
   fc.record(
     {
-      requests: fc.integer({ min: 3, max: 20 }),
+      requests: fc.constantFrom(1, 3, 7, 20),
       inputTokens: fc.integer({ min: lo, max: hi }),
       outputTokens: fc.integer({ min: lo, max: hi }),
       tokens: fc.integer({ min: lo, max: 2 * hi }),

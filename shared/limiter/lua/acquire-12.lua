@@ -64,7 +64,7 @@ end
 -- 2. A cost above a limit (configured or the provider's) less headroom never fits.
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
-    local most = math.floor(limit_of(run, s, d) * (1 - run.headroom))
+    local _, _, most = limit_of(run, s, d)
     if most > 0 and amount(cost, d) > most then
       leave_line()
       return { 5, s.name, d, amount(cost, d), most }

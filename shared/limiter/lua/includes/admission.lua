@@ -1,14 +1,14 @@
 -- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run` (keys,
--- clock, scopes, caches; `totals`: what it admitted so far, written at its end by finish_run).
--- A cost may carry its own scopes with their limits (`c.limits`) and a money claim (`c.money`).
--- Needs "reservation", "money" and "view".
+-- clock, scopes, caches; `totals`: what it admitted, written by finish_run). A cost may carry its
+-- own scopes with limits (`c.limits`) and money (`c.money`). Needs "reservation", "money", "view".
 
--- The configured limit of scope s, dimension d capped by the provider's (0: none), and the reading.
+-- The configured limit of scope s, dimension d capped by the provider's (0: none), the reading,
+-- and what may be spent of it: the limit less headroom, at least 1.
 local function limit_of(run, s, d)
   local v = view_of(run, s.name .. '|' .. d)
   local lim = s.limits[d] or 0
   if v and v.lim > 0 and (lim == 0 or v.lim < lim) then lim = v.lim end
-  return lim, v
+  return lim, v, lim > 0 and math.max(1, math.floor(lim * (1 - run.headroom))) or 0
 end
 
 -- Our window sum (with what this run admitted) and count of what left, for `field`.
@@ -22,14 +22,14 @@ end
 -- comes back as our entries leave), and when the reading behind it lapses (0: none). The own
 -- window counts unless the provider is a bucket no smaller than the configured limit.
 local function lack_of(run, s, d, c)
-  local lim, v = limit_of(run, s, d)
+  local lim, v, most = limit_of(run, s, d)
   if lim == 0 then return -1, 0, 0 end
   local used, left = own_of(run, s.name .. '|' .. d)
   local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
   local room, rate = projected(run, s.name, d, v, used, left)
   local need, r, lapse = -1, 0, 0
   if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then
-    need = used + a - math.floor(lim * (1 - h))
+    need = used + a - most
   end
   local n = room and a - room + math.floor(v.lim * h)
   if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end
