@@ -60,10 +60,16 @@ export interface RateRowInput {
   /** The fluid minimum; NaN when not computed. */
   readonly fluidMs?: number | undefined;
   readonly published?: string | undefined;
+  /** The limit the worst window and utilization are of. @default 'tokens' (input + output) */
+  readonly dimension?: 'tokens' | 'output';
 }
 
 export function rateRow(i: RateRowInput): RateRow {
-  const admissions = i.calls.admitted.map((c) => ({ at: c.at, charge: chargeOf(c, i.accounting) }));
+  const output = i.dimension === 'output';
+  const admissions = i.calls.admitted.map((c) => ({
+    at: c.at,
+    charge: chargeOf(c, i.accounting) - (output ? c.input : 0),
+  }));
   return {
     client: i.client,
     completed: i.run.completed,
@@ -73,7 +79,7 @@ export function rateRow(i: RateRowInput): RateRow {
     attempts: i.calls.attempts,
     wallMs: i.run.wallMs,
     admissionSpanMs: admissions.length > 1 ? admissions.at(-1)!.at - admissions[0]!.at : 0,
-    worstWindow: i.stats.worstWindow.tokens,
+    worstWindow: output ? i.stats.worstWindow.output_tokens : i.stats.worstWindow.tokens,
     limit: i.limit,
     utilization: utilization(admissions, i.limit, i.windowMs).mean,
     minimumMs: i.minimumMs,
