@@ -1,6 +1,10 @@
 import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { amountOf, DIMENSION_NAMES } from '../shared/dimensions.ts';
-import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
+import {
+  CostExceedsLimitError,
+  PriorityNotAllowedError,
+  RequestValidationError,
+} from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
@@ -84,6 +88,8 @@ export class JobBuilder {
         { field: 'priority', message: (err as Error).message.replace(/^priority /, '') },
       ]);
     }
+    if (options.maxPriority !== undefined && priority < options.maxPriority)
+      throw new PriorityNotAllowedError(priority, options.maxPriority);
     if (options.idempotencyKey !== undefined)
       checkIdempotencyKey(options.idempotencyKey, 'idempotencyKey');
     if (

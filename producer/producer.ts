@@ -2,7 +2,7 @@ import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { combineInputTokens } from '../shared/combine.ts';
-import { RequestValidationError } from '../shared/errors.ts';
+import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { estimateCost } from '../shared/estimate.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
@@ -58,6 +58,7 @@ export class Producer {
   private readonly commandTimeoutMs: number;
   private readonly retention: { completedS: number; completedCount: number; failedS: number };
   private readonly ownsRedis: boolean;
+  private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
@@ -66,6 +67,7 @@ export class Producer {
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
     this.ownsRedis = options.ownsRedis ?? false;
+    this.onOutOfMemory = options.onRedisOutOfMemory;
     this.names = options.names;
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
@@ -95,6 +97,8 @@ export class Producer {
       queue: this.queue,
       maxDepth: options.maxDepth ?? 0,
       tenantMaxDepth: options.tenantMaxDepth,
+      maxDepthBytes: options.maxDepthBytes ?? 0,
+      tenantMaxBytes: options.tenantMaxBytes,
       reservationTtlMs: options.reservationTtlMs,
       retryAfterMs: options.retryAfterMs,
       call: (op) => this.redisCall(op),
@@ -136,7 +140,8 @@ export class Producer {
     await this.ensureRegistered();
     const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
     try {
-      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options);
+      const bytes = this.gate.weigh([traced], data.tenant);
+      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options, bytes);
       if (exists) {
         endEnqueueSpan(span, undefined, false);
         return { id, created: false };
@@ -225,7 +230,12 @@ export class Producer {
         },
       ]);
     }
-    await this.gate.reserveOrWait(room, tenant, options);
+    await this.gate.reserveOrWait(
+      room,
+      tenant,
+      options,
+      batches ? [] : this.gate.weigh(parts, tenant),
+    );
     this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
     const flows = this.flows;
     try {
@@ -316,7 +326,11 @@ export class Producer {
         if (!first.has(id)) first.set(id, start + j);
       });
       const unique = [...first.keys()];
-      const existing = await this.gate.reserveOrWait(unique, tenant, options);
+      const weights = this.gate.weigh(
+        unique.map((id) => datas[first.get(id)!]),
+        tenant,
+      );
+      const existing = await this.gate.reserveOrWait(unique, tenant, options, weights);
       const fresh = unique.filter((_, j) => !existing[j]);
       const started = fresh.map((id) =>
         startEnqueueSpan(id, datas[first.get(id)!]!, options.traceparent),
@@ -454,7 +468,12 @@ export class Producer {
     this.registered = true;
   }
 
-  private redisCall<T>(op: () => Promise<T>): Promise<T> {
-    return withRedis(this.redisUrl, this.commandTimeoutMs, op);
+  private async redisCall<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await withRedis(this.redisUrl, this.commandTimeoutMs, op);
+    } catch (err) {
+      if (err instanceof RedisOutOfMemoryError) this.onOutOfMemory?.(err);
+      throw err;
+    }
   }
 }

@@ -13,6 +13,7 @@ import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
 import type { DimensionLimits, OutputAccounting } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
 import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
+import { parseSize } from './size.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -65,6 +66,17 @@ export interface Config {
   readonly retryForMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
+  /**
+   * Bytes of waiting requests allowed in the queue (their JSON), so Redis memory stays bounded
+   * whatever the requests weigh; 0 means unbounded. @default 1 GB (env LLMQ_MAX_DEPTH_BYTES, a
+   * size such as 512mb)
+   */
+  readonly maxDepthBytes: number;
+  /**
+   * The largest request body `llmq serve` reads, as the Messages API's own bound. @default 32 MB
+   * (flag --body-limit, env LLMQ_BODY_LIMIT, a size such as 32mb)
+   */
+  readonly bodyLimit: number;
   /**
    * Limits of nested scopes inside the global one, per window, by scope name:
    * `{ "tenant:acme": { "tpm": 20000, "rpm": 100 } }` (config file `scopes`, or env LLMQ_SCOPES
@@ -164,6 +176,12 @@ const retryForSchema = z
   .union([z.number(), z.string()])
   .transform((v) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN)))
   .refine((n) => Number.isInteger(n) && n >= 0 && n <= MAX_RETRY_FOR_MS);
+/** A size (`32mb`) or a number of bytes, at least `min`. */
+const sizeSchema = (min: number) =>
+  z
+    .union([z.number(), z.string()])
+    .transform((v) => parseSize(v) ?? Number.NaN)
+    .refine((n) => Number.isSafeInteger(n) && n >= min);
 const scopesSchema = jsonOf(z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits));
 const modelsSchema = jsonOf(z.record(z.string().regex(MODEL_PATTERN), scopeLimits));
 
@@ -280,6 +298,20 @@ const SETTINGS: Record<Key, Setting> = {
     schema: wholeAtLeast(0),
     default: 10_000,
     expect: 'a whole number from 0 (unbounded) up',
+  },
+  maxDepthBytes: {
+    env: 'LLMQ_MAX_DEPTH_BYTES',
+    flag: 'maxDepthBytes',
+    schema: sizeSchema(0),
+    default: 1024 ** 3,
+    expect: 'a size such as 512mb or 2gb, or 0 (unbounded)',
+  },
+  bodyLimit: {
+    env: 'LLMQ_BODY_LIMIT',
+    flag: 'bodyLimit',
+    schema: sizeSchema(1),
+    default: 32 * 1024 ** 2,
+    expect: 'a size such as 32mb or 512kb',
   },
   scopes: {
     env: 'LLMQ_SCOPES',

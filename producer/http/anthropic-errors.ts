@@ -1,10 +1,12 @@
 import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-types.ts';
 import {
   CostExceedsLimitError,
+  PriorityNotAllowedError,
   QueueFullError,
   RequestValidationError,
 } from '../../shared/errors.ts';
 import type { DeadLetter } from '../../shared/job.ts';
+import { isOutOfMemory } from '../../shared/redis.ts';
 import { isRedisDown } from '../errors.ts';
 
 /** An answer of the gateway in the API's shape: `{"type":"error","error":{type,message}}`. */
@@ -39,8 +41,23 @@ export function toApiError(err: unknown): ApiErrorAnswer {
       first ? `${first.field}: ${first.message}` : err.message,
     );
   }
+  if (err instanceof PriorityNotAllowedError) {
+    return apiError('permission_error', `llmq-priority: ${err.message}`);
+  }
   if (err instanceof CostExceedsLimitError) {
     return apiError('invalid_request_error', `max_tokens: ${err.message}`);
+  }
+  if (isOutOfMemory(err)) {
+    // 503 as the job API answers; the SDK retries a 5xx (honouring retry-after) and clients
+    // treat overloaded_error as "back off and retry", which is what helps here.
+    return {
+      ...apiError(
+        'overloaded_error',
+        'llmq: the queue is out of memory (Redis reached its maxmemory); nothing was queued: retry later',
+        { 'retry-after': '5' },
+      ),
+      status: 503,
+    };
   }
   if (isRedisDown(err)) {
     return apiError('overloaded_error', 'llmq: the queue is unavailable (Redis did not answer)', {

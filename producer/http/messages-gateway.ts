@@ -7,7 +7,8 @@ import type { EnqueuedJob, Producer } from '../producer.ts';
 import { type ApiErrorAnswer, apiError, deadLetterError, toApiError } from './anthropic-errors.ts';
 import type { ApiKeyStore } from './api-keys.ts';
 import type { CountTokensForwarder } from './count-tokens.ts';
-import { INVALID_JSON } from './fastify-adapter.ts';
+import { INVALID_JSON, JSON_TOO_DEEP } from './fastify-adapter.ts';
+import { gatewayCaller } from './gateway-auth.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
 
 export interface GatewayOptions {
@@ -75,21 +76,22 @@ export function mountMessagesGateway(
 
   /** The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401. */
   function authenticate(req: FastifyRequest) {
-    const bearer = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(header(req, 'authorization') ?? '')?.[1];
-    const key = header(req, 'x-api-key') ?? bearer;
-    if (key === undefined || key === '') {
-      return apiError('authentication_error', 'x-api-key header is required');
-    }
-    return keys.entryOf(key) ?? apiError('authentication_error', 'invalid x-api-key');
+    return gatewayCaller(keys, {
+      authorization: header(req, 'authorization'),
+      'x-api-key': header(req, 'x-api-key'),
+    });
   }
 
   /** Open breaker: the provider is failing, so the call is refused before it is queued. */
   async function breakerOpen(): Promise<ApiErrorAnswer | undefined> {
-    const [[, h], [, t]] = (await options.redis
-      .multi()
+    // A pipeline, not MULTI: Redis out of memory refuses every command of a MULTI, reads too.
+    const read = (await options.redis
+      .pipeline()
       .hmget(breakerKey(options.names), 'state', 'open_until')
       .time()
-      .exec()) as [[null, (string | null)[]], [null, [string, string]]];
+      .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
+    for (const [err] of read) if (err) throw err;
+    const [[, h], [, t]] = read;
     const now = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
     const until = Number(h[1] ?? 0);
     if (h[0] !== 'open' || until <= now) return undefined;
@@ -178,6 +180,7 @@ export function mountMessagesGateway(
       job = await producer.enqueueJob(body, {
         tenant: who.tenant,
         priority,
+        ...(who.maxPriority !== undefined ? { maxPriority: who.maxPriority } : {}),
         relayEvents: stream,
         providerHeaders,
         ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
@@ -246,6 +249,7 @@ export function mountMessagesGateway(
     const a = await options.countTokens.forward(req.body, {
       version: header(req, 'anthropic-version'),
       beta: header(req, 'anthropic-beta'),
+      tenant: who.tenant,
     });
     return reply.code(a.status).headers(a.headers).type('application/json').send(a.body);
   }
@@ -254,6 +258,8 @@ export function mountMessagesGateway(
     // The API's error shapes for what fastify refuses before a handler runs.
     scope.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
       switch (err.code) {
+        case JSON_TOO_DEEP:
+          return send(reply, apiError('invalid_request_error', err.message));
         case INVALID_JSON:
         case 'FST_ERR_CTP_EMPTY_JSON_BODY':
           return send(

@@ -1,13 +1,22 @@
 import { STATUS_CODES } from 'node:http';
-import Fastify, { type FastifyReply } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { AuthThrottle, type AuthThrottleOptions } from '../../shared/auth-throttle.ts';
 import type { Config } from '../../shared/config.ts';
+import { redactUrl } from '../../shared/errors.ts';
+import {
+  capConnections,
+  closeAfterAnswer,
+  type ServerLimits,
+  serverLimitOptions,
+} from '../../shared/http-limits.ts';
 import { connectRedis } from '../../shared/redis.ts';
+import { ThrottledWarning, type WarningSink } from '../../shared/telemetry/throttled-warning.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
+import { gatewayCaller } from './gateway-auth.ts';
 import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
 
@@ -20,8 +29,12 @@ export interface HttpApiOptions {
   readonly host?: string;
   /** 0 picks a free port. @default 8080 */
   readonly port?: number;
-  /** Largest body accepted, in bytes. @default 1_048_576 */
+  /** Largest body accepted, in bytes. @default config.bodyLimit (32 MB) */
   readonly bodyLimit?: number;
+  /** Header, body and idle timeouts, and the connection cap. @default see ServerLimits */
+  readonly limits?: ServerLimits;
+  /** Where the server's warnings go (Redis out of memory, once a minute at most). */
+  readonly logger?: WarningSink;
   /** Longest `/wait` long-poll in ms. @default 60_000 */
   readonly maxWaitMs?: number;
   /** A Redis command that takes longer answers 503. @default 5_000 */
@@ -37,7 +50,11 @@ export interface HttpApiOptions {
     readonly maxWaitMs?: number;
     /** A waiting stream's ping interval. @default 5_000 */
     readonly pingMs?: number;
-    /** count_tokens requests per minute forwarded (with config's ANTHROPIC_API_KEY). @default 100 */
+    /**
+     * count_tokens requests per minute forwarded (with config's ANTHROPIC_API_KEY), for every
+     * tenant together; each tenant has its keys file's `count-tokens-rpm`, else an equal share.
+     * @default 100
+     */
     readonly countTokensRpm?: number;
   };
   /** More producer settings (tenantMaxDepth, retryAfterMs, …). */
@@ -52,17 +69,46 @@ export interface HttpApi {
 }
 
 /**
+ * The Messages API's routes refuse a request without a valid tenant key from its headers, before
+ * its body is read, and close the connection (see {@link closeAfterAnswer}).
+ */
+function refuseGatewayWithoutKey(app: FastifyInstance, keys: ApiKeyStore): void {
+  app.addHook('onRequest', async (req, reply) => {
+    if (!req.routeOptions.url?.startsWith('/v1/messages')) return;
+    const one = (name: string) => {
+      const v = req.headers[name];
+      return Array.isArray(v) ? v.join(',') : v;
+    };
+    const who = gatewayCaller(keys, {
+      authorization: one('authorization'),
+      'x-api-key': one('x-api-key'),
+    });
+    if (!('status' in who)) return;
+    closeAfterAnswer(req, reply);
+    return reply.code(who.status).headers(who.headers).type('application/json').send(who.body);
+  });
+}
+
+/**
  * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (no offline queue, one
  * retry per command in flight, then 503) instead of holding requests while Redis is down.
  */
 export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   const keys =
     typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
+  const outOfMemory = new ThrottledWarning(
+    options.logger,
+    `Redis at ${redactUrl(options.config.redisUrl)} is out of memory (maxmemory reached): requests are answered 503 and nothing is written; raise maxmemory or lower LLMQ_MAX_DEPTH_BYTES`,
+  );
   const producer = createProducer(options.config, {
     commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
     // No offline queue: a command is refused at once while Redis is down, never run later, when
     // it is back, after the caller was answered 503 (a cancel would strand its job).
     redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
+    // The keys file's bounds per tenant.
+    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
+    tenantMaxBytes: keys.tenantBounds('maxBytes'),
+    onRedisOutOfMemory: () => outOfMemory.hit(),
     ...options.producer,
   });
   // Without an offline queue, a request before the connection is ready would be refused; one
@@ -71,8 +117,9 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   // Cancels an earlier server took out but never removed (it died between the two).
   await producer.finishStrandedCancels().catch(() => {});
   const app = Fastify({
+    ...serverLimitOptions(options.limits),
     logger: false,
-    bodyLimit: options.bodyLimit ?? 1_048_576,
+    bodyLimit: options.bodyLimit ?? options.config.bodyLimit,
     return503OnClosing: true,
     // A URL that does not decode (`/%`) is answered before any route or hook runs.
     frameworkErrors: (_err, _req, reply) =>
@@ -106,6 +153,8 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
       socket.destroy();
     },
   });
+  capConnections(app.server, options.limits);
+  refuseGatewayWithoutKey(app, keys);
   const shutdown = new AbortController();
   const authenticate = apiKeyAuth(keys, new AuthThrottle(options.authThrottle));
   mountRoutes(
@@ -125,6 +174,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   gatewayRedis.on('error', () => {});
   const g = options.gateway ?? {};
   const apiKey = options.config.anthropicApiKey;
+  const countTokensRpm = g.countTokensRpm ?? 100;
   const gateway = mountMessagesGateway(app, {
     producer,
     keys,
@@ -139,7 +189,11 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
           names,
           apiKey,
           baseURL: options.config.anthropicBaseUrl,
-          ...(g.countTokensRpm !== undefined ? { rpm: g.countTokensRpm } : {}),
+          rpm: countTokensRpm,
+          tenantRpm: (tenant) =>
+            keys.limitsOf(tenant).countTokensRpm ??
+            Math.max(1, Math.floor(countTokensRpm / Math.max(1, keys.tenants.length))),
+          onRedisOutOfMemory: () => outOfMemory.hit(),
         })
       : undefined,
   });
