@@ -319,7 +319,7 @@ export function jobBytes(data: unknown): number {
 function neverFits(what: string, reply: readonly unknown[]): RequestValidationError {
   return new RequestValidationError([
     {
-      field: 'request',
+      field: '(body)',
       message: `is ${formatBytes(Number(reply[1]))}, more than ${what} holds at once (${formatBytes(Number(reply[2]))} of waiting requests): send a smaller request or raise the bound (LLMQ_MAX_DEPTH_BYTES, or max-bytes in the keys file)`,
     },
   ]);
