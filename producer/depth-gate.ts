@@ -133,8 +133,8 @@ export class DepthGate {
           k['delayed']!,
           this.reservationsKey(),
           this.tenantKey(tenant),
-          llmqKey(this.names, 'depth', 'sizes'),
-          llmqKey(this.names, 'depth', 'tenant-sizes', tenant ?? ''),
+          this.sizesKey(),
+          this.tenantSizesKey(tenant),
         ],
         [
           this.maxDepth,
@@ -212,15 +212,23 @@ export class DepthGate {
     }
   }
 
-  /** Drops the reservations of `ids` once they were added (or the add failed). */
-  async release(ids: readonly string[], tenant: string | undefined): Promise<void> {
+  /**
+   * Drops the reservations of `ids` once they were added; with `added` false (the add failed)
+   * their counts in the tenant's set and the sizes go too.
+   */
+  async release(ids: readonly string[], tenant: string | undefined, added = true): Promise<void> {
     if (ids.length === 0) return;
     await this.call(() =>
       runLua(
         this.redis,
         SCRIPTS['releaseDepth']!,
-        [this.reservationsKey(), this.tenantKey(tenant)],
-        ids,
+        [
+          this.reservationsKey(),
+          this.tenantKey(tenant),
+          this.sizesKey(),
+          this.tenantSizesKey(tenant),
+        ],
+        [added ? '1' : '0', ...ids],
       ),
     );
   }
@@ -287,6 +295,14 @@ export class DepthGate {
 
   private reservationsKey(): string {
     return llmqKey(this.names, 'depth', 'reservations');
+  }
+
+  private sizesKey(): string {
+    return llmqKey(this.names, 'depth', 'sizes');
+  }
+
+  private tenantSizesKey(tenant: string | undefined): string {
+    return llmqKey(this.names, 'depth', 'tenant-sizes', tenant ?? '');
   }
 
   private tenantKey(tenant: string | undefined): string {

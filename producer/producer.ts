@@ -146,12 +146,14 @@ export class Producer {
         endEnqueueSpan(span, undefined, false);
         return { id, created: false };
       }
+      let added = false;
       try {
         await this.redisCall(() =>
           this.queue.add(JOB_NAME, traced, { ...this.jobOptions(data, attempts), jobId: id }),
         );
+        added = true;
       } finally {
-        await this.gate.release([id], data.tenant).catch(() => {});
+        await this.gate.release([id], data.tenant, added).catch(() => {});
       }
     } catch (err) {
       endEnqueueSpan(span, err);
@@ -238,6 +240,7 @@ export class Producer {
     );
     this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
     const flows = this.flows;
+    let added = false;
     try {
       await this.redisCall(() =>
         flows.add(
@@ -252,8 +255,9 @@ export class Producer {
           }),
         ),
       );
+      added = true;
     } finally {
-      await this.gate.release(room, tenant).catch(() => {});
+      await this.gate.release(room, tenant, added).catch(() => {});
     }
     return { id, partIds, created: true };
   }
@@ -356,6 +360,8 @@ export class Producer {
         throw err;
       } finally {
         for (const { span } of started) endEnqueueSpan(span, failed);
+        // A failed addBulk may have added part of the chunk: the counts stay (the bound's
+        // pruning drops those of jobs that are not there).
         await this.gate.release(fresh, tenant).catch(() => {});
       }
       options.onChunk?.(chunkIds, start);
