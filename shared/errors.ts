@@ -75,6 +75,26 @@ export class PriorityNotAllowedError extends LlmqError {
   }
 }
 
+/**
+ * Workers of another build (another layout stamp: other Lua scripts or keys) are alive on the
+ * queue; this one must not run beside them.
+ */
+export class LayoutMismatchError extends LlmqError {
+  readonly theirs: string;
+  constructor(
+    queue: string,
+    ours: string,
+    live: { readonly stamp: string; readonly workers: number; readonly leftMs: number },
+  ) {
+    super(
+      'LAYOUT_MISMATCH',
+      `queue "${queue}" is served by ${live.workers} worker(s) of another llmq build (layout ${live.stamp}; this build is ${ours}): ` +
+        `stop those workers first, or wait until they are gone (a stopped or dead worker's entry lapses within ${Math.ceil(live.leftMs / 1000)} s), then start this one`,
+    );
+    this.theirs = live.stamp;
+  }
+}
+
 /** Redis did not answer at the configured URL. */
 export class RedisUnavailableError extends LlmqError {
   readonly url: string;
