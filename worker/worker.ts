@@ -18,6 +18,7 @@ import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
+import { errorEventLog } from '../shared/telemetry/throttled-warning.ts';
 import type { BackoffOptions } from './backoff.ts';
 import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
 import {
@@ -242,6 +243,8 @@ export class Worker implements WorkerHandle {
     this.metricsRedis = duplicateRedis(redis);
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
+    // Without a listener BullMQ prints each connection error with its stack (the loss is logged).
+    this.dlq.on('error', () => {});
     const metrics = new MetricsWriter(this.metricsRedis, names);
     const history = new JobHistory(this.metricsRedis, names, { enabled: options.jobLogs ?? true });
     const bull = openGateWorker(redis, names, {
@@ -249,7 +252,7 @@ export class Worker implements WorkerHandle {
       stalledInterval: options.stalledIntervalMs ?? 15_000,
       maxStalledCount: options.maxStalledCount ?? 10,
     });
-    bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
+    bull.on('error', errorEventLog(log, 'bullmq error'));
     this.bull = bull;
     const signal = this.stopper.signal;
     const handoff = new Handoff(

@@ -4,6 +4,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis, connectRedis } from '../../shared/redis.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
+import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
@@ -65,7 +66,7 @@ export function registerWorkerCommand(program: Command): void {
       );
     await assertRedis(config.redisUrl);
     const redis = connectRedis(config.redisUrl);
-    redis.on('error', (err) => stderrLogger.warn('redis error', { error: err.message }));
+    redis.on('error', errorEventLog(stderrLogger, 'redis error'));
     const handle = await startWorker({
       redis,
       names: namesOf(config),

@@ -30,3 +30,27 @@ export class ThrottledWarning {
     this.since = 0;
   }
 }
+
+/**
+ * A listener for a client's `error` events that logs one line per distinct error (its message
+ * and code, never its stack) at most once per `everyMs`: a lost Redis is a few lines, not one
+ * per reconnect attempt.
+ */
+export function errorEventLog(
+  sink: WarningSink,
+  message: string,
+  everyMs = 60_000,
+): (err: Error & { code?: string }) => void {
+  const seen = new Map<string, ThrottledWarning>();
+  return (err) => {
+    const key = `${err.code ?? ''} ${err.message}`;
+    let w = seen.get(key);
+    if (!w) {
+      // Bounded: a client that fails in ever new ways still keeps a few hundred entries.
+      if (seen.size >= 200) seen.clear();
+      w = new ThrottledWarning(sink, message, everyMs);
+      seen.set(key, w);
+    }
+    w.hit({ error: err.message, ...(err.code ? { code: err.code } : {}) });
+  };
+}
