@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startDashboard } from '../dashboard/server.ts';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
@@ -95,5 +96,32 @@ describe('llmq serve under clients that hold connections', () => {
     expect((await keyed()).status).toBe(202);
     const answers = await Promise.all(clients.map((c) => c.closed));
     for (const text of answers) expect(text).toMatch(/^(HTTP\/1\.1 408 |$)/);
+  });
+});
+
+describe('the dashboard under clients that hold connections', () => {
+  it('a write without credentials is answered 401 and closed before its body is read', async () => {
+    const dashboard = await startDashboard({
+      redis,
+      prefix: names.prefix,
+      port: 0,
+      auth: { token: 'dash-limits-token' },
+      authThrottle: { freeFailures: 10_000 },
+    });
+    try {
+      port = Number(new URL(dashboard.baseUrl).port);
+      const clients = await Promise.all(
+        Array.from({ length: 20 }, () => holder(slowBody(`/api/queues/${names.queue}/add`, ''))),
+      );
+      for (const text of await Promise.all(clients.map((c) => c.closed)))
+        expect(text).toMatch(/^HTTP\/1\.1 401 /);
+      const ok = await fetch(`${dashboard.baseUrl}/api/queues`, {
+        headers: { authorization: 'Bearer dash-limits-token' },
+      });
+      expect(ok.status).toBe(200);
+    } finally {
+      port = Number(new URL(api.url).port);
+      await dashboard.close();
+    }
   });
 });
