@@ -1,4 +1,5 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 
 /** The limits a server open to a network needs, so no client can hold its sockets. */
@@ -7,7 +8,10 @@ export interface ServerLimits {
   readonly headersTimeoutMs?: number;
   /** A whole request, body included, must arrive within this (32 MB at ~300 KB/s). @default 120_000 */
   readonly requestTimeoutMs?: number;
-  /** An idle keep-alive connection is closed after this. @default 5_000 */
+  /**
+   * An idle keep-alive connection is closed after this (behind a reverse proxy that keeps
+   * connections to llmq open, make it longer than the proxy's idle timeout). @default 5_000
+   */
   readonly keepAliveTimeoutMs?: number;
   /** Connections open at once; more are closed as they come. @default 4_096 */
   readonly maxConnections?: number;
@@ -25,9 +29,21 @@ export function serverLimitOptions(limits: ServerLimits = {}): FastifyServerOpti
   } as FastifyServerOptions;
 }
 
-/** Caps the connections of a started server. */
+/**
+ * Caps the connections of a server, and closes a connection that sends nothing within the
+ * header timeout (Node's timeouts start with a request's first byte: a silent socket would stay
+ * forever and count against the cap).
+ */
 export function capConnections(server: Server, limits: ServerLimits = {}): void {
   server.maxConnections = limits.maxConnections ?? 4_096;
+  const silentMs = limits.headersTimeoutMs ?? 10_000;
+  server.on('connection', (socket: Socket) => {
+    // Node's own handler destroys a socket whose timeout fires with no request on it.
+    socket.setTimeout(silentMs);
+  });
+  // Once a request came, its answer may take long (a long poll, a call): Node's request and
+  // keep-alive timeouts take over.
+  server.on('request', (req: IncomingMessage) => req.socket.setTimeout(0));
 }
 
 /**
