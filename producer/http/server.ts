@@ -9,7 +9,7 @@ import {
   type ServerLimits,
   serverLimitOptions,
 } from '../../shared/http-limits.ts';
-import { connectRedis } from '../../shared/redis.ts';
+import { connectRedis, type RedisClient } from '../../shared/redis.ts';
 import { ThrottledWarning, type WarningSink } from '../../shared/telemetry/throttled-warning.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
@@ -89,34 +89,9 @@ function refuseGatewayWithoutKey(app: FastifyInstance, keys: ApiKeyStore): void 
   });
 }
 
-/**
- * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (no offline queue, one
- * retry per command in flight, then 503) instead of holding requests while Redis is down.
- */
-export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
-  const keys =
-    typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
-  const outOfMemory = new ThrottledWarning(
-    options.logger,
-    `Redis at ${redactUrl(options.config.redisUrl)} is out of memory (maxmemory reached): requests are answered 503 and nothing is written; raise maxmemory or lower LLMQ_MAX_DEPTH_BYTES`,
-  );
-  const producer = createProducer(options.config, {
-    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
-    // No offline queue: a command is refused at once while Redis is down, never run later, when
-    // it is back, after the caller was answered 503 (a cancel would strand its job).
-    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
-    // The keys file's bounds per tenant.
-    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
-    tenantMaxBytes: keys.tenantBounds('maxBytes'),
-    onRedisOutOfMemory: () => outOfMemory.hit(),
-    ...options.producer,
-  });
-  // Without an offline queue, a request before the connection is ready would be refused; one
-  // that stays down is answered 503 per request instead of failing the start.
-  await producer.ready().catch(() => {});
-  // Cancels an earlier server took out but never removed (it died between the two).
-  await producer.finishStrandedCancels().catch(() => {});
-  const app = Fastify({
+/** The fastify server with its limits, and Node's and fastify's refusals in the API's format. */
+function newServer(options: HttpApiOptions): FastifyInstance {
+  return Fastify({
     ...serverLimitOptions(options.limits),
     logger: false,
     bodyLimit: options.bodyLimit ?? options.config.bodyLimit,
@@ -153,6 +128,60 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
       socket.destroy();
     },
   });
+}
+
+/** The count_tokens forwarder (with the workers' key), or undefined when there is no key. */
+function countTokensOf(
+  options: HttpApiOptions,
+  keys: ApiKeyStore,
+  redis: RedisClient,
+  onRedisOutOfMemory: () => void,
+): CountTokensForwarder | undefined {
+  const apiKey = options.config.anthropicApiKey;
+  if (!apiKey) return undefined;
+  const rpm = options.gateway?.countTokensRpm ?? 100;
+  return new CountTokensForwarder({
+    redis,
+    names: { prefix: options.config.prefix, queue: options.config.queue },
+    apiKey,
+    baseURL: options.config.anthropicBaseUrl,
+    rpm,
+    // A tenant's own budget, else an equal share: one tenant never spends the others'.
+    tenantRpm: (tenant) =>
+      keys.limitsOf(tenant).countTokensRpm ??
+      Math.max(1, Math.floor(rpm / Math.max(1, keys.tenants.length))),
+    onRedisOutOfMemory,
+  });
+}
+
+/**
+ * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (no offline queue, one
+ * retry per command in flight, then 503) instead of holding requests while Redis is down.
+ */
+export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
+  const keys =
+    typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
+  const outOfMemory = new ThrottledWarning(
+    options.logger,
+    `Redis at ${redactUrl(options.config.redisUrl)} is out of memory (maxmemory reached): requests are answered 503 and nothing is written; raise maxmemory or lower LLMQ_MAX_DEPTH_BYTES`,
+  );
+  const producer = createProducer(options.config, {
+    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
+    // No offline queue: a command is refused at once while Redis is down, never run later, when
+    // it is back, after the caller was answered 503 (a cancel would strand its job).
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
+    // The keys file's bounds per tenant.
+    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
+    tenantMaxBytes: keys.tenantBounds('maxBytes'),
+    onRedisOutOfMemory: () => outOfMemory.hit(),
+    ...options.producer,
+  });
+  // Without an offline queue, a request before the connection is ready would be refused; one
+  // that stays down is answered 503 per request instead of failing the start.
+  await producer.ready().catch(() => {});
+  // Cancels an earlier server took out but never removed (it died between the two).
+  await producer.finishStrandedCancels().catch(() => {});
+  const app = newServer(options);
   capConnections(app.server, options.limits);
   refuseGatewayWithoutKey(app, keys);
   const shutdown = new AbortController();
@@ -173,8 +202,6 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   });
   gatewayRedis.on('error', () => {});
   const g = options.gateway ?? {};
-  const apiKey = options.config.anthropicApiKey;
-  const countTokensRpm = g.countTokensRpm ?? 100;
   const gateway = mountMessagesGateway(app, {
     producer,
     keys,
@@ -183,19 +210,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     shutdown: shutdown.signal,
     maxWaitMs: g.maxWaitMs ?? options.maxWaitMs ?? 60_000,
     ...(g.pingMs !== undefined ? { pingMs: g.pingMs } : {}),
-    countTokens: apiKey
-      ? new CountTokensForwarder({
-          redis: gatewayRedis,
-          names,
-          apiKey,
-          baseURL: options.config.anthropicBaseUrl,
-          rpm: countTokensRpm,
-          tenantRpm: (tenant) =>
-            keys.limitsOf(tenant).countTokensRpm ??
-            Math.max(1, Math.floor(countTokensRpm / Math.max(1, keys.tenants.length))),
-          onRedisOutOfMemory: () => outOfMemory.hit(),
-        })
-      : undefined,
+    countTokens: countTokensOf(options, keys, gatewayRedis, () => outOfMemory.hit()),
   });
   const closeGateway = async () => {
     await gateway.close();
