@@ -116,7 +116,7 @@ export class RedisOutOfMemoryError extends LlmqError {
   constructor(url: string, options?: { cause?: unknown }) {
     super(
       'REDIS_OUT_OF_MEMORY',
-      `Redis at ${redactUrl(url)} is out of memory (its maxmemory is reached) and refused the write; ` +
+      `Redis at ${redactUrl(url)} is out of memory (its maxmemory is reached) and refused the command; ` +
         'nothing was written: raise maxmemory, lower LLMQ_MAX_DEPTH_BYTES, or let workers drain the queue',
       options,
     );

@@ -16,13 +16,24 @@ import { bullmqTelemetry } from './telemetry/tracing.ts';
 export type LlmqQueue = Queue<JobData, JobResult, string>;
 export type DeadLetterQueue = Queue<DeadLetter, unknown, string>;
 
+/**
+ * Connection trouble reaches each caller as the error of its own command; a queue's `error`
+ * event without a listener would have BullMQ print each one with its stack.
+ */
+function quiet<Q extends Queue>(queue: Q): Q {
+  queue.on('error', () => {});
+  return queue;
+}
+
 /** The BullMQ queue of llmq jobs. The connection is shared, not owned. */
 export function openQueue(connection: ConnectionOptions, names: QueueNames): LlmqQueue {
-  return new Queue<JobData, JobResult, string>(names.queue, {
-    connection,
-    prefix: bullPrefix(names),
-    ...bullmqTelemetry(),
-  });
+  return quiet(
+    new Queue<JobData, JobResult, string>(names.queue, {
+      connection,
+      prefix: bullPrefix(names),
+      ...bullmqTelemetry(),
+    }),
+  );
 }
 
 /** The queue holding a queue's dead letters (nothing consumes it; people look at it). */
@@ -30,10 +41,12 @@ export function openDeadLetterQueue(
   connection: ConnectionOptions,
   names: QueueNames,
 ): DeadLetterQueue {
-  return new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
-    connection,
-    prefix: bullPrefix(names),
-  });
+  return quiet(
+    new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
+      connection,
+      prefix: bullPrefix(names),
+    }),
+  );
 }
 
 /** The names of a queue's batch-bound jobs: the same prefix (and hash tag), `<queue>-batches`. */

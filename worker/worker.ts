@@ -243,8 +243,6 @@ export class Worker implements WorkerHandle {
     this.metricsRedis = duplicateRedis(redis);
     for (const c of [this.dlqRedis, this.metricsRedis]) c.on('error', () => {});
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
-    // Without a listener BullMQ prints each connection error with its stack (the loss is logged).
-    this.dlq.on('error', () => {});
     const metrics = new MetricsWriter(this.metricsRedis, names);
     const history = new JobHistory(this.metricsRedis, names, { enabled: options.jobLogs ?? true });
     const bull = openGateWorker(redis, names, {
