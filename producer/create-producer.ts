@@ -36,6 +36,7 @@ export function createProducer(
     budgets: budgetSettingsOf(config),
     headroom: config.headroom,
     maxDepth: config.maxDepth,
+    maxDepthBytes: config.maxDepthBytes,
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

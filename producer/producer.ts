@@ -1,7 +1,9 @@
 import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
-import { RequestValidationError } from '../shared/errors.ts';
+import { combineInputTokens } from '../shared/combine.ts';
+import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
+import { estimateCost } from '../shared/estimate.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
@@ -61,6 +63,7 @@ export class Producer {
   private readonly commandTimeoutMs: number;
   private readonly retention: { completedS: number; completedCount: number; failedS: number };
   private readonly ownsRedis: boolean;
+  private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
@@ -72,6 +75,7 @@ export class Producer {
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
     this.ownsRedis = options.ownsRedis ?? false;
+    this.onOutOfMemory = options.onRedisOutOfMemory;
     this.names = options.names;
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
@@ -103,6 +107,8 @@ export class Producer {
       queue: this.queue,
       maxDepth: options.maxDepth ?? 0,
       tenantMaxDepth: options.tenantMaxDepth,
+      maxDepthBytes: options.maxDepthBytes ?? 0,
+      tenantMaxBytes: options.tenantMaxBytes,
       reservationTtlMs: options.reservationTtlMs,
       retryAfterMs: options.retryAfterMs,
       call: (op) => this.redisCall(op),
@@ -162,17 +168,20 @@ export class Producer {
     await this.ensureRegistered();
     const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
     try {
-      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options);
+      const bytes = this.gate.weigh([traced], data.tenant);
+      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options, bytes);
       if (exists) {
         endEnqueueSpan(span, undefined, false);
         return { id, created: false };
       }
+      let added = false;
       try {
         await this.redisCall(() =>
           this.queue.add(JOB_NAME, traced, { ...this.jobOptions(data, attempts), jobId: id }),
         );
+        added = true;
       } finally {
-        await this.gate.release([id], data.tenant).catch(() => {});
+        await this.gate.release([id], data.tenant, added).catch(() => {});
       }
     } catch (err) {
       endEnqueueSpan(span, err);
@@ -210,9 +219,15 @@ export class Producer {
         },
       ]);
     }
-    await this.gate.reserveOrWait(room, tenant, options);
+    await this.gate.reserveOrWait(
+      room,
+      tenant,
+      options,
+      batches ? [] : this.gate.weigh(parts, tenant),
+    );
     this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
     const flows = this.flows;
+    let added = false;
     try {
       await this.redisCall(() =>
         flows.add(
@@ -227,8 +242,9 @@ export class Producer {
           }),
         ),
       );
+      added = true;
     } finally {
-      await this.gate.release(room, tenant).catch(() => {});
+      await this.gate.release(room, tenant, added).catch(() => {});
     }
     return { id, partIds, created: true };
   }
@@ -286,7 +302,11 @@ export class Producer {
         if (!first.has(id)) first.set(id, start + j);
       });
       const unique = [...first.keys()];
-      const existing = await this.gate.reserveOrWait(unique, tenant, options);
+      const weights = this.gate.weigh(
+        unique.map((id) => datas[first.get(id)!]),
+        tenant,
+      );
+      const existing = await this.gate.reserveOrWait(unique, tenant, options, weights);
       const fresh = unique.filter((_, j) => !existing[j]);
       const started = fresh.map((id) =>
         startEnqueueSpan(id, datas[first.get(id)!]!, options.traceparent),
@@ -312,6 +332,8 @@ export class Producer {
         throw err;
       } finally {
         for (const { span } of started) endEnqueueSpan(span, failed);
+        // A failed addBulk may have added part of the chunk: the counts stay (the bound's
+        // pruning drops those of jobs that are not there).
         await this.gate.release(fresh, tenant).catch(() => {});
       }
       options.onChunk?.(chunkIds, start);
@@ -442,7 +464,12 @@ export class Producer {
     this.registered = true;
   }
 
-  private redisCall<T>(op: () => Promise<T>): Promise<T> {
-    return withRedis(this.redisUrl, this.commandTimeoutMs, op);
+  private async redisCall<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await withRedis(this.redisUrl, this.commandTimeoutMs, op);
+    } catch (err) {
+      if (err instanceof RedisOutOfMemoryError) this.onOutOfMemory?.(err);
+      throw err;
+    }
   }
 }

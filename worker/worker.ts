@@ -12,11 +12,13 @@ import {
   MAX_RETRY_FOR_MS,
 } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { FleetLayout } from '../shared/layout.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
+import { errorEventLog } from '../shared/telemetry/throttled-warning.ts';
 import { WorkerPresence } from '../shared/worker-presence.ts';
 import type { BackoffOptions } from './backoff.ts';
 import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
@@ -192,6 +194,7 @@ export class Worker implements WorkerHandle {
   private loop: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private presence: WorkerPresence | undefined;
+  private layout: FleetLayout | undefined;
 
   /** Starts a worker; see {@link WorkerOptions}. */
   static async start(options: WorkerOptions): Promise<Worker> {
@@ -209,7 +212,12 @@ export class Worker implements WorkerHandle {
         `Expected \`retryForMs\` to be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days), got \`${r}\``,
       );
     const worker = new Worker(options);
-    await worker.open(options);
+    try {
+      await worker.open(options);
+    } catch (err) {
+      await worker.stop(0).catch(() => {});
+      throw err;
+    }
     return worker;
   }
 
@@ -244,7 +252,7 @@ export class Worker implements WorkerHandle {
       stalledInterval: options.stalledIntervalMs ?? 15_000,
       maxStalledCount: options.maxStalledCount ?? 10,
     });
-    bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
+    bull.on('error', errorEventLog(log, 'bullmq error'));
     this.bull = bull;
     const signal = this.stopper.signal;
     const handoff = new Handoff(
@@ -319,6 +327,8 @@ export class Worker implements WorkerHandle {
   }
 
   private async open(options: WorkerOptions): Promise<void> {
+    // First: a worker of another build (scripts, keys) must not run beside live ones.
+    this.layout = await FleetLayout.claim({ ...this.registerOn, workerId: this.id });
     // A failover shows in the log: the connection lost, and where it came back.
     this.unwatchRedis = logConnectionChanges(options.redis, this.log);
     await registerQueue(options.redis, options.names);
@@ -451,6 +461,7 @@ export class Worker implements WorkerHandle {
     await this.limiter.close();
     await this.idleWait.close();
     await this.subscriber.quit().catch(() => this.subscriber.disconnect());
+    await this.layout?.release();
   }
 }
 
