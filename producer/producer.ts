@@ -1,9 +1,7 @@
 import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
-import { combineInputTokens } from '../shared/combine.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
-import { estimateCost } from '../shared/estimate.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';

@@ -2,12 +2,7 @@ import { STATUS_CODES } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Config } from '../../shared/config.ts';
 import { redactUrl } from '../../shared/errors.ts';
-import {
-  capConnections,
-  closeAfterAnswer,
-  type ServerLimits,
-  serverLimitOptions,
-} from '../../shared/http-limits.ts';
+import { capConnections, type ServerLimits, serverLimitOptions } from '../../shared/http-limits.ts';
 import { connectRedis, type RedisClient } from '../../shared/redis.ts';
 import {
   RedisAuthThrottle,
@@ -19,7 +14,6 @@ import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
-import { gatewayCaller } from './gateway-auth.ts';
 import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
 

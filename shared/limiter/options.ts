@@ -10,7 +10,6 @@ import {
   type MoneyClaim,
   type MoneyShortfall,
   type OutputAccounting,
-  type Reservation,
   type Usage,
 } from './types.ts';
 
