@@ -4,6 +4,7 @@ import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
+import { ticketOf } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
   type DeadLetterQueue,
@@ -449,6 +450,8 @@ export class Producer {
 
   private jobOptions(data: JobData, attempts: number) {
     return {
+      // What the gate schedules by, where the request cannot write (see shared/job-ticket.ts).
+      llmq: ticketOf(data),
       priority: data.priority,
       attempts,
       removeOnComplete: { age: this.retention.completedS, count: this.retention.completedCount },

@@ -9,12 +9,16 @@ import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
+import type { WorkerLogger } from './logger.ts';
 import type { MarkerWait } from './marker-wait.ts';
 import { chargeOf } from './money.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
 const AHEAD_PEEK_MAX_AGE_MS = 20;
+
+/** How long a job of a newer format waits before a worker looks at it again. */
+const NEWER_FORMAT_DELAY_MS = 60_000;
 
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
@@ -29,6 +33,7 @@ export interface GateSlots {
 }
 
 export interface GateParts extends TakeParts {
+  readonly log: WorkerLogger;
   readonly breaker: CircuitBreaker;
   readonly metrics: MetricsWriter;
   readonly peeker: HeadPeeker;
@@ -53,7 +58,7 @@ function followers(heads: readonly HeadJob[]): HeadJob[] {
   const [first, ...rest] = heads;
   const out: HeadJob[] = [];
   for (const h of rest) {
-    if (!first || !sameScopes(h.scopes, first.scopes)) break;
+    if (!first || h.problem || !sameScopes(h.scopes, first.scopes)) break;
     out.push(h);
   }
   return out;
@@ -140,6 +145,7 @@ export class Gate {
       return;
     }
     this.idleMs = 5;
+    if (head.problem) return this.setAside(head.id, head.problem);
     let behind = turn.slice(1);
     // Each job's charge: its tokens, its money (held with its admission), with fair share its
     // own scopes (the jobs behind the head may be other tenants').
@@ -335,6 +341,29 @@ export class Gate {
     }
     await job.moveToDelayed(over.resetsAt, token);
     await this.p.metrics.add({ deferred_by_budget: 1 });
+  }
+
+  /**
+   * A head that cannot be scheduled does not hold the queue: one that is no llmq job is
+   * dead-lettered at once with what is wrong; one of a newer format is left, delayed, for a
+   * worker that reads it (said in the log).
+   */
+  private async setAside(headId: string, problem: { newer: boolean; reason: string }) {
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
+    if (problem.newer) {
+      this.p.log.warn('left a job for a worker of a newer llmq', {
+        job: headId,
+        why: problem.reason,
+      });
+      await job.moveToDelayed(Date.now() + NEWER_FORMAT_DELAY_MS, token);
+      return;
+    }
+    await this.p.outcomes.deadLetter(job, token, {
+      reason: `the job cannot be read: ${problem.reason}`,
+      errorClass: 'InvalidJobError',
+    });
   }
 
   /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */

@@ -299,6 +299,7 @@ export class Worker implements WorkerHandle {
     this.idleWait = new MarkerWait(redis, names);
     this.gate = new Gate({
       bull,
+      log,
       limiter,
       handoff,
       outcomes,
