@@ -29,7 +29,7 @@ export {
   type ProviderReading,
   readRateLimitHeaders,
   retryAfterMs,
-} from './shared/limiter/provider-headers.ts';
+} from './shared/provider-headers.ts';
 export type {
   Decision,
   Dimension,

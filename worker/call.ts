@@ -3,7 +3,7 @@ import type { BudgetLedger } from '../shared/budgets.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { CallHandle } from '../shared/limiter/call.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
-import { type HeaderSource, header } from '../shared/limiter/provider-headers.ts';
+import { type HeaderSource, header } from '../shared/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import { modelScopeAmong } from '../shared/models.ts';

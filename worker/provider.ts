@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { Stream } from '@anthropic-ai/sdk/core/streaming';
 import { MessageStream } from '@anthropic-ai/sdk/lib/MessageStream';
 import type { StoredMessage } from '../shared/job.ts';
-import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
+import type { HeaderSource } from '../shared/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 
 /** Builds the SDK client llmq uses: the SDK's own retries are off (retries live in one layer). */
