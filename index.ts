@@ -25,11 +25,6 @@ export {
   Limiter,
   type LimiterOptions,
 } from './shared/limiter/limiter.ts';
-export {
-  type ProviderReading,
-  readRateLimitHeaders,
-  retryAfterMs,
-} from './shared/provider-headers.ts';
 export type {
   Decision,
   Dimension,
@@ -39,6 +34,11 @@ export type {
   Usage,
 } from './shared/limiter/types.ts';
 export { PRIORITY_LANES, type PriorityLane, resolvePriority } from './shared/priority.ts';
+export {
+  type ProviderReading,
+  readRateLimitHeaders,
+  retryAfterMs,
+} from './shared/provider-headers.ts';
 export { openDeadLetterQueue, openQueue } from './shared/queues.ts';
 export { connectRedis, type RedisClient } from './shared/redis.ts';
 export {

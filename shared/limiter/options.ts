@@ -1,5 +1,6 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
+import { isModelScope } from '../models.ts';
 import type { RedisClient } from '../redis.ts';
 import type { ScriptScope } from './scripts.ts';
 import {
@@ -187,6 +188,7 @@ export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): Scr
     const l = limitsOf(s, name);
     const limits: Record<string, number> = {};
     for (const d of DIMENSIONS) limits[d.lua] = l[d.name] ?? 0;
-    return { name, limits };
+    const none = isModelScope(name) && Object.values(limits).every((x) => x === 0);
+    return none ? { name, limits, unknown: true as const } : { name, limits };
   });
 }

@@ -33,10 +33,14 @@ export function packArgs(value: unknown): Buffer {
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
 
-/** A scope as acquire sees it: its configured limits by short dimension name, 0 for none. */
+/**
+ * A scope as acquire sees it: its configured limits by short dimension name, 0 for none;
+ * `unknown` for a model's scope with none configured (one call at a time until an answer).
+ */
 export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
+  readonly unknown?: true;
 }
 
 export interface AcquireArgs {
