@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { JobData } from './job.ts';
+import { cachePrefixOf } from './prompt-cache.ts';
 
 /**
  * What the gate needs of a job to schedule it, kept in the job's BullMQ options (`opts.llmq`),
@@ -16,6 +17,8 @@ export interface JobTicket {
   readonly s?: readonly string[] | undefined;
   /** The input was counted by count_tokens: reserved as is. */
   readonly x?: 1 | undefined;
+  /** Its cached prefix (prompt caching): key and estimated tokens (see shared/prompt-cache.ts). */
+  readonly k?: readonly [string, number] | undefined;
 }
 
 /** The job format this build writes and reads; older formats are read too (see readTicket). */
@@ -34,6 +37,7 @@ const TicketSchema = z.object({
     .max(16)
     .optional(),
   x: z.literal(1).optional(),
+  k: z.tuple([z.string().max(64), count]).optional(),
 });
 
 /** What a worker reads of every job's data before it calls the provider with it. */
@@ -65,6 +69,7 @@ const LegacySchema = z.object({
 /** The ticket of a job's data, as the producer writes it into the job's options. */
 export function ticketOf(data: JobData): JobTicket {
   const c = data.cost;
+  const prefix = cachePrefixOf(data.request);
   return {
     v: JOB_FORMAT,
     c: [c.requests, c.inputTokens, c.outputTokens],
@@ -72,6 +77,7 @@ export function ticketOf(data: JobData): JobTicket {
     ...(data.tenant !== undefined ? { t: data.tenant } : {}),
     ...(data.scopes?.length ? { s: data.scopes } : {}),
     ...(data.inputCounted ? { x: 1 as const } : {}),
+    ...(prefix ? { k: [prefix.key, prefix.tokens] as const } : {}),
   };
 }
 

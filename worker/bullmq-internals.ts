@@ -28,6 +28,11 @@ export interface HeadJob {
   readonly scopes: readonly string[];
   readonly tenant: string | undefined;
   /**
+   * Its cached prefix, if it marks one: key, and its share of the input estimate (so that it
+   * scales with the estimate's learning; see shared/prompt-cache.ts).
+   */
+  readonly cache?: { readonly key: string; readonly share: number } | undefined;
+  /**
    * The job cannot be scheduled: its ticket or data is not an llmq job's (it is dead-lettered
    * with the reason), or of a newer format (left for a worker that knows it).
    */
@@ -61,6 +66,14 @@ function headOf(id: string, optsJson: string, dataJson: string | undefined): Hea
     priority,
     scopes: r.ticket.s ?? [],
     tenant: r.ticket.t,
+    ...(r.ticket.k
+      ? {
+          cache: {
+            key: r.ticket.k[0],
+            share: Math.min(1, r.ticket.k[1] / Math.max(1, inputTokens)),
+          },
+        }
+      : {}),
   };
 }
 

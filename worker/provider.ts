@@ -28,6 +28,11 @@ export interface ProviderCallOptions {
   readonly onStart?: ((headers: HeaderSource) => Promise<void>) | undefined;
   /** Extra request headers (the caller's `anthropic-version`, `anthropic-beta`). */
   readonly headers?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Once a streamed answer's first token arrived, with the usage its start reported (a cached
+   * prefix is readable by other calls from then on).
+   */
+  readonly onFirstToken?: ((usage: Anthropic.Usage) => void) | undefined;
   /** Every stream event as it arrives: its SSE name and its data (JSON text). */
   readonly onEvent?: ((name: string, data: string) => void) | undefined;
 }
@@ -78,6 +83,7 @@ async function openStream(
   params: Anthropic.MessageCreateParamsNonStreaming,
   reqOptions: Record<string, unknown>,
   onEvent: ((name: string, data: string) => void) | undefined,
+  onFirstToken: ((usage: Anthropic.Usage) => void) | undefined,
 ): Promise<{
   stream: MessageStream;
   headers: HeaderSource;
@@ -91,6 +97,7 @@ async function openStream(
     );
     // Keep an unhandled rejection from escaping while we wait for the headers.
     stream.on('error', () => {});
+    watchFirstToken(stream, onFirstToken);
     const { response, request_id } = await stream.withResponse();
     return {
       stream,
@@ -110,6 +117,7 @@ async function openStream(
   );
   const stream = MessageStream.fromReadableStream(parsed.toReadableStream());
   stream.on('error', () => {});
+  watchFirstToken(stream, onFirstToken);
   const relayed = (async () => {
     for await (const sse of Stream.rawEvents(new Response(forRelay))) {
       // An error event is relayed by the call's end, with the error the SDK made of it.
@@ -122,6 +130,22 @@ async function openStream(
     requestId: response.headers.get('request-id'),
     relayed,
   };
+}
+
+/** Tells `first` the usage the stream's start reported, once its first token arrived. */
+function watchFirstToken(
+  stream: MessageStream,
+  first: ((usage: Anthropic.Usage) => void) | undefined,
+): void {
+  if (!first) return;
+  let usage: Anthropic.Usage | undefined;
+  stream.on('streamEvent', (e) => {
+    if (e.type === 'message_start') usage = e.message.usage;
+    else if (e.type === 'content_block_delta' && usage) {
+      first(usage);
+      usage = undefined;
+    }
+  });
 }
 
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
@@ -143,6 +167,7 @@ export async function callProvider(
       params,
       reqOptions,
       options.onEvent,
+      options.onFirstToken,
     );
     await options.onStart?.(headers);
     let message: Anthropic.Message;

@@ -39,6 +39,7 @@ import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
+import { PromptCaches } from './prompt-caches.ts';
 import { callProvider, type ProviderCaller } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
 
@@ -280,7 +281,9 @@ export class Worker implements WorkerHandle {
         ? undefined
         : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
     );
+    const caches = new PromptCaches(redis, names);
     this.callParts = {
+      caches,
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       limiter,
       breaker,
@@ -300,6 +303,7 @@ export class Worker implements WorkerHandle {
     this.gate = new Gate({
       bull,
       log,
+      caches,
       limiter,
       handoff,
       outcomes,
