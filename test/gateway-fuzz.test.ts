@@ -176,7 +176,8 @@ describe('the Messages gateway under fuzzing', () => {
       { numRuns: 200, seed: Number(process.env['LLMQ_FUZZ_SEED'] ?? Date.now() % 1e9) },
     );
     // The runs reached every layer: the queue and the provider too, not only the checks.
-    expect(statuses.get(200) ?? 0, JSON.stringify([...statuses])).toBeGreaterThanOrEqual(10);
+    // (About one run in twenty draws a whole valid request: at least a few of 200 reach it.)
+    expect(statuses.get(200) ?? 0, JSON.stringify([...statuses])).toBeGreaterThanOrEqual(3);
     expect(statuses.get(400) ?? 0).toBeGreaterThan(0);
     // Still whole: a plain call is answered.
     const ok = await send(
