@@ -116,13 +116,14 @@ describe('a finished job hands its slot to the next', () => {
     });
     await allCompleted(pool, ids, 20_000);
     const snap = await worker.limiter.snapshot();
-    const global = snap.scopes[0]!;
-    const output = global.dimensions.outputTokens!;
+    // The readings describe the model's limits: they land in its scope.
+    const model = snap.scopes.find((s) => s.scope === 'model:claude-test-1')!;
+    const output = model.dimensions.outputTokens!;
     // The provider's view holds nothing beyond our own spend but its rounding (learned from its
     // figures): no phantom other client.
     expect(output.providerLimit).toBe(1_000_000);
     const beyondOurs = output.providerLimit! - output.used - output.providerRoom!;
-    expect(beyondOurs).toBeLessThanOrEqual(global.roundingStep / 2);
+    expect(beyondOurs).toBeLessThanOrEqual(model.roundingStep / 2);
     expect(pool.mock.stats().attempts).toBe(6);
   });
 });

@@ -74,7 +74,8 @@ describe('peeking at the jobs BullMQ hands out next', () => {
     const peeker = new HeadPeeker(redis, names);
     const heads = await peeker.peekMany(3);
     expect(heads.map((h) => h.id)).toEqual([b, d, a]);
-    expect(heads[0]).toMatchObject({ priority: expect.any(Number), scopes: [] });
+    // Charged to its model's scope (its limits are the model's).
+    expect(heads[0]).toMatchObject({ priority: expect.any(Number), scopes: ['model:claude-test'] });
     expect(heads[0]!.cost.outputTokens).toBe(16);
     // Peeking took nothing, and BullMQ agrees on the order.
     expect(await takeOrder(4)).toEqual([b, d, a, c]);

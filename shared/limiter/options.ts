@@ -8,8 +8,6 @@ import {
   type Decision,
   type DimensionLimits,
   GLOBAL_SCOPE,
-  type MoneyClaim,
-  type MoneyShortfall,
   type OutputAccounting,
   type Usage,
 } from './types.ts';
@@ -181,14 +179,18 @@ export function limitsOf(s: LimiterSettings, scope: string): DimensionLimits {
   return scope === GLOBAL_SCOPE ? s.limits : (s.scopes[scope] ?? {});
 }
 
-/** Every scope charged, each with its configured limits by short dimension name (0: none). */
+/**
+ * Every scope charged, each with its configured limits by short dimension name (0: none); a
+ * model's scope is `unknown` when no limit at all is configured, its own or the key's.
+ */
 export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): ScriptScope[] {
+  const keyless = Object.values(s.limits).every((x) => !x);
   return scopeList(scopes).map((name) => {
     checkScopeName(name);
     const l = limitsOf(s, name);
     const limits: Record<string, number> = {};
     for (const d of DIMENSIONS) limits[d.lua] = l[d.name] ?? 0;
-    const none = isModelScope(name) && Object.values(limits).every((x) => x === 0);
+    const none = keyless && isModelScope(name) && Object.values(limits).every((x) => x === 0);
     return none ? { name, limits, unknown: true as const } : { name, limits };
   });
 }

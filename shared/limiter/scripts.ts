@@ -35,7 +35,8 @@ const DIMS = DIMENSIONS.map((d) => d.lua);
 
 /**
  * A scope as acquire sees it: its configured limits by short dimension name, 0 for none;
- * `unknown` for a model's scope with none configured (one call at a time until an answer).
+ * `unknown` for a model's scope when no limit is configured, its own or the key's (one call at
+ * a time until an answer).
  */
 export interface ScriptScope {
   readonly name: string;

@@ -46,7 +46,8 @@ local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view
   windowMs = args.windowMs, headroom = args.headroom, leaseExpiry = now + args.leaseMs,
   maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {} }
 
-local function leave_line() redis.call('ZREM', waitersKey, ticket); redis.call('ZREM', waitexpKey, ticket) end
+local function drop(t) redis.call('ZREM', waitersKey, t); redis.call('ZREM', waitexpKey, t) end
+local function leave_line() drop(ticket) end
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])
   if not queue then leave_line() end
@@ -64,22 +65,15 @@ end
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
     local _, _, most = limit_of(run, s, d)
-    if most > 0 and amount(cost, d) > most then
-      leave_line()
-      return { 5, s.name, d, amount(cost, d), most }
-    end
+    if most > 0 and amount(cost, d) > most then leave_line(); return { 5, s.name, d, amount(cost, d), most } end
   end
 end
 
 -- 3. What left the window goes (lapsed leases go on the write path; a slot counts while live).
 expire_log(run.log, run.res, run.tot, now, run.windowMs)
 
--- 4. The line: stale waiters leave; this one keeps its arrival (its priority may change); only
--- the first goes on.
-for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do
-  redis.call('ZREM', waitersKey, t)
-  redis.call('ZREM', waitexpKey, t)
-end
+-- 4. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
+for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do drop(t) end
 if queue then
   local rank = redis.call('ZSCORE', waitersKey, ticket)
   local arrival = rank and tonumber(rank) % 4294967296 or redis.call('INCR', KEYS[6]) % 4294967296
@@ -93,8 +87,7 @@ if head ~= nil and head ~= ticket then
 end
 
 -- 5. Money: a head whose budget has no room for its worst case leaves the line.
-local l, spent = nil, 0
-if cost.money then l, spent = money_short(run.money, cost.money) end
+local l, spent = money_short(run.money, cost.money or { limits = {} })
 if l then
   leave_line()
   redis.call('HDEL', run.statsKey, 'head_retry_at')
@@ -121,8 +114,7 @@ if run.maxSlots > 0 and busy >= run.maxSlots then
   return wait_as_head({ 4, math.max(tonumber(first[2] or now) - now, 1) })
 end
 
--- 9. Admit; then the extras while nobody stands in line and each fits now (the first that does
--- not ends the run).
+-- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
 leave_line()
 redis.call('HDEL', run.statsKey, 'head_retry_at')

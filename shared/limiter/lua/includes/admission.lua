@@ -9,8 +9,7 @@ end
 
 -- Scope s, dim d: the configured limit capped by the provider's (0: none), its view, the most to spend.
 local function limit_of(run, s, d)
-  local v = view_of(run, s.name .. '|' .. d)
-  local lim = s.limits[d] or 0
+  local v, lim = view_of(run, s.name .. '|' .. d), s.limits[d] or 0
   if v and v.lim > 0 and (lim == 0 or v.lim < lim) then lim = v.lim end
   if lim == 0 and d == 'req' and unanswered(run, s) then lim = 1 end
   return lim, v, lim > 0 and math.max(1, math.floor(lim * (1 - run.headroom))) or 0
@@ -23,9 +22,20 @@ local function own_of(run, field)
   return tonumber(o[1] or '0') + (run.totals[field] or 0), tonumber(o[2] or '0')
 end
 
+-- The fresh bucket reading that covers c in scope s, dimension d: s's own, else (s holds only a
+-- configured cap) its model scope's; nil when there is none, or it reads a window.
+local function bucket_of(run, s, d, c)
+  local name = s.name
+  if not view_of(run, name .. '|' .. d) then
+    for _, m in ipairs(c.limits or run.scopes) do if string.sub(m.name, 1, 6) == 'model:' then name = m.name end end
+  end
+  local v = view_of(run, name .. '|' .. d)
+  if v and run.now < v.at + run.windowMs and shape_of(run, name, d) == 'b' then return v end
+end
+
 -- What c lacks in scope s, dimension d now (≤ 0: it fits), its room's refill per ms (0: it
 -- comes back as our entries leave), and when the reading behind it lapses (0: none). The own
--- window counts unless the provider is a bucket no smaller than the configured limit.
+-- window counts unless a bucket no smaller than the configured limit covers the call.
 local function lack_of(run, s, d, c)
   local lim, v, most = limit_of(run, s, d)
   if lim == 0 then return -1, 0, 0 end
@@ -33,7 +43,8 @@ local function lack_of(run, s, d, c)
   local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
   local room, rate = projected(run, s.name, d, v, used, left)
   local need, r, lapse = -1, 0, 0
-  if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then need = used + a - most end
+  local b = bucket_of(run, s, d, c)
+  if not (b and (conf == 0 or conf >= b.lim)) then need = used + a - most end
   local n = room and a - room + math.floor(v.lim * h)
   if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end
   return need, r, lapse

@@ -8,7 +8,6 @@ local function money_short(mk, m)
     local spent = tonumber(redis.call('HGET', mk.spend, l.field) or '0')
     if spent + m.micros > l.limit then return l, spent end
   end
-  return nil, 0
 end
 local function money_hold(mk, id, m)
   for _, f in ipairs(m.fields) do redis.call('HINCRBY', mk.spend, f, m.micros) end

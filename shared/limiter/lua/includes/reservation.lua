@@ -19,10 +19,10 @@ local function encode(r)
   return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
 end
 
+local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }
 local function amount(r, dim)
-  if dim == 'req' then return r.req elseif dim == 'in' then return r.inp
-  elseif dim == 'out' then return r.out end
-  return r.inp + r.out
+  if dim == 'tok' then return r.inp + r.out end
+  return r[FIELD[dim]]
 end
 
 local function in_scope(r, scope)

@@ -23,10 +23,8 @@ local function shape_of(ctx, scope, d)
 end
 
 -- The provider's room now in dimension d by reading v, given our window sum `used` and count
--- `left`, and its refill per ms (0: a window, whose room comes back as our entries leave); nil
--- once v is a window old (all it counted has left a window, a bucket is full). A bucket's
--- reading counts at the low end of its rounding; a window's within it: spend beyond our own
--- counts as another client's only past half a step.
+-- `left`, and its refill per ms (0: a window); nil once v is a window old. A bucket's reading
+-- counts at the low end of its rounding; a window's at the high end (the dead band).
 local function projected(ctx, scope, d, v, used, left)
   if not v or ctx.now >= v.at + ctx.windowMs then return nil, 0 end
   local shape, half = shape_of(ctx, scope, d)
