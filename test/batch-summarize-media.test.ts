@@ -12,10 +12,10 @@ import { runBatchSummarize } from '../producer/batch/summarize.ts';
 import { Producer } from '../producer/producer.ts';
 import { ConfigError } from '../shared/errors.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { jpeg, makePdf, png } from '../testing/media.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { createProviderClient } from '../worker/provider.ts';
 import { startWorker } from '../worker/worker.ts';
-import { jpeg, makePdf, png } from './fixtures/media.ts';
 import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import { countPdfPages, PDF_PAGE_TOKENS } from '../shared/media-estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
-import { gif, imageBlock, jpeg, makePdf, pdfBlock, png, webp } from './fixtures/media.ts';
+import { gif, imageBlock, jpeg, makePdf, pdfBlock, png, webp } from '../testing/media.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { allCompleted, openPool, type Pool } from './fixtures/worker-harness.ts';
 

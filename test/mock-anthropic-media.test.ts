@@ -1,7 +1,6 @@
 /** What PDFs, text documents and images cost the mock, and which ones it refuses, via the SDK. */
 import Anthropic, { type APIError, BadRequestError } from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import {
   base64,
   gif,
@@ -12,7 +11,8 @@ import {
   pdfBlock,
   png,
   webp,
-} from './fixtures/media.ts';
+} from '../testing/media.ts';
+import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 
 const start = eachTestMocks();

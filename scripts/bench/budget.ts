@@ -42,6 +42,8 @@ export interface CallShape {
   readonly output: number;
   /** How long the provider takes to answer it, ms. */
   readonly latencyMs: number;
+  /** The earliest it may start, ms from the first start (a cache read waits for its write). */
+  readonly notBefore?: number | undefined;
 }
 
 /** Limits per window of each dimension the provider limits; an absent one is unlimited. */
@@ -169,7 +171,7 @@ export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape):
           `call ${i} costs ${call[d]} (${DIMENSION_NAMES[d]}), above the limit ${limit}`,
         );
     });
-    let t = i === 0 ? 0 : starts[i - 1]!;
+    let t = Math.max(i === 0 ? 0 : starts[i - 1]!, calls[i]!.notBefore ?? 0);
     // (b) a free slot: once fewer than C earlier calls are still running.
     const running = ends.filter((e) => e > t).sort((a, b) => a - b);
     if (running.length >= budget.concurrency)
@@ -256,7 +258,7 @@ function idealBucketSchedule(calls: readonly CallShape[], budget: BudgetShape): 
   for (let i = 0; i < calls.length; i++) {
     const c = calls[i]!;
     const charge = fullCharge(c);
-    let t = i === 0 ? 0 : starts[i - 1]!;
+    let t = Math.max(i === 0 ? 0 : starts[i - 1]!, calls[i]!.notBefore ?? 0);
     const running = ends.filter((e) => e > t).sort((a, b) => a - b);
     if (running.length >= budget.concurrency)
       t = Math.max(t, running[running.length - budget.concurrency]!);

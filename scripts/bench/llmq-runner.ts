@@ -11,14 +11,14 @@ import { benchProviderClient } from './provider-client.ts';
 import { CallRecorder, mergeReports, type RecorderReport } from './recorder.ts';
 import { benchRedis, withBenchScope } from './redis-scope.ts';
 import type { WorkerProcessReport } from './worker-protocol.ts';
-import type { BenchRequest } from './workload.ts';
 
 export interface LlmqRunOptions {
   readonly redisUrl: string;
   /** Label of the run's Redis scope: a queue and key prefix of its own, deleted after. */
   readonly scope: string;
   readonly mockUrl: string;
-  readonly requests: readonly BenchRequest[];
+  /** Messages requests (the bench's own, or any the API takes). */
+  readonly requests: readonly object[];
   readonly limiter: WorkerOptions['limiter'];
   /** Worker pools: `in-process` shares this process; `processes` forks `worker-process.ts`. */
   readonly workers: { readonly count: number; readonly where: 'in-process' | 'processes' };

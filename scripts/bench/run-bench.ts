@@ -3,6 +3,7 @@ import { ConfigError } from '../../shared/errors.ts';
 import { VERSION } from '../../shared/version.ts';
 import { killAllChildren } from './processes.ts';
 import { renderScenario, type Scenario, type ScenarioResult } from './report.ts';
+import { cachedScenario } from './scenarios/cached.ts';
 import { chaosScenario } from './scenarios/chaos.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
@@ -24,6 +25,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   fleet: fleetScenario,
   split: splitScenario,
   neighbour: neighbourScenario,
+  cached: cachedScenario,
   fairness: fairnessScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
