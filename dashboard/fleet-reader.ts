@@ -60,6 +60,8 @@ export interface QueueView {
   readonly deadLetters: number;
   /** Money spent this day and month, by budget (against it) and by model. */
   readonly spend: readonly SpendLine[];
+  /** Whether any money budget is configured (without, spend is counted by the history only). */
+  readonly budgetsConfigured: boolean;
   /** Actual over reserved tokens of settled calls; null before the first settle. */
   readonly accuracy: { readonly input: number | null; readonly output: number | null };
   readonly counters: LimiterSnapshot['counters'];
@@ -86,11 +88,9 @@ export interface QueueView {
   readonly forecast: Forecast;
   /** Wait, call and token histograms by model and tenant (`telemetry/histograms.ts`). */
   readonly histograms: readonly HistogramSeries[];
-  /** 10 s buckets of the last 15 minutes. */
+  /** The limiter's 10 s buckets of the last 15 minutes: settled calls, reserved and actual. */
   readonly history: {
     readonly bucketMs: number;
-    /** The window's token limit spread over one bucket, for the chart; null when unlimited. */
-    readonly limitPerBucket: number | null;
     readonly points: LimiterSnapshot['history'];
   };
 }
@@ -126,7 +126,8 @@ interface PublishedConfig {
 export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
-  private readonly redis: RedisClient;
+  /** Used, not owned. */
+  readonly redis: RedisClient;
   private readonly budgets: BudgetSettings;
   private readonly handles = new Map<string, QueueHandles>();
 
@@ -254,13 +255,6 @@ export class FleetReader {
         : 'closed';
     const openUntil =
       Number(breakerRaw['open_until']) > 0 ? Number(breakerRaw['open_until']) : null;
-    const global = snap.scopes.find((s) => s.scope === 'global');
-    const tokenLimit =
-      global?.dimensions.tokens.limit ??
-      (global?.dimensions.inputTokens.limit !== undefined &&
-      global.dimensions.outputTokens.limit !== undefined
-        ? global.dimensions.inputTokens.limit + global.dimensions.outputTokens.limit
-        : undefined);
     let running = 0;
     const buckets = LATENCY_BUCKETS_MS.map((le) => {
       // Cumulative by construction; the max keeps it so even if a field is missing.
@@ -298,6 +292,7 @@ export class FleetReader {
       jobs,
       deadLetters: Object.values(deadCounts).reduce((a, b) => a + b, 0),
       spend,
+      budgetsConfigured: Object.keys(this.budgets.budgets).length > 0,
       accuracy: {
         input: ratio(c.actualIn, c.settledReservedIn),
         output: ratio(c.actualOut, c.settledReservedOut),
@@ -326,12 +321,7 @@ export class FleetReader {
         sampled: backlog.sampled,
       }),
       histograms: readHistograms(metrics),
-      history: {
-        bucketMs: HISTORY_BUCKET_MS,
-        limitPerBucket:
-          tokenLimit !== undefined ? (tokenLimit * HISTORY_BUCKET_MS) / snap.windowMs : null,
-        points: snap.history,
-      },
+      history: { bucketMs: HISTORY_BUCKET_MS, points: snap.history },
     };
   }
 
