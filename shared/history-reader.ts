@@ -56,6 +56,8 @@ export interface UsagePoint {
   readonly setBack: number;
   /** Jobs waiting when the bucket was last written; null when nothing wrote it. */
   readonly backlog: number | null;
+  /** The most jobs waiting seen by a write in the bucket; null when nothing wrote it. */
+  readonly backlogPeak: number | null;
 }
 
 export interface SeriesUsage {
@@ -138,7 +140,7 @@ function quantiles(f: BucketFields, prefix: 'w' | 'l', sum: number): Quantiles {
 }
 
 /** A bucket's fields as a point. */
-export function pointOf(at: number, f: BucketFields, backlog = f['q']): UsagePoint {
+export function pointOf(at: number, f: BucketFields, backlog = f['q'], peak = f['qx']): UsagePoint {
   const n = (k: string) => f[k] ?? 0;
   return {
     at,
@@ -158,12 +160,13 @@ export function pointOf(at: number, f: BucketFields, backlog = f['q']): UsagePoi
     deadLettered: n('x'),
     setBack: n('z'),
     backlog: backlog ?? null,
+    backlogPeak: peak ?? null,
   };
 }
 
 function sumFields(all: readonly BucketFields[]): BucketFields {
   const out: BucketFields = {};
-  for (const { q: _gauge, ...f } of all) mergeFields(out, f);
+  for (const { q: _last, qx: _peak, ...f } of all) mergeFields(out, f);
   return out;
 }
 
@@ -219,15 +222,17 @@ export async function readUsageHistory(
   const series: SeriesUsage[] = wanted.map((name) => {
     const buckets = raw.get(name) ?? new Map<number, BucketFields>();
     const inRange: BucketFields[] = [];
-    let lastBacklog: number | undefined;
+    let last: number | undefined;
+    let peak: number | undefined;
     const points = Array.from({ length: slots }, (_, k) => {
       const at = from + k * bucketMs;
       const f = buckets.get(at) ?? {};
       if (buckets.has(at)) inRange.push(f);
-      if (f['q'] !== undefined) lastBacklog = f['q'];
+      if (f['q'] !== undefined) last = f['q'];
+      if (f['qx'] !== undefined) peak = Math.max(peak ?? 0, f['qx']);
       return pointOf(at, f);
     });
-    return { series: name, points, total: pointOf(from, sumFields(inRange), lastBacklog) };
+    return { series: name, points, total: pointOf(from, sumFields(inRange), last, peak) };
   });
   return { range, bucketMs, from, to: current + bucketMs, series };
 }

@@ -68,8 +68,8 @@ export function historyKeys(names: QueueNames): HistoryKeys {
  * `gp` the provider (the shared pause after a 429, the open breaker), `gc` concurrency (the fleet's cap or this process's
  * slots), `gq` queued behind another waiter. Fleet only, from the counters: `r` 429s the provider
  * sent, `e` 5xx and connection errors, `k` other 4xx, `y` retries, `x` dead letters, `z` jobs set
- * back to delayed by their budget or scope, and the gauge `q`: jobs waiting (wait, prioritized,
- * delayed) when the bucket was last written.
+ * back to delayed by their budget or scope, and the gauges `q` and `qx`: jobs waiting (wait,
+ * prioritized, delayed) when the bucket was last written, and the most seen in it.
  */
 export type BucketFields = Record<string, number>;
 

@@ -2,7 +2,7 @@
   Adds what a worker's calls and counters did to the queue's usage history (shared/history.ts):
   each series' fields to the current bucket of every tier (a ring of slots: a slot holding an
   older bucket starts afresh; fields add up, but `wn` `ln` keep the least value and `wx` `lx`
-  the greatest), the backlog gauge to the fleet's, and tenants' finished jobs to
+  the greatest), the backlog to the fleet's (`q` as last seen, `qx` the most), and tenants' finished jobs to
   their lists. Tenants and models past the caps count as `t:(other)` / `m:(other)`. Every key
   expires one range after its last write, so a queue nobody uses keeps nothing.
 
@@ -97,7 +97,7 @@ for i, tier in ipairs(a.tiers) do
     local at, t = decode(redis.call('HGET', KEYS[i], field))
     if at ~= bucket then t = {} end
     merge(t, fields)
-    if name == '*' then t.q = backlog end
+    if name == '*' then t.q, t.qx = backlog, math.max(t.qx or 0, backlog) end
     redis.call('HSET', KEYS[i], field, encode(bucket, t))
   end
   local span = bucketMs * (slots + 1)
