@@ -4,6 +4,7 @@
  * which the browser would report on every page; the system font is used instead).
  */
 
+import type { FastifyInstance } from 'fastify';
 import { NAV_CSS, navBar } from './nav.ts';
 
 /** Where the page's added stylesheet is served (the CSP allows only this origin's). */
@@ -27,3 +28,17 @@ export const BOARD_CSS = `${NAV_CSS}
 #root { --header-offset: calc(var(--header-height) + 32px); }
 #root header[class^="header-"] { top: 32px; height: var(--header-height); }
 `;
+
+/** Rewrites Bull Board's entry page as it is sent, and serves its added stylesheet. */
+export function serveBoardPage(app: FastifyInstance, readOnly: boolean): void {
+  app.addHook('onSend', async (_req, reply, payload) => {
+    const html = String(reply.getHeader('content-type') ?? '').startsWith('text/html');
+    // Bull Board's page is the one that carries its UI config.
+    if (!html || typeof payload !== 'string' || !payload.includes('id="__UI_CONFIG__"'))
+      return payload;
+    return rewriteBoardHtml(payload, readOnly);
+  });
+  app.get(BOARD_CSS_PATH, (_req, reply) =>
+    reply.type('text/css; charset=utf-8').header('cache-control', 'no-cache').send(BOARD_CSS),
+  );
+}

@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Producer } from '../producer/producer.ts';
 import type { JobData } from '../shared/job.ts';
 import { QueueAdapter } from './board-adapters.ts';
-import { BOARD_CSS, BOARD_CSS_PATH, rewriteBoardHtml } from './board-page.ts';
+import { serveBoardPage } from './board-page.ts';
 import { DeadLetterAdapter } from './dead-letter-adapter.ts';
 import type { FleetReader } from './fleet-reader.ts';
 import { displayData } from './job-display.ts';
@@ -39,6 +39,26 @@ function jobTitle(data: JobData | undefined): string {
   return data?.tenant ? `${model} · ${data.tenant}` : model;
 }
 
+/** A queue's two adapters: its jobs, and its dead letters. */
+function queueAdapters(options: BoardOptions, name: string): readonly BullMQAdapter[] {
+  const { reader } = options;
+  const readOnlyMode = options.readOnly ?? false;
+  const { queue, dead } = reader.queues(name);
+  const names = { prefix: reader.prefix, queue: name };
+  const main = new QueueAdapter(queue, reader.redis, names, () => options.producerFor(name), {
+    readOnlyMode,
+    description: `llmq queue ${name}: its dead-lettered jobs are under ${name}-dead`,
+  });
+  const letters = new DeadLetterAdapter(dead, queue, {
+    readOnlyMode,
+    description: `dead letters of ${name}: the original request, the reason and the attempts`,
+  });
+  for (const a of [main, letters]) a.setFormatter('data', (data: unknown) => displayData(data));
+  main.setFormatter('name', (job: { data?: JobData }) => jobTitle(job.data));
+  letters.setFormatter('name', (job: { data?: { data?: JobData } }) => jobTitle(job.data?.data));
+  return [main, letters];
+}
+
 /** Registers Bull Board at `/` of `app` (its UI, its static files and its `/api/queues…`). */
 export async function mountBoard(app: FastifyInstance, options: BoardOptions): Promise<Board> {
   const { reader } = options;
@@ -64,22 +84,7 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
   const adaptersOf = (name: string): readonly BullMQAdapter[] => {
     let pair = adapters.get(name);
     if (!pair) {
-      const { queue, dead } = reader.queues(name);
-      const names = { prefix: reader.prefix, queue: name };
-      const main = new QueueAdapter(queue, reader.redis, names, () => options.producerFor(name), {
-        readOnlyMode: readOnly,
-        description: `llmq queue ${name}: its dead-lettered jobs are under ${name}-dead`,
-      });
-      const letters = new DeadLetterAdapter(dead, queue, {
-        readOnlyMode: readOnly,
-        description: `dead letters of ${name}: the original request, the reason and the attempts`,
-      });
-      for (const a of [main, letters]) a.setFormatter('data', (data: unknown) => displayData(data));
-      main.setFormatter('name', (job: { data?: JobData }) => jobTitle(job.data));
-      letters.setFormatter('name', (job: { data?: { data?: JobData } }) =>
-        jobTitle(job.data?.data),
-      );
-      pair = [main, letters];
+      pair = queueAdapters(options, name);
       adapters.set(name, pair);
     }
     return pair;
@@ -116,16 +121,7 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
       await refresh();
     }
   });
-  // Bull Board's page gets llmq's bar and loses the web font from Google (see board-page.ts).
-  app.addHook('onSend', async (_req, reply, payload) => {
-    const html = String(reply.getHeader('content-type') ?? '').startsWith('text/html');
-    if (!html || typeof payload !== 'string' || !payload.includes('id="__UI_CONFIG__"'))
-      return payload;
-    return rewriteBoardHtml(payload, readOnly);
-  });
-  app.get(BOARD_CSS_PATH, (_req, reply) =>
-    reply.type('text/css; charset=utf-8').header('cache-control', 'no-cache').send(BOARD_CSS),
-  );
+  serveBoardPage(app, readOnly);
   await app.register(serverAdapter.registerPlugin());
   await refresh(true);
   return {
