@@ -114,6 +114,30 @@ describe('Bull Board where it meets llmq', () => {
     expect(await css.text()).toContain('.llmq-nav');
   });
 
+  it('read-only: the bar says so, and a dead letter is not retried', async () => {
+    const ro = await startDashboard({
+      redis: pool.redis,
+      prefix: pool.names.prefix,
+      port: 0,
+      auth: { token: TOKEN },
+      readOnly: true,
+    });
+    try {
+      const page = await fetch(`${ro.baseUrl}/`, { headers: { ...bearer, accept: 'text/html' } });
+      expect(await page.text()).toContain('data-testid="nav-read-only"');
+      const overview = await fetch(`${ro.baseUrl}/overview`, { headers: bearer });
+      expect(await overview.text()).toContain('data-testid="nav-read-only"');
+      const retry = await fetch(`${ro.baseUrl}/api/queues/${pool.names.queue}-dead/${dead}/retry`, {
+        method: 'PUT',
+        headers: bearer,
+      });
+      expect(retry.status).toBe(403);
+      expect(await pool.dlq.getJobCountByTypes('wait')).toBe(1);
+    } finally {
+      await ro.close();
+    }
+  });
+
   it('retries a dead letter from Bull Board as llmq dlq retry does', async () => {
     const res = await api(`/api/queues/${pool.names.queue}-dead/${dead}/retry`, { method: 'PUT' });
     expect(res.status).toBe(204);
