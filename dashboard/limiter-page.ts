@@ -134,11 +134,8 @@ function providerTiles(p) {
   set('provider-tokens-out', p.tokensOut);
 }
 function render(data) {
-  queues(data.queues);
-  $('empty').hidden = data.view !== null;
-  $('view').hidden = data.view === null;
-  if (!data.view) return;
-  const v = data.view;
+  const v = showView(data);
+  if (!v) return;
   tiles(v);
   limitRows('usage-rows', v.scopes, 'No limit is configured and the provider has sent no reading yet.');
   budgetRows({ configured: v.budgetsConfigured, lines: v.spend || [] }, null, true);

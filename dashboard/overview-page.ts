@@ -111,11 +111,8 @@ function labelRows(id, rows, page, why) {
   })));
 }
 function render(body) {
-  queues(body.queues);
-  $('empty').hidden = body.view !== null;
-  $('view').hidden = body.view === null;
-  if (!body.view) return;
-  const v = body.view;
+  const v = showView(body);
+  if (!v) return;
   rangeNote(v);
   fleetTiles(v);
   fleetCharts(v);

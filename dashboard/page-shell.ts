@@ -175,6 +175,13 @@ function queues(list) {
     sel.replaceChildren(...list.map((q) => { const o = document.createElement('option'); o.value = q; o.textContent = q; return o; }));
   sel.value = queue;
 }
+/** The page's queue list, and its view shown (or the empty note): the view, or null. */
+function showView(body) {
+  queues(body.queues);
+  $('empty').hidden = body.view !== null;
+  $('view').hidden = body.view === null;
+  return body.view;
+}
 function setParam(name, value) {
   const url = new URL(location.href);
   if (value) url.searchParams.set(name, value); else url.searchParams.delete(name);

@@ -8,7 +8,7 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { SpendLine } from '../shared/budgets.ts';
 import { HISTORY_RANGES, type HistoryRange, modelSeries, tenantSeries } from '../shared/history.ts';
-import { historyLabels, readUsageHistory } from '../shared/history-reader.ts';
+import { historyLabels, readUsageHistory, type UsageHistory } from '../shared/history-reader.ts';
 import type { ScopeSnapshot } from '../shared/limiter/types.ts';
 import { matchModel } from '../shared/models.ts';
 import type { Board } from './board.ts';
@@ -82,6 +82,11 @@ function current(view: QueueView) {
   };
 }
 
+/** When the view was read and the range it draws. */
+function timesOf(view: QueueView, h: UsageHistory) {
+  return { now: view.now, windowMs: view.windowMs, bucketMs: h.bucketMs, from: h.from, to: h.to };
+}
+
 async function overview(o: PageApiOptions, queue: string, range: HistoryRange) {
   const { reader } = o;
   const view = await reader.read(queue);
@@ -93,11 +98,7 @@ async function overview(o: PageApiOptions, queue: string, range: HistoryRange) {
       .filter((s) => s.series.startsWith(kind))
       .map((s) => ({ name: s.series.slice(2), total: s.total }));
   return {
-    now: view.now,
-    windowMs: view.windowMs,
-    bucketMs: h.bucketMs,
-    from: h.from,
-    to: h.to,
+    ...timesOf(view, h),
     fleet: { points: fleet!.points, total: fleet!.total },
     tenants: of('t:'),
     models: of('m:'),
@@ -138,11 +139,7 @@ async function usage(
   const lines: SpendLine[] = view.spend.filter((l) => l.name === budget);
   const s = h.series[0]!;
   return {
-    now: view.now,
-    windowMs: view.windowMs,
-    bucketMs: h.bucketMs,
-    from: h.from,
-    to: h.to,
+    ...timesOf(view, h),
     points: s.points,
     total: s.total,
     known: (kind === 'tenant' ? labels.tenants : labels.models).includes(name),

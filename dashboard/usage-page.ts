@@ -92,11 +92,8 @@ function tiles(t) {
   set('deferred', t.deferred);
 }
 function render(body) {
-  queues(body.queues);
-  $('empty').hidden = body.view !== null;
-  $('view').hidden = body.view === null;
-  if (!body.view) return;
-  const v = body.view;
+  const v = showView(body);
+  if (!v) return;
   rangeNote(v);
   $('unknown').hidden = v.known;
   $('unknown').textContent = 'The history keeps no call of ' + kind + ' ' + name + ' in queue ' + queue + ' (past 20 tenants or 10 models, the rest count as (other)).';
