@@ -9,8 +9,12 @@ import type { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { FastifyInstance } from 'fastify';
 import type { Producer } from '../producer/producer.ts';
-import { DeadLetterAdapter, QueueAdapter } from './board-adapters.ts';
+import type { JobData } from '../shared/job.ts';
+import { QueueAdapter } from './board-adapters.ts';
+import { serveBoardPage } from './board-page.ts';
+import { DeadLetterAdapter } from './dead-letter-adapter.ts';
 import type { FleetReader } from './fleet-reader.ts';
+import { displayData } from './job-display.ts';
 
 export interface BoardOptions {
   readonly reader: FleetReader;
@@ -29,30 +33,30 @@ export interface Board {
   readonly queues: readonly string[];
 }
 
-/** Field names whose values are credentials: shown as `[redacted]` in job data. */
-const SECRET_FIELDS = new Set([
-  'apikey',
-  'api_key',
-  'x-api-key',
-  'anthropic_api_key',
-  'authorization',
-  'password',
-  'secret',
-  'token',
-  'access_token',
-  'refresh_token',
-]);
+/** A job's name in Bull Board's lists: its model and tenant (every llmq job is `messages`). */
+function jobTitle(data: JobData | undefined): string {
+  const model = data?.request?.model ?? 'messages';
+  return data?.tenant ? `${model} · ${data.tenant}` : model;
+}
 
-/** A copy of job data with credential-looking fields blanked, however deep. */
-export function redactSecrets(value: unknown, depth = 0): unknown {
-  if (depth > 20 || value === null || typeof value !== 'object') return value;
-  if (Array.isArray(value)) return value.map((v) => redactSecrets(v, depth + 1));
-  return Object.fromEntries(
-    Object.entries(value as Record<string, unknown>).map(([k, v]) => [
-      k,
-      SECRET_FIELDS.has(k.toLowerCase()) ? '[redacted]' : redactSecrets(v, depth + 1),
-    ]),
-  );
+/** A queue's two adapters: its jobs, and its dead letters. */
+function queueAdapters(options: BoardOptions, name: string): readonly BullMQAdapter[] {
+  const { reader } = options;
+  const readOnlyMode = options.readOnly ?? false;
+  const { queue, dead } = reader.queues(name);
+  const names = { prefix: reader.prefix, queue: name };
+  const main = new QueueAdapter(queue, reader.redis, names, () => options.producerFor(name), {
+    readOnlyMode,
+    description: `llmq queue ${name}: its dead-lettered jobs are under ${name}-dead`,
+  });
+  const letters = new DeadLetterAdapter(dead, queue, {
+    readOnlyMode,
+    description: `dead letters of ${name}: the original request, the reason and the attempts`,
+  });
+  for (const a of [main, letters]) a.setFormatter('data', (data: unknown) => displayData(data));
+  main.setFormatter('name', (job: { data?: JobData }) => jobTitle(job.data));
+  letters.setFormatter('name', (job: { data?: { data?: JobData } }) => jobTitle(job.data?.data));
+  return [main, letters];
 }
 
 /** Registers Bull Board at `/` of `app` (its UI, its static files and its `/api/queues…`). */
@@ -68,11 +72,11 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
     options: {
       uiConfig: {
         boardTitle: 'llmq',
-        miscLinks: [{ text: 'Limiter (live budget view)', url: 'limiter' }],
+        miscLinks: [
+          { text: 'Overview (llmq)', url: 'overview' },
+          { text: 'Limiter (live budget view)', url: 'limiter' },
+        ],
         hideDocsLink: true,
-        ...(readOnly
-          ? { environment: { label: 'read-only', color: '#6b7280', textColor: '#ffffff' } }
-          : {}),
       },
     },
   });
@@ -80,18 +84,7 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
   const adaptersOf = (name: string): readonly BullMQAdapter[] => {
     let pair = adapters.get(name);
     if (!pair) {
-      const { queue, dead } = reader.queues(name);
-      const main = new QueueAdapter(queue, () => options.producerFor(name), {
-        readOnlyMode: readOnly,
-        description: `llmq queue ${name}`,
-      });
-      const letters = new DeadLetterAdapter(dead, {
-        readOnlyMode: readOnly,
-        description: `dead letters of ${name}: the original request, the reason and the attempts`,
-      });
-      for (const a of [main, letters])
-        a.setFormatter('data', (data: unknown) => redactSecrets(data));
-      pair = [main, letters];
+      pair = queueAdapters(options, name);
       adapters.set(name, pair);
     }
     return pair;
@@ -128,6 +121,7 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
       await refresh();
     }
   });
+  serveBoardPage(app, readOnly);
   await app.register(serverAdapter.registerPlugin());
   await refresh(true);
   return {

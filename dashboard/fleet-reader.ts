@@ -60,6 +60,8 @@ export interface QueueView {
   readonly deadLetters: number;
   /** Money spent this day and month, by budget (against it) and by model. */
   readonly spend: readonly SpendLine[];
+  /** Whether any money budget is configured (without, spend is counted by the history only). */
+  readonly budgetsConfigured: boolean;
   /** Actual over reserved tokens of settled calls; null before the first settle. */
   readonly accuracy: { readonly input: number | null; readonly output: number | null };
   readonly counters: LimiterSnapshot['counters'];
@@ -86,11 +88,9 @@ export interface QueueView {
   readonly forecast: Forecast;
   /** Wait, call and token histograms by model and tenant (`telemetry/histograms.ts`). */
   readonly histograms: readonly HistogramSeries[];
-  /** 10 s buckets of the last 15 minutes. */
+  /** The limiter's 10 s buckets of the last 15 minutes: settled calls, reserved and actual. */
   readonly history: {
     readonly bucketMs: number;
-    /** The window's token limit spread over one bucket, for the chart; null when unlimited. */
-    readonly limitPerBucket: number | null;
     readonly points: LimiterSnapshot['history'];
   };
 }
@@ -122,11 +122,52 @@ interface PublishedConfig {
   readonly headroom?: number;
 }
 
+/** The breaker's hash as the view shows it. */
+function breakerOf(raw: Record<string, string>, now: number): QueueView['breaker'] {
+  const state: BreakerState =
+    raw['state'] === 'open' || raw['state'] === 'half_open' ? raw['state'] : 'closed';
+  const openUntil = Number(raw['open_until']) > 0 ? Number(raw['open_until']) : null;
+  return {
+    state,
+    failures: Number(raw['failures'] ?? 0) || 0,
+    openUntil,
+    remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - now) : 0,
+  };
+}
+
+/** The workers' counters of provider calls (`m` reads a field, 0 when absent). */
+function providerOf(m: (field: string) => number): QueueView['provider'] {
+  let running = 0;
+  const buckets = LATENCY_BUCKETS_MS.map((le) => {
+    // Cumulative by construction; the max keeps it so even if a field is missing.
+    running = Math.max(running, m(`le_${le}`));
+    return { le, count: running };
+  });
+  return {
+    calls: m('provider_calls'),
+    ok: m('provider_ok'),
+    serverErrors: m('provider_5xx'),
+    clientErrors: m('provider_4xx'),
+    connectionErrors: m('provider_connection_errors'),
+    retries: m('retries'),
+    deadLettered: m('dead_lettered'),
+    completed: m('completed'),
+    tokensIn: m('tokens_in'),
+    tokensOut: m('tokens_out'),
+    latency: {
+      buckets,
+      sumMs: m('latency_sum_ms'),
+      count: Math.max(m('latency_count'), running),
+    },
+  };
+}
+
 /** Opens (and caches) the BullMQ queues and limiters of every queue under a prefix. */
 export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
-  private readonly redis: RedisClient;
+  /** Used, not owned. */
+  readonly redis: RedisClient;
   private readonly budgets: BudgetSettings;
   private readonly handles = new Map<string, QueueHandles>();
 
@@ -248,25 +289,6 @@ export class FleetReader {
     ]);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
-    const state: BreakerState =
-      breakerRaw['state'] === 'open' || breakerRaw['state'] === 'half_open'
-        ? breakerRaw['state']
-        : 'closed';
-    const openUntil =
-      Number(breakerRaw['open_until']) > 0 ? Number(breakerRaw['open_until']) : null;
-    const global = snap.scopes.find((s) => s.scope === 'global');
-    const tokenLimit =
-      global?.dimensions.tokens.limit ??
-      (global?.dimensions.inputTokens.limit !== undefined &&
-      global.dimensions.outputTokens.limit !== undefined
-        ? global.dimensions.inputTokens.limit + global.dimensions.outputTokens.limit
-        : undefined);
-    let running = 0;
-    const buckets = LATENCY_BUCKETS_MS.map((le) => {
-      // Cumulative by construction; the max keeps it so even if a field is missing.
-      running = Math.max(running, m(`le_${le}`));
-      return { le, count: running };
-    });
     const ratio = (actual: number, reserved: number) => (reserved > 0 ? actual / reserved : null);
     return {
       queue,
@@ -277,12 +299,7 @@ export class FleetReader {
         until: snap.pausedUntil,
         remainingMs: snap.pausedUntil ? Math.max(0, snap.pausedUntil - snap.now) : 0,
       },
-      breaker: {
-        state,
-        failures: Number(breakerRaw['failures'] ?? 0) || 0,
-        openUntil,
-        remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - snap.now) : 0,
-      },
+      breaker: breakerOf(breakerRaw, snap.now),
       slots: { inFlight: snap.inFlight, cap: snap.concurrency ?? null },
       waiters: snap.waiters,
       rateLimited: {
@@ -298,40 +315,20 @@ export class FleetReader {
       jobs,
       deadLetters: Object.values(deadCounts).reduce((a, b) => a + b, 0),
       spend,
+      budgetsConfigured: Object.keys(this.budgets.budgets).length > 0,
       accuracy: {
         input: ratio(c.actualIn, c.settledReservedIn),
         output: ratio(c.actualOut, c.settledReservedOut),
       },
       counters: c,
-      provider: {
-        calls: m('provider_calls'),
-        ok: m('provider_ok'),
-        serverErrors: m('provider_5xx'),
-        clientErrors: m('provider_4xx'),
-        connectionErrors: m('provider_connection_errors'),
-        retries: m('retries'),
-        deadLettered: m('dead_lettered'),
-        completed: m('completed'),
-        tokensIn: m('tokens_in'),
-        tokensOut: m('tokens_out'),
-        latency: {
-          buckets,
-          sumMs: m('latency_sum_ms'),
-          count: Math.max(m('latency_count'), running),
-        },
-      },
+      provider: providerOf(m),
       forecast: forecastDrain(backlog.classes, snap, {
         headroom: limiter.headroom,
         callMs: medianLatencyMs(metrics),
         sampled: backlog.sampled,
       }),
       histograms: readHistograms(metrics),
-      history: {
-        bucketMs: HISTORY_BUCKET_MS,
-        limitPerBucket:
-          tokenLimit !== undefined ? (tokenLimit * HISTORY_BUCKET_MS) / snap.windowMs : null,
-        points: snap.history,
-      },
+      history: { bucketMs: HISTORY_BUCKET_MS, points: snap.history },
     };
   }
 

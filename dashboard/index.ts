@@ -6,9 +6,10 @@
 export type { AccessResult, DashboardAuth } from './auth.ts';
 export { AccessGuard, dashboardAuthFromEnv } from './auth.ts';
 export type { Board, BoardOptions } from './board.ts';
-export { mountBoard, redactSecrets } from './board.ts';
+export { mountBoard } from './board.ts';
 export type { BreakerState, FleetReaderOptions, QueueView } from './fleet-reader.ts';
 export { FleetReader } from './fleet-reader.ts';
+export { redactSecrets } from './job-display.ts';
 export { limiterPage } from './limiter-page.ts';
 export { type DashboardFlags, resolveDashboardOptions } from './options.ts';
 export { latencyHistogramText, PrometheusExporter } from './prometheus.ts';

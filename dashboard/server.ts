@@ -1,12 +1,12 @@
 import type { BudgetLimits } from '../shared/budgets.ts';
 /**
- * The dashboard's HTTP server: Bull Board at `/`, the limiter's live page at `/limiter` (and its
- * JSON at `/api/limiter`), Prometheus text at `/metrics`. Every path needs credentials (see
+ * The dashboard's HTTP server: the overview at `/overview` (tenants' and models' pages at
+ * `/tenant`, `/model`; their JSON at `/api/overview`, `/api/usage`), Bull Board at `/`, the
+ * limiter's live page at `/limiter` (its JSON at `/api/limiter`), Prometheus text at `/metrics`. Every path needs credentials (see
  * `auth.ts`); the server binds to 127.0.0.1 unless told otherwise.
  */
 
-import { randomBytes } from 'node:crypto';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { Producer } from '../producer/producer.ts';
 import { AuthThrottle, type AuthThrottleOptions } from '../shared/auth-throttle.ts';
 import { LlmqError } from '../shared/errors.ts';
@@ -14,11 +14,12 @@ import { capConnections, type ServerLimits, serverLimitOptions } from '../shared
 import type { RedisClient } from '../shared/redis.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { AccessGuard, type DashboardAuth } from './auth.ts';
-import { mountBoard } from './board.ts';
-import { FleetReader, type QueueView } from './fleet-reader.ts';
-import { limiterPage } from './limiter-page.ts';
+import { type Board, mountBoard } from './board.ts';
+import { FleetReader } from './fleet-reader.ts';
+import { registerPages } from './page-routes.ts';
 import { PrometheusExporter } from './prometheus.ts';
 import { guardRequests } from './request-guard.ts';
+import { registerPageApi } from './usage-api.ts';
 
 export interface DashboardOptions {
   /** A connection the dashboard uses but does not own; without it one is opened from `redisUrl`. */
@@ -61,8 +62,8 @@ export interface DashboardOptions {
 
 export interface DashboardHandle {
   /**
-   * Where to open the dashboard: `http://127.0.0.1:PORT/`, carrying `?token=` when the token was
-   * generated (like Jupyter), since nobody else knows it.
+   * Where to open the dashboard: its overview, `http://127.0.0.1:PORT/overview`, carrying
+   * `?token=` when the token was generated (like Jupyter), since nobody else knows it.
    */
   readonly url: string;
   /** `http://host:port`, without path or token. */
@@ -71,6 +72,68 @@ export interface DashboardHandle {
   readonly token: string | undefined;
   /** Stops serving, closes the queues it opened and the connection it owns. */
   close(): Promise<void>;
+}
+
+/** The listening options, checked. */
+function checked(options: DashboardOptions) {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 3000;
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+    throw new TypeError(`port must be a whole number from 0 to 65535, got ${port}`);
+  }
+  const rescanMs = options.rescanMs ?? 5_000;
+  if (!(rescanMs >= 100)) throw new TypeError(`rescanMs must be at least 100, got ${rescanMs}`);
+  return { host, port, rescanMs };
+}
+
+/** `GET /metrics`: every queue's view in Prometheus text. */
+function registerMetrics(app: FastifyInstance, board: Board, reader: FleetReader): void {
+  const exporter = new PrometheusExporter();
+  app.get('/metrics', async (_req, reply) => {
+    const queues = await board.refresh();
+    const views = await Promise.all(queues.map((q) => reader.read(q)));
+    const text = await exporter.render(views);
+    return reply.type(exporter.registry.contentType).header('cache-control', 'no-store').send(text);
+  });
+}
+
+/** A 503 while Redis (or the limiter) cannot answer, else a 500; the code and message in JSON. */
+function errorReply(err: unknown, reply: FastifyReply) {
+  const redisDown =
+    err instanceof Error &&
+    (err.name === 'MaxRetriesPerRequestError' ||
+      /Connection is closed|ECONNREFUSED/.test(err.message));
+  const unavailable =
+    redisDown ||
+    (err instanceof LlmqError &&
+      (err.code === 'REDIS_UNAVAILABLE' || err.code === 'LIMITER_UNAVAILABLE'));
+  const code = err instanceof LlmqError ? err.code : redisDown ? 'REDIS_UNAVAILABLE' : 'INTERNAL';
+  return reply
+    .code(unavailable ? 503 : 500)
+    .send({ error: { code, message: err instanceof Error ? err.message : String(err) } });
+}
+
+/**
+ * Bull Board's "add job" enqueues through a producer of the queue, validated like any other:
+ * one per queue, made when first needed.
+ */
+function producers(redis: RedisClient, prefix: string, options: DashboardOptions) {
+  const made = new Map<string, Producer>();
+  const producerFor = (queue: string): Producer => {
+    let p = made.get(queue);
+    if (!p) {
+      p = new Producer({
+        redis,
+        names: { prefix, queue },
+        maxDepth: options.maxDepth ?? 10_000,
+        maxDepthBytes: options.maxDepthBytes ?? 0,
+      });
+      made.set(queue, p);
+    }
+    return p;
+  };
+  const closeProducers = () => Promise.all([...made.values()].map((p) => p.close()));
+  return { producerFor, closeProducers };
 }
 
 function displayHost(host: string): string {
@@ -83,16 +146,10 @@ function displayHost(host: string): string {
  *
  * @example
  * const dash = await startDashboard({ prefix: 'llmq', port: 0 });
- * console.log(dash.url); // http://127.0.0.1:40211/?token=…
+ * console.log(dash.url); // http://127.0.0.1:40211/overview?token=…
  */
 export async function startDashboard(options: DashboardOptions = {}): Promise<DashboardHandle> {
-  const host = options.host ?? '127.0.0.1';
-  const port = options.port ?? 3000;
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) {
-    throw new TypeError(`port must be a whole number from 0 to 65535, got ${port}`);
-  }
-  const rescanMs = options.rescanMs ?? 5_000;
-  if (!(rescanMs >= 100)) throw new TypeError(`rescanMs must be at least 100, got ${rescanMs}`);
+  const { host, port, rescanMs } = checked(options);
   const guard = new AccessGuard(options.auth ?? {});
   const throttle = new AuthThrottle(options.authThrottle);
   const readOnly = options.readOnly ?? false;
@@ -110,96 +167,26 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     maxDepth: options.maxDepth,
     budgets: options.budgets,
   });
-  const exporter = new PrometheusExporter();
   const app = Fastify({
     ...serverLimitOptions(options.limits),
     logger: false,
     forceCloseConnections: true,
   });
   capConnections(app.server, options.limits);
-  // Bull Board's "add job" enqueues through a producer of the queue: validated like any other.
-  const producers = new Map<string, Producer>();
-  const producerFor = (queue: string): Producer => {
-    let p = producers.get(queue);
-    if (!p) {
-      p = new Producer({
-        redis,
-        names: { prefix: reader.prefix, queue },
-        maxDepth: options.maxDepth ?? 10_000,
-        maxDepthBytes: options.maxDepthBytes ?? 0,
-      });
-      producers.set(queue, p);
-    }
-    return p;
-  };
-  const closeProducers = () => Promise.all([...producers.values()].map((p) => p.close()));
+  const { producerFor, closeProducers } = producers(redis, reader.prefix, options);
   let timer: NodeJS.Timeout | undefined;
 
   try {
     guardRequests(app, { guard, throttle, readOnly });
 
-    app.setErrorHandler((err, _req, reply) => {
-      const redisDown =
-        err instanceof Error &&
-        (err.name === 'MaxRetriesPerRequestError' ||
-          /Connection is closed|ECONNREFUSED/.test(err.message));
-      const unavailable =
-        redisDown ||
-        (err instanceof LlmqError &&
-          (err.code === 'REDIS_UNAVAILABLE' || err.code === 'LIMITER_UNAVAILABLE'));
-      const code =
-        err instanceof LlmqError ? err.code : redisDown ? 'REDIS_UNAVAILABLE' : 'INTERNAL';
-      return reply
-        .code(unavailable ? 503 : 500)
-        .send({ error: { code, message: err instanceof Error ? err.message : String(err) } });
-    });
+    app.setErrorHandler((err, _req, reply) => errorReply(err, reply));
 
     const board = await mountBoard(app, { reader, readOnly, producerFor });
 
-    app.get('/limiter', (_req, reply) => {
-      const nonce = randomBytes(16).toString('base64');
-      return reply
-        .type('text/html; charset=utf-8')
-        .header('cache-control', 'no-store')
-        .header(
-          'content-security-policy',
-          `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; ` +
-            `img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
-        )
-        .send(limiterPage(nonce));
-    });
+    registerPages(app, readOnly);
+    registerPageApi(app, { reader, board, queue: options.queue });
 
-    app.get<{ Querystring: { queue?: string } }>('/api/limiter', async (req, reply) => {
-      reply.header('cache-control', 'no-store');
-      const queues = await board.refresh();
-      const asked =
-        typeof req.query.queue === 'string' && req.query.queue !== '' ? req.query.queue : undefined;
-      const preferred =
-        options.queue !== undefined && queues.includes(options.queue) ? options.queue : undefined;
-      const queue = asked ?? preferred ?? (await reader.busiest(queues));
-      if (queue === undefined) return { prefix: reader.prefix, queues, view: null };
-      if (!queues.includes(queue)) {
-        return reply.code(404).send({
-          queues,
-          error: {
-            code: 'QUEUE_NOT_FOUND',
-            message: `no queue named ${JSON.stringify(queue)} under prefix ${reader.prefix}`,
-          },
-        });
-      }
-      const view: QueueView = await reader.read(queue);
-      return { prefix: reader.prefix, queues, view };
-    });
-
-    app.get('/metrics', async (_req, reply) => {
-      const queues = await board.refresh();
-      const views = await Promise.all(queues.map((q) => reader.read(q)));
-      const text = await exporter.render(views);
-      return reply
-        .type(exporter.registry.contentType)
-        .header('cache-control', 'no-store')
-        .send(text);
-    });
+    registerMetrics(app, board, reader);
 
     await app.listen({ host, port });
     timer = setInterval(() => void board.refresh(true).catch(() => {}), rescanMs);
@@ -217,7 +204,9 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
   const baseUrl = `http://${displayHost(host)}:${boundPort}`;
   let closing: Promise<void> | undefined;
   return {
-    url: guard.generated ? `${baseUrl}/?token=${encodeURIComponent(guard.token!)}` : `${baseUrl}/`,
+    url: guard.generated
+      ? `${baseUrl}/overview?token=${encodeURIComponent(guard.token!)}`
+      : `${baseUrl}/overview`,
     baseUrl,
     token: guard.token,
     close() {

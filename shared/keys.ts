@@ -77,3 +77,11 @@ export function authFailuresKey(prefix: string, address: string): string {
 export function workersKey(names: QueueNames): string {
   return llmqKey(names, 'workers');
 }
+
+/**
+ * A key of a queue's usage history (`tier:<n>`: one hash of downsampled buckets per range,
+ * `tenants` / `models`: the labels it keeps, `jobs`: each tenant's latest jobs).
+ */
+export function historyKey(names: QueueNames, part: string): string {
+  return llmqKey(names, 'history', part);
+}

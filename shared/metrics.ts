@@ -1,4 +1,12 @@
 import { Batcher } from './batcher.ts';
+import {
+  addCall,
+  counterFields,
+  FLEET_SERIES,
+  type HistoryCall,
+  newBatch,
+  writeHistory,
+} from './history.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
 import type { RedisClient } from './redis.ts';
@@ -52,19 +60,15 @@ type MetricsItem = {
   readonly latencyMs: number | undefined;
   /** Named counters, and the labelled histograms' fields (`telemetry/histograms.ts`). */
   readonly add: Partial<Record<MetricField, number>> | Record<string, number>;
+  /** The call, for the usage history (`history.ts`). */
+  readonly call?: HistoryCall | undefined;
 };
 
-/** One finished call, for the histograms labelled by model and tenant. */
-export interface JobObservation {
-  readonly model: string;
-  readonly tenant: string | undefined;
-  readonly waitMs: number;
-  readonly callMs: number;
-  readonly inputTokens?: number | undefined;
-  readonly outputTokens?: number | undefined;
-  /** A successful call: also counted in the provider latency histogram. */
-  readonly ok: boolean;
-}
+/**
+ * One finished call, for the histograms labelled by model and tenant and the usage history. A
+ * successful one (`ok`) is also counted in the provider latency histogram.
+ */
+export type JobObservation = HistoryCall;
 
 /**
  * How long a successful call's counters wait for others before they are written: a worker
@@ -84,23 +88,33 @@ export class MetricsWriter {
   private readonly models = new LabelCap(MAX_MODELS);
   private readonly tenants = new LabelCap(MAX_TENANTS);
 
-  /** @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS */
-  constructor(redis: RedisClient, names: QueueNames, options: { readonly flushMs?: number } = {}) {
+  /**
+   * @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS
+   * @param options.clock the history's clock (tests); @default Redis's TIME
+   */
+  constructor(
+    redis: RedisClient,
+    names: QueueNames,
+    options: { readonly flushMs?: number; readonly clock?: () => number } = {},
+  ) {
     const key = metricsKey(names);
     this.batcher = new Batcher<MetricsItem, void>(
       async (items) => {
         const sums: Record<string, number> = {};
         const latencies: number[] = [];
-        for (const { latencyMs, add } of items) {
+        const batch = newBatch();
+        const at = Date.now();
+        for (const { latencyMs, add, call } of items) {
           if (latencyMs !== undefined) latencies.push(Math.max(0, latencyMs));
           for (const [f, n] of Object.entries(add)) sums[f] = (sums[f] ?? 0) + n;
+          if (call) addCall(batch, call, at);
         }
-        await runLua(
-          redis,
-          SCRIPTS['count']!,
-          [key],
-          [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)],
-        );
+        counterFields(sums, batch.series[FLEET_SERIES]);
+        const args = [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)];
+        await Promise.all([
+          runLua(redis, SCRIPTS['count']!, [key], args),
+          writeHistory(redis, names, batch, options.clock?.()),
+        ]);
         return [];
       },
       { delayMs: options.flushMs ?? METRICS_FLUSH_MS },
@@ -133,7 +147,7 @@ export class MetricsWriter {
     if (o.inputTokens !== undefined) histogramFields('input', model, tenant, o.inputTokens, fields);
     if (o.outputTokens !== undefined)
       histogramFields('output', model, tenant, o.outputTokens, fields);
-    return this.batcher.push({ latencyMs: o.ok ? o.callMs : undefined, add: fields });
+    return this.batcher.push({ latencyMs: o.ok ? o.callMs : undefined, add: fields, call: o });
   }
 }
 

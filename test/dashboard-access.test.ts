@@ -76,13 +76,19 @@ describe('dashboard access', () => {
     // This one opens (and closes) its own connection from the URL.
     const d = await start({ redis: undefined, redisUrl: REDIS_URL });
     expect(d.token).toMatch(/^[\w-]{32}$/);
-    expect(d.url).toBe(`${d.baseUrl}/?token=${d.token}`);
+    // It opens on the overview.
+    expect(d.url).toBe(`${d.baseUrl}/overview?token=${d.token}`);
     expect(d.baseUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
 
     for (const path of [
       '/',
+      '/overview',
+      '/tenant?name=acme',
+      '/model?name=m',
       '/limiter',
       '/api/limiter',
+      '/api/overview',
+      '/api/usage?kind=tenant&name=acme',
       '/api/queues',
       '/metrics',
       '/static/images/logo.svg',
@@ -102,7 +108,7 @@ describe('dashboard access', () => {
     const d = await start();
     const login = await fetch(d.url, { headers: html, redirect: 'manual' });
     expect(login.status).toBe(303);
-    expect(login.headers.get('location')).toBe('/');
+    expect(login.headers.get('location')).toBe('/overview');
     const setCookie = login.headers.get('set-cookie')!;
     expect(setCookie).toMatch(/HttpOnly/);
     expect(setCookie).toMatch(/SameSite=Strict/);
@@ -140,7 +146,7 @@ describe('dashboard access', () => {
     });
     const d = await start({ auth });
     expect(d.token).toBeUndefined();
-    expect(d.url).toBe(`${d.baseUrl}/`);
+    expect(d.url).toBe(`${d.baseUrl}/overview`);
     const basic = (user: string, password: string) => ({
       authorization: `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`,
     });

@@ -148,8 +148,8 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
     expect(await text(page, 'slots-in-flight')).toBe('1');
     if (SHOTS) await page.screenshot({ path: join(SHOTS, 'limiter.png'), fullPage: true });
 
-    // And back to Bull Board by its link.
-    await page.getByTestId('back').click();
+    // And back to Bull Board by the bar's link.
+    await page.getByTestId('nav-board').click();
     await page.waitForURL(`${dashboard.baseUrl}/`);
     await page.close();
   });

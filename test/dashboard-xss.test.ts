@@ -123,6 +123,7 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
   async function open(
     path: string,
     fields: readonly string[],
+    tab?: string,
   ): Promise<{ page: Page; text: string }> {
     const page = await context.newPage();
     const res = await page.goto(dashboard.baseUrl + path, { waitUntil: 'domcontentloaded' });
@@ -130,6 +131,12 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
     // biome-ignore lint/performance/useDomNodeTextContent: the rendered text, as a reader sees it
     const text = () => page.locator('body').innerText();
     await expect.poll(text, { timeout: 20_000 }).toContain(FIELDS.queue);
+    if (tab)
+      await page
+        .getByRole('tab', { name: tab })
+        .or(page.getByText(tab, { exact: true }))
+        .first()
+        .click();
     const expand = page.locator('[aria-label="expand JSON"]');
     let shown = '';
     await expect
@@ -153,33 +160,42 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
     })`) as Promise<{ elements: string[]; ran: unknown }>;
 
   const q = () => encodeURIComponent(names.queue);
-  const PAGES: [string, () => string, (keyof typeof FIELDS)[]][] = [
-    ['the overview', () => '/', ['queue']],
+  const dead = () => encodeURIComponent(`${names.queue}-dead`);
+  const PAGES: [string, () => string, (keyof typeof FIELDS)[], string?][] = [
+    ["Bull Board's overview", () => '/', ['queue']],
     ['waiting jobs', () => `/queue/${q()}?status=prioritized`, ['waiting', 'meta']],
     ['completed jobs', () => `/queue/${q()}?status=completed`, ['data', 'meta', 'result']],
-    ['failed jobs', () => `/queue/${q()}?status=failed`, ['reason']],
-    [
-      'dead letters',
-      () => `/queue/${encodeURIComponent(`${names.queue}-dead`)}`,
-      ['reason', 'errorClass', 'deadData'],
-    ],
+    // A dead-lettered job shows among the dead letters (not also under failed): its reason…
+    ['dead letters', () => `/queue/${dead()}`, ['reason', 'errorClass']],
+    // …and its data.
+    ["a dead letter's data", () => `/queue/${dead()}`, ['deadData'], 'Data'],
     ['the limiter page', () => `/limiter?queue=${q()}`, ['queue', 'tenant']],
+    ["llmq's overview", () => `/overview?queue=${q()}`, ['queue']],
+    [
+      "a tenant's page",
+      () => `/tenant?queue=${q()}&name=${encodeURIComponent(FIELDS.tenant)}`,
+      ['queue', 'tenant'],
+    ],
   ];
 
-  it.each(PAGES)('%s show each field as text and make no element of it', async (_, path, shown) => {
-    const { page, text } = await open(
-      path(),
-      shown.map((f) => FIELDS[f]),
-    );
-    try {
-      for (const field of shown) expect(text, field).toContain(FIELDS[field]);
-      // Let its polls and lazy parts settle, then look for anything a payload made.
-      await page.waitForLoadState('networkidle').catch(() => {});
-      expect(await injected(page)).toEqual({ elements: [], ran: null });
-    } finally {
-      await page.close();
-    }
-  });
+  it.each(PAGES)(
+    '%s show each field as text and make no element of it',
+    async (_, path, shown, tab) => {
+      const { page, text } = await open(
+        path(),
+        shown.map((f) => FIELDS[f]),
+        tab,
+      );
+      try {
+        for (const field of shown) expect(text, field).toContain(FIELDS[field]);
+        // Let its polls and lazy parts settle, then look for anything a payload made.
+        await page.waitForLoadState('networkidle').catch(() => {});
+        expect(await injected(page)).toEqual({ elements: [], ran: null });
+      } finally {
+        await page.close();
+      }
+    },
+  );
 
   it('the check can fail: the same payload given to the page as HTML makes its element', async () => {
     const page = await context.newPage();
@@ -198,7 +214,7 @@ describe.skipIf(skip)('the dashboard renders hostile names and messages as text'
 
   it('sets a Content-Security-Policy that forbids inline script on every page', async () => {
     const headers = { authorization: `Bearer ${TOKEN}` };
-    for (const path of ['/', '/limiter', `/queue/${q()}`]) {
+    for (const path of ['/', '/limiter', '/overview', '/tenant?name=acme', `/queue/${q()}`]) {
       const csp = (await fetch(dashboard.baseUrl + path, { headers })).headers.get(
         'content-security-policy',
       );

@@ -34,7 +34,8 @@ describe('secrets', () => {
     const dashboard = startCli(['dashboard', '--port', '0'], env);
     procs.push(worker, serve, dashboard);
     const api = await firstLine(serve);
-    const dash = (await firstLine(dashboard)).replace(/\/$/, '');
+    // The first line is the overview's URL.
+    const dash = (await firstLine(dashboard)).replace(/\/(overview)?$/, '');
 
     const post = (key: string, model: string) =>
       fetch(`${api}/v1/jobs`, {
@@ -72,6 +73,9 @@ describe('secrets', () => {
     const q = pool.names.queue;
     for (const path of [
       '/',
+      '/overview',
+      `/api/overview?queue=${q}`,
+      `/api/usage?queue=${q}&kind=tenant&name=acme`,
       '/limiter',
       `/api/limiter?queue=${q}`,
       '/metrics',

@@ -1,6 +1,9 @@
 import type { Job } from 'bullmq';
+import { actualMicros, type BudgetLedger } from '../shared/budgets.ts';
+import type { GateWaitMs } from '../shared/history.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { JobObservation, MetricsWriter } from '../shared/metrics.ts';
+import { costMicros, type PricedUsage, priceOf } from '../shared/prices.ts';
 import { describeWaits, formatMs, totalWaitMs, type WaitSegment } from './gate-waits.ts';
 import type { JobHistory } from './job-history.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -10,6 +13,28 @@ export interface ReportParts {
   readonly log: WorkerLogger;
   readonly history: JobHistory;
   readonly metrics: MetricsWriter;
+  /** With budgets: their price table (the config's prices) for the spend. */
+  readonly ledger?: BudgetLedger | undefined;
+}
+
+/** The gate's waits of a job by reason, for the usage history. */
+export function gateWaitMs(waits: readonly WaitSegment[] | undefined): GateWaitMs {
+  const ms = { budget: 0, paused: 0, concurrency: 0, queued: 0 };
+  for (const w of waits ?? []) {
+    const d = Math.max(0, w.end - w.start);
+    if (w.reason === 'budget' || w.reason === 'money') ms.budget += d;
+    else if (w.reason === 'paused' || w.reason === 'breaker') ms.paused += d;
+    else if (w.reason === 'concurrency' || w.reason === 'slots') ms.concurrency += d;
+    else ms.queued += d;
+  }
+  return ms;
+}
+
+/** A call's cost in µ$: at the budgets' prices when set, else at the shipped list prices. */
+function spendMicros(p: ReportParts, model: string, usage: PricedUsage): number {
+  if (p.ledger) return actualMicros(p.ledger.settings, model, usage);
+  const price = priceOf(model);
+  return price ? costMicros(price, usage) : 0;
 }
 
 /** From enqueue, or the end of the job's previous try, to this call's start. */
@@ -62,12 +87,16 @@ export function reportSuccess(
     requestId: result.requestId,
   });
   const o: JobObservation = {
+    jobId: job.id,
     model: job.data.request.model,
     tenant: job.data.tenant,
     waitMs: f['waitMs'] as number,
     callMs: result.latencyMs,
     inputTokens: u.input_tokens,
     outputTokens: u.output_tokens,
+    cacheWriteTokens: u.cache_creation_input_tokens ?? undefined,
+    costMicros: spendMicros(p, job.data.request.model, u),
+    gate: gateWaitMs(waits),
     ok: true,
   };
   return Promise.all([
@@ -93,10 +122,12 @@ export function reportFailure(
   const waitMs = f['waitMs'] as number;
   p.metrics
     .observe({
+      jobId: job.id,
       model: job.data.request.model,
       tenant: job.data.tenant,
       waitMs,
       callMs: latencyMs,
+      gate: gateWaitMs(waits),
       ok: false,
     })
     .catch(() => {});

@@ -65,7 +65,8 @@ export function registerDashboardCommand(program: Command): void {
           : 'one-time token (in the URL above; Prometheus: Authorization: Bearer <token>)';
       process.stdout.write(
         `${dashboard.url}\n` +
-          `prefix ${options.prefix}; limiter at ${dashboard.baseUrl}/limiter; metrics at ${dashboard.baseUrl}/metrics; ` +
+          `prefix ${options.prefix}; jobs (Bull Board) at ${dashboard.baseUrl}/; limiter at ${dashboard.baseUrl}/limiter; ` +
+          `metrics at ${dashboard.baseUrl}/metrics; ` +
           `access: ${access}${options.readOnly ? '; read-only' : ''}\n`,
       );
       await untilStopSignal();
