@@ -2,15 +2,6 @@ import { estimateInputTokens, estimateTextTokens } from './estimate.ts';
 import type { JobResult } from './job.ts';
 import type { MessagesRequest } from './request.ts';
 
-/**
- * What a flow's combine job carries: the worker builds its request when it runs, from its
- * template (the job's `request`) and the answers of its part jobs (BullMQ children).
- */
-export interface CombineSpec {
-  /** The part jobs' ids, in order. */
-  readonly parts: readonly string[];
-}
-
 /** Tokens a part's wrapper (`<part n="12">…</part>`) may add, erring high. */
 const PART_WRAPPER_TOKENS = 16;
 

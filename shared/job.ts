@@ -1,6 +1,14 @@
-import type { CombineSpec } from './combine.ts';
 import type { Cost } from './estimate.ts';
 import type { MessagesRequest } from './request.ts';
+
+/**
+ * What a flow's combine job carries: the worker builds its request when it runs, from its
+ * template (the job's `request`) and the answers of its part jobs (BullMQ children).
+ */
+export interface CombineSpec {
+  /** The part jobs' ids, in order. */
+  readonly parts: readonly string[];
+}
 
 /** One try of a job, as the dead letters and `llmq dlq show` report it. */
 export interface AttemptRecord {

@@ -16,11 +16,10 @@ import { type ApiErrorType, apiErrorBody, ERROR_STATUS } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { readBody, sendJson } from './http-io.ts';
 import { MediaError } from './media-costs.ts';
-import { planOutput } from './output.ts';
+import { type OutputShare, planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
 import { describeIssue, firstIssue, messagesRequestSchema } from './request-schema.ts';
 import { countRequestTokens } from './request-tokens.ts';
-import type { MockState } from './state.ts';
 
 /** The real API's bounds: 100,000 requests or 256 MB a batch. */
 export const BATCH_MAX_REQUESTS = 100_000;
@@ -77,6 +76,11 @@ interface MockBatch {
   results?: { custom_id: string; result: ItemResult }[];
 }
 
+/** What the batches read of the server's state: its output share, which may change at runtime. */
+export interface BatchOutputs {
+  readonly outputShare: OutputShare;
+}
+
 /** The batches of one mock server. */
 export class BatchStore {
   private readonly batches = new Map<string, MockBatch>();
@@ -85,7 +89,7 @@ export class BatchStore {
   maxRequests = BATCH_MAX_REQUESTS;
   private counts = { created: 0, items: 0, canceled: 0, resultsFetched: 0 };
 
-  constructor(private readonly state: MockState) {}
+  constructor(private readonly state: BatchOutputs) {}
 
   setFaults(f: BatchFaults): void {
     this.faults = {
