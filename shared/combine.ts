@@ -10,11 +10,7 @@ const wrap = (text: string, i: number) => `<part n="${i + 1}">\n${text}\n</part>
 /** The text of an answer: its text blocks, joined. */
 export function answerText(result: JobResult): string {
   return result.message.content
-    .map((b) =>
-      b && typeof b === 'object' && (b as { type?: unknown }).type === 'text'
-        ? String((b as { text?: unknown }).text ?? '')
-        : '',
-    )
+    .map((b) => (b.type === 'text' ? b.text : ''))
     .join('')
     .trim();
 }

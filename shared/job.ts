@@ -1,3 +1,4 @@
+import type Anthropic from '@anthropic-ai/sdk';
 import type { Cost } from './estimate.ts';
 import type { MessagesRequest } from './request.ts';
 
@@ -87,8 +88,9 @@ export interface StoredMessage {
   readonly id: string;
   readonly model: string;
   readonly role: 'assistant';
-  readonly content: readonly unknown[];
-  readonly stop_reason: string | null;
+  /** The answer's content blocks, as the SDK types them (`text`, `tool_use`, `thinking`, …). */
+  readonly content: Anthropic.ContentBlock[];
+  readonly stop_reason: Anthropic.StopReason | null;
   readonly stop_sequence: string | null;
   readonly usage: {
     readonly input_tokens: number;
