@@ -25,8 +25,9 @@ import {
 } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { type HistogramSeries, readHistograms } from '../shared/telemetry/histograms.ts';
+import { type BreakerState, readBreaker } from '../worker/breaker-state.ts';
 
-export type BreakerState = 'closed' | 'open' | 'half_open';
+export type { BreakerState } from '../worker/breaker-state.ts';
 
 /** Everything the dashboard shows about one queue, at one instant (Redis time). */
 export interface QueueView {
@@ -237,10 +238,10 @@ export class FleetReader {
     const names = this.names(queue);
     const { queue: q, dead } = this.queues(queue);
     const limiter = await this.limiter(queue);
-    const [snap, metrics, breakerRaw, jobs, deadCounts, backlog, spend] = await Promise.all([
+    const [snap, metrics, breaker, jobs, deadCounts, backlog, spend] = await Promise.all([
       limiter.snapshot(),
       readMetrics(this.redis, names),
-      this.redis.hgetall(llmqKey(names, 'breaker')),
+      readBreaker(this.redis, names),
       q.getJobCounts(),
       dead.getJobCounts(),
       readBacklog(this.redis, names),
@@ -248,12 +249,7 @@ export class FleetReader {
     ]);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
-    const state: BreakerState =
-      breakerRaw['state'] === 'open' || breakerRaw['state'] === 'half_open'
-        ? breakerRaw['state']
-        : 'closed';
-    const openUntil =
-      Number(breakerRaw['open_until']) > 0 ? Number(breakerRaw['open_until']) : null;
+    const { state, openUntil } = breaker;
     const global = snap.scopes.find((s) => s.scope === 'global');
     const tokenLimit =
       global?.dimensions.tokens.limit ??
@@ -279,7 +275,7 @@ export class FleetReader {
       },
       breaker: {
         state,
-        failures: Number(breakerRaw['failures'] ?? 0) || 0,
+        failures: breaker.failures,
         openUntil,
         remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - snap.now) : 0,
       },
