@@ -17,6 +17,21 @@ import { FleetReader, type QueueView } from './fleet-reader.ts';
 import { limiterPage } from './limiter-page.ts';
 import { PrometheusExporter } from './prometheus.ts';
 
+/**
+ * What the dashboard shows (the queues under `prefix`) and where it listens; every option has a
+ * default.
+ *
+ * @example
+ * ```ts
+ * const options: DashboardOptions = {
+ *   redisUrl: config.redisUrl,
+ *   prefix: config.prefix,
+ *   readOnly: true,
+ *   auth: { user: 'ops', password: process.env.LLMQ_DASHBOARD_PASSWORD },
+ * };
+ * ```
+ * @inlineType DashboardAuth
+ */
 export interface DashboardOptions {
   /** A connection the dashboard uses but does not own; without it one is opened from `redisUrl`. */
   readonly redis?: RedisClient;
@@ -52,6 +67,16 @@ export interface DashboardOptions {
   readonly authThrottle?: AuthThrottleOptions;
 }
 
+/**
+ * A running dashboard: the URL to open, and how to stop it.
+ *
+ * @example
+ * ```ts
+ * const dash = await startDashboard({ port: 0 });
+ * console.log(dash.url); // carries ?token= when the token was generated
+ * await dash.close();
+ * ```
+ */
 export interface DashboardHandle {
   /**
    * Where to open the dashboard: `http://127.0.0.1:PORT/`, carrying `?token=` when the token was

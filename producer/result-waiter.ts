@@ -12,9 +12,18 @@ import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 
+/**
+ * How long `waitForResult` waits.
+ *
+ * @example
+ * ```ts
+ * const result = await producer.waitForResult(id, { timeout: 60_000, signal: AbortSignal.timeout(90_000) });
+ * ```
+ */
 export interface WaitOptions {
   /** Give up after this many ms with a {@link WaitTimeoutError}; the job goes on. @default Infinity */
   readonly timeout?: number;
+  /** Stop waiting when it aborts (the job goes on). */
   readonly signal?: AbortSignal;
 }
 

@@ -83,7 +83,10 @@ export interface JobData {
   readonly trace?: string | undefined;
 }
 
-/** The Message as stored: what a caller of the API would keep. */
+/**
+ * The Message as stored: what a caller of the API would keep.
+ * @inline
+ */
 export interface StoredMessage {
   readonly id: string;
   readonly model: string;
@@ -100,14 +103,27 @@ export interface StoredMessage {
   };
 }
 
-/** A completed job's return value. */
+/**
+ * A completed job's answer: the provider's Message as stored, and how the call went. What
+ * `waitForResult` resolves with.
+ *
+ * @example
+ * ```ts
+ * const result: JobResult = await producer.waitForResult(id);
+ * const text = result.message.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+ * console.log(text, result.message.usage.output_tokens, result.attempts);
+ * ```
+ */
 export interface JobResult {
+  /** The provider's answer. */
   readonly message: StoredMessage;
+  /** How long the successful call took, ms. */
   readonly latencyMs: number;
   /** The provider's `request-id`. */
   readonly requestId: string | null;
   /** Attempts spent, the successful call included (transient failures and 429s spend none). */
   readonly attempts: number;
+  /** When it completed (ms since the epoch). */
   readonly completedAt: number;
   /** The Message Batch that answered it (absent for a call through `messages`). */
   readonly batchId?: string | undefined;

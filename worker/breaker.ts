@@ -8,6 +8,10 @@ export type { BreakerState } from './breaker-state.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
+/**
+ * When the shared circuit breaker opens, and how long it stays open.
+ * @inline
+ */
 export interface BreakerOptions {
   /** Consecutive provider failures that open it. @default 5 */
   readonly threshold?: number;

@@ -28,6 +28,10 @@ const CUSTOM_ID = /^[a-zA-Z0-9_-]{1,64}$/;
 /** A canceled batch is `canceling` this long before it ends. */
 const CANCEL_MS = 50;
 
+/**
+ * Faults of the mock's Message Batches: items that end in error, batches that expire.
+ * @inline
+ */
 export interface BatchFaults {
   /** The next this many items (in processing order) come back errored. @default 0 */
   readonly erroredItems?: number;
@@ -37,6 +41,10 @@ export interface BatchFaults {
   readonly expiredBatches?: number;
 }
 
+/**
+ * How the mock's Message Batches behave: how long a batch takes, how many requests it takes.
+ * @inline
+ */
 export interface BatchOptions {
   /** How long a batch processes before it ends, ms. @default 200 */
   readonly processingMs?: number;
@@ -44,7 +52,10 @@ export interface BatchOptions {
   readonly maxRequests?: number;
 }
 
-/** What the mock saw of batches (for tests: "none created twice"). */
+/**
+ * What the mock saw of batches (for tests: "none created twice").
+ * @inline
+ */
 export interface BatchStats {
   readonly created: number;
   readonly items: number;
