@@ -254,14 +254,58 @@ export interface ApiHandlersOptions {
 
 /** Every route of the HTTP API, framework-free. */
 export function createRoutes(options: ApiHandlersOptions): Route[] {
-  const { producer, authenticate } = options;
-  const maxWaitMs = options.maxWaitMs ?? 60_000;
+  const { authenticate } = options;
+  const jobs = new JobHandlers(options.producer, options.maxWaitMs ?? 60_000);
   const guarded = (h: Handler) => caught(withAuth(h));
+  const openapi: Handler = async () => ({ status: 200, body: OPENAPI });
+  return [
+    { method: 'POST', path: '/v1/jobs', handler: guarded((r) => jobs.create(r)), authenticate },
+    { method: 'GET', path: '/v1/jobs/:id', handler: guarded((r) => jobs.get(r)), authenticate },
+    {
+      method: 'GET',
+      path: '/v1/jobs/:id/wait',
+      handler: guarded((r) => jobs.wait(r)),
+      authenticate,
+    },
+    {
+      method: 'DELETE',
+      path: '/v1/jobs/:id',
+      handler: guarded((r) => jobs.cancel(r)),
+      authenticate,
+    },
+    { method: 'GET', path: '/openapi.json', handler: caught(openapi) },
+  ];
+}
+
+/** The producer's options for a `POST /v1/jobs` body, from the caller's tenant and headers. */
+function enqueueOptionsOf(b: z.infer<typeof CreateJobBody>, req: HandlerRequest): EnqueueOptions {
+  const at = b.deadline !== undefined ? deadlineAt(b.deadline) : undefined;
+  const via = resolveVia(b.via ?? 'messages', at !== undefined ? at - Date.now() : undefined);
+  return {
+    tenant: req.auth!.tenant,
+    ...(b.priority !== undefined ? { priority: b.priority } : {}),
+    ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
+    ...(b.stream !== undefined ? { stream: b.stream } : {}),
+    ...(b.meta !== undefined ? { meta: b.meta } : {}),
+    via,
+    ...(at !== undefined ? { deadlineAt: at } : {}),
+    ...(b.retry_for !== undefined ? { retryForMs: retryForMsOf(b.retry_for)! } : {}),
+    // The job's trace continues the caller's (W3C Trace Context).
+    ...(req.headers['traceparent'] ? { traceparent: req.headers['traceparent'] } : {}),
+  };
+}
+
+/** The `/v1/jobs` routes: create, read, wait for and cancel a job of the caller's tenant. */
+class JobHandlers {
+  constructor(
+    private readonly producer: Producer,
+    private readonly maxWaitMs: number,
+  ) {}
 
   /** The job if it exists and belongs to the caller's tenant; a stranger's job is "not found". */
-  async function ownJob(req: HandlerRequest): Promise<JobStatus | HandlerResponse> {
+  private async ownJob(req: HandlerRequest): Promise<JobStatus | HandlerResponse> {
     const id = req.params['id'] ?? '';
-    const status = JOB_ID.test(id) ? await producer.status(id) : null;
+    const status = JOB_ID.test(id) ? await this.producer.status(id) : null;
     if (!status || status.data.tenant !== req.auth?.tenant) {
       return errorResponse(
         404,
@@ -272,7 +316,7 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
     return status;
   }
 
-  const createJob: Handler = async (req) => {
+  async create(req: HandlerRequest): Promise<HandlerResponse> {
     if (req.body === null || typeof req.body !== 'object' || Array.isArray(req.body)) {
       return errorResponse(
         400,
@@ -283,23 +327,10 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
     const parsed = CreateJobBody.safeParse(req.body);
     if (!parsed.success) throw bodyIssues(parsed.error, req.body);
     const b = parsed.data;
-    const at = b.deadline !== undefined ? deadlineAt(b.deadline) : undefined;
-    const via = resolveVia(b.via ?? 'messages', at !== undefined ? at - Date.now() : undefined);
-    const opts: EnqueueOptions = {
-      tenant: req.auth!.tenant,
-      ...(b.priority !== undefined ? { priority: b.priority } : {}),
-      ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
-      ...(b.stream !== undefined ? { stream: b.stream } : {}),
-      ...(b.meta !== undefined ? { meta: b.meta } : {}),
-      via,
-      ...(at !== undefined ? { deadlineAt: at } : {}),
-      ...(b.retry_for !== undefined ? { retryForMs: retryForMsOf(b.retry_for)! } : {}),
-      // The job's trace continues the caller's (W3C Trace Context).
-      ...(req.headers['traceparent'] ? { traceparent: req.headers['traceparent'] } : {}),
-    };
+    const opts = enqueueOptionsOf(b, req);
     let job: EnqueuedJob;
     try {
-      job = await producer.enqueueJob(b.request, opts);
+      job = await this.producer.enqueueJob(b.request, opts);
     } catch (err) {
       if (err instanceof RequestValidationError) {
         // Fields of the Messages request live under `request.`; options keep their body names.
@@ -317,32 +348,32 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       body: { id: job.id, created: job.created },
       headers: { location: `/v1/jobs/${job.id}` },
     };
-  };
+  }
 
-  const getJob: Handler = async (req) => {
-    const status = await ownJob(req);
+  async get(req: HandlerRequest): Promise<HandlerResponse> {
+    const status = await this.ownJob(req);
     return 'status' in status ? status : { status: 200, body: jobView(status) };
-  };
+  }
 
-  const waitJob: Handler = async (req) => {
+  async wait(req: HandlerRequest): Promise<HandlerResponse> {
     const raw = req.query['timeout'];
     const seconds = raw === undefined ? 30 : Number(raw);
-    if (!Number.isFinite(seconds) || seconds < 0 || seconds * 1000 > maxWaitMs) {
+    if (!Number.isFinite(seconds) || seconds < 0 || seconds * 1000 > this.maxWaitMs) {
       return errorResponse(
         400,
         'invalid_request',
-        `timeout must be a number of seconds from 0 to ${maxWaitMs / 1000} (got ${JSON.stringify(raw)})`,
+        `timeout must be a number of seconds from 0 to ${this.maxWaitMs / 1000} (got ${JSON.stringify(raw)})`,
         {
           field: 'timeout',
         },
       );
     }
-    const status = await ownJob(req);
+    const status = await this.ownJob(req);
     if ('status' in status) return status;
     if (status.state === 'completed' || status.state === 'failed')
       return { status: 200, body: jobView(status) };
     try {
-      await producer.waitForResult(status.id, {
+      await this.producer.waitForResult(status.id, {
         timeout: seconds * 1000,
         signal: req.signal,
         ...(status.via ? { via: status.via } : {}),
@@ -351,7 +382,7 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       // Finished as failed, timed out, removed, or the wait was cut short: answer with the state now.
       if (err instanceof LlmqError && err.code === 'REDIS_UNAVAILABLE') throw err;
     }
-    const now = await producer.status(status.id);
+    const now = await this.producer.status(status.id);
     if (!now)
       return errorResponse(
         404,
@@ -360,12 +391,12 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       );
     const done = now.state === 'completed' || now.state === 'failed';
     return { status: done ? 200 : 202, body: jobView(now) };
-  };
+  }
 
-  const cancelJob: Handler = async (req) => {
-    const status = await ownJob(req);
+  async cancel(req: HandlerRequest): Promise<HandlerResponse> {
+    const status = await this.ownJob(req);
     if ('status' in status) return status;
-    const outcome = await producer.cancel(status.id);
+    const outcome = await this.producer.cancel(status.id);
     if (outcome === 'cancelled')
       return { status: 200, body: { id: status.id, state: 'cancelled' } };
     if (outcome === 'not_found')
@@ -375,17 +406,7 @@ export function createRoutes(options: ApiHandlersOptions): Route[] {
       'job_not_cancellable',
       `job ${status.id} is ${outcome}: only a job that has not started can be cancelled`,
     );
-  };
-
-  const openapi: Handler = async () => ({ status: 200, body: OPENAPI });
-
-  return [
-    { method: 'POST', path: '/v1/jobs', handler: guarded(createJob), authenticate },
-    { method: 'GET', path: '/v1/jobs/:id', handler: guarded(getJob), authenticate },
-    { method: 'GET', path: '/v1/jobs/:id/wait', handler: guarded(waitJob), authenticate },
-    { method: 'DELETE', path: '/v1/jobs/:id', handler: guarded(cancelJob), authenticate },
-    { method: 'GET', path: '/openapi.json', handler: caught(openapi) },
-  ];
+  }
 }
 
 /** A job as the API shows it: never the request's content, only what the caller needs. */
