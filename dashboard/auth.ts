@@ -124,6 +124,12 @@ export class AccessGuard {
     return `${this.cookieName(port)}=${this.session}; Path=/; HttpOnly; SameSite=Strict`;
   }
 
+  /** Whether the request carries this process's session cookie. */
+  hasSession(headers: { readonly cookie?: string | undefined }, port: number | undefined): boolean {
+    const cookie = parseCookies(headers.cookie).get(this.cookieName(port));
+    return cookie !== undefined && same(cookie, this.session);
+  }
+
   /** Decides one request from its headers and its `?token=` (if any). */
   check(
     headers: { readonly authorization?: string | undefined; readonly cookie?: string | undefined },
@@ -147,8 +153,7 @@ export class AccessGuard {
         if (userOk && passwordOk) return { ok: true, via: 'basic' };
       }
     }
-    const cookie = parseCookies(headers.cookie).get(this.cookieName(port));
-    if (cookie !== undefined && same(cookie, this.session)) return { ok: true, via: 'cookie' };
+    if (this.hasSession(headers, port)) return { ok: true, via: 'cookie' };
     if (queryToken !== null && this.token !== undefined && same(queryToken, this.token)) {
       return { ok: true, via: 'query' };
     }

@@ -5,9 +5,11 @@
  */
 
 import { createBullBoard } from '@bull-board/api';
-import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import type { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { FastifyInstance } from 'fastify';
+import type { Producer } from '../producer/producer.ts';
+import { DeadLetterAdapter, QueueAdapter } from './board-adapters.ts';
 import type { FleetReader } from './fleet-reader.ts';
 
 export interface BoardOptions {
@@ -16,6 +18,8 @@ export interface BoardOptions {
   readonly readOnly?: boolean;
   /** The shortest time between two reads of the registry. @default 1_000 */
   readonly minRescanMs?: number;
+  /** The producer that adds a queue's jobs from Bull Board ("add job"), validated as any enqueue. */
+  readonly producerFor: (queue: string) => Producer;
 }
 
 export interface Board {
@@ -77,11 +81,11 @@ export async function mountBoard(app: FastifyInstance, options: BoardOptions): P
     let pair = adapters.get(name);
     if (!pair) {
       const { queue, dead } = reader.queues(name);
-      const main = new BullMQAdapter(queue, {
+      const main = new QueueAdapter(queue, () => options.producerFor(name), {
         readOnlyMode: readOnly,
         description: `llmq queue ${name}`,
       });
-      const letters = new BullMQAdapter(dead, {
+      const letters = new DeadLetterAdapter(dead, {
         readOnlyMode: readOnly,
         description: `dead letters of ${name}: the original request, the reason and the attempts`,
       });

@@ -61,6 +61,7 @@ export function resolveDashboardOptions(sources: {
     readOnly: flags.readOnly === true || yes.test(env['LLMQ_DASHBOARD_READ_ONLY'] ?? ''),
     auth: dashboardAuthFromEnv(env),
     maxDepth: config.maxDepth,
+    maxDepthBytes: config.maxDepthBytes,
     budgets: config.budgets,
     queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,
     authThrottle: { log: (line) => process.stderr.write(`llmq dashboard: ${line}\n`) },

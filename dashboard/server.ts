@@ -6,9 +6,11 @@ import type { BudgetLimits } from '../shared/budgets.ts';
  */
 
 import { randomBytes } from 'node:crypto';
-import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify from 'fastify';
+import { Producer } from '../producer/producer.ts';
 import { AuthThrottle, type AuthThrottleOptions } from '../shared/auth-throttle.ts';
 import { LlmqError } from '../shared/errors.ts';
+import { capConnections, type ServerLimits, serverLimitOptions } from '../shared/http-limits.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { AccessGuard, type DashboardAuth } from './auth.ts';
@@ -16,6 +18,7 @@ import { mountBoard } from './board.ts';
 import { FleetReader, type QueueView } from './fleet-reader.ts';
 import { limiterPage } from './limiter-page.ts';
 import { PrometheusExporter } from './prometheus.ts';
+import { guardRequests } from './request-guard.ts';
 
 /**
  * What the dashboard shows (the queues under `prefix`) and where it listens; every option has a
@@ -52,8 +55,12 @@ export interface DashboardOptions {
    * @example { user: 'ops', password: process.env.LLMQ_DASHBOARD_PASSWORD }
    */
   readonly auth?: DashboardAuth;
-  /** The queues' depth bound, shown against their depth; 0 is unbounded. @default 10_000 */
+  /** The queues' depth bound, shown against their depth (and kept by "add job"); 0 is unbounded. @default 10_000 */
   readonly maxDepth?: number;
+  /** The queues' bound in bytes of waiting requests, kept by "add job"; 0 is unbounded. @default 0 */
+  readonly maxDepthBytes?: number;
+  /** Header, body and idle timeouts, and the connection cap. @default see ServerLimits */
+  readonly limits?: ServerLimits;
   /** Money budgets (Config.budgets), shown against spend on the limiter page and in /metrics. */
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
@@ -89,38 +96,6 @@ export interface DashboardHandle {
   readonly token: string | undefined;
   /** Stops serving, closes the queues it opened and the connection it owns. */
   close(): Promise<void>;
-}
-
-/**
- * Bull Board's pages: its scripts are files served from here (no inline script runs), its
- * markup has inline styles. The limiter page sets a stricter one with a nonce.
- */
-const BOARD_CSP =
-  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
-  "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; " +
-  "frame-ancestors 'none'";
-
-const wantsHtml = (req: FastifyRequest) => (req.headers.accept ?? '').includes('text/html');
-
-function unauthorized(req: FastifyRequest, reply: FastifyReply, guard: AccessGuard) {
-  reply.code(401).header('www-authenticate', guard.challenge).header('cache-control', 'no-store');
-  if (wantsHtml(req)) {
-    const how = guard.acceptsQueryToken
-      ? 'Open the URL that <code>llmq dashboard</code> printed (it carries <code>?token=</code>), or send <code>Authorization: Bearer &lt;token&gt;</code>.'
-      : 'Sign in with the user and password set in <code>LLMQ_DASHBOARD_USER</code> and <code>LLMQ_DASHBOARD_PASSWORD</code>.';
-    return reply
-      .type('text/html; charset=utf-8')
-      .send(
-        `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llmq dashboard: sign in</title></head>` +
-          `<body style="font:15px system-ui,sans-serif;margin:3rem"><h1 style="font-size:1.2rem">401: this dashboard needs credentials</h1><p>${how}</p></body></html>`,
-      );
-  }
-  return reply.send({
-    error: {
-      code: 'UNAUTHORIZED',
-      message: 'credentials required: a bearer token, Basic auth or the session cookie',
-    },
-  });
 }
 
 function displayHost(host: string): string {
@@ -161,61 +136,32 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     budgets: options.budgets,
   });
   const exporter = new PrometheusExporter();
-  const app = Fastify({ logger: false, forceCloseConnections: true });
+  const app = Fastify({
+    ...serverLimitOptions(options.limits),
+    logger: false,
+    forceCloseConnections: true,
+  });
+  capConnections(app.server, options.limits);
+  // Bull Board's "add job" enqueues through a producer of the queue: validated like any other.
+  const producers = new Map<string, Producer>();
+  const producerFor = (queue: string): Producer => {
+    let p = producers.get(queue);
+    if (!p) {
+      p = new Producer({
+        redis,
+        names: { prefix: reader.prefix, queue },
+        maxDepth: options.maxDepth ?? 10_000,
+        maxDepthBytes: options.maxDepthBytes ?? 0,
+      });
+      producers.set(queue, p);
+    }
+    return p;
+  };
+  const closeProducers = () => Promise.all([...producers.values()].map((p) => p.close()));
   let timer: NodeJS.Timeout | undefined;
 
   try {
-    app.addHook('onRequest', async (req, reply) => {
-      reply
-        .header('content-security-policy', BOARD_CSP)
-        .header('x-content-type-options', 'nosniff')
-        .header('referrer-policy', 'no-referrer')
-        .header('x-frame-options', 'DENY');
-      const url = new URL(req.url, 'http://dashboard');
-      const localPort = req.socket.localPort;
-      const refused = throttle.check(req.ip);
-      if (!refused.ok) {
-        const seconds = Math.max(1, Math.ceil(refused.retryAfterMs / 1000));
-        return reply
-          .code(429)
-          .header('retry-after', String(seconds))
-          .header('cache-control', 'no-store')
-          .send({
-            error: {
-              code: 'TOO_MANY_AUTH_FAILURES',
-              message: `too many failed logins from this address: try again in ${seconds} s`,
-            },
-          });
-      }
-      const queryToken = url.searchParams.get('token');
-      const access = guard.check(req.headers, queryToken, localPort);
-      if (!access.ok) {
-        // A wrong password or token is a guess; no credentials (or a stale cookie) is not.
-        if (req.headers.authorization !== undefined || queryToken !== null) throttle.failed(req.ip);
-        return unauthorized(req, reply, guard);
-      }
-      if (access.via !== 'cookie') throttle.succeeded(req.ip);
-      if (access.via === 'query') {
-        reply.header('set-cookie', guard.sessionCookie(localPort));
-        if (req.method === 'GET' && wantsHtml(req)) {
-          // Drop the token from the address bar and the history; the cookie carries on.
-          url.searchParams.delete('token');
-          return (
-            reply
-              .code(303)
-              // One leading slash: `//host/…` would send the browser to another site.
-              .header('location', `/${url.pathname.replace(/^\/+/, '')}${url.search}`)
-              .header('cache-control', 'no-store')
-              .send()
-          );
-        }
-      }
-      if (readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
-        return reply.code(403).send({
-          error: { code: 'READ_ONLY', message: 'the dashboard is read-only (--read-only)' },
-        });
-      }
-    });
+    guardRequests(app, { guard, throttle, readOnly });
 
     app.setErrorHandler((err, _req, reply) => {
       const redisDown =
@@ -233,7 +179,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
         .send({ error: { code, message: err instanceof Error ? err.message : String(err) } });
     });
 
-    const board = await mountBoard(app, { reader, readOnly });
+    const board = await mountBoard(app, { reader, readOnly, producerFor });
 
     app.get('/limiter', (_req, reply) => {
       const nonce = randomBytes(16).toString('base64');
@@ -285,6 +231,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     timer.unref();
   } catch (err) {
     await app.close().catch(() => {});
+    await closeProducers().catch(() => {});
     await reader.close().catch(() => {});
     if (ownsRedis) redis.disconnect();
     throw err;
@@ -302,6 +249,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
       closing ??= (async () => {
         clearInterval(timer);
         await app.close();
+        await closeProducers();
         await reader.close();
         if (ownsRedis) await redis.quit().catch(() => redis.disconnect());
       })();

@@ -33,17 +33,20 @@ export async function addOne(
 ): Promise<EnqueuedJob> {
   const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
   try {
-    const [exists] = await ctx.gate.reserveOrWait([id], data.tenant, options);
+    const bytes = ctx.gate.weigh([traced], data.tenant);
+    const [exists] = await ctx.gate.reserveOrWait([id], data.tenant, options, bytes);
     if (exists) {
       endEnqueueSpan(span, undefined, false);
       return { id, created: false };
     }
+    let added = false;
     try {
       await ctx.call(() =>
         ctx.queue.add(JOB_NAME, traced, { ...ctx.jobOptions(data, attempts), jobId: id }),
       );
+      added = true;
     } finally {
-      await ctx.gate.release([id], data.tenant).catch(() => {});
+      await ctx.gate.release([id], data.tenant, added).catch(() => {});
     }
   } catch (err) {
     endEnqueueSpan(span, err);
@@ -74,7 +77,11 @@ export async function addInChunks(
       if (!first.has(id)) first.set(id, start + j);
     });
     const unique = [...first.keys()];
-    const existing = await ctx.gate.reserveOrWait(unique, tenant, options);
+    const weights = ctx.gate.weigh(
+      unique.map((id) => datas[first.get(id)!]),
+      tenant,
+    );
+    const existing = await ctx.gate.reserveOrWait(unique, tenant, options, weights);
     const fresh = unique.filter((_, j) => !existing[j]);
     const started = fresh.map((id) =>
       startEnqueueSpan(id, datas[first.get(id)!]!, options.traceparent),
@@ -100,6 +107,8 @@ export async function addInChunks(
       throw err;
     } finally {
       for (const { span } of started) endEnqueueSpan(span, failed);
+      // A failed addBulk may have added part of the chunk: the counts stay (the bound's
+      // pruning drops those of jobs that are not there).
       await ctx.gate.release(fresh, tenant).catch(() => {});
     }
     options.onChunk?.(chunkIds, start);
@@ -130,7 +139,8 @@ export async function addMapReduce(
       },
     ]);
   }
-  await ctx.gate.reserveOrWait(room, tenant, options);
+  await ctx.gate.reserveOrWait(room, tenant, options, batches ? [] : ctx.gate.weigh(parts, tenant));
+  let added = false;
   try {
     await ctx.call(() =>
       flows.add(
@@ -145,8 +155,9 @@ export async function addMapReduce(
         }),
       ),
     );
+    added = true;
   } finally {
-    await ctx.gate.release(room, tenant).catch(() => {});
+    await ctx.gate.release(room, tenant, added).catch(() => {});
   }
   return { id, partIds, created: true };
 }

@@ -50,6 +50,7 @@ export function createProducer(
     budgets: budgetSettingsOf(config),
     headroom: config.headroom,
     maxDepth: config.maxDepth,
+    maxDepthBytes: config.maxDepthBytes,
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

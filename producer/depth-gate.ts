@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { QueueFullError } from '../shared/errors.ts';
+import { formatBytes, QueueFullError, RequestValidationError } from '../shared/errors.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
@@ -20,6 +20,13 @@ export interface DepthGateOptions {
    * tenant's set is pruned, one member at a time, when it looks full.
    */
   readonly tenantMaxDepth?: number | Readonly<Record<string, number>>;
+  /**
+   * Bytes of waiting jobs' data allowed in the queue (Config.maxDepthBytes); 0 for no bound.
+   * @default 0
+   */
+  readonly maxDepthBytes?: number;
+  /** Bytes of waiting jobs' data allowed per tenant, as {@link tenantMaxDepth}. */
+  readonly tenantMaxBytes?: number | Readonly<Record<string, number>>;
   /** How long a reservation lives if its producer dies before adding. @default 30_000 */
   readonly reservationTtlMs?: number;
   /** The retry hint a full queue answers with. @default 1_000 */
@@ -35,6 +42,8 @@ export type ReserveOutcome =
   /** `existing[i]` is true when the i-th job exists already (nothing was reserved for it). */
   | { readonly ok: true; readonly existing: readonly boolean[] }
   | { readonly ok: false; readonly full: QueueFullError }
+  /** The jobs' bytes are more than a bytes bound: they could never be added. */
+  | { readonly ok: false; readonly never: RequestValidationError }
   /** Another producer is adding this id right now. */
   | { readonly ok: false; readonly pending: string };
 
@@ -49,10 +58,12 @@ export interface WaitForRoomOptions {
 /**
  * Keeps the queue's depth (and each tenant's) under its bound, under any number of producers in
  * any number of processes: reserve (one Lua script: count and reserve at once), add, release.
- * See `lua/reserveDepth-6.lua` for what counts as waiting.
+ * See `lua/reserveDepth-8.lua` for what counts as waiting.
  */
 export class DepthGate {
   readonly maxDepth: number;
+  readonly maxDepthBytes: number;
+  private readonly tenantMaxBytes: number | Readonly<Record<string, number>>;
   private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly queue: LlmqQueue;
@@ -67,14 +78,15 @@ export class DepthGate {
     this.queue = options.queue;
     this.maxDepth = options.maxDepth ?? 0;
     this.tenantMaxDepth = options.tenantMaxDepth ?? 0;
+    this.maxDepthBytes = options.maxDepthBytes ?? 0;
+    this.tenantMaxBytes = options.tenantMaxBytes ?? 0;
     this.ttlMs = options.reservationTtlMs ?? 30_000;
     this.retryAfterMs = options.retryAfterMs ?? 1_000;
     this.call = options.call ?? ((op) => op());
     checkBound('maxDepth', this.maxDepth);
-    if (typeof this.tenantMaxDepth === 'number') checkBound('tenantMaxDepth', this.tenantMaxDepth);
-    else
-      for (const [t, n] of Object.entries(this.tenantMaxDepth))
-        checkBound(`tenantMaxDepth.${t}`, n);
+    checkBound('maxDepthBytes', this.maxDepthBytes);
+    checkBounds('tenantMaxDepth', this.tenantMaxDepth);
+    checkBounds('tenantMaxBytes', this.tenantMaxBytes);
     if (!Number.isInteger(this.ttlMs) || this.ttlMs < 1_000) {
       throw new TypeError(
         `reservationTtlMs must be a whole number of ms from 1000 up, got ${this.ttlMs}`,
@@ -84,9 +96,13 @@ export class DepthGate {
 
   /** The bound of a tenant's waiting jobs; 0 when unbounded. */
   tenantBound(tenant: string | undefined): number {
-    if (tenant === undefined) return 0;
-    if (typeof this.tenantMaxDepth === 'number') return this.tenantMaxDepth;
-    return this.tenantMaxDepth[tenant] ?? this.tenantMaxDepth['*'] ?? 0;
+    return boundOf(this.tenantMaxDepth, tenant);
+  }
+
+  /** The bytes of each job's data, when a bytes bound applies to the tenant; else none. */
+  weigh(datas: readonly unknown[], tenant: string | undefined): number[] {
+    if (this.maxDepthBytes === 0 && boundOf(this.tenantMaxBytes, tenant) === 0) return [];
+    return datas.map(jobBytes);
   }
 
   /** The most jobs one reservation may take (a chunk larger than a bound could never fit). */
@@ -95,8 +111,15 @@ export class DepthGate {
     return bounds.length > 0 ? Math.min(...bounds) : Number.POSITIVE_INFINITY;
   }
 
-  /** Tries once to reserve room for `ids` (all or none). */
-  async reserve(ids: readonly string[], tenant: string | undefined): Promise<ReserveOutcome> {
+  /**
+   * Tries once to reserve room for `ids` (all or none); `bytes[i]` is the size of the i-th
+   * job's data (see {@link jobBytes}), counted against the bytes bounds.
+   */
+  async reserve(
+    ids: readonly string[],
+    tenant: string | undefined,
+    bytes: readonly number[] = [],
+  ): Promise<ReserveOutcome> {
     const k = this.queue.keys;
     const tenantBound = this.tenantBound(tenant);
     const reply = (await this.call(() =>
@@ -110,33 +133,40 @@ export class DepthGate {
           k['delayed']!,
           this.reservationsKey(),
           this.tenantKey(tenant),
+          this.sizesKey(),
+          this.tenantSizesKey(tenant),
         ],
-        [this.maxDepth, tenantBound, this.ttlMs, `${k['']}`, ...ids],
+        [
+          this.maxDepth,
+          tenantBound,
+          this.ttlMs,
+          `${k['']}`,
+          this.maxDepthBytes,
+          boundOf(this.tenantMaxBytes, tenant),
+          ...ids.flatMap((id, i) => [id, bytes[i] ?? 0]),
+        ],
       ),
     )) as [number, string | number, number?];
+    const full = (who: string, unit: 'jobs' | 'bytes') => ({
+      ok: false as const,
+      full: new QueueFullError(who, Number(reply[1]), Number(reply[2]), this.retryAfterMs, unit),
+    });
+    const queue = `queue "${this.names.queue}"`;
+    const ofTenant = `tenant "${tenant}" of ${queue}`;
     switch (reply[0]) {
       case 0:
         return { ok: true, existing: [...String(reply[1])].map((c) => c === '1') };
       case 1:
-        return {
-          ok: false,
-          full: new QueueFullError(
-            `queue "${this.names.queue}"`,
-            Number(reply[1]),
-            Number(reply[2]),
-            this.retryAfterMs,
-          ),
-        };
+        return full(queue, 'jobs');
       case 2:
-        return {
-          ok: false,
-          full: new QueueFullError(
-            `tenant "${tenant}" of queue "${this.names.queue}"`,
-            Number(reply[1]),
-            Number(reply[2]),
-            this.retryAfterMs,
-          ),
-        };
+        return full(ofTenant, 'jobs');
+      case 4:
+        return full(queue, 'bytes');
+      case 5:
+        return full(ofTenant, 'bytes');
+      case 6:
+      case 7:
+        return { ok: false, never: neverFits(reply[0] === 6 ? queue : ofTenant, reply) };
       case 3:
         return { ok: false, pending: String(reply[1]) };
       default:
@@ -153,6 +183,7 @@ export class DepthGate {
     ids: readonly string[],
     tenant: string | undefined,
     options: WaitForRoomOptions = {},
+    bytes: readonly number[] = [],
   ): Promise<readonly boolean[]> {
     const started = Date.now();
     const waitTimeoutMs = options.waitTimeoutMs ?? Number.POSITIVE_INFINITY;
@@ -160,8 +191,9 @@ export class DepthGate {
     let pendingSince: number | undefined;
     for (;;) {
       options.signal?.throwIfAborted();
-      const outcome = await this.reserve(ids, tenant);
+      const outcome = await this.reserve(ids, tenant, bytes);
       if (outcome.ok) return outcome.existing;
+      if ('never' in outcome) throw outcome.never;
       let delay: number;
       if ('pending' in outcome) {
         pendingSince ??= Date.now();
@@ -180,15 +212,23 @@ export class DepthGate {
     }
   }
 
-  /** Drops the reservations of `ids` once they were added (or the add failed). */
-  async release(ids: readonly string[], tenant: string | undefined): Promise<void> {
+  /**
+   * Drops the reservations of `ids` once they were added; with `added` false (the add failed)
+   * their counts in the tenant's set and the sizes go too.
+   */
+  async release(ids: readonly string[], tenant: string | undefined, added = true): Promise<void> {
     if (ids.length === 0) return;
     await this.call(() =>
       runLua(
         this.redis,
         SCRIPTS['releaseDepth']!,
-        [this.reservationsKey(), this.tenantKey(tenant)],
-        ids,
+        [
+          this.reservationsKey(),
+          this.tenantKey(tenant),
+          this.sizesKey(),
+          this.tenantSizesKey(tenant),
+        ],
+        [added ? '1' : '0', ...ids],
       ),
     );
   }
@@ -257,6 +297,14 @@ export class DepthGate {
     return llmqKey(this.names, 'depth', 'reservations');
   }
 
+  private sizesKey(): string {
+    return llmqKey(this.names, 'depth', 'sizes');
+  }
+
+  private tenantSizesKey(tenant: string | undefined): string {
+    return llmqKey(this.names, 'depth', 'tenant-sizes', tenant ?? '');
+  }
+
   private tenantKey(tenant: string | undefined): string {
     return llmqKey(this.names, 'depth', 'tenant', tenant ?? '');
   }
@@ -265,6 +313,32 @@ export class DepthGate {
 function checkBound(name: string, n: number): void {
   if (!Number.isInteger(n) || n < 0)
     throw new TypeError(`${name} must be a whole number from 0 (unbounded) up, got ${n}`);
+}
+
+function checkBounds(name: string, b: number | Readonly<Record<string, number>>): void {
+  if (typeof b === 'number') checkBound(name, b);
+  else for (const [t, n] of Object.entries(b)) checkBound(`${name}.${t}`, n);
+}
+
+/** A tenant's bound of a per-tenant setting (`'*'` for the others); 0 when unbounded. */
+function boundOf(b: number | Readonly<Record<string, number>>, tenant: string | undefined): number {
+  if (tenant === undefined) return 0;
+  if (typeof b === 'number') return b;
+  return b[tenant] ?? b['*'] ?? 0;
+}
+
+/** What a job weighs against the bytes bounds: its data as BullMQ stores it (JSON, UTF-8). */
+export function jobBytes(data: unknown): number {
+  return Buffer.byteLength(JSON.stringify(data), 'utf8');
+}
+
+function neverFits(what: string, reply: readonly unknown[]): RequestValidationError {
+  return new RequestValidationError([
+    {
+      field: '(body)',
+      message: `is ${formatBytes(Number(reply[1]))}, more than ${what} holds at once (${formatBytes(Number(reply[2]))} of waiting requests): send a smaller request or raise the bound (LLMQ_MAX_DEPTH_BYTES, or max-bytes in the keys file)`,
+    },
+  ]);
 }
 
 /** The Lua scripts of the producer, for the test that loads every script. */

@@ -1,5 +1,6 @@
 import { LlmqError, RedisUnavailableError } from '../shared/errors.ts';
 import type { DeadLetter } from '../shared/job.ts';
+import { namedRedisError } from '../shared/redis.ts';
 
 /**
  * The job was dead-lettered: it will not produce a result unless someone retries it (`llmq dlq
@@ -101,7 +102,8 @@ export function isRedisDown(err: unknown): boolean {
 
 /**
  * Runs a Redis operation with a deadline; a connection failure or the deadline becomes a
- * {@link RedisUnavailableError} naming the URL, anything else is rethrown as is.
+ * {@link RedisUnavailableError} naming the URL, Redis out of memory a RedisOutOfMemoryError,
+ * anything else is rethrown as is.
  */
 export async function withRedis<T>(
   url: string,
@@ -119,6 +121,8 @@ export async function withRedis<T>(
     return await Promise.race([op(), deadline]);
   } catch (err) {
     if (err instanceof LlmqError) throw err;
+    const named = namedRedisError(err, url);
+    if (named) throw named;
     if (isConnectionError(err))
       throw new RedisUnavailableError(url, (err as Error).message, { cause: err });
     throw err;

@@ -23,6 +23,11 @@ export function newJobId(): string {
   return randomUUID();
 }
 
+/**
+ * Throws unless `key` is a string of 1 to 512 characters of valid Unicode. A lone surrogate
+ * (`\ud800`) is refused: UTF-8 has no encoding for it, so hashing would turn it into U+FFFD and
+ * `k\ud800`, `k\udbff` and `k\uFFFD` would name one job.
+ */
 export function checkIdempotencyKey(
   key: unknown,
   field = 'idempotency_key',
@@ -32,6 +37,16 @@ export function checkIdempotencyKey(
       typeof key === 'string' ? `a string of ${key.length} characters` : JSON.stringify(key);
     throw new RequestValidationError([
       { field, message: `must be a string of 1 to 512 characters (got ${shown})` },
+    ]);
+  }
+  const lone = /\p{Surrogate}/u.exec(key);
+  if (lone) {
+    const code = lone[0].charCodeAt(0).toString(16).padStart(4, '0');
+    throw new RequestValidationError([
+      {
+        field,
+        message: `must be valid Unicode: it holds a lone surrogate (\\u${code} at character ${lone.index}), which has no UTF-8 encoding`,
+      },
     ]);
   }
 }

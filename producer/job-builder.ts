@@ -1,6 +1,10 @@
 import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { amountOf, DIMENSION_NAMES, type Dimension } from '../shared/dimensions.ts';
-import { CostExceedsLimitError, RequestValidationError } from '../shared/errors.ts';
+import {
+  CostExceedsLimitError,
+  PriorityNotAllowedError,
+  RequestValidationError,
+} from '../shared/errors.ts';
 import { type Cost, estimateCost } from '../shared/estimate.ts';
 import { capLimitSet, type FleetLimits, type LimitSet } from '../shared/fleet-limits.ts';
 import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
@@ -119,6 +123,8 @@ export class JobBuilder {
         { field: 'priority', message: (err as Error).message.replace(/^priority /, '') },
       ]);
     }
+    if (options.maxPriority !== undefined && priority < options.maxPriority)
+      throw new PriorityNotAllowedError(priority, options.maxPriority);
     if (options.idempotencyKey !== undefined)
       checkIdempotencyKey(options.idempotencyKey, 'idempotencyKey');
     if (

@@ -1,4 +1,5 @@
 import type { JobData } from '../shared/job.ts';
+import { ticketOf } from '../shared/job-ticket.ts';
 import type { ProducerOptions } from './producer-options.ts';
 
 const DAY_S = 24 * 3600;
@@ -17,6 +18,8 @@ export function jobOptionsFor(
   const completedCount = o.keepCompletedCount ?? 100_000;
   const failedS = o.keepFailedS ?? 7 * DAY_S;
   return (data, attempts) => ({
+    // What the gate schedules by, where the request cannot write (see shared/job-ticket.ts).
+    llmq: ticketOf(data),
     priority: data.priority,
     attempts,
     removeOnComplete: { age: completedS, count: completedCount },

@@ -1,5 +1,6 @@
 import type { Via } from '../shared/batch-via.ts';
 import type { BudgetSettings } from '../shared/budgets.ts';
+import type { RedisOutOfMemoryError } from '../shared/errors.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { DimensionLimits } from '../shared/limiter/types.ts';
 import type { PriorityLane } from '../shared/priority.ts';
@@ -51,6 +52,10 @@ export interface ProducerOptions {
   readonly maxDepth?: number;
   /** Waiting jobs allowed per tenant: one number for all, or per name (`'*'` for the rest). */
   readonly tenantMaxDepth?: number | Readonly<Record<string, number>>;
+  /** Bytes of waiting jobs' data allowed in the queue (Config.maxDepthBytes); 0 for no bound. @default 0 */
+  readonly maxDepthBytes?: number;
+  /** Bytes of waiting jobs' data allowed per tenant: one number for all, or per name (`'*'` for the rest). */
+  readonly tenantMaxBytes?: number | Readonly<Record<string, number>>;
   /** The retry hint of a {@link QueueFullError}. @default 1_000 */
   readonly retryAfterMs?: number;
   /** How long a depth reservation outlives a producer that died mid-add. @default 30_000 */
@@ -67,6 +72,11 @@ export interface ProducerOptions {
   readonly keepCompletedCount?: number;
   /** Seconds a failed (dead-lettered) job is kept. @default 604_800 (7 days) */
   readonly keepFailedS?: number;
+  /**
+   * Called each time Redis refuses a write for its maxmemory (the call then throws the same
+   * error): `llmq serve` logs it, throttled. @default undefined
+   */
+  readonly onRedisOutOfMemory?: (err: RedisOutOfMemoryError) => void;
 }
 
 /**
@@ -89,6 +99,11 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly priority?: PriorityLane | number | string;
   /** The tenant the job belongs to; its limiter scope is `tenant:<name>`. */
   readonly tenant?: string;
+  /**
+   * The most urgent priority the caller may ask (1 the most urgent): a more urgent `priority`
+   * is refused with PriorityNotAllowedError, never lowered in silence. @default undefined (any)
+   */
+  readonly maxPriority?: number;
   /**
    * The same key never makes a second job (in any process) while the first exists: the first
    * job's id comes back instead. Scoped by tenant. See `idempotency.ts` for what happens after

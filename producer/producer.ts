@@ -1,7 +1,7 @@
 import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
-import { RequestValidationError } from '../shared/errors.ts';
+import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
@@ -73,6 +73,7 @@ export class Producer {
   private readonly commandTimeoutMs: number;
   private readonly jobOptions: JobOptionsOf;
   private readonly ownsRedis: boolean;
+  private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
@@ -87,6 +88,7 @@ export class Producer {
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
     this.ownsRedis = options.ownsRedis ?? false;
+    this.onOutOfMemory = options.onRedisOutOfMemory;
     this.names = options.names;
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
@@ -114,6 +116,8 @@ export class Producer {
       queue: this.queue,
       maxDepth: options.maxDepth ?? 0,
       tenantMaxDepth: options.tenantMaxDepth,
+      maxDepthBytes: options.maxDepthBytes ?? 0,
+      tenantMaxBytes: options.tenantMaxBytes,
       reservationTtlMs: options.reservationTtlMs,
       retryAfterMs: options.retryAfterMs,
       call: (op) => this.redisCall(op),
@@ -444,7 +448,12 @@ export class Producer {
     this.registered = true;
   }
 
-  private redisCall<T>(op: () => Promise<T>): Promise<T> {
-    return withRedis(this.redisUrl, this.commandTimeoutMs, op);
+  private async redisCall<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await withRedis(this.redisUrl, this.commandTimeoutMs, op);
+    } catch (err) {
+      if (err instanceof RedisOutOfMemoryError) this.onOutOfMemory?.(err);
+      throw err;
+    }
   }
 }

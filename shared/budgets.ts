@@ -10,9 +10,59 @@ import { z } from 'zod';
 import { LlmqError } from './errors.ts';
 import type { QueueNames } from './keys.ts';
 import { moneyKeys } from './limiter/limiter-keys.ts';
-import type { MoneyClaim, MoneyShortfall } from './limiter/types.ts';
 import { costMicros, type ModelPrice, type PricedUsage, priceOf } from './prices.ts';
 import type { RedisClient } from './redis.ts';
+
+/**
+ * A call's money, held with its admission (built by `BudgetLedger.claim`): its worst-case cost
+ * in whole micro-dollars, the budgets it must fit, and every spend field it is charged to.
+ */
+export interface MoneyClaim {
+  readonly micros: number;
+  readonly limits: readonly {
+    /** Its field in the spend hash, `<period id>|<budget>`. */
+    readonly field: string;
+    readonly budget: string;
+    readonly period: 'day' | 'month';
+    readonly limitMicros: number;
+    /** When the period ends (ms since the epoch). */
+    readonly resetsAt: number;
+  }[];
+  /** The limits' fields and the model's (`<period id>|model:<name>`). */
+  readonly fields: readonly string[];
+  /** The period ids whose spend is kept: this day, the day before, this month, the one before. */
+  readonly periods: readonly string[];
+}
+
+/** A money budget without room for a call's worst case (denial reason `money`). */
+export interface MoneyShortfall {
+  readonly budget: string;
+  readonly period: 'day' | 'month';
+  readonly spentMicros: number;
+  readonly limitMicros: number;
+  /** When the budget's period ends (ms since the epoch). */
+  readonly resetsAt: number;
+  /** The worst case exceeds the budget outright: it could never fit. */
+  readonly neverFits: boolean;
+}
+
+/** The money denial of an acquire, with its budget's limit and reset from the call's claim. */
+export function moneyDenial(
+  claim: MoneyClaim | undefined,
+  r: { budget: string; period: 'day' | 'month'; spent: number; limit: number },
+): { ok: false; reason: 'money'; waitMs: number; money: MoneyShortfall } {
+  const l = claim?.limits.find((x) => x.budget === r.budget && x.period === r.period);
+  const limitMicros = l?.limitMicros ?? r.limit;
+  const money: MoneyShortfall = {
+    budget: r.budget,
+    period: r.period,
+    spentMicros: r.spent,
+    limitMicros,
+    resetsAt: l?.resetsAt ?? Date.now(),
+    neverFits: (claim?.micros ?? 0) > limitMicros,
+  };
+  return { ok: false, reason: 'money', waitMs: Math.max(money.resetsAt - Date.now(), 0), money };
+}
 
 export type Period = 'day' | 'month';
 export const PERIODS: readonly Period[] = ['day', 'month'];

@@ -1,12 +1,24 @@
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { type BudgetLimits, type BudgetPolicy, budgetsSchema } from './budgets.ts';
-import { durationMs } from './duration.ts';
+import {
+  type BudgetLimits,
+  type BudgetPolicy,
+  budgetsSchema,
+} from './budgets.ts';
+import { loadConfigFile } from './config-file.ts';
+import {
+  jsonOf,
+  modelsSchema,
+  name,
+  optionalLimit,
+  retryForSchema,
+  scopesSchema,
+  sizeSchema,
+  wholeAtLeast,
+} from './config-schemas.ts';
 import { ConfigError } from './errors.ts';
-import { DEFAULT_RETRY_FOR_MS, MAX_RETRY_FOR_MS } from './job.ts';
+import { DEFAULT_RETRY_FOR_MS } from './job.ts';
 import type { OutputAccounting } from './limiter/types.ts';
-import { MODEL_PATTERN } from './models.ts';
-import { type ModelPrice, pricesSchema } from './prices.ts';
+import { type ModelPrice, pricesSchema, } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -43,8 +55,7 @@ export interface Config {
   /**
    * How the provider charges output tokens: `reserve` (the whole `max_tokens`, kept), `actual`
    * (the unused part given back when the call ends) or `produced` (as it is produced); see
-   * docs/limiter.md. @default 'reserve'
-   * (flag --output-accounting, env LLMQ_OUTPUT_ACCOUNTING)
+   * docs/limiter.md. @default 'reserve' (flag --output-accounting, env LLMQ_OUTPUT_ACCOUNTING)
    * @inlineType OutputAccounting
    */
   readonly outputAccounting: OutputAccounting;
@@ -69,6 +80,10 @@ export interface Config {
   readonly retryForMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
+  /** Bytes of waiting requests' JSON in the queue; 0 is unbounded. @default 1gb (LLMQ_MAX_DEPTH_BYTES) */
+  readonly maxDepthBytes: number;
+  /** The largest body `llmq serve` reads, as the API's. @default 32mb (--body-limit, LLMQ_BODY_LIMIT) */
+  readonly bodyLimit: number;
   /**
    * Limits of nested scopes inside the global one, per window, by scope name:
    * `{ "tenant:acme": { "tpm": 20000, "rpm": 100 } }` (config file `scopes`, or env LLMQ_SCOPES
@@ -153,36 +168,6 @@ interface Setting {
   /** What the value must be, for the error message. */
   readonly expect: string;
 }
-
-const wholeAtLeast = (min: number) =>
-  z.coerce.number().refine((n) => Number.isInteger(n) && n >= min);
-const optionalLimit = wholeAtLeast(1).optional();
-const name = z.string().regex(/^[A-Za-z0-9_.-]{1,100}$/);
-
-const scopeLimits = z.strictObject({
-  weight: z.coerce.number().finite().positive().optional(),
-  rpm: wholeAtLeast(1).optional(),
-  tpm: wholeAtLeast(1).optional(),
-  itpm: wholeAtLeast(1).optional(),
-  otpm: wholeAtLeast(1).optional(),
-});
-/** JSON given as a string (an env variable) is parsed first. */
-const jsonOf = (schema: z.ZodType) =>
-  z.preprocess((v) => {
-    if (typeof v !== 'string') return v;
-    try {
-      return JSON.parse(v);
-    } catch {
-      return v;
-    }
-  }, schema);
-/** A duration with a unit (`10m`), or a number of ms from a config file. */
-const retryForSchema = z
-  .union([z.number(), z.string()])
-  .transform((v) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN)))
-  .refine((n) => Number.isInteger(n) && n >= 0 && n <= MAX_RETRY_FOR_MS);
-const scopesSchema = jsonOf(z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeLimits));
-const modelsSchema = jsonOf(z.record(z.string().regex(MODEL_PATTERN), scopeLimits));
 
 const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
@@ -298,6 +283,20 @@ const SETTINGS: Record<Key, Setting> = {
     default: 10_000,
     expect: 'a whole number from 0 (unbounded) up',
   },
+  maxDepthBytes: {
+    env: 'LLMQ_MAX_DEPTH_BYTES',
+    flag: 'maxDepthBytes',
+    schema: sizeSchema(0),
+    default: 1024 ** 3,
+    expect: 'a size such as 512mb or 2gb, or 0 (unbounded)',
+  },
+  bodyLimit: {
+    env: 'LLMQ_BODY_LIMIT',
+    flag: 'bodyLimit',
+    schema: sizeSchema(1),
+    default: 32 * 1024 ** 2,
+    expect: 'a size such as 32mb or 512kb',
+  },
   scopes: {
     env: 'LLMQ_SCOPES',
     schema: scopesSchema,
@@ -351,27 +350,6 @@ const SETTINGS: Record<Key, Setting> = {
   },
 };
 
-function loadFile(file: ConfigSources['file']): Record<string, unknown> {
-  if (file === undefined) return {};
-  if (typeof file !== 'string') return file;
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new ConfigError(
-      `config file ${file} cannot be read (${(err as Error).message}): check the path`,
-    );
-  }
-  try {
-    const parsed: unknown = JSON.parse(text);
-    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
-      throw new Error('not an object');
-    return parsed as Record<string, unknown>;
-  } catch (err) {
-    throw new ConfigError(`config file ${file} is not a JSON object (${(err as Error).message})`);
-  }
-}
-
 const truncate = (s: string, max = 120) => (s.length > max ? `${s.slice(0, max)}…` : s);
 
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';
@@ -391,7 +369,7 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
   const flags = sources.flags ?? {};
   const env = sources.env ?? {};
   const fileSource = sources.file ?? env['LLMQ_CONFIG'];
-  const file = loadFile(fileSource);
+  const file = loadConfigFile(fileSource);
   const out: Record<string, unknown> = {};
   for (const [key, s] of Object.entries(SETTINGS) as [Key, Setting][]) {
     let raw: unknown;

@@ -18,6 +18,9 @@ export type LlmqErrorCode =
   | 'CONFIG_INVALID'
   | 'REQUEST_INVALID'
   | 'REDIS_UNAVAILABLE'
+  | 'REDIS_OUT_OF_MEMORY'
+  | 'PRIORITY_NOT_ALLOWED'
+  | 'LAYOUT_MISMATCH'
   | 'LIMITER_UNAVAILABLE'
   | 'COST_EXCEEDS_LIMIT'
   | 'QUEUE_FULL'
@@ -111,6 +114,40 @@ export class ModelNotServedError extends RequestValidationError {
   }
 }
 
+/** The request asks a priority more urgent than its caller (its API key) may ask. */
+export class PriorityNotAllowedError extends LlmqError {
+  readonly priority: number;
+  readonly maxPriority: number;
+  constructor(priority: number, maxPriority: number) {
+    super(
+      'PRIORITY_NOT_ALLOWED',
+      `priority ${priority} is more urgent than this API key may ask (its max-priority is ${maxPriority}; 1 is the most urgent): ask ${maxPriority} or a larger number`,
+    );
+    this.priority = priority;
+    this.maxPriority = maxPriority;
+  }
+}
+
+/**
+ * Workers of another build (another layout stamp: other Lua scripts or keys) are alive on the
+ * queue; this one must not run beside them.
+ */
+export class LayoutMismatchError extends LlmqError {
+  readonly theirs: string;
+  constructor(
+    queue: string,
+    ours: string,
+    live: { readonly stamp: string; readonly workers: number; readonly leftMs: number },
+  ) {
+    super(
+      'LAYOUT_MISMATCH',
+      `queue "${queue}" is served by ${live.workers} worker(s) of another llmq build (layout ${live.stamp}; this build is ${ours}): ` +
+        `stop those workers first, or wait until they are gone (a stopped or dead worker's entry lapses within ${Math.ceil(live.leftMs / 1000)} s), then start this one`,
+    );
+    this.theirs = live.stamp;
+  }
+}
+
 /** Redis did not answer at the configured URL. */
 export class RedisUnavailableError extends LlmqError {
   readonly url: string;
@@ -121,6 +158,21 @@ export class RedisUnavailableError extends LlmqError {
       options,
     );
     this.url = redactUrl(url);
+  }
+}
+
+/**
+ * Redis refused a write because it reached its `maxmemory` (`-OOM`, or `EXECABORT` of a
+ * transaction it refused for that): nothing of the command was written.
+ */
+export class RedisOutOfMemoryError extends LlmqError {
+  constructor(url: string, options?: { cause?: unknown }) {
+    super(
+      'REDIS_OUT_OF_MEMORY',
+      `Redis at ${redactUrl(url)} is out of memory (its maxmemory is reached) and refused the command; ` +
+        'nothing was written: raise maxmemory, lower LLMQ_MAX_DEPTH_BYTES, or let workers drain the queue',
+      options,
+    );
   }
 }
 
@@ -175,8 +227,8 @@ export class CostExceedsLimitError extends LlmqError {
 }
 
 /**
- * The queue (or a tenant's share of it) is at its depth bound; nothing was added. Retry after
- * `retryAfterMs`, or enqueue with `{ wait: true }` to wait for room.
+ * The queue (or a tenant's share of it) is at its depth bound, in jobs or in bytes; nothing was
+ * added. Retry after `retryAfterMs`, or enqueue with `{ wait: true }` to wait for room.
  *
  * @example
  * ```ts
@@ -191,15 +243,26 @@ export class CostExceedsLimitError extends LlmqError {
 export class QueueFullError extends LlmqError {
   /** How long to wait before trying again, in milliseconds. */
   readonly retryAfterMs: number;
-  /** Jobs waiting when it was refused. */
+  /** Jobs (or bytes, when `unit` is `bytes`) waiting. */
   readonly depth: number;
   /** The bound. */
   readonly maxDepth: number;
+  /** What the bound counts. */
+  readonly unit: 'jobs' | 'bytes';
   /** What is full and how full, without the advice (`queue "q" is full (4 waiting, bound 4)`). */
   readonly summary: string;
   /** @internal */
-  constructor(what: string, depth: number, maxDepth: number, retryAfterMs: number) {
-    const summary = `${what} is full (${depth} waiting, bound ${maxDepth})`;
+  constructor(
+    what: string,
+    depth: number,
+    maxDepth: number,
+    retryAfterMs: number,
+    unit: 'jobs' | 'bytes' = 'jobs',
+  ) {
+    const summary =
+      unit === 'bytes'
+        ? `${what} is full (${formatBytes(depth)} of requests waiting, bound ${formatBytes(maxDepth)})`
+        : `${what} is full (${depth} waiting, bound ${maxDepth})`;
     super(
       'QUEUE_FULL',
       `${summary}: retry in ${Math.ceil(retryAfterMs / 1000)} s or enqueue with { wait: true }`,
@@ -208,7 +271,20 @@ export class QueueFullError extends LlmqError {
     this.depth = depth;
     this.maxDepth = maxDepth;
     this.retryAfterMs = retryAfterMs;
+    this.unit = unit;
   }
+}
+
+/** A number of bytes for people: `512 B`, `1.5 KB`, `32 MB` (powers of 1024). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${i === 0 ? v : Number(v.toFixed(1))} ${units[i]}`;
 }
 
 /**

@@ -2,19 +2,19 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { RedisClient } from './redis.ts';
-import { VERSION } from './version.ts';
 
 /**
  * Lua scripts live in `.lua` files named `<name>-<numberOfKeys>.lua`, each opening with a
  * header that lists its KEYS, ARGV and output. `--- @include "x"` pulls in `includes/x.lua`.
- * They are registered with `defineCommand` under a name that carries llmq's version, so two
- * versions of llmq on one Redis never run each other's scripts.
+ * They are registered with `defineCommand` under a name that carries a hash of the script's
+ * text, so two builds of llmq on one Redis never run each other's scripts, whatever version
+ * number they carry.
  */
 export interface LuaScript {
   readonly name: string;
   readonly numberOfKeys: number;
   readonly lua: string;
-  /** The command name registered on a connection, e.g. `llmq_0_1_0_acquire`. */
+  /** The command name registered on a connection, e.g. `llmq_limiter_acquire_3f2a9c01d4`. */
   readonly command: string;
 }
 
@@ -35,8 +35,8 @@ export function loadLuaScripts(dir: string): Record<string, LuaScript> {
       numberOfKeys: Number(keys),
       lua,
       // Named after the folder that holds `lua/` (limiter, worker, producer), so scripts of
-      // different parts may share a name.
-      command: `llmq_${VERSION.replace(/\W/g, '_')}_${basename(dirname(dir))}_${name}`,
+      // different parts may share a name, and after the script's text.
+      command: `llmq_${basename(dirname(dir))}_${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 10)}`,
     };
   }
   return out;

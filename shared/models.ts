@@ -50,16 +50,19 @@ export function matchModel(patterns: readonly string[], model: string): string |
   return best;
 }
 
+/** A model name that may name a scope as it is (what the API's model ids look like). */
+const SCOPE_SAFE = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$/;
+
 /**
- * The model scope a job is charged to: `model:<pattern>`, or none when no pattern matches
- * (global limits only), or a ModelNotServedError when `strict`.
+ * The model scope a job is charged to: `model:<pattern>`; when no pattern matches, the model's
+ * own (`model:<name>`, unlimited but for what the provider's headers say of it: the API limits
+ * each model class), or a ModelNotServedError when `strict`.
  */
 export function modelScopeOf(
   patterns: readonly string[],
   model: string,
   strict: boolean,
 ): string | undefined {
-  if (patterns.length === 0 && !strict) return undefined;
   const p = matchModel(patterns, model);
   if (p !== undefined) return modelScopeName(p);
   if (strict) {
@@ -69,7 +72,7 @@ export function modelScopeOf(
         'add a pattern for it, or turn modelsStrict off to use the global limits only',
     );
   }
-  return undefined;
+  return SCOPE_SAFE.test(model) ? modelScopeName(model) : undefined;
 }
 
 /** The model scope among a job's scopes, if any (its call's headers update it). */

@@ -21,18 +21,29 @@ export interface OpenOptions {
   readonly read?: boolean;
 }
 
+/**
+ * Connection trouble reaches each caller as the error of its own command; a queue's `error`
+ * event without a listener would have BullMQ print each one with its stack.
+ */
+function quiet<Q extends Queue>(queue: Q): Q {
+  queue.on('error', () => {});
+  return queue;
+}
+
 /** The BullMQ queue of llmq jobs. The connection is shared, not owned. */
 export function openQueue(
   connection: ConnectionOptions,
   names: QueueNames,
   options: OpenOptions = {},
 ): LlmqQueue {
-  return new Queue<JobData, JobResult, string>(names.queue, {
-    connection,
-    prefix: bullPrefix(names),
-    ...(options.read ? { skipMetasUpdate: true } : {}),
-    ...bullmqTelemetry(),
-  });
+  return quiet(
+    new Queue<JobData, JobResult, string>(names.queue, {
+      connection,
+      prefix: bullPrefix(names),
+      ...(options.read ? { skipMetasUpdate: true } : {}),
+      ...bullmqTelemetry(),
+    }),
+  );
 }
 
 /** The queue holding a queue's dead letters (nothing consumes it; people look at it). */
@@ -41,11 +52,13 @@ export function openDeadLetterQueue(
   names: QueueNames,
   options: OpenOptions = {},
 ): DeadLetterQueue {
-  return new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
-    connection,
-    prefix: bullPrefix(names),
-    ...(options.read ? { skipMetasUpdate: true } : {}),
-  });
+  return quiet(
+    new Queue<DeadLetter, unknown, string>(deadLetterQueueName(names.queue), {
+      connection,
+      prefix: bullPrefix(names),
+      ...(options.read ? { skipMetasUpdate: true } : {}),
+    }),
+  );
 }
 
 /** The names of a queue's batch-bound jobs: the same prefix (and hash tag), `<queue>-batches`. */

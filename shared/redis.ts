@@ -1,5 +1,10 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
-import { ConfigError, RedisUnavailableError } from './errors.ts';
+import {
+  ConfigError,
+  type LlmqError,
+  RedisOutOfMemoryError,
+  RedisUnavailableError,
+} from './errors.ts';
 import {
   describeHosts,
   parseRedisUrl,
@@ -166,6 +171,32 @@ export function describeRedis(redis: RedisClient): string {
 export async function untilReady(redis: RedisClient): Promise<void> {
   if (redis.status === 'ready') return;
   await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
+}
+
+const OOM = /^OOM /;
+
+/**
+ * True for Redis's refusals at its `maxmemory`: `-OOM` on a command or script, and `EXECABORT`
+ * of a transaction whose commands were refused for it (Redis refuses every command queued in a
+ * MULTI while out of memory; ioredis lists them as `previousErrors`). Either way Redis wrote
+ * nothing of that command or transaction.
+ */
+export function isOutOfMemory(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err instanceof RedisOutOfMemoryError || OOM.test(err.message)) return true;
+  if (!err.message.startsWith('EXECABORT')) return false;
+  const before = (err as { previousErrors?: unknown[] }).previousErrors ?? [];
+  // With no cause given, a transaction of llmq's is refused whole only for memory.
+  return before.length === 0 || before.some((e) => e instanceof Error && OOM.test(e.message));
+}
+
+/**
+ * The typed error for one of Redis's refusals that has a name ({@link isOutOfMemory}), or
+ * undefined: for the places that turn errors into answers or one line in the CLI.
+ */
+export function namedRedisError(err: unknown, url: string): LlmqError | undefined {
+  if (err instanceof RedisOutOfMemoryError) return err;
+  return isOutOfMemory(err) ? new RedisOutOfMemoryError(url, { cause: err }) : undefined;
 }
 
 /** Whether a client is a Cluster (its keys spread over several masters). */

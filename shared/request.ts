@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { type FieldIssue, RequestValidationError } from './errors.ts';
+import { checkJsonDepth } from './json-bounds.ts';
 
 /**
  * The subset of an Anthropic Messages request that llmq checks before it enqueues. Fields it
@@ -59,8 +60,12 @@ function truncate(s: string | undefined, max = 60): string {
   return s.length > max ? `${s.slice(0, max)}…` : s;
 }
 
-/** Validates a Messages request; throws a {@link RequestValidationError} naming the field. */
+/**
+ * Validates a Messages request; throws a {@link RequestValidationError} naming the field. Its
+ * nesting is bounded first, before anything that recurses sees it.
+ */
 export function parseMessagesRequest(input: unknown): MessagesRequest {
+  checkJsonDepth(input);
   const parsed = MessagesRequestSchema.safeParse(input);
   if (!parsed.success) throw new RequestValidationError(toFieldIssues(parsed.error, input));
   return parsed.data;

@@ -44,11 +44,13 @@ describe('the shared pause', () => {
 
     child.send({ op: 'acquire', cost });
     const waits: string[] = [];
-    const onWait = async (w: { reason: string }) => {
+    const onDenied = (w: { reason: string }) => {
       waits.push(w.reason);
-      return undefined;
     };
-    const [ra, rb] = await Promise.all([a.acquire(cost, { onWait }), b.acquire(cost, { onWait })]);
+    const [ra, rb] = await Promise.all([
+      a.acquire(cost, { onDenied }),
+      b.acquire(cost, { onDenied }),
+    ]);
     // Each waited: for the pause, or behind another waiter held by it.
     expect(waits.length).toBeGreaterThanOrEqual(2);
     expect((await child.next('waiting'))['reason']).toMatch(/^(paused|queued)$/);

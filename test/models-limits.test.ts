@@ -13,14 +13,18 @@ afterEach(async () => {
 });
 
 describe('model patterns', () => {
-  it('take the exact name first, then the longest prefix; none matches → global limits only, or refused when strict', () => {
+  it("take the exact name first, then the longest prefix; none matches → the model's own scope, or refused when strict", () => {
     const patterns = ['claude-sonnet-*', 'claude-sonnet-4-5*', 'claude-haiku-4-5'];
     expect(modelScopeOf(patterns, 'claude-sonnet-4-5-20250929', false)).toBe(
       'model:claude-sonnet-4-5*',
     );
     expect(modelScopeOf(patterns, 'claude-sonnet-4-0', false)).toBe('model:claude-sonnet-*');
     expect(modelScopeOf(patterns, 'claude-haiku-4-5', false)).toBe('model:claude-haiku-4-5');
-    expect(modelScopeOf(patterns, 'claude-haiku-4-5-x', false)).toBeUndefined();
+    // Unlimited but for what the provider's headers say of the model.
+    expect(modelScopeOf(patterns, 'claude-haiku-4-5-x', false)).toBe('model:claude-haiku-4-5-x');
+    expect(modelScopeOf([], 'claude-test-1', false)).toBe('model:claude-test-1');
+    // A name that could not name a scope has none.
+    expect(modelScopeOf([], 'a model|with bars', false)).toBeUndefined();
     expect(() => modelScopeOf(patterns, 'claude-opus-4-1', true)).toThrow(
       /model: "claude-opus-4-1" matches no pattern of models .* modelsStrict is on/,
     );

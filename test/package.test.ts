@@ -96,7 +96,7 @@ describe('the npm package', () => {
       'dist/shared/limiter/lua/acquire-12.lua',
       'dist/shared/limiter/lua/includes/view.lua',
       'dist/worker/lua/peek-6.lua',
-      'dist/producer/lua/reserveDepth-6.lua',
+      'dist/producer/lua/reserveDepth-8.lua',
       'dist/shared/lua/count-1.lua',
     ])
       expect(shipped, f).toContain(f);

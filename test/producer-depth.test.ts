@@ -68,6 +68,7 @@ function startConsumer(delayMs: number, concurrency = 1): Worker<JobData> {
 describe('producer scripts', () => {
   it('every Lua script of the producer loads', async () => {
     expect(Object.keys(PRODUCER_SCRIPTS).sort()).toEqual([
+      'countTokens',
       'releaseDepth',
       'reserveDepth',
       'takeWaiting',

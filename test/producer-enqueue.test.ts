@@ -133,7 +133,8 @@ describe('enqueue', () => {
     expect(job.opts.attempts).toBe(3);
     expect(job.data).toMatchObject({
       tenant: 'acme',
-      scopes: ['tenant:acme'],
+      // The model's own scope: where the provider's headers tell its limits.
+      scopes: ['tenant:acme', `model:${job.data.request.model}`],
       timeoutMs: 30_000,
       meta: { file: 'a.txt' },
     });

@@ -8,6 +8,7 @@ import { type Job, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
+import { readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
@@ -26,6 +27,54 @@ export interface HeadJob {
   readonly priority: number;
   readonly scopes: readonly string[];
   readonly tenant: string | undefined;
+  /**
+   * Its cached prefix, if it marks one: key, and its share of the input estimate (so that it
+   * scales with the estimate's learning; see shared/prompt-cache.ts).
+   */
+  readonly cache?: { readonly key: string; readonly share: number } | undefined;
+  /**
+   * The job cannot be scheduled: its ticket or data is not an llmq job's (it is dead-lettered
+   * with the reason), or of a newer format (left for a worker that knows it).
+   */
+  readonly problem?: { readonly newer: boolean; readonly reason: string } | undefined;
+}
+
+/** A peeked job from its id, options and (a format-1 job's) data; a `problem` when unreadable. */
+function headOf(id: string, optsJson: string, dataJson: string | undefined): HeadJob {
+  const r = readTicket(optsJson, dataJson);
+  const priority = r.ok ? r.priority : 100;
+  if (!r.ok) {
+    const none = { requests: 0, inputTokens: 0, outputTokens: 0 };
+    const problem = { newer: r.newer, reason: r.reason };
+    return {
+      id,
+      cost: none,
+      model: '',
+      counted: false,
+      priority,
+      scopes: [],
+      tenant: undefined,
+      problem,
+    };
+  }
+  const [requests, inputTokens, outputTokens] = r.ticket.c;
+  return {
+    id,
+    cost: { requests, inputTokens, outputTokens },
+    model: r.ticket.m,
+    counted: r.ticket.x === 1,
+    priority,
+    scopes: r.ticket.s ?? [],
+    tenant: r.ticket.t,
+    ...(r.ticket.k
+      ? {
+          cache: {
+            key: r.ticket.k[0],
+            share: Math.min(1, r.ticket.k[1] / Math.max(1, inputTokens)),
+          },
+        }
+      : {}),
+  };
 }
 
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */
@@ -78,21 +127,8 @@ export class HeadPeeker {
       ],
     )) as string[] | null;
     const heads: HeadJob[] = [];
-    for (let i = 0; reply && i + 1 < reply.length; i += 2) {
-      try {
-        const data = JSON.parse(reply[i + 1]!) as JobData;
-        heads.push({
-          id: reply[i]!,
-          cost: data.cost,
-          model: data.request.model,
-          counted: data.inputCounted === true,
-          priority: data.priority ?? 100,
-          scopes: data.scopes ?? [],
-          tenant: data.tenant,
-        });
-      } catch {
-        break;
-      }
+    for (let i = 0; reply && i + 2 < reply.length; i += 3) {
+      heads.push(headOf(reply[i]!, reply[i + 1]!, reply[i + 2] || undefined));
     }
     return heads;
   }

@@ -1,12 +1,13 @@
 import type { Job } from 'bullmq';
 import type { BudgetLedger } from '../shared/budgets.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
+import type { JobTicket } from '../shared/job-ticket.ts';
 import type { CallHandle } from '../shared/limiter/call.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
-import { type HeaderSource, header } from '../shared/limiter/provider-headers.ts';
 import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import { modelScopeAmong } from '../shared/models.ts';
+import { type HeaderSource, header } from '../shared/provider-headers.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import { requestOf } from './combine.ts';
@@ -19,6 +20,7 @@ import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
 import { costMicrosOf } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
+import type { CacheUsage, PromptCaches } from './prompt-caches.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
 
@@ -56,6 +58,8 @@ export interface CallParts {
   readonly ledger?: BudgetLedger | undefined;
   /** Learns from each settle how the provider counts input against the estimate. */
   readonly costs: LearnedCosts;
+  /** Prompt caching: a cached prefix is readable once its writer's first token arrived. */
+  readonly caches: PromptCaches;
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -84,8 +88,17 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const provider: typeof p.call = jt ? (q, o) => jt.around(() => p.call(q, o)) : p.call;
   let res: ProviderCallResult;
   let begun: Promise<void> | undefined;
+  // The job's cached prefix: readable by the others from its first token on.
+  const prefix = (job.opts as { llmq?: JobTicket }).llmq?.k?.[0];
+  let answered: Promise<void> | undefined;
+  const onFirstToken = prefix
+    ? (usage: CacheUsage) => {
+        answered = p.caches.answered(prefix, usage).catch(() => {});
+      }
+    : undefined;
   try {
     res = await provider(await requestOf(job), {
+      onFirstToken,
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
       signal: r.abort.signal,
@@ -107,9 +120,13 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   } catch (err) {
     await relay?.end(relayedError(err));
     await begun;
+    // A writer that failed before its prefix could be read: another job may write it.
+    if (prefix && !answered) await p.caches.failed(prefix, job.id ?? '').catch(() => {});
     return failedCall(p, r, call, err, { trial, startedAt, t0, jt });
   }
-  await Promise.all([begun, relay?.end()]);
+  // Its use keeps the prefix readable (an answer not streamed tells it only now).
+  if (prefix) answered = p.caches.answered(prefix, res.message.usage).catch(() => {});
+  await Promise.all([begun, relay?.end(), answered]);
   return succeededCall(p, r, call, res, { startedAt, jt });
 }
 
@@ -197,7 +214,8 @@ async function succeededCall(
         throw err;
       },
     ),
-    p.costs.record(data, actual.inputTokens),
+    // The whole prompt against the whole estimate: cache reads included.
+    p.costs.record(data, actual.inputTokens + (usage.cache_read_input_tokens ?? 0)),
     p.breaker.success(),
     reportSuccess(p, job, r.waits, t.startedAt, result, {
       provider_calls: 1,

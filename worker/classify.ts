@@ -1,5 +1,5 @@
 import Anthropic from '@anthropic-ai/sdk';
-import { header, retryAfterMs } from '../shared/limiter/provider-headers.ts';
+import { header, retryAfterMs } from '../shared/provider-headers.ts';
 
 /**
  * What to do after a failed provider call.

@@ -1,6 +1,7 @@
 import { type Job, UnrecoverableError } from 'bullmq';
 import type { AttemptRecord, DeadLetter, JobData, JobResult } from '../shared/job.ts';
 import { JOB_NAME } from '../shared/job.ts';
+import { ticketOf } from '../shared/job-ticket.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
 
 export interface DeadLetterCause {
@@ -59,8 +60,9 @@ function summary(j: Job<DeadLetter>): DeadLetterSummary {
     status: j.data.status,
     attempts: j.data.attempts.filter((a) => a.counted || a.transient).length,
     deadAt: j.data.deadAt,
-    tenant: j.data.data.tenant,
-    model: j.data.data.request.model,
+    tenant: j.data.data?.tenant,
+    // A letter of a job that could not be read may have no request.
+    model: j.data.data?.request?.model,
   };
 }
 
@@ -119,7 +121,8 @@ export async function retryDeadLetter(
       jobId: id,
       priority: data.priority,
       attempts: 5,
-    });
+      llmq: ticketOf(data),
+    } as Parameters<typeof queue.add>[2]);
     runId = added.id!;
   }
   await letter.remove();

@@ -5,7 +5,7 @@ import type { Decision } from '../shared/limiter/types.ts';
  * `concurrency` — the fleet's in-flight cap —, `queued` behind another waiter, `probe`), and the
  * worker's own: `slots` (this process runs `concurrency` calls already) and `breaker` (open).
  */
-export type WaitReason = (Decision & { ok: false })['reason'] | 'slots' | 'breaker';
+export type WaitReason = (Decision & { ok: false })['reason'] | 'slots' | 'breaker' | 'cache';
 
 /** One stretch of waiting, in ms since the epoch. */
 export interface WaitSegment {

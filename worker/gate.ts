@@ -9,12 +9,17 @@ import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
+import type { WorkerLogger } from './logger.ts';
 import type { MarkerWait } from './marker-wait.ts';
 import { chargeOf } from './money.ts';
+import type { PromptCaches } from './prompt-caches.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
 const AHEAD_PEEK_MAX_AGE_MS = 20;
+
+/** How long a job of a newer format waits before a worker looks at it again. */
+const NEWER_FORMAT_DELAY_MS = 60_000;
 
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
@@ -29,6 +34,9 @@ export interface GateSlots {
 }
 
 export interface GateParts extends TakeParts {
+  readonly log: WorkerLogger;
+  /** Prompt caching: what a cached prefix lets a job reserve, and who writes it. */
+  readonly caches: PromptCaches;
   readonly breaker: CircuitBreaker;
   readonly metrics: MetricsWriter;
   readonly peeker: HeadPeeker;
@@ -53,7 +61,7 @@ function followers(heads: readonly HeadJob[]): HeadJob[] {
   const [first, ...rest] = heads;
   const out: HeadJob[] = [];
   for (const h of rest) {
-    if (!first || !sameScopes(h.scopes, first.scopes)) break;
+    if (!first || h.problem || !sameScopes(h.scopes, first.scopes)) break;
     out.push(h);
   }
   return out;
@@ -115,13 +123,21 @@ export class Gate {
     };
     // The round's jobs in the order to admit them: with fair share, turn by turn by tenant (each
     // charged to its own scopes); else the head and the jobs behind it charged to its scopes.
-    const inTurn = async (hs: HeadJob[]): Promise<HeadJob[]> =>
-      fair ? fair.order(hs, want) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
+    // With prompt caching, each costs what the provider will count (prompt-caches.ts), and a head
+    // whose prefix another job is writing waits for it (`cacheWaitMs`).
+    let cacheWaitMs = 0;
+    const inTurn = async (hs: HeadJob[]): Promise<HeadJob[]> => {
+      const t = fair ? await fair.order(hs, want) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
+      const planned = await p.caches.plan(t);
+      cacheWaitMs = planned.waitMs ?? 0;
+      return planned.turn;
+    };
     let seen = fair
       ? await peek()
       : await p.costs.scale((await this.nextPeek(want)) ?? (await p.peeker.peekMany(want)));
     let turn = await inTurn(seen);
     let head = turn[0];
+    if (cacheWaitMs > 0) return this.waitForWriter(cacheWaitMs);
     if (!head) {
       handoff.completeAlone();
       // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
@@ -140,6 +156,7 @@ export class Gate {
       return;
     }
     this.idleMs = 5;
+    if (head.problem) return this.setAside(head.id, head.problem);
     let behind = turn.slice(1);
     // Each job's charge: its tokens, its money (held with its admission), with fair share its
     // own scopes (the jobs behind the head may be other tenants').
@@ -181,6 +198,10 @@ export class Gate {
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
         seen = await peek();
         turn = await inTurn(seen);
+        if (cacheWaitMs > 0) {
+          await line.leave().catch(() => {});
+          return this.waitForWriter(cacheWaitMs);
+        }
         const next = turn[0];
         if (!next) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
@@ -252,6 +273,14 @@ export class Gate {
       wanted: wanted.filter((h) => moved.has(h.id)),
       reservations: reservations.filter((_, i) => moved.has(wanted[i]!.id)),
     };
+  }
+
+  /** The head's cached prefix is being written by another job: look again in a moment. */
+  private async waitForWriter(ms: number): Promise<void> {
+    this.p.handoff.completeAlone();
+    const heldAt = Date.now();
+    await sleep(ms, undefined, { signal: this.p.stopped }).catch(() => {});
+    this.p.waits.hold('cache', heldAt);
   }
 
   /** Waits a little longer each time a take comes back empty, 200 ms at most. */
@@ -335,6 +364,29 @@ export class Gate {
     }
     await job.moveToDelayed(over.resetsAt, token);
     await this.p.metrics.add({ deferred_by_budget: 1 });
+  }
+
+  /**
+   * A head that cannot be scheduled does not hold the queue: one that is no llmq job is
+   * dead-lettered at once with what is wrong; one of a newer format is left, delayed, for a
+   * worker that reads it (said in the log).
+   */
+  private async setAside(headId: string, problem: { newer: boolean; reason: string }) {
+    const taken = await this.takeHead(headId);
+    if (!taken) return;
+    const { job, token } = taken;
+    if (problem.newer) {
+      this.p.log.warn('left a job for a worker of a newer llmq', {
+        job: headId,
+        why: problem.reason,
+      });
+      await job.moveToDelayed(Date.now() + NEWER_FORMAT_DELAY_MS, token);
+      return;
+    }
+    await this.p.outcomes.deadLetter(job, token, {
+      reason: `the job cannot be read: ${problem.reason}`,
+      errorClass: 'InvalidJobError',
+    });
   }
 
   /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */

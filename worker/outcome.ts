@@ -244,8 +244,9 @@ export class Outcomes {
     await this.parts.metrics.add({ dead_lettered: 1 });
     this.parts.log.warn('job dead-lettered', {
       job: job.id,
-      tenant: job.data.tenant ?? null,
-      model: job.data.request.model,
+      // A job that cannot be read may lack them.
+      tenant: job.data?.tenant ?? null,
+      model: job.data?.request?.model ?? null,
       ...report,
       reason: cause.reason,
     });

@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { Stream } from '@anthropic-ai/sdk/core/streaming';
 import { MessageStream } from '@anthropic-ai/sdk/lib/MessageStream';
 import type { StoredMessage } from '../shared/job.ts';
-import type { HeaderSource } from '../shared/limiter/provider-headers.ts';
+import type { HeaderSource } from '../shared/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 
 /**
@@ -42,6 +42,11 @@ export interface ProviderCallOptions {
   readonly onStart?: ((headers: HeaderSource) => Promise<void>) | undefined;
   /** Extra request headers (the caller's `anthropic-version`, `anthropic-beta`). */
   readonly headers?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Once a streamed answer's first token arrived, with the usage its start reported (a cached
+   * prefix is readable by other calls from then on).
+   */
+  readonly onFirstToken?: ((usage: Anthropic.Usage) => void) | undefined;
   /** Every stream event as it arrives: its SSE name and its data (JSON text). */
   readonly onEvent?: ((name: string, data: string) => void) | undefined;
 }
@@ -97,6 +102,7 @@ async function openStream(
   params: Anthropic.MessageCreateParamsNonStreaming,
   reqOptions: Record<string, unknown>,
   onEvent: ((name: string, data: string) => void) | undefined,
+  onFirstToken: ((usage: Anthropic.Usage) => void) | undefined,
 ): Promise<{
   stream: MessageStream;
   headers: HeaderSource;
@@ -110,6 +116,7 @@ async function openStream(
     );
     // Keep an unhandled rejection from escaping while we wait for the headers.
     stream.on('error', () => {});
+    watchFirstToken(stream, onFirstToken);
     const { response, request_id } = await stream.withResponse();
     return {
       stream,
@@ -129,6 +136,7 @@ async function openStream(
   );
   const stream = MessageStream.fromReadableStream(parsed.toReadableStream());
   stream.on('error', () => {});
+  watchFirstToken(stream, onFirstToken);
   const relayed = (async () => {
     for await (const sse of Stream.rawEvents(new Response(forRelay))) {
       // An error event is relayed by the call's end, with the error the SDK made of it.
@@ -141,6 +149,22 @@ async function openStream(
     requestId: response.headers.get('request-id'),
     relayed,
   };
+}
+
+/** Tells `first` the usage the stream's start reported, once its first token arrived. */
+function watchFirstToken(
+  stream: MessageStream,
+  first: ((usage: Anthropic.Usage) => void) | undefined,
+): void {
+  if (!first) return;
+  let usage: Anthropic.Usage | undefined;
+  stream.on('streamEvent', (e) => {
+    if (e.type === 'message_start') usage = e.message.usage;
+    else if (e.type === 'content_block_delta' && usage) {
+      first(usage);
+      usage = undefined;
+    }
+  });
 }
 
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
@@ -162,6 +186,7 @@ export async function callProvider(
       params,
       reqOptions,
       options.onEvent,
+      options.onFirstToken,
     );
     await options.onStart?.(headers);
     let message: Anthropic.Message;

@@ -1,5 +1,6 @@
 import type { Job } from 'bullmq';
 import type { JobData, JobResult } from '../shared/job.ts';
+import { jobDataProblem } from '../shared/job-ticket.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import type { GateWorker, HeadJob } from './bullmq-internals.ts';
@@ -70,7 +71,8 @@ export async function takeJobs(
         fetched.push({ job, token: t });
         // A job that comes with the reservation made for it starts at once, its call under
         // way while Redis still answers the other fetches.
-        const mine = job.deferredFailure ? undefined : spare.get(job.id!);
+        const mine =
+          job.deferredFailure || jobDataProblem(job.data) ? undefined : spare.get(job.id!);
         if (!mine) return;
         p.launch(job, t, mine.reservation, trial);
         spare.delete(job.id!);
@@ -88,6 +90,16 @@ export async function takeJobs(
     const others = fetched.filter(({ job }) => !handled.has(job));
     others.sort((a, b) => Number(!!b.job.deferredFailure) - Number(!!a.job.deferredFailure));
     for (const { job, token } of others) {
+      const problem = jobDataProblem(job.data);
+      if (problem) {
+        // Not an llmq job (its data was written by other means): it fails alone, at once.
+        await p.outcomes.deadLetter(job, token, {
+          reason: `the job cannot be read: ${problem}`,
+          errorClass: 'InvalidJobError',
+        });
+        handled.add(job);
+        continue;
+      }
       if (job.deferredFailure) {
         // BullMQ's stalled check gave this job up (its workers died with it more than
         // maxStalledCount times) and left the failing to whoever takes it next.

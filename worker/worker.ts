@@ -11,11 +11,13 @@ import {
   type JobResult,
   MAX_RETRY_FOR_MS,
 } from '../shared/job.ts';
+import { FleetLayout } from '../shared/layout.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
+import { errorEventLog } from '../shared/telemetry/throttled-warning.ts';
 import { WorkerPresence } from '../shared/worker-presence.ts';
 import { CircuitBreaker } from './breaker.ts';
 import {
@@ -35,6 +37,7 @@ import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
+import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
 import type { WorkerHandle, WorkerOptions } from './worker-options.ts';
@@ -57,6 +60,7 @@ interface WorkerParts {
   readonly outcomes: Outcomes;
   readonly ledger: BudgetLedger | undefined;
   readonly costs: LearnedCosts;
+  readonly caches: PromptCaches;
 }
 
 /** What the worker reserves for a job's input: what it learned of the provider's counting, or the estimate. */
@@ -105,6 +109,7 @@ export class Worker implements WorkerHandle {
   private loop: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private presence: WorkerPresence | undefined;
+  private layout: FleetLayout | undefined;
 
   /** Starts a worker; see {@link WorkerOptions}. */
   static async start(options: WorkerOptions): Promise<Worker> {
@@ -122,7 +127,12 @@ export class Worker implements WorkerHandle {
         `Expected \`retryForMs\` to be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days), got \`${r}\``,
       );
     const worker = new Worker(options);
-    await worker.open(options);
+    try {
+      await worker.open(options);
+    } catch (err) {
+      await worker.stop(0).catch(() => {});
+      throw err;
+    }
     return worker;
   }
 
@@ -157,7 +167,7 @@ export class Worker implements WorkerHandle {
       stalledInterval: options.stalledIntervalMs ?? 15_000,
       maxStalledCount: options.maxStalledCount ?? 10,
     });
-    bull.on('error', (err) => log.warn('bullmq error', { error: err.message }));
+    bull.on('error', errorEventLog(log, 'bullmq error'));
     this.bull = bull;
     const signal = this.stopper.signal;
     const handoff = new Handoff(
@@ -180,7 +190,17 @@ export class Worker implements WorkerHandle {
     });
     const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);
     const costs = learnedCosts(options);
-    const parts: WorkerParts = { limiter, breaker, metrics, handoff, outcomes, ledger, costs };
+    const caches = new PromptCaches(redis, names);
+    const parts: WorkerParts = {
+      limiter,
+      breaker,
+      metrics,
+      handoff,
+      outcomes,
+      ledger,
+      costs,
+      caches,
+    };
     this.callParts = this.callPartsOf(options, { ...parts, history });
     this.idleWait = new MarkerWait(redis, names);
     this.gate = this.gateOf(options, { ...parts, bull });
@@ -208,6 +228,7 @@ export class Worker implements WorkerHandle {
     const { redis, names } = options;
     return new Gate({
       ...p,
+      log: this.log,
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
@@ -229,6 +250,8 @@ export class Worker implements WorkerHandle {
   }
 
   private async open(options: WorkerOptions): Promise<void> {
+    // First: a worker of another build (scripts, keys) must not run beside live ones.
+    this.layout = await FleetLayout.claim({ ...this.registerOn, workerId: this.id });
     // A failover shows in the log: the connection lost, and where it came back.
     this.unwatchRedis = logConnectionChanges(options.redis, this.log);
     await registerQueue(options.redis, options.names);
@@ -361,6 +384,7 @@ export class Worker implements WorkerHandle {
     await this.limiter.close();
     await this.idleWait.close();
     await this.subscriber.quit().catch(() => this.subscriber.disconnect());
+    await this.layout?.release();
   }
 }
 

@@ -5,10 +5,12 @@ import { BudgetExhaustedError } from '../../shared/budgets.ts';
 import {
   CostExceedsLimitError,
   ModelNotServedError,
+  PriorityNotAllowedError,
   QueueFullError,
   RequestValidationError,
 } from '../../shared/errors.ts';
 import type { DeadLetter } from '../../shared/job.ts';
+import { isOutOfMemory } from '../../shared/redis.ts';
 import { isRedisDown } from '../errors.ts';
 
 /** An answer of the gateway in the API's shape: `{"type":"error","error":{type,message}}`. */
@@ -64,12 +66,27 @@ export function toApiError(err: unknown): ApiErrorAnswer {
       first ? `${first.field}: ${first.message}` : err.message,
     );
   }
+  if (err instanceof PriorityNotAllowedError) {
+    return apiError('permission_error', `llmq-priority: ${err.message}`);
+  }
   if (err instanceof CostExceedsLimitError) {
     const field = err.dimension === 'inputTokens' ? 'messages' : 'max_tokens';
     return apiError('invalid_request_error', `${field}: ${err.message}`);
   }
   if (err instanceof BudgetExhaustedError) {
     return apiError('invalid_request_error', `llmq: ${err.message}`);
+  }
+  if (isOutOfMemory(err)) {
+    // 503 as the job API answers; the SDK retries a 5xx (honouring retry-after) and clients
+    // treat overloaded_error as "back off and retry", which is what helps here.
+    return {
+      ...apiError(
+        'overloaded_error',
+        'llmq: the queue is out of memory (Redis reached its maxmemory); nothing was queued: retry later',
+        { 'retry-after': '5' },
+      ),
+      status: 503,
+    };
   }
   if (isRedisDown(err)) {
     return apiError('overloaded_error', 'llmq: the queue is unavailable (Redis did not answer)', {

@@ -2,6 +2,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../../shared/errors.ts';
 import { resolvePriority } from '../../shared/priority.ts';
+import { mergeTenantLimits, parseKeyOptions, type TenantLimits } from './key-options.ts';
+
+export type { TenantLimits } from './key-options.ts';
 
 /** One accepted key: its tenant and the sha256 of the key (the key itself is never kept). */
 export interface ApiKeyEntry {
@@ -9,6 +12,33 @@ export interface ApiKeyEntry {
   readonly sha256: Buffer;
   /** The priority of this key's gateway calls without an `llmq-priority` header (a lane or a number). */
   readonly priority?: string | undefined;
+  /** The most urgent priority this key may ask (1 the most urgent); undefined for any. */
+  readonly maxPriority?: number | undefined;
+}
+
+/** The key a request presents, or why it presents none that can be used. */
+export type PresentedKey =
+  | { readonly key: string }
+  /** `x-api-key` and `Authorization: Bearer` carry two different keys. */
+  | { readonly conflict: true }
+  | undefined;
+
+const BEARER = /^Bearer[ ]+(\S{1,512})\s*$/i;
+
+/**
+ * The key of `x-api-key` or `Authorization: Bearer`. Both may be sent only when they agree:
+ * two different keys are a conflict, never a silent choice of one.
+ */
+export function presentedKey(headers: {
+  readonly authorization?: string | undefined;
+  readonly 'x-api-key'?: string | undefined;
+}): PresentedKey {
+  const bearer = BEARER.exec(headers.authorization ?? '')?.[1];
+  const header = headers['x-api-key'];
+  const xKey = header === undefined || header === '' ? undefined : header;
+  if (bearer !== undefined && xKey !== undefined && bearer !== xKey) return { conflict: true };
+  const key = xKey ?? bearer;
+  return key === undefined ? undefined : { key };
 }
 
 const TENANT = /^[A-Za-z0-9_.@-]{1,100}$/;
@@ -25,44 +55,83 @@ export function hashApiKey(key: string): string {
  */
 export class ApiKeyStore {
   private readonly entries: readonly ApiKeyEntry[];
+  private readonly limits: ReadonlyMap<string, TenantLimits>;
 
-  constructor(entries: readonly ApiKeyEntry[]) {
+  constructor(
+    entries: readonly ApiKeyEntry[],
+    limits: ReadonlyMap<string, TenantLimits> = new Map(),
+  ) {
     this.entries = entries;
+    this.limits = limits;
   }
 
   get size(): number {
     return this.entries.length;
   }
 
+  /** Every tenant that has a key. */
+  get tenants(): readonly string[] {
+    return [...new Set(this.entries.map((e) => e.tenant))];
+  }
+
+  /** What the keys file bounds for a tenant (nothing when it sets nothing). */
+  limitsOf(tenant: string): TenantLimits {
+    return this.limits.get(tenant) ?? {};
+  }
+
+  /** One limit of every tenant that sets it, by tenant: for the depth gate's bounds. */
+  tenantBounds(limit: 'maxWaiting' | 'maxBytes'): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [tenant, l] of this.limits) if (l[limit] !== undefined) out[tenant] = l[limit];
+    return out;
+  }
+
   /**
-   * Parses `tenant:sha256hex[:priority]` entries separated by commas or newlines (`#` starts a
-   * comment); the priority (a lane or a number) is the key's default on `POST /v1/messages`.
-   * Throws a ConfigError naming the bad entry's position, never its hash.
+   * Parses entries separated by commas or newlines (`#` starts a comment), each
+   * `tenant:sha256hex[:priority]` and then options, `name=value` separated by spaces
+   * (see `key-options.ts`). The priority (a lane or a number) is the key's default on
+   * `POST /v1/messages`. Throws a ConfigError naming the bad entry's position, never its hash.
    */
   static parse(spec: string, source = 'LLMQ_API_KEYS'): ApiKeyStore {
     const entries: ApiKeyEntry[] = [];
+    const limits = new Map<string, TenantLimits>();
     const items = spec
       .split(/[,\n]/)
       .map((s) => s.replace(/#.*$/, '').trim())
       .filter((s) => s.length > 0);
     items.forEach((item, i) => {
-      const [tenant = '', hex = '', priority, ...more] = item.split(':');
+      const [first = '', ...words] = item.split(/\s+/);
+      const [tenant = '', hex = '', priority, ...more] = first.split(':');
       if (more.length > 0 || !TENANT.test(tenant) || !HEX.test(hex)) {
         throw new ConfigError(
           `${source} entry ${i + 1} must be tenant:sha256hex[:priority] (tenant of letters, digits, "_", ".", "@" or "-"; 64 hex digits), ` +
-            `got ${TENANT.test(tenant) ? `"${tenant}:…"` : 'something else'}`,
+            `then options such as max-waiting=20, got ${TENANT.test(tenant) ? `"${tenant}:…"` : 'something else'}`,
         );
       }
+      const where = `${source} entry ${i + 1} (${tenant})`;
+      let byDefault: number | undefined;
       if (priority !== undefined) {
         try {
-          resolvePriority(priority);
+          byDefault = resolvePriority(priority);
         } catch (err) {
-          throw new ConfigError(`${source} entry ${i + 1} (${tenant}): ${(err as Error).message}`);
+          throw new ConfigError(`${where}: ${(err as Error).message}`);
         }
       }
-      entries.push({ tenant, sha256: Buffer.from(hex.toLowerCase(), 'hex'), priority });
+      const o = parseKeyOptions(words, where);
+      if (byDefault !== undefined && o.maxPriority !== undefined && byDefault < o.maxPriority) {
+        throw new ConfigError(
+          `${where}: the default priority ${priority} is more urgent than max-priority (${o.maxPriority}): lower one of them`,
+        );
+      }
+      limits.set(tenant, mergeTenantLimits(tenant, limits.get(tenant) ?? {}, o.limits, where));
+      entries.push({
+        tenant,
+        sha256: Buffer.from(hex.toLowerCase(), 'hex'),
+        priority,
+        maxPriority: o.maxPriority,
+      });
     });
-    return new ApiKeyStore(entries);
+    return new ApiKeyStore(entries, limits);
   }
 
   /** Keys from `LLMQ_API_KEYS`, then from the file `LLMQ_API_KEYS_FILE` (or `file`), merged. */
@@ -73,9 +142,9 @@ export class ApiKeyStore {
     env?: Record<string, string | undefined>;
     file?: string | undefined;
   }): ApiKeyStore {
-    const parts: ApiKeyEntry[] = [];
+    const texts: { text: string; source: string }[] = [];
     const spec = env['LLMQ_API_KEYS'];
-    if (spec) parts.push(...ApiKeyStore.parse(spec).entries);
+    if (spec) texts.push({ text: spec, source: 'LLMQ_API_KEYS' });
     const path = file ?? env['LLMQ_API_KEYS_FILE'];
     if (path) {
       let text: string;
@@ -86,15 +155,31 @@ export class ApiKeyStore {
           `API keys file ${path} cannot be read (${(err as Error).message}): check the path`,
         );
       }
-      parts.push(...ApiKeyStore.parse(text, `API keys file ${path}`).entries);
+      texts.push({ text, source: `API keys file ${path}` });
     }
-    return new ApiKeyStore(parts);
+    const stores = texts.map((t) => ApiKeyStore.parse(t.text, t.source));
+    const limits = new Map<string, TenantLimits>();
+    for (const store of stores) {
+      for (const [tenant, l] of store.limits) {
+        const where = 'LLMQ_API_KEYS and the keys file';
+        limits.set(tenant, mergeTenantLimits(tenant, limits.get(tenant) ?? {}, l, where));
+      }
+    }
+    return new ApiKeyStore(
+      stores.flatMap((s) => s.entries),
+      limits,
+    );
   }
 
   /** The tenant of an `Authorization: Bearer <key>` header, or undefined. */
   authenticate(authorization: string | undefined): string | undefined {
-    const m = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(authorization ?? '');
-    return m ? this.entryOf(m[1]!)?.tenant : undefined;
+    return this.bearerEntry(authorization)?.tenant;
+  }
+
+  /** The entry of an `Authorization: Bearer <key>` header, or undefined. */
+  bearerEntry(authorization: string | undefined): ApiKeyEntry | undefined {
+    const m = BEARER.exec(authorization ?? '');
+    return m ? this.entryOf(m[1]!) : undefined;
   }
 
   /** The entry of a presented key (as sent, not hashed), or undefined. */

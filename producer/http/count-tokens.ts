@@ -1,6 +1,9 @@
 import { llmqKey, type QueueNames } from '../../shared/keys.ts';
-import type { RedisClient } from '../../shared/redis.ts';
-import { apiError } from './anthropic-errors.ts';
+import { loadLuaScripts, runLua } from '../../shared/lua-scripts.ts';
+import { isOutOfMemory, type RedisClient } from '../../shared/redis.ts';
+import { apiError, toApiError } from './anthropic-errors.ts';
+
+const SCRIPTS = loadLuaScripts(new URL('../lua', import.meta.url).pathname);
 
 export interface CountTokensOptions {
   readonly redis: RedisClient;
@@ -11,8 +14,15 @@ export interface CountTokensOptions {
   readonly baseURL?: string | undefined;
   /** Requests per minute forwarded by every server of the queue together. @default 100 */
   readonly rpm?: number;
+  /**
+   * A tenant's own requests per minute (the keys file's `count-tokens-rpm`), within `rpm`.
+   * @default every tenant `rpm`
+   */
+  readonly tenantRpm?: (tenant: string) => number;
   /** @default 30_000 */
   readonly timeoutMs?: number;
+  /** Called when Redis refuses the count for its maxmemory (the caller is answered 503). */
+  readonly onRedisOutOfMemory?: (err: Error) => void;
 }
 
 export interface ForwardedAnswer {
@@ -22,10 +32,24 @@ export interface ForwardedAnswer {
   readonly headers: Readonly<Record<string, string>>;
 }
 
+export interface ForwardHeaders {
+  readonly version?: string | undefined;
+  readonly beta?: string | undefined;
+  /** Whose budget the request is counted in. @default '' (one budget for callers without one) */
+  readonly tenant?: string | undefined;
+}
+
+const answer = (a: ReturnType<typeof apiError>): ForwardedAnswer => ({
+  status: a.status,
+  body: JSON.stringify(a.body),
+  headers: a.headers,
+});
+
 /**
  * Forwards `POST /v1/messages/count_tokens` to the provider with the workers' key, under its own
- * request limit (a per-minute count in Redis, on Redis's clock, shared by every server). Over the
- * limit it answers 429 with retry-after; the provider's answer, error or not, goes back as is.
+ * request limits: per minute for the queue and per tenant (counts in Redis, on Redis's clock,
+ * shared by every server). Over a limit it answers 429 with retry-after; the provider's answer,
+ * error or not, goes back as is.
  */
 export class CountTokensForwarder {
   private readonly url: string;
@@ -39,24 +63,16 @@ export class CountTokensForwarder {
     }
   }
 
-  async forward(
-    body: unknown,
-    h: { readonly version?: string | undefined; readonly beta?: string | undefined },
-  ): Promise<ForwardedAnswer> {
-    const [sec] = await this.o.redis.time();
-    const minute = Math.floor(Number(sec) / 60);
-    const key = llmqKey(this.o.names, 'count-tokens', String(minute));
-    const [[, n]] = (await this.o.redis.multi().incr(key).expire(key, 120).exec()) as [
-      [null, number],
-    ];
-    if (n > this.rpm) {
-      const a = apiError(
-        'rate_limit_error',
-        `llmq: count_tokens is limited to ${this.rpm} requests per minute on this queue`,
-        { 'retry-after': String(Math.max(1, (minute + 1) * 60 - Number(sec))) },
-      );
-      return { status: a.status, body: JSON.stringify(a.body), headers: a.headers };
+  async forward(body: unknown, h: ForwardHeaders): Promise<ForwardedAnswer> {
+    let refused: ForwardedAnswer | undefined;
+    try {
+      refused = await this.count(h.tenant ?? '');
+    } catch (err) {
+      if (!isOutOfMemory(err)) throw err;
+      this.o.onRedisOutOfMemory?.(err as Error);
+      return answer(toApiError(err));
     }
+    if (refused) return refused;
     let res: Response;
     try {
       res = await fetch(this.url, {
@@ -71,11 +87,12 @@ export class CountTokensForwarder {
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 30_000),
       });
     } catch (err) {
-      const a = apiError(
-        'api_error',
-        `llmq: the provider did not answer count_tokens (${(err as Error).message})`,
+      return answer(
+        apiError(
+          'api_error',
+          `llmq: the provider did not answer count_tokens (${(err as Error).message})`,
+        ),
       );
-      return { status: a.status, body: JSON.stringify(a.body), headers: a.headers };
     }
     const requestId = res.headers.get('request-id');
     const retryAfter = res.headers.get('retry-after');
@@ -87,5 +104,30 @@ export class CountTokensForwarder {
         ...(retryAfter ? { 'retry-after': retryAfter } : {}),
       },
     };
+  }
+
+  /** Counts the request in this minute's budgets; the 429 when one is spent. */
+  private async count(tenant: string): Promise<ForwardedAnswer | undefined> {
+    const [sec] = await this.o.redis.time();
+    const minute = String(Math.floor(Number(sec) / 60));
+    const tenantRpm = Math.min(this.rpm, this.o.tenantRpm?.(tenant) ?? this.rpm);
+    const reply = (await runLua(
+      this.o.redis,
+      SCRIPTS['countTokens']!,
+      [
+        llmqKey(this.o.names, 'count-tokens', minute),
+        llmqKey(this.o.names, 'count-tokens', minute, 'tenant', tenant),
+      ],
+      [this.rpm, tenantRpm, 120],
+    )) as [number, number?];
+    if (reply[0] === 0) return undefined;
+    const whose = reply[0] === 2 ? `for tenant "${tenant}"` : 'on this queue';
+    return answer(
+      apiError(
+        'rate_limit_error',
+        `llmq: count_tokens is limited to ${reply[1]} requests per minute ${whose}`,
+        { 'retry-after': String(Math.max(1, (Number(minute) + 1) * 60 - Number(sec))) },
+      ),
+    );
   }
 }

@@ -1,6 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { closeAfterAnswer } from '../../shared/http-limits.ts';
+import { MAX_JSON_DEPTH, shownPath, tooDeepAt } from '../../shared/json-bounds.ts';
 import {
   type Authenticate,
+  type Caller,
   errorResponse,
   type HandlerRequest,
   type HandlerResponse,
@@ -9,6 +12,34 @@ import {
 
 /** The code of the JSON parser's error, for error handlers of other route sets. */
 export const INVALID_JSON = 'LLMQ_INVALID_JSON';
+/** The code of the parser's error for a body nested too deep; its message names the field. */
+export const JSON_TOO_DEEP = 'LLMQ_JSON_TOO_DEEP';
+
+/**
+ * Parses a JSON body and bounds its nesting before any handler (or JSON.stringify) recurses
+ * into it; the error carries the code a route set's error handler maps.
+ */
+function parseJsonBody(body: string): unknown {
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    throw Object.assign(new Error('the body is not valid JSON'), {
+      code: INVALID_JSON,
+      statusCode: 400,
+    });
+  }
+  const path = tooDeepAt(value);
+  if (path !== undefined) {
+    throw Object.assign(
+      new Error(
+        `${shownPath(path)}: is nested more than ${MAX_JSON_DEPTH} levels deep: flatten it`,
+      ),
+      { code: JSON_TOO_DEEP, statusCode: 400, field: shownPath(path) },
+    );
+  }
+  return value;
+}
 
 function send(reply: FastifyReply, res: HandlerResponse): FastifyReply {
   return reply
@@ -42,13 +73,16 @@ export function mountRoutes(
     readonly authenticate?: Authenticate;
   } = {},
 ): void {
-  const tenants = new WeakMap<FastifyRequest, { readonly tenant: string }>();
+  const tenants = new WeakMap<FastifyRequest, Caller>();
   app.addHook('onRequest', async (req, reply) => {
     const config = req.routeOptions.config as { llmqAuth?: Authenticate } | undefined;
     const check = req.routeOptions.url === undefined ? options.authenticate : config?.llmqAuth;
     if (!check) return;
     const outcome = await check({ headers: flat(req.headers), address: req.ip });
-    if ('status' in outcome) return send(reply, outcome);
+    if ('status' in outcome) {
+      closeAfterAnswer(req, reply);
+      return send(reply, outcome);
+    }
     tenants.set(req, outcome);
   });
 
@@ -56,20 +90,21 @@ export function mountRoutes(
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
     try {
-      done(null, JSON.parse(body as string));
-    } catch {
-      const err = new Error('the body is not valid JSON') as Error & {
-        code: string;
-        statusCode: number;
-      };
-      err.code = INVALID_JSON;
-      err.statusCode = 400;
-      done(err, undefined);
+      done(null, parseJsonBody(body as string));
+    } catch (err) {
+      done(err as Error, undefined);
     }
   });
 
   app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
     switch (err.code) {
+      case JSON_TOO_DEEP:
+        return send(
+          reply,
+          errorResponse(400, 'invalid_request', err.message, {
+            field: (err as { field?: string }).field,
+          }),
+        );
       case INVALID_JSON:
       case 'FST_ERR_CTP_EMPTY_JSON_BODY':
         return send(reply, errorResponse(400, 'invalid_json', 'the body is not valid JSON'));

@@ -50,7 +50,11 @@ export interface GatewayCall {
  */
 export function readCall(
   req: FastifyRequest,
-  who: { readonly tenant: string; readonly priority?: string | number | undefined },
+  who: {
+    readonly tenant: string;
+    readonly priority?: string | number | undefined;
+    readonly maxPriority?: number | undefined;
+  },
 ): GatewayCall | ApiErrorAnswer {
   const body = req.body;
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
@@ -79,6 +83,7 @@ export function readCall(
     options: {
       tenant: who.tenant,
       priority,
+      ...(who.maxPriority !== undefined ? { maxPriority: who.maxPriority } : {}),
       relayEvents: stream,
       providerHeaders,
       ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),

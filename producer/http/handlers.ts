@@ -4,12 +4,13 @@ import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import { durationMs } from '../../shared/duration.ts';
 import { LlmqError, QueueFullError, RequestValidationError } from '../../shared/errors.ts';
 import { MAX_RETRY_FOR_MS } from '../../shared/job.ts';
+import { isOutOfMemory } from '../../shared/redis.ts';
 import type { RedisAuthThrottle } from '../../shared/redis-auth-throttle.ts';
 import { toFieldIssues } from '../../shared/request.ts';
 import { isRedisDown } from '../errors.ts';
 import type { JobStatus } from '../job-status.ts';
 import type { EnqueuedJob, EnqueueOptions, Producer } from '../producer.ts';
-import type { ApiKeyStore } from './api-keys.ts';
+import { type ApiKeyStore, presentedKey } from './api-keys.ts';
 import { OPENAPI } from './openapi.ts';
 
 /** A request as the framework-free handlers see it; adapters build it from their framework's. */
@@ -21,7 +22,7 @@ export interface HandlerRequest {
   /** Lower-case header names. */
   readonly headers: Readonly<Record<string, string | undefined>>;
   /** Who is calling; set by the adapter from the route's {@link Authenticate}. */
-  readonly auth?: { readonly tenant: string } | undefined;
+  readonly auth?: Caller | undefined;
   /** Aborted when the client goes away (long polls stop waiting). */
   readonly signal?: AbortSignal | undefined;
 }
@@ -34,14 +35,21 @@ export interface HandlerResponse {
 
 export type Handler = (req: HandlerRequest) => Promise<HandlerResponse>;
 
+/** Who is calling: the tenant of the key, and what the key may ask. */
+export interface Caller {
+  readonly tenant: string;
+  /** The most urgent priority the key may ask (1 the most urgent); undefined for any. */
+  readonly maxPriority?: number | undefined;
+}
+
 /**
  * Decides who is calling from the headers and the peer's address alone, before the body is
- * read: the tenant, or the answer that refuses the request.
+ * read: the caller, or the answer that refuses the request.
  */
 export type Authenticate = (req: {
   readonly headers: Readonly<Record<string, string | undefined>>;
   readonly address: string;
-}) => Promise<{ readonly tenant: string } | HandlerResponse>;
+}) => Promise<Caller | HandlerResponse>;
 
 export interface Route {
   readonly method: 'GET' | 'POST' | 'DELETE';
@@ -61,6 +69,8 @@ export type ApiErrorCode =
   | 'headers_too_large'
   | 'request_timeout'
   | 'unauthorized'
+  | 'conflicting_credentials'
+  | 'priority_not_allowed'
   | 'too_many_auth_failures'
   | 'not_found'
   | 'job_not_found'
@@ -69,6 +79,7 @@ export type ApiErrorCode =
   | 'cost_exceeds_limit'
   | 'budget_exhausted'
   | 'redis_unavailable'
+  | 'redis_out_of_memory'
   | 'internal_error';
 
 /** `{ error: { code, message, field? } }` with its status. */
@@ -91,6 +102,14 @@ export function toErrorResponse(err: unknown): HandlerResponse {
       headers: { 'retry-after': String(seconds) },
     });
   }
+  if (isOutOfMemory(err)) {
+    return errorResponse(
+      503,
+      'redis_out_of_memory',
+      'the queue is out of memory (Redis reached its maxmemory): nothing was written; try again later',
+      { headers: { 'retry-after': '5' } },
+    );
+  }
   if (isRedisDown(err)) {
     return errorResponse(
       503,
@@ -105,6 +124,8 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         return errorResponse(400, 'invalid_request', err.message, {
           field: (err as RequestValidationError).field,
         });
+      case 'PRIORITY_NOT_ALLOWED':
+        return errorResponse(403, 'priority_not_allowed', err.message, { field: 'priority' });
       case 'COST_EXCEEDS_LIMIT':
         return errorResponse(422, 'cost_exceeds_limit', err.message);
       case 'BUDGET_EXHAUSTED':
@@ -136,6 +157,13 @@ function throttled(retryAfterMs: number): HandlerResponse {
   );
 }
 
+const CONFLICTING = errorResponse(
+  401,
+  'conflicting_credentials',
+  'the request carries two different API keys (x-api-key and Authorization: Bearer): send one',
+  { headers: { 'www-authenticate': 'Bearer' } },
+);
+
 /**
  * Bearer API keys, with failed attempts counted per address when a throttle is given (shared
  * with the gateway's and every other server's): an address refused by it gets 429
@@ -145,15 +173,17 @@ export function apiKeyAuth(keys: ApiKeyStore, throttle?: RedisAuthThrottle): Aut
   return async ({ headers, address }) => {
     const verdict = await throttle?.check(address);
     if (verdict && !verdict.ok) return throttled(verdict.retryAfterMs);
-    const tenant = keys.authenticate(headers['authorization']);
-    if (tenant === undefined) {
+    const presented = presentedKey(headers);
+    if (presented && 'conflict' in presented) return CONFLICTING;
+    const entry = keys.bearerEntry(headers['authorization']);
+    if (entry === undefined) {
       // A request without credentials is not a guess; a wrong or malformed one is.
       if (headers['authorization'] !== undefined || headers['x-api-key'] !== undefined)
         await throttle?.failed(address);
       return UNAUTHORIZED;
     }
     await throttle?.succeeded(address, verdict?.failures ?? 0);
-    return { tenant };
+    return { tenant: entry.tenant, maxPriority: entry.maxPriority };
   };
 }
 
@@ -284,6 +314,7 @@ function enqueueOptionsOf(b: z.infer<typeof CreateJobBody>, req: HandlerRequest)
   return {
     tenant: req.auth!.tenant,
     ...(b.priority !== undefined ? { priority: b.priority } : {}),
+    ...(req.auth!.maxPriority !== undefined ? { maxPriority: req.auth!.maxPriority } : {}),
     ...(b.idempotency_key !== undefined ? { idempotencyKey: b.idempotency_key } : {}),
     ...(b.stream !== undefined ? { stream: b.stream } : {}),
     ...(b.meta !== undefined ? { meta: b.meta } : {}),

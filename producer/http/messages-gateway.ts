@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { closeAfterAnswer } from '../../shared/http-limits.ts';
 import { breakerKey, type QueueNames } from '../../shared/keys.ts';
 import type { RedisClient } from '../../shared/redis.ts';
 import type { RedisAuthThrottle } from '../../shared/redis-auth-throttle.ts';
@@ -13,9 +14,10 @@ import {
   statusText,
   toApiError,
 } from './anthropic-errors.ts';
-import type { ApiKeyStore } from './api-keys.ts';
+import type { ApiKeyEntry, ApiKeyStore } from './api-keys.ts';
 import type { CountTokensForwarder } from './count-tokens.ts';
-import { INVALID_JSON } from './fastify-adapter.ts';
+import { INVALID_JSON, JSON_TOO_DEEP } from './fastify-adapter.ts';
+import { gatewayCaller } from './gateway-auth.ts';
 import { header, readCall } from './gateway-request.ts';
 import { listModels, patternsOf, retrieveModel } from './models-route.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
@@ -60,6 +62,8 @@ function send(reply: FastifyReply, a: ApiErrorAnswer): FastifyReply {
 /** The API's answer to what fastify refuses before a handler runs. */
 function frameworkError(err: Error & { code?: string; statusCode?: number }): ApiErrorAnswer {
   switch (err.code) {
+    case JSON_TOO_DEEP:
+      return apiError('invalid_request_error', err.message);
     case INVALID_JSON:
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return apiError(
@@ -87,6 +91,9 @@ class MessagesGateway {
   private readonly maxWaitMs: number;
   private readonly pingMs: number;
 
+  /** Who a request is: decided once, in the onRequest hook, and read by its handler. */
+  private readonly callers = new WeakMap<FastifyRequest, Promise<ApiKeyEntry | ApiErrorAnswer>>();
+
   constructor(private readonly o: GatewayOptions) {
     this.maxWaitMs = o.maxWaitMs ?? 60_000;
     this.pingMs = o.pingMs ?? 5_000;
@@ -94,10 +101,20 @@ class MessagesGateway {
   }
 
   /**
-   * The tenant key's entry from `x-api-key` or `Authorization: Bearer`, or the 401; an address
-   * the throttle refuses gets a 429 whatever it sends, and a wrong key counts against it.
+   * The tenant key's entry from `x-api-key` or `Authorization: Bearer` (both only when they
+   * agree), or the 401; an address the throttle refuses gets a 429 whatever it sends, and a wrong
+   * key counts against it. Once a request: the onRequest hook asks first, from the headers alone.
    */
-  async authenticate(req: FastifyRequest) {
+  authenticate(req: FastifyRequest): Promise<ApiKeyEntry | ApiErrorAnswer> {
+    let who = this.callers.get(req);
+    if (!who) {
+      who = this.identify(req);
+      this.callers.set(req, who);
+    }
+    return who;
+  }
+
+  private async identify(req: FastifyRequest): Promise<ApiKeyEntry | ApiErrorAnswer> {
     const throttle = this.o.throttle;
     const verdict = await throttle?.check(req.ip);
     if (verdict && !verdict.ok) {
@@ -108,27 +125,31 @@ class MessagesGateway {
         { 'retry-after': String(seconds) },
       );
     }
-    const bearer = /^Bearer[ ]+(\S{1,512})\s*$/i.exec(header(req, 'authorization') ?? '')?.[1];
-    const key = header(req, 'x-api-key') ?? bearer;
-    if (key === undefined || key === '') {
-      return apiError('authentication_error', 'x-api-key header is required');
-    }
-    const entry = this.o.keys.entryOf(key);
-    if (!entry) {
-      await throttle?.failed(req.ip);
-      return apiError('authentication_error', 'invalid x-api-key');
+    const presented = {
+      authorization: header(req, 'authorization'),
+      'x-api-key': header(req, 'x-api-key'),
+    };
+    const who = gatewayCaller(this.o.keys, presented);
+    if ('status' in who) {
+      // A request without credentials is not a guess; a wrong or conflicting one is.
+      if (presented.authorization !== undefined || presented['x-api-key'] !== undefined)
+        await throttle?.failed(req.ip);
+      return who;
     }
     await throttle?.succeeded(req.ip, verdict?.ok ? verdict.failures : 0);
-    return entry;
+    return who;
   }
 
   /** Open breaker: the provider is failing, so the call is refused before it is queued. */
   private async breakerOpen(): Promise<ApiErrorAnswer | undefined> {
-    const [[, h], [, t]] = (await this.o.redis
-      .multi()
+    // A pipeline, not MULTI: Redis out of memory refuses every command of a MULTI, reads too.
+    const read = (await this.o.redis
+      .pipeline()
       .hmget(breakerKey(this.o.names), 'state', 'open_until')
       .time()
-      .exec()) as [[null, (string | null)[]], [null, [string, string]]];
+      .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
+    for (const [err] of read) if (err) throw err;
+    const [[, h], [, t]] = read;
     const now = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
     const until = Number(h[1] ?? 0);
     if (h[0] !== 'open' || until <= now) return undefined;
@@ -260,6 +281,7 @@ class MessagesGateway {
     const a = await forwarder.forward(req.body, {
       version: header(req, 'anthropic-version'),
       beta: header(req, 'anthropic-beta'),
+      tenant: who.tenant,
     });
     return withStatus(reply, a.status).headers(a.headers).type('application/json').send(a.body);
   }
@@ -292,8 +314,14 @@ export function mountMessagesGateway(
   const gateway = new MessagesGateway(options);
   void app.register(async (scope) => {
     // Every answer carries a request-id, as the API's do (the provider's own where it gave one).
-    scope.addHook('onRequest', async (_req, reply) => {
+    // A request without a valid key is refused from its headers, before its body is read, and
+    // its connection closed.
+    scope.addHook('onRequest', async (req, reply) => {
       reply.header('request-id', newRequestId());
+      const who = await gateway.authenticate(req);
+      if (!('status' in who)) return;
+      closeAfterAnswer(req, reply);
+      return send(reply, who);
     });
     scope.setErrorHandler((err: Error, _req, reply) => send(reply, frameworkError(err)));
     scope.post('/v1/messages', (req, reply) => gateway.messages(req, reply));

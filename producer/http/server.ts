@@ -1,11 +1,14 @@
 import { STATUS_CODES } from 'node:http';
-import Fastify, { type FastifyReply } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Config } from '../../shared/config.ts';
-import { connectRedis } from '../../shared/redis.ts';
+import { redactUrl } from '../../shared/errors.ts';
+import { capConnections, type ServerLimits, serverLimitOptions } from '../../shared/http-limits.ts';
+import { connectRedis, type RedisClient } from '../../shared/redis.ts';
 import {
   RedisAuthThrottle,
   type RedisAuthThrottleOptions,
 } from '../../shared/redis-auth-throttle.ts';
+import { ThrottledWarning, type WarningSink } from '../../shared/telemetry/throttled-warning.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
@@ -35,8 +38,12 @@ export interface HttpApiOptions {
   readonly host?: string;
   /** 0 picks a free port. @default 8080 */
   readonly port?: number;
-  /** Largest body accepted, in bytes. @default 1_048_576 */
+  /** Largest body accepted, in bytes. @default config.bodyLimit (32 MB) */
   readonly bodyLimit?: number;
+  /** Header, body and idle timeouts, and the connection cap. @default see ServerLimits */
+  readonly limits?: ServerLimits;
+  /** Where the server's warnings go (Redis out of memory, once a minute at most). */
+  readonly logger?: WarningSink;
   /** Longest `/wait` long-poll in ms. @default 60_000 */
   readonly maxWaitMs?: number;
   /** A Redis command that takes longer answers 503. @default 5_000 */
@@ -53,7 +60,11 @@ export interface HttpApiOptions {
     readonly maxWaitMs?: number;
     /** A waiting stream's ping interval. @default 5_000 */
     readonly pingMs?: number;
-    /** count_tokens requests per minute forwarded (with config's ANTHROPIC_API_KEY). @default 100 */
+    /**
+     * count_tokens requests per minute forwarded (with config's ANTHROPIC_API_KEY), for every
+     * tenant together; each tenant has its keys file's `count-tokens-rpm`, else an equal share.
+     * @default 100
+     */
     readonly countTokensRpm?: number;
   };
   /** More producer settings (tenantMaxDepth, retryAfterMs, …). */
@@ -79,39 +90,12 @@ export interface HttpApi {
   close(): Promise<void>;
 }
 
-/**
- * Starts the HTTP enqueue API (fastify): `POST /v1/jobs`, waiting and status, and the drop-in
- * Messages gateway `POST /v1/messages` (docs/gateway.md); routes and error codes are in
- * `GET /openapi.json`. Its Redis connection fails fast (no offline queue, one retry per command
- * in flight, then 503) instead of holding requests while Redis is down. `llmq serve` runs it.
- *
- * @example
- * ```ts
- * const api = await startHttpApi({
- *   config: resolveConfig({ env: process.env }),
- *   apiKeys: 'acme:' + createHash('sha256').update(process.env.ACME_KEY ?? '').digest('hex'),
- *   host: '0.0.0.0',
- * });
- * ```
- */
-export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
-  const keys =
-    typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
-  const producer = createProducer(options.config, {
-    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
-    // No offline queue: a command is refused at once while Redis is down, never run later, when
-    // it is back, after the caller was answered 503 (a cancel would strand its job).
-    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
-    ...options.producer,
-  });
-  // Without an offline queue, a request before the connection is ready would be refused; one
-  // that stays down is answered 503 per request instead of failing the start.
-  await producer.ready().catch(() => {});
-  // Cancels an earlier server took out but never removed (it died between the two).
-  await producer.finishStrandedCancels().catch(() => {});
-  const app = Fastify({
+/** The fastify server with its limits, and Node's and fastify's refusals in the API's format. */
+function newServer(options: HttpApiOptions): FastifyInstance {
+  return Fastify({
+    ...serverLimitOptions(options.limits),
     logger: false,
-    bodyLimit: options.bodyLimit ?? 1_048_576,
+    bodyLimit: options.bodyLimit ?? options.config.bodyLimit,
     return503OnClosing: true,
     // A URL that does not decode (`/%`) is answered before any route or hook runs.
     frameworkErrors: (_err, _req, reply) =>
@@ -145,6 +129,72 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
       socket.destroy();
     },
   });
+}
+
+/** The count_tokens forwarder (with the workers' key), or undefined when there is no key. */
+function countTokensOf(
+  options: HttpApiOptions,
+  keys: ApiKeyStore,
+  redis: RedisClient,
+  onRedisOutOfMemory: () => void,
+): CountTokensForwarder | undefined {
+  const apiKey = options.config.anthropicApiKey;
+  if (!apiKey) return undefined;
+  const rpm = options.gateway?.countTokensRpm ?? 100;
+  return new CountTokensForwarder({
+    redis,
+    names: { prefix: options.config.prefix, queue: options.config.queue },
+    apiKey,
+    baseURL: options.config.anthropicBaseUrl,
+    rpm,
+    // A tenant's own budget, else an equal share: one tenant never spends the others'.
+    tenantRpm: (tenant) =>
+      keys.limitsOf(tenant).countTokensRpm ??
+      Math.max(1, Math.floor(rpm / Math.max(1, keys.tenants.length))),
+    onRedisOutOfMemory,
+  });
+}
+
+/**
+ * Starts the HTTP enqueue API (fastify): `POST /v1/jobs`, waiting and status, and the drop-in
+ * Messages gateway `POST /v1/messages` (docs/gateway.md); routes and error codes are in
+ * `GET /openapi.json`. Its Redis connection fails fast (no offline queue, one retry per command
+ * in flight, then 503) instead of holding requests while Redis is down. `llmq serve` runs it.
+ *
+ * @example
+ * ```ts
+ * const api = await startHttpApi({
+ *   config: resolveConfig({ env: process.env }),
+ *   apiKeys: 'acme:' + createHash('sha256').update(process.env.ACME_KEY ?? '').digest('hex'),
+ *   host: '0.0.0.0',
+ * });
+ * ```
+ */
+export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
+  const keys =
+    typeof options.apiKeys === 'string' ? ApiKeyStore.parse(options.apiKeys) : options.apiKeys;
+  const outOfMemory = new ThrottledWarning(
+    options.logger,
+    `Redis at ${redactUrl(options.config.redisUrl)} is out of memory (maxmemory reached): requests are answered 503 and nothing is written; raise maxmemory or lower LLMQ_MAX_DEPTH_BYTES`,
+  );
+  const producer = createProducer(options.config, {
+    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
+    // No offline queue: a command is refused at once while Redis is down, never run later, when
+    // it is back, after the caller was answered 503 (a cancel would strand its job).
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
+    // The keys file's bounds per tenant.
+    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
+    tenantMaxBytes: keys.tenantBounds('maxBytes'),
+    onRedisOutOfMemory: () => outOfMemory.hit(),
+    ...options.producer,
+  });
+  // Without an offline queue, a request before the connection is ready would be refused; one
+  // that stays down is answered 503 per request instead of failing the start.
+  await producer.ready().catch(() => {});
+  // Cancels an earlier server took out but never removed (it died between the two).
+  await producer.finishStrandedCancels().catch(() => {});
+  const app = newServer(options);
+  capConnections(app.server, options.limits);
   const shutdown = new AbortController();
   const gatewayRedis = connectRedis(options.config.redisUrl, {
     maxRetriesPerRequest: 1,
@@ -164,7 +214,6 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   );
   const names = { prefix: options.config.prefix, queue: options.config.queue };
   const g = options.gateway ?? {};
-  const apiKey = options.config.anthropicApiKey;
   const gateway = mountMessagesGateway(app, {
     producer,
     keys,
@@ -174,15 +223,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     shutdown: shutdown.signal,
     maxWaitMs: g.maxWaitMs ?? options.maxWaitMs ?? 60_000,
     ...(g.pingMs !== undefined ? { pingMs: g.pingMs } : {}),
-    countTokens: apiKey
-      ? new CountTokensForwarder({
-          redis: gatewayRedis,
-          names,
-          apiKey,
-          baseURL: options.config.anthropicBaseUrl,
-          ...(g.countTokensRpm !== undefined ? { rpm: g.countTokensRpm } : {}),
-        })
-      : undefined,
+    countTokens: countTokensOf(options, keys, gatewayRedis, () => outOfMemory.hit()),
   });
   const closeGateway = async () => {
     await gateway.close();

@@ -86,6 +86,7 @@ export function registerEnqueueCommand(program: Command): void {
         limits: globalLimits(config),
         scopes: scopeLimitsOf(config),
         maxDepth: config.maxDepth,
+        maxDepthBytes: config.maxDepthBytes,
       });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind; the

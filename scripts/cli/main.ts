@@ -78,8 +78,12 @@ export async function main(argv: readonly string[]): Promise<number> {
       process.stderr.write(`llmq: ${(err as Error).message}\n`);
       return 2;
     }
-    if (err instanceof LlmqError) {
-      process.stderr.write(`llmq: ${err.message}\n`);
+    // Redis out of memory is one line too (loaded here: --help needs no Redis client).
+    const { namedRedisError } = await import('../../shared/redis.ts');
+    const url = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+    const named = err instanceof LlmqError ? err : namedRedisError(err, url);
+    if (named) {
+      process.stderr.write(`llmq: ${named.message}\n`);
       return 1;
     }
     if (isFileError(err)) {

@@ -4,7 +4,7 @@ import { startHttpApi } from '../../producer/http/server.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { assertRedis } from '../../shared/redis.ts';
 import { untilStopSignal } from '../../shared/signals.ts';
-import { createLogger } from '../../shared/telemetry/logger.ts';
+import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { configFrom, queueOptions } from './common.ts';
 
@@ -17,6 +17,7 @@ interface ServeFlags {
   apiKeysFile?: string;
   maxWait?: string;
   countTokensRpm?: string;
+  bodyLimit?: string;
 }
 
 /** Adds `llmq serve`: the HTTP enqueue API. */
@@ -37,6 +38,7 @@ export function registerServeCommand(program: Command): Command {
       '60',
     )
     .option('--count-tokens-rpm <n>', 'count_tokens requests forwarded per minute', '100')
+    .option('--body-limit <size>', 'largest request body read (env LLMQ_BODY_LIMIT, default 32mb)')
     .action(async (flags: ServeFlags) => {
       const config = configFrom({ ...flags });
       const port = Number(flags.port);
@@ -74,6 +76,7 @@ export function registerServeCommand(program: Command): Command {
         port,
         maxWaitMs: maxWait * 1000,
         authThrottle: { log: (line) => process.stderr.write(`llmq serve: ${line}\n`) },
+        logger: workerLogger(log),
         gateway: { countTokensRpm },
       });
       process.stdout.write(`${api.url}\n`);

@@ -14,6 +14,7 @@ import {
 import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
+import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
@@ -104,7 +105,7 @@ export function registerWorkerCommand(program: Command): void {
       );
     await assertRedis(config.redisUrl);
     const redis = connectRedis(config.redisUrl);
-    redis.on('error', (err) => stderrLogger.warn('redis error', { error: err.message }));
+    redis.on('error', errorEventLog(stderrLogger, 'redis error'));
     const { fleet, action } = await fleetLimitsFor(redis, config, flags['replaceLimits'] === true);
     const set = limitSetOf(fleet);
     const handle = await startWorker({

@@ -1,7 +1,7 @@
 import { Batcher } from '../batcher.ts';
 import { DIMENSIONS } from '../dimensions.ts';
+import { type HeaderSource, readRateLimitHeaders } from '../provider-headers.ts';
 import { usageError } from './options.ts';
-import { type HeaderSource, readRateLimitHeaders } from './provider-headers.ts';
 import type { EndRecord, EndResult, LimiterScripts, ReadingRecord } from './scripts.ts';
 import { GLOBAL_SCOPE, type OutputAccounting, type Reservation, type Usage } from './types.ts';
 import type { WakeUps } from './wake.ts';

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { CostExceedsLimitError } from '../errors.ts';
+import { moneyDenial } from '../budgets.ts';
+import { dimensionOfLua } from '../dimensions.ts';
+import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import { CallHandle, Recorder } from './call.ts';
 import { type LimiterKeys, limiterKeys, wakeChannel } from './limiter-keys.ts';
 import { Line, type LineRequest, waitInLine } from './line.ts';
@@ -11,13 +13,12 @@ import {
   type LimiterOptions,
   type LimiterSettings,
   limitsOf,
-  moneyDenial,
   resolveLimiterOptions,
   scopeList,
   scriptScopes,
 } from './options.ts';
 import { readSnapshot } from './reader.ts';
-import { AcquireCode, LimiterScripts } from './scripts.ts';
+import { LimiterScripts } from './scripts.ts';
 import {
   type Charge,
   type Cost,
@@ -31,12 +32,8 @@ import { WakeUps } from './wake.ts';
 
 export type { AcquireManyOptions, AcquireOptions, LimiterOptions };
 
-/** The reason of a denial that only says how long to wait. */
-const DENIAL = {
-  [AcquireCode.Queued]: 'queued',
-  [AcquireCode.Paused]: 'paused',
-  [AcquireCode.Concurrency]: 'concurrency',
-} as const;
+/** The reason of a denial that only says how long to wait, by acquire's code. */
+const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency' } as const;
 
 /**
  * The shared budget of every worker process (docs/limiter.md): our own window of reservations
@@ -105,32 +102,59 @@ export class Limiter {
       scopes: scriptScopes(s, r.scopes),
       extras: more.map((m) => ({ ...m, scopes: m.cost.scopes && scriptScopes(s, m.cost.scopes) })),
     });
-    const reservation = (id: string, c: Charge, at: number): Reservation => ({
+    return this.decide(reply, ticket, r, more);
+  }
+
+  /** Acquire's reply (see acquire-12.lua's header) as a decision; throws when it never fits. */
+  private decide(
+    [code, a, b, c, d]: (number | string)[],
+    ticket: string,
+    r: Pick<LineRequest, 'cost' | 'scopes'>,
+    more: readonly { ticket: string; cost: Charge }[],
+  ): Decision & { more?: Reservation[] } {
+    const s = this.settings;
+    const dimension = (v: unknown) => dimensionOfLua(String(v)) ?? 'tokens';
+    const reservation = (id: string, cost: Charge, at: number): Reservation => ({
       id,
-      cost: c,
-      scopes: scopeList(c.scopes ?? r.scopes),
+      cost,
+      scopes: scopeList(cost.scopes ?? r.scopes),
       admittedAt: at,
       leaseExpiresAt: at + s.leaseMs,
     });
-    switch (reply.code) {
-      case AcquireCode.Admitted:
+    switch (Number(code)) {
+      case 0:
         return {
           ok: true,
-          reservation: reservation(ticket, r.cost, reply.now),
-          more: more.slice(0, reply.extras).map((m) => reservation(m.ticket, m.cost, reply.now)),
+          reservation: reservation(ticket, r.cost, Number(a)),
+          more: more.slice(0, Number(c ?? 0)).map((m) => reservation(m.ticket, m.cost, Number(a))),
         };
-      case AcquireCode.Budget: {
-        const { waitMs, scope, dimension } = reply;
-        return { ok: false, reason: 'budget', waitMs, scope, dimension };
+      case 1:
+      case 2:
+      case 4:
+        return { ok: false, reason: DENIAL[Number(code) as 1 | 2 | 4], waitMs: Number(a) };
+      case 3:
+        return {
+          ok: false,
+          reason: 'budget',
+          waitMs: Number(a),
+          scope: String(b),
+          dimension: dimension(c),
+        };
+      case 5: {
+        const limit = limitsOf(s, String(a))[dimension(b)] ?? Number(d);
+        throw new CostExceedsLimitError(String(a), dimension(b), Number(c), limit);
       }
-      case AcquireCode.NeverFits: {
-        const limit = limitsOf(s, reply.scope)[reply.dimension] ?? reply.limit;
-        throw new CostExceedsLimitError(reply.scope, reply.dimension, reply.cost, limit);
-      }
-      case AcquireCode.BudgetExhausted:
-        return moneyDenial(r.cost.money, reply);
+      case 7:
+        return moneyDenial(r.cost.money, {
+          budget: String(a),
+          period: b === 'day' ? 'day' : 'month',
+          spent: Number(c),
+          limit: Number(d),
+        });
       default:
-        return { ok: false, reason: DENIAL[reply.code], waitMs: reply.waitMs };
+        throw new LimiterUnavailableError(
+          `unexpected answer ${JSON.stringify([code, a, b, c, d])} from acquire`,
+        );
     }
   }
 

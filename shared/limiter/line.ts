@@ -96,8 +96,8 @@ export class Line {
 }
 
 /**
- * Drives a line until admitted, for {@link Limiter.acquireMany}: tells `onDenied`, sleeps, takes
- * `onWait`'s changes; leaves the line when it stops waiting (an abort throws the signal's reason).
+ * Drives a line until admitted, for {@link Limiter.acquireMany}: tells `onDenied`, sleeps; leaves
+ * the line when it stops waiting (an abort throws the signal's reason).
  */
 export async function waitInLine(line: Line, options: AcquireManyOptions): Promise<Reservation[]> {
   try {
@@ -109,9 +109,6 @@ export async function waitInLine(line: Line, options: AcquireManyOptions): Promi
       // A money budget is spent: waiting in line until its period ends is not this loop's call.
       if (a.denial.money) throw BudgetExhaustedError.of(a.denial.money);
       await line.sleep(a, options.signal);
-      const change = await options.onWait?.(a.denial);
-      if (change)
-        line.update(Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)));
     }
   } catch (err) {
     await line.leave().catch(() => {});

@@ -1,7 +1,8 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
+import { isModelScope } from '../models.ts';
 import type { RedisClient } from '../redis.ts';
-import type { AcquireCode, AcquireReply, ScriptScope } from './scripts.ts';
+import type { ScriptScope } from './scripts.ts';
 import {
   type Charge,
   type Decision,
@@ -10,7 +11,6 @@ import {
   type MoneyClaim,
   type MoneyShortfall,
   type OutputAccounting,
-  type Reservation,
   type Usage,
 } from './types.ts';
 
@@ -62,24 +62,9 @@ export interface AcquireOptions {
   readonly signal?: AbortSignal;
   /**
    * Called after each denial, before sleeping. To stop waiting, abort the signal; a caller that
-   * decides per denial drives a {@link Limiter.line} instead.
+   * decides per denial (a new cost, another priority) drives a {@link Limiter.line} instead.
    */
   readonly onDenied?: (d: Decision & { ok: false }) => void;
-  /**
-   * Called before each new attempt while waiting; may return a new cost and priority (another
-   * job came to the head of the queue).
-   */
-  readonly onWait?: (d: Decision & { ok: false }) =>
-    | Promise<
-        | {
-            cost?: Charge;
-            priority?: number;
-            scopes?: readonly string[];
-            more?: readonly Charge[];
-          }
-        | undefined
-      >
-    | undefined;
 }
 
 /** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
@@ -168,24 +153,6 @@ export function checkAttempt(
   }
 }
 
-/** The money denial of an acquire, with its budget's limit and reset from the call's claim. */
-export function moneyDenial(
-  claim: MoneyClaim | undefined,
-  r: Extract<AcquireReply, { code: AcquireCode.BudgetExhausted }>,
-): Decision & { ok: false } {
-  const l = claim?.limits.find((x) => x.budget === r.budget && x.period === r.period);
-  const limitMicros = l?.limitMicros ?? r.limit;
-  const money: MoneyShortfall = {
-    budget: r.budget,
-    period: r.period,
-    spentMicros: r.spent,
-    limitMicros,
-    resetsAt: l?.resetsAt ?? Date.now(),
-    neverFits: (claim?.micros ?? 0) > limitMicros,
-  };
-  return { ok: false, reason: 'money', waitMs: Math.max(money.resetsAt - Date.now(), 0), money };
-}
-
 /** What is wrong with a settle's usage, if anything (a count Redis cannot add). */
 export function usageError(usage: Usage): TypeError | undefined {
   const c = usage.costMicros;
@@ -221,6 +188,7 @@ export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): Scr
     const l = limitsOf(s, name);
     const limits: Record<string, number> = {};
     for (const d of DIMENSIONS) limits[d.lua] = l[d.name] ?? 0;
-    return { name, limits };
+    const none = isModelScope(name) && Object.values(limits).every((x) => x === 0);
+    return none ? { name, limits, unknown: true as const } : { name, limits };
   });
 }

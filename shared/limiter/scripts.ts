@@ -1,7 +1,7 @@
-import { ReplyError } from 'ioredis';
 import { Packr } from 'msgpackr';
-import { DIMENSIONS, type Dimension, dimensionOfLua } from '../dimensions.ts';
+import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
+import { runFailClosed } from '../fail-closed.ts';
 import {
   type LuaArg,
   type LuaScript,
@@ -9,8 +9,7 @@ import {
   runLua,
   runLuaReadOnly,
 } from '../lua-scripts.ts';
-import { isCluster, type RedisClient } from '../redis.ts';
-import { slotMaster } from '../redis-slot.ts';
+import type { RedisClient } from '../redis.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
 import type { Charge, MoneyClaim, OutputAccounting } from './types.ts';
 
@@ -34,57 +33,14 @@ export function packArgs(value: unknown): Buffer {
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
 
-/** What `acquire-12.lua` answers, by its first element. */
-export enum AcquireCode {
-  Admitted = 0,
-  /** Another waiter is first in line. */
-  Queued = 1,
-  Paused = 2,
-  Budget = 3,
-  Concurrency = 4,
-  /** The cost can never fit a limit. */
-  NeverFits = 5,
-  /** A money budget has no room for the call's worst-case cost (it left the line). */
-  BudgetExhausted = 7,
-}
-
-export type AcquireReply =
-  | {
-      readonly code: AcquireCode.Admitted;
-      readonly now: number;
-      /** How many of the extras were admitted with it (the first k). */
-      readonly extras: number;
-    }
-  | {
-      readonly code: AcquireCode.Queued | AcquireCode.Paused | AcquireCode.Concurrency;
-      readonly waitMs: number;
-    }
-  | {
-      readonly code: AcquireCode.Budget;
-      readonly waitMs: number;
-      readonly scope: string;
-      readonly dimension: Dimension;
-    }
-  | {
-      readonly code: AcquireCode.NeverFits;
-      readonly scope: string;
-      readonly dimension: Dimension;
-      readonly cost: number;
-      readonly limit: number;
-    }
-  | {
-      readonly code: AcquireCode.BudgetExhausted;
-      readonly budget: string;
-      readonly period: 'day' | 'month';
-      /** What the budget has spent, µ$. */
-      readonly spent: number;
-      readonly limit: number;
-    };
-
-/** A scope as acquire sees it: its configured limits by short dimension name, 0 for none. */
+/**
+ * A scope as acquire sees it: its configured limits by short dimension name, 0 for none;
+ * `unknown` for a model's scope with none configured (one call at a time until an answer).
+ */
 export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
+  readonly unknown?: true;
 }
 
 export interface AcquireArgs {
@@ -165,25 +121,6 @@ export interface ViewReply {
   >;
 }
 
-/**
- * Why commands cannot be answered now, from a lost connection until ioredis is ready again; or
- * undefined. Between two retries it is 'connecting' for a moment, as on the first connection
- * (whose commands should wait for it); its retry counter, reset when ready, tells the two apart.
- */
-function lostConnection(redis: RedisClient, key: string): string | undefined {
-  if (isCluster(redis) && redis.status === 'ready') {
-    // A Cluster stays ready while one master is replaced: look at the one serving this key.
-    const master = slotMaster(redis, key);
-    if (!master) return 'Redis Cluster has no reachable master for this queue (failover?)';
-    return lostConnection(master, key);
-  }
-  const s = redis.status;
-  const lost = `Redis connection is ${s}`;
-  if (s === 'reconnecting' || s === 'end' || s === 'close') return lost;
-  const retries = (redis as unknown as { retryAttempts?: number }).retryAttempts ?? 0;
-  return (s === 'connecting' || s === 'connect') && retries > 0 ? lost : undefined;
-}
-
 /** A money claim as acquire reads it (see money.lua); absent without one. */
 function packMoney(m: MoneyClaim | undefined) {
   if (!m) return undefined;
@@ -209,47 +146,6 @@ function script(name: string): LuaScript {
   return s;
 }
 
-/** Reads acquire's reply by its code (see acquire-12.lua's header). */
-function acquireReply(reply: (number | string)[]): AcquireReply {
-  const code = Number(reply[0]) as AcquireCode;
-  const dimension = (v: unknown) => dimensionOfLua(String(v)) ?? 'tokens';
-  switch (code) {
-    case AcquireCode.Admitted:
-      return { code, now: Number(reply[1]), extras: Number(reply[3] ?? 0) };
-    case AcquireCode.Queued:
-    case AcquireCode.Paused:
-    case AcquireCode.Concurrency:
-      return { code, waitMs: Number(reply[1]) };
-    case AcquireCode.Budget:
-      return {
-        code,
-        waitMs: Number(reply[1]),
-        scope: String(reply[2]),
-        dimension: dimension(reply[3]),
-      };
-    case AcquireCode.NeverFits:
-      return {
-        code,
-        scope: String(reply[1]),
-        dimension: dimension(reply[2]),
-        cost: Number(reply[3]),
-        limit: Number(reply[4]),
-      };
-    case AcquireCode.BudgetExhausted:
-      return {
-        code,
-        budget: String(reply[1]),
-        period: reply[2] === 'day' ? 'day' : 'month',
-        spent: Number(reply[3]),
-        limit: Number(reply[4]),
-      };
-    default:
-      throw new LimiterUnavailableError(
-        `unexpected answer ${JSON.stringify(reply)} from the acquire script`,
-      );
-  }
-}
-
 /**
  * One typed method per limiter script: each packs its structured argument, runs the script
  * failing closed ({@link LimiterUnavailableError}) and reads its reply.
@@ -267,7 +163,8 @@ export class LimiterScripts {
     return this.clock ? Math.floor(this.clock()) : undefined;
   }
 
-  async acquire(a: AcquireArgs): Promise<AcquireReply> {
+  /** Acquire's reply as Lua gives it (see acquire-12.lua's header: a code, then its values). */
+  async acquire(a: AcquireArgs): Promise<(number | string)[]> {
     const k = this.keys;
     const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.view];
     const reply = (await this.run(
@@ -293,7 +190,7 @@ export class LimiterScripts {
         args: { ids: [a.ticket, ...a.extras.map((x) => x.ticket)] },
       },
     )) as (number | string)[];
-    return acquireReply(reply);
+    return reply;
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run. */
@@ -359,52 +256,20 @@ export class LimiterScripts {
     return { now: Number(now), dropped: Number(dropped) };
   }
 
-  /**
-   * Runs a script, failing closed. `undo` names a script that reverses it: when the command was
-   * sent but no answer came (timeout, dropped connection), the command may still run later
-   * (ioredis queues it, and resends unanswered ones after reconnecting) or may have run with
-   * its answer lost, so the undo is queued behind it on the same connection, to run whenever
-   * Redis answers again.
-   */
-  private async run(
+  /** Runs a script, failing closed ({@link runFailClosed}); `undo` reverses a lost answer. */
+  private run(
     name: string,
     keys: string[],
     args: Record<string, unknown>,
     undo?: { name: string; keys: string[]; args: Record<string, unknown> },
   ): Promise<unknown> {
-    const s = script(name);
-    const lost = lostConnection(this.redis, keys[0] ?? '');
-    if (lost) {
-      // Commands sent now would queue until Redis comes back: fail closed instead.
-      throw new LimiterUnavailableError(lost);
-    }
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([
-        this.call(s, keys, args).catch((err: unknown) => {
-          // An error reply means Redis answered: nothing is left to undo.
-          if (undo && err instanceof ReplyError) undo = undefined;
-          throw err;
-        }),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () =>
-              reject(
-                new LimiterUnavailableError(
-                  `no answer from Redis within ${this.commandTimeoutMs} ms`,
-                ),
-              ),
-            this.commandTimeoutMs,
-          );
-        }),
-      ]);
-    } catch (err) {
-      if (undo) this.call(script(undo.name), undo.keys, undo.args).catch(() => {});
-      if (err instanceof LimiterUnavailableError) throw err;
-      throw new LimiterUnavailableError((err as Error).message, { cause: err });
-    } finally {
-      clearTimeout(timer);
-    }
+    return runFailClosed({
+      redis: this.redis,
+      key: keys[0] ?? '',
+      timeoutMs: this.commandTimeoutMs,
+      send: () => this.call(script(name), keys, args),
+      ...(undo ? { undo: () => this.call(script(undo.name), undo.keys, undo.args) } : {}),
+    });
   }
 
   private call(s: LuaScript, keys: string[], args: Record<string, unknown>): Promise<unknown> {

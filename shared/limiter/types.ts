@@ -1,33 +1,13 @@
+import type { MoneyClaim, MoneyShortfall } from '../budgets.ts';
 import type { Dimension } from '../dimensions.ts';
 import type { Cost } from '../estimate.ts';
 
-export type { Cost };
+export type { Cost, MoneyClaim, MoneyShortfall };
 
 /** Limits of one scope, per window (tokens: input plus output). An absent one is unlimited. */
 export type DimensionLimits = { readonly [D in Dimension]?: number | undefined };
 
 export type { Dimension };
-
-/**
- * A call's money, held with its admission (built by `BudgetLedger.claim`): its worst-case cost
- * in whole micro-dollars, the budgets it must fit, and every spend field it is charged to.
- */
-export interface MoneyClaim {
-  readonly micros: number;
-  readonly limits: readonly {
-    /** Its field in the spend hash, `<period id>|<budget>`. */
-    readonly field: string;
-    readonly budget: string;
-    readonly period: 'day' | 'month';
-    readonly limitMicros: number;
-    /** When the period ends (ms since the epoch). */
-    readonly resetsAt: number;
-  }[];
-  /** The limits' fields and the model's (`<period id>|model:<name>`). */
-  readonly fields: readonly string[];
-  /** The period ids whose spend is kept: this day, the day before, this month, the one before. */
-  readonly periods: readonly string[];
-}
 
 /**
  * What an admission charges: tokens, and optionally money. A call queued behind the first (an
@@ -36,18 +16,6 @@ export interface MoneyClaim {
 export interface Charge extends Cost {
   readonly money?: MoneyClaim | undefined;
   readonly scopes?: readonly string[] | undefined;
-}
-
-/** A money budget without room for a call's worst case (denial reason `money`). */
-export interface MoneyShortfall {
-  readonly budget: string;
-  readonly period: 'day' | 'month';
-  readonly spentMicros: number;
-  readonly limitMicros: number;
-  /** When the budget's period ends (ms since the epoch). */
-  readonly resetsAt: number;
-  /** The worst case exceeds the budget outright: it could never fit. */
-  readonly neverFits: boolean;
 }
 
 /**

@@ -22,6 +22,30 @@ const REDACT = [
   'headers["x-api-key"]',
 ];
 
+/** The longest string logged whole; what clients send (a model name, a message) can be any size. */
+export const MAX_LOGGED_CHARS = 256;
+
+/** `s` as logged: its first {@link MAX_LOGGED_CHARS} characters and how long it was. */
+export function capLogged(s: string): string {
+  return s.length <= MAX_LOGGED_CHARS ? s : `${s.slice(0, MAX_LOGGED_CHARS)}… (${s.length} chars)`;
+}
+
+/** A log line's fields with every long string capped (arrays and objects a few levels deep). */
+export function capLogFields(value: unknown, depth = 0): unknown {
+  if (typeof value === 'string') return capLogged(value);
+  if (value === null || typeof value !== 'object' || depth >= 4) return value;
+  if (Array.isArray(value)) return value.slice(0, 50).map((v) => capLogFields(v, depth + 1));
+  if (value instanceof Error) return { message: capLogged(value.message), ...codeOf(value) };
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value).slice(0, 50)) out[k] = capLogFields(v, depth + 1);
+  return out;
+}
+
+const codeOf = (e: Error) => {
+  const code = (e as { code?: unknown }).code;
+  return code === undefined ? {} : { code };
+};
+
 export interface LoggerOptions {
   /** The process's part (`worker`, `serve`, `dashboard`), in every line. */
   readonly component: string;
@@ -59,7 +83,19 @@ export function createLogger(options: LoggerOptions): Logger {
       level: logLevel(options.level, options.env),
       base: { component: options.component },
       timestamp: pino.stdTimeFunctions.isoTime,
-      formatters: { level: (label) => ({ level: label }) },
+      formatters: {
+        level: (label) => ({ level: label }),
+        log: (fields) => capLogFields(fields) as Record<string, unknown>,
+      },
+      // The message too: it may quote what a client sent.
+      hooks: {
+        logMethod(args, method) {
+          method.apply(
+            this,
+            args.map((a) => (typeof a === 'string' ? capLogged(a) : a)) as typeof args,
+          );
+        },
+      },
       redact: { paths: REDACT, censor: '[redacted]' },
     },
     destination,

@@ -21,9 +21,12 @@
             priority (fair share: the gate orders tenants; their jobs keep their order)
     ARGV[6] with "tenants", how many of each tenant's jobs (default 1)
 
-  Output: {jobId, data JSON, jobId, data JSON, ...} in the order BullMQ hands them out, or false
-  when there is nothing to hand out. When more delayed jobs are due than it looks at, only the
-  first job is given (what the others would do to the order is unknown).
+  Output: {jobId, opts JSON, data JSON or '', ...} in the order BullMQ hands them out, or false
+  when there is nothing to hand out. The data comes only for a job whose options carry no llmq
+  ticket (a format-1 job, or one added by other means). With "tenants", the tenant is the
+  ticket's and the priority BullMQ's own: never searched for in the request's JSON. When more
+  delayed jobs are due than it looks at, only the first job is given (what the others would do
+  to the order is unknown).
 ]]
 local SHIFT = 4294967296
 local want = tonumber(ARGV[4] or '1')
@@ -77,22 +80,26 @@ local each = tonumber(ARGV[6] or '1')
 local seen, firstPriority = {}, nil
 for k = 1, math.min(#heads, want) do
   local id = heads[k]
-  local data = redis.call('HGET', ARGV[1] .. id, 'data')
+  local job = redis.call('HMGET', ARGV[1] .. id, 'opts', 'priority')
   -- A job whose hash is gone ends the list: BullMQ would stumble on it first.
-  if not data then break end
+  if not job[1] then break end
+  local ticket = nil
+  local ok, opts = pcall(cjson.decode, job[1])
+  if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then ticket = opts.llmq end
   local keep = true
   if perTenant then
-    local priority = string.match(data, '"priority":(%d+)') or ''
+    local priority = job[2] or '0'
     if firstPriority == nil then firstPriority = priority end
     if priority ~= firstPriority then break end
-    local tenant = string.match(data, '"tenant":"([^"]*)"') or ''
+    local tenant = ticket and type(ticket.t) == 'string' and ticket.t or ''
     local n = (seen[tenant] or 0) + 1
     keep = n <= each
     seen[tenant] = n
   end
   if keep then
     out[#out + 1] = id
-    out[#out + 1] = data
+    out[#out + 1] = job[1]
+    out[#out + 1] = ticket and '' or (redis.call('HGET', ARGV[1] .. id, 'data') or '')
   end
 end
 if #out == 0 then return false end

@@ -33,7 +33,7 @@
 
 local waitersKey, waitexpKey = KEYS[4], KEYS[5]
 local now, ticket, queue = now_ms(args.now), args.ticket, args.queue
--- A call's cost as a reservation; `limits`: its own scopes (an extra of another tenant), else the head's.
+-- A call's cost as a reservation; `limits`: an extra's own scopes (another tenant's), else the head's.
 local function charge(x, limits)
   local names = {}
   for i, s in ipairs(limits or args.scopes) do names[i] = s.name end

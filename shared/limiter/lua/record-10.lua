@@ -44,6 +44,15 @@ local wake = expire_slots(KEYS[3], now, mk) > 0
 expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 
 local function count(t, f, n) t[f] = (t[f] or 0) + n end
+
+-- The provider answered a call: its model's scopes (see admission.lua's `unknown`) are known.
+local function answered(r)
+  for _, s in ipairs(r.scopes) do
+    if string.sub(s, 1, 6) == 'model:' and redis.call('HSETNX', KEYS[5], s .. '|answered', 1) == 1 then
+      wake = true
+    end
+  end
+end
 local function store(id, r) redis.call('HSET', KEYS[2], id, encode(r)) end
 
 -- The provider admitted the call: stamped now; with `split`, only its request and input, in an
@@ -52,6 +61,7 @@ local function stamp(id)
   local enc = redis.call('HGET', KEYS[2], id)
   local r = enc and decode(enc)
   if not r or r.flags ~= '' then return end
+  answered(r)
   if args.split then
     store(input_part(id), { req = r.req, inp = r.inp, out = 0, flags = 's', scopes = r.scopes })
     redis.call('ZADD', KEYS[1], now, input_part(id))
@@ -76,6 +86,7 @@ local function finish(e)
   local enc = redis.call('HGET', KEYS[2], e.id)
   if not enc then return 0, 0, 0 end
   local r = decode(enc)
+  if e.mode ~= 'release' then answered(r) end
   local partEnc = r.flags == 'b' and redis.call('HGET', KEYS[2], input_part(e.id))
   local part = partEnc and decode(partEnc)
   local inp = r.inp + (part and part.inp or 0)

@@ -2,12 +2,15 @@
 -- clock, scopes, caches; `totals`: what it admitted, written by finish_run). A cost may carry its
 -- own scopes with limits (`c.limits`) and money (`c.money`). Needs "reservation", "money", "view".
 
--- The configured limit of scope s, dimension d capped by the provider's (0: none), the reading,
--- and what may be spent of it: the limit less headroom, at least 1.
+-- Scope s, dimension d: the configured limit capped by the provider's (0: none; a model's scope
+-- with none, `s.unknown`, takes one call till the first answer), the reading, what may be spent.
 local function limit_of(run, s, d)
   local v = view_of(run, s.name .. '|' .. d)
   local lim = s.limits[d] or 0
   if v and v.lim > 0 and (lim == 0 or v.lim < lim) then lim = v.lim end
+  if lim == 0 and d == 'req' and s.unknown and redis.call('HEXISTS', run.view, s.name .. '|answered') == 0 then
+    lim = 1
+  end
   return lim, v, lim > 0 and math.max(1, math.floor(lim * (1 - run.headroom))) or 0
 end
 
@@ -28,9 +31,7 @@ local function lack_of(run, s, d, c)
   local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
   local room, rate = projected(run, s.name, d, v, used, left)
   local need, r, lapse = -1, 0, 0
-  if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then
-    need = used + a - most
-  end
+  if not (room and rate > 0 and (conf == 0 or conf >= v.lim)) then need = used + a - most end
   local n = room and a - room + math.floor(v.lim * h)
   if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end
   return need, r, lapse

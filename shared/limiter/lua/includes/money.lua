@@ -10,7 +10,6 @@ local function money_short(mk, m)
   end
   return nil, 0
 end
-
 local function money_hold(mk, id, m)
   for _, f in ipairs(m.fields) do redis.call('HINCRBY', mk.spend, f, m.micros) end
   redis.call('HSET', mk.held, id, cmsgpack.pack({ m.micros, m.fields }))
