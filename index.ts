@@ -5,7 +5,8 @@
  *
  * @example
  * ```ts
- * import { createProducer, createProviderClient, connectRedis, resolveConfig, startWorker } from 'llmq';
+ * import { connectRedis, createProducer, createProviderClient, resolveConfig, startWorker } from
+ *   'llmq';
  *
  * const config = resolveConfig({ env: process.env });
  * const redis = connectRedis(config.redisUrl);

@@ -50,7 +50,8 @@ export class JobFailedError extends LlmqError {
  * @example
  * ```ts
  * const result = await producer.waitForResult(id, { timeout: 5_000 }).catch(async (err) => {
- *   if (err instanceof WaitTimeoutError) return producer.waitForResult(id); // still running: wait on
+ *   // Still queued or running: wait on.
+ *   if (err instanceof WaitTimeoutError) return producer.waitForResult(id);
  *   throw err;
  * });
  * ```

@@ -133,10 +133,7 @@ export class Producer {
     this.cancels = { queue: this.queue, gate: this.gate, call, status: (id) => this.status(id) };
   }
 
-  /**
-   * Reads the fleet's stored limits unless read within `fleetLimitsMaxAgeMs` (or `force`): every enqueue does first.
-   * @internal
-   */
+  /** The fleet's stored limits, read again after `fleetLimitsMaxAgeMs` (or `force`). @internal */
   async loadLimits(force = false): Promise<LimitSet> {
     const at = this.fleetReadAt;
     if (at !== undefined && (force || Date.now() - at >= this.fleetMaxAgeMs)) {
@@ -147,27 +144,18 @@ export class Producer {
     return this.builder.limits;
   }
 
-  /**
-   * The most input tokens a request may have to fit every limit it is charged to (see JobBuilder.inputRoom).
-   * @internal
-   */
+  /** The most input tokens a request may have to fit each limit it is charged to. @internal */
   async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
     await this.loadLimits();
     return this.builder.inputRoom(model, maxTokens, tenant);
   }
 
-  /**
-   * Builds the job's data from the estimate (the fleet's limits as last read), or throws a typed error; writes nothing.
-   * @internal
-   */
+  /** The job's data from the estimate, or a typed error; writes nothing. @internal */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.builder.prepare(request, options);
   }
 
-  /**
-   * Like {@link prepare}, counting input tokens with the provider when `exactCount` is set.
-   * @internal
-   */
+  /** Like {@link prepare}, counting input with the provider under `exactCount`. @internal */
   prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
     return this.builder.prepareAsync(request, options);
   }
@@ -190,10 +178,7 @@ export class Producer {
     return (await this.enqueueJob(request, options)).id;
   }
 
-  /**
-   * {@link enqueue}, telling also whether a job was created or an existing one was found.
-   * @internal
-   */
+  /** {@link enqueue}, saying also whether a job was created or found. @internal */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
     await this.loadLimits();
@@ -226,8 +211,10 @@ export class Producer {
    * @example
    * ```ts
    * const { id } = await producer.enqueueMapReduce({
-   *   parts: chapters.map((c) => ({ model, max_tokens: 300, messages: [{ role: 'user', content: c }] })),
-   *   combine: { model, max_tokens: 500, messages: [{ role: 'user', content: 'Join these summaries.' }] },
+   *   parts: chapters.map((c) => ({
+   *     model, max_tokens: 300, messages: [{ role: 'user', content: c }],
+   *   })),
+   *   combine: { model, max_tokens: 500, messages: [{ role: 'user', content: 'Join them.' }] },
    * });
    * const summary = await producer.waitForResult(id);
    * ```

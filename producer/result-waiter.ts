@@ -17,7 +17,8 @@ import { type JobStatus, readJobStatus } from './job-status.ts';
  *
  * @example
  * ```ts
- * const result = await producer.waitForResult(id, { timeout: 60_000, signal: AbortSignal.timeout(90_000) });
+ * const signal = AbortSignal.timeout(90_000);
+ * const result = await producer.waitForResult(id, { timeout: 60_000, signal });
  * ```
  */
 export interface WaitOptions {

@@ -107,6 +107,6 @@ if (problems.length > 0) {
   process.exit(1);
 }
 console.log(
-  `size: no product file over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES}` +
+  `size: no product file over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES} lines` +
     (pending.length > 0 ? ` but the ${pending.length} pending above` : ''),
 );

@@ -1,9 +1,5 @@
 import { z } from 'zod';
-import {
-  type BudgetLimits,
-  type BudgetPolicy,
-  budgetsSchema,
-} from './budgets.ts';
+import { type BudgetLimits, type BudgetPolicy, budgetsSchema } from './budgets.ts';
 import { loadConfigFile } from './config-file.ts';
 import {
   jsonOf,
@@ -18,7 +14,7 @@ import {
 import { ConfigError } from './errors.ts';
 import { DEFAULT_RETRY_FOR_MS } from './job.ts';
 import type { OutputAccounting } from './limiter/types.ts';
-import { type ModelPrice, pricesSchema, } from './prices.ts';
+import { type ModelPrice, pricesSchema } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -146,7 +142,11 @@ export interface ScopeLimits {
  *
  * @example
  * ```ts
- * const sources: ConfigSources = { flags: { concurrency: '4' }, env: process.env, file: './llmq.json' };
+ * const sources: ConfigSources = {
+ *   flags: { concurrency: '4' },
+ *   env: process.env,
+ *   file: './llmq.json',
+ * };
  * ```
  */
 export interface ConfigSources {

@@ -82,7 +82,8 @@ export interface FieldIssue {
  * try {
  *   await producer.enqueue({ model: 'claude-haiku-4-5', max_tokens: 0, messages: [] });
  * } catch (err) {
- *   if (err instanceof RequestValidationError) for (const i of err.issues) console.log(i.field, i.message);
+ *   if (!(err instanceof RequestValidationError)) throw err;
+ *   for (const issue of err.issues) console.log(issue.field, issue.message);
  * }
  * ```
  */

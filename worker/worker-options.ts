@@ -21,7 +21,10 @@ import type { ProviderCaller } from './provider.ts';
  *   redis: connectRedis(config.redisUrl),
  *   names: { prefix: config.prefix, queue: config.queue },
  *   client: createProviderClient({ apiKey: config.anthropicApiKey ?? '' }),
- *   limiter: { limits: { inputTokens: 400_000, outputTokens: 80_000, requests: 4_000 }, windowMs: 60_000 },
+ *   limiter: {
+ *     limits: { inputTokens: 400_000, outputTokens: 80_000, requests: 4_000 },
+ *     windowMs: 60_000,
+ *   },
  *   concurrency: 20,
  * };
  * ```

@@ -14,7 +14,8 @@ import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
-import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
+import { type ApiErrorCode, apiKeyAuth, errorResponse } from './handlers.ts';
+import { createRoutes } from './job-routes.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
 
 /**
