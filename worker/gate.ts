@@ -149,7 +149,9 @@ export class Gate {
       // results meanwhile are stored at once.
       handoff.setGateIdle(true);
       try {
-        await p.idleWait.wait(p.idleCheckMs, p.stopped);
+        const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, slots.concurrency);
+        if (heads?.length)
+          this.aheadPeek = { sentAt: performance.now(), heads: Promise.resolve(heads) };
       } finally {
         handoff.setGateIdle(false);
       }

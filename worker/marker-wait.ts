@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import { isCluster, type RedisClient } from '../shared/redis.ts';
+import { type HeadJob, HeadPeeker } from './bullmq-internals.ts';
 
 /** Extra time a blocking pop gets before it is given up as stuck (a dropped connection). */
 const STUCK_MS = 1_000;
@@ -12,11 +13,14 @@ const STUCK_MS = 1_000;
  * moveToActive) writes member `0` at score 0, and the delayed scripts write member `1` at the
  * next delayed job's due time (ms). BullMQ's own workers block on it with BZPOPMIN; so does this,
  * on a connection of its own. llmq fetches with moveToActive, which never reads the marker, so
- * popping it takes nothing from BullMQ.
+ * popping it takes nothing from BullMQ. A peek at the queue's head goes behind each pop on the
+ * same connection: Redis runs it the moment the pop returns, so a woken gate has its first
+ * peek without a round trip of its own.
  */
 export class MarkerWait {
   private readonly conn: Redis;
   private readonly key: string;
+  private readonly peeker: HeadPeeker;
   /** The due time of the next delayed job, as a popped `1` marker told (ms, the worker's clock). */
   private dueAt = Number.POSITIVE_INFINITY;
 
@@ -33,13 +37,15 @@ export class MarkerWait {
     ) as Redis;
     this.conn.on('error', () => {});
     this.key = `${bullPrefix(names)}:${names.queue}:marker`;
+    this.peeker = new HeadPeeker(this.conn, names, clock);
   }
 
   /**
    * Resolves once a job may be ready: a marker arrived, a delayed job fell due, `maxMs` passed
-   * (a safety net for a marker another worker popped), or `signal` aborted.
+   * (a safety net for a marker another worker popped), or `signal` aborted. When a marker woke
+   * it, with the first `peek` jobs BullMQ would hand out next, as of that moment.
    */
-  async wait(maxMs: number, signal: AbortSignal): Promise<void> {
+  async wait(maxMs: number, signal: AbortSignal, peek = 1): Promise<HeadJob[] | undefined> {
     const end = this.clock() + maxMs;
     for (;;) {
       const now = this.clock();
@@ -50,8 +56,11 @@ export class MarkerWait {
       const ms = Math.min(end, this.dueAt) - now;
       if (ms <= 0 || signal.aborted) return;
       let popped: [string, string, string] | null;
+      let heads: Promise<HeadJob[] | undefined>;
       try {
-        popped = await this.pop(ms, signal);
+        const pop = this.pop(ms, signal);
+        heads = this.peeker.peekMany(peek).catch(() => undefined);
+        popped = await pop;
       } catch {
         // The blocking connection failed: wait out the rest rather than spin.
         await sleep(ms, undefined, { signal }).catch(() => {});
@@ -65,7 +74,7 @@ export class MarkerWait {
         this.dueAt = Math.min(this.dueAt, at);
         continue;
       }
-      return;
+      return heads;
     }
   }
 

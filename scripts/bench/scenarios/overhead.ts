@@ -140,7 +140,7 @@ const ms = (x: number) => `${x.toFixed(1)} ms`;
  * which for llmq is after the gate's admission, just before the call starts), one job at a time
  * into an idle worker with free budget: p50 and p99, ms.
  */
-function pickupLatency(
+export function pickupLatency(
   ctx: ScenarioContext,
   s: Setup,
   jobs: number,

@@ -19,9 +19,9 @@
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
     concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits }, global first),
     extras ({ id, req, inp, out, money, scopes }: admitted with it while each fits, nobody waits)
-  Output: {0, now, leaseExpiry, k} admitted (again, for a ticket admitted already) with the
-    first k extras; {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope,
-    dim} no budget there yet; {4, waitMs} no slot; {5, scope, dim, cost, limit} can never fit;
+  Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
+    {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
+    there yet; {4, waitMs} no slot (or a first call out); {5, scope, dim, cost, limit} never fits;
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line)
 ]]
 --- @include "args"
@@ -55,8 +55,7 @@ end
 
 -- 1. Admitted already: ioredis resent this acquire after a reconnect. Answer the same again.
 if redis.call('HEXISTS', run.res, ticket) == 1 then
-  local lease = tonumber(redis.call('ZSCORE', run.slots, ticket) or now)
-  local k = 0
+  local lease, k = tonumber(redis.call('ZSCORE', run.slots, ticket) or now), 0
   while k < #args.extras and redis.call('HEXISTS', run.res, args.extras[k + 1].id) == 1 do k = k + 1 end
   return { 0, lease - args.leaseMs, lease, k }
 end
@@ -106,8 +105,9 @@ end
 local pausedUntil = tonumber(redis.call('GET', KEYS[7]) or '0')
 if pausedUntil > now then return wait_as_head({ 2, pausedUntil - now }) end
 
--- 7. Budget: our window and the provider's view, in every scope and dimension.
+-- 7. Budget in every scope and dimension; a model's unanswered first call holds it like a slot.
 local s, d, need, rate, lapse = short_of(run, cost)
+if s and d == 'req' and unanswered(run, s) then return wait_as_head({ 4, args.leaseMs }) end
 if s then
   run.stats.denied_budget = 1
   return wait_as_head({ 3, wait_for(run, s, d, need, rate, lapse), s.name, d })

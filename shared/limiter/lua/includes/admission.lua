@@ -2,15 +2,17 @@
 -- clock, scopes, caches; `totals`: what it admitted, written by finish_run). A cost may carry its
 -- own scopes with limits (`c.limits`) and money (`c.money`). Needs "reservation", "money", "view".
 
--- Scope s, dimension d: the configured limit capped by the provider's (0: none; a model's scope
--- with none, `s.unknown`, takes one call till the first answer), the reading, what may be spent.
+-- A model's scope with no limits configured and no answer yet (it takes one call).
+local function unanswered(run, s)
+  return s.unknown and redis.call('HEXISTS', run.view, s.name .. '|answered') == 0
+end
+
+-- Scope s, dim d: the configured limit capped by the provider's (0: none), its view, the most to spend.
 local function limit_of(run, s, d)
   local v = view_of(run, s.name .. '|' .. d)
   local lim = s.limits[d] or 0
   if v and v.lim > 0 and (lim == 0 or v.lim < lim) then lim = v.lim end
-  if lim == 0 and d == 'req' and s.unknown and redis.call('HEXISTS', run.view, s.name .. '|answered') == 0 then
-    lim = 1
-  end
+  if lim == 0 and d == 'req' and unanswered(run, s) then lim = 1 end
   return lim, v, lim > 0 and math.max(1, math.floor(lim * (1 - run.headroom))) or 0
 end
 

@@ -42,7 +42,5 @@ local function add_spend(t, r, sign, suffix)
 end
 
 local function flush(t, key)
-  for f, n in pairs(t) do
-    if n ~= 0 then redis.call('HINCRBY', key, f, n) end
-  end
+  for f, n in pairs(t) do if n ~= 0 then redis.call('HINCRBY', key, f, n) end end
 end
