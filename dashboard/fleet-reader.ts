@@ -25,8 +25,9 @@ import {
 } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { type HistogramSeries, readHistograms } from '../shared/telemetry/histograms.ts';
+import { type BreakerReading, type BreakerState, readBreaker } from '../worker/breaker-state.ts';
 
-export type BreakerState = 'closed' | 'open' | 'half_open';
+export type { BreakerState } from '../worker/breaker-state.ts';
 
 /** Everything the dashboard shows about one queue, at one instant (Redis time). */
 export interface QueueView {
@@ -122,14 +123,12 @@ interface PublishedConfig {
   readonly headroom?: number;
 }
 
-/** The breaker's hash as the view shows it. */
-function breakerOf(raw: Record<string, string>, now: number): QueueView['breaker'] {
-  const state: BreakerState =
-    raw['state'] === 'open' || raw['state'] === 'half_open' ? raw['state'] : 'closed';
-  const openUntil = Number(raw['open_until']) > 0 ? Number(raw['open_until']) : null;
+/** The breaker as the view shows it. */
+function breakerOf(b: BreakerReading, now: number): QueueView['breaker'] {
+  const { state, openUntil } = b;
   return {
     state,
-    failures: Number(raw['failures'] ?? 0) || 0,
+    failures: b.failures,
     openUntil,
     remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - now) : 0,
   };
@@ -278,10 +277,10 @@ export class FleetReader {
     const names = this.names(queue);
     const { queue: q, dead } = this.queues(queue);
     const limiter = await this.limiter(queue);
-    const [snap, metrics, breakerRaw, jobs, deadCounts, backlog, spend] = await Promise.all([
+    const [snap, metrics, breaker, jobs, deadCounts, backlog, spend] = await Promise.all([
       limiter.snapshot(),
       readMetrics(this.redis, names),
-      this.redis.hgetall(llmqKey(names, 'breaker')),
+      readBreaker(this.redis, names),
       q.getJobCounts(),
       dead.getJobCounts(),
       readBacklog(this.redis, names),
@@ -299,7 +298,7 @@ export class FleetReader {
         until: snap.pausedUntil,
         remainingMs: snap.pausedUntil ? Math.max(0, snap.pausedUntil - snap.now) : 0,
       },
-      breaker: breakerOf(breakerRaw, snap.now),
+      breaker: breakerOf(breaker, snap.now),
       slots: { inFlight: snap.inFlight, cap: snap.concurrency ?? null },
       waiters: snap.waiters,
       rateLimited: {

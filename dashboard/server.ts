@@ -21,6 +21,21 @@ import { PrometheusExporter } from './prometheus.ts';
 import { guardRequests } from './request-guard.ts';
 import { registerPageApi } from './usage-api.ts';
 
+/**
+ * What the dashboard shows (the queues under `prefix`) and where it listens; every option has a
+ * default.
+ *
+ * @example
+ * ```ts
+ * const options: DashboardOptions = {
+ *   redisUrl: config.redisUrl,
+ *   prefix: config.prefix,
+ *   readOnly: true,
+ *   auth: { user: 'ops', password: process.env.LLMQ_DASHBOARD_PASSWORD },
+ * };
+ * ```
+ * @inlineType DashboardAuth
+ */
 export interface DashboardOptions {
   /** A connection the dashboard uses but does not own; without it one is opened from `redisUrl`. */
   readonly redis?: RedisClient;
@@ -60,6 +75,16 @@ export interface DashboardOptions {
   readonly authThrottle?: AuthThrottleOptions;
 }
 
+/**
+ * A running dashboard: the URL to open, and how to stop it.
+ *
+ * @example
+ * ```ts
+ * const dash = await startDashboard({ port: 0 });
+ * console.log(dash.url); // carries ?token= when the token was generated
+ * await dash.close();
+ * ```
+ */
 export interface DashboardHandle {
   /**
    * Where to open the dashboard: its overview, `http://127.0.0.1:PORT/overview`, carrying

@@ -1,13 +1,27 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
-import { budgetSettingsOf, type Config, globalLimits, scopeLimitsOf } from '../shared/config.ts';
+import type { Config } from '../shared/config.ts';
+import { budgetSettingsOf, globalLimits, scopeLimitsOf } from '../shared/config-views.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { Producer, type ProducerOptions } from './producer.ts';
 
 /**
  * A producer for a resolved {@link Config}: its own Redis connection (closed by `close()`), the
  * global limits (rpm, itpm, otpm, tpm) and headroom to refuse what can never fit, the depth
- * bound, and an SDK client for `exactCount`.
+ * bound, and an SDK client for `exactCount`. `overrides` set any other producer option
+ * (`tenantMaxDepth`, `retryAfterMs`, `keepCompletedS`, …).
+ *
+ * @example
+ * ```ts
+ * const producer = createProducer(resolveConfig({ env: process.env }));
+ * const id = await producer.enqueue({
+ *   model: 'claude-haiku-4-5',
+ *   max_tokens: 300,
+ *   messages: [{ role: 'user', content: 'Hello' }],
+ * });
+ * const { message } = await producer.waitForResult(id, { timeout: 60_000 });
+ * await producer.close();
+ * ```
  */
 export function createProducer(
   config: Config,

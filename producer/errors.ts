@@ -2,15 +2,34 @@ import { LlmqError, RedisUnavailableError } from '../shared/errors.ts';
 import type { DeadLetter } from '../shared/job.ts';
 import { namedRedisError } from '../shared/redis.ts';
 
-/** The job was dead-lettered: it will not produce a result unless someone retries it. */
+/**
+ * The job was dead-lettered: it will not produce a result unless someone retries it (`llmq dlq
+ * retry <id>`). What `waitForResult` rejects with for a job that failed for good.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await producer.waitForResult(id);
+ * } catch (err) {
+ *   if (err instanceof JobFailedError) console.error(err.jobId, err.status, err.reason);
+ * }
+ * ```
+ */
 export class JobFailedError extends LlmqError {
+  /** The job's id. */
   readonly jobId: string;
   /** The dead letter's one-line reason (or BullMQ's failedReason when there is no dead letter). */
   readonly reason: string;
+  /** The provider's error class (`BadRequestError`, …) or llmq's (`AttemptsExhausted`, …). */
   readonly errorClass: string | undefined;
+  /** The provider's HTTP status, when it answered. */
   readonly status: number | undefined;
-  /** The whole dead letter, when the worker wrote one. */
+  /**
+   * The whole dead letter, when the worker wrote one.
+   * @internal
+   */
   readonly deadLetter: DeadLetter | undefined;
+  /** @internal */
   constructor(jobId: string, reason: string, deadLetter?: DeadLetter) {
     super(
       'JOB_FAILED',
@@ -24,10 +43,25 @@ export class JobFailedError extends LlmqError {
   }
 }
 
-/** Waiting for a job's result took longer than the caller allowed; the job itself goes on. */
+/**
+ * Waiting for a job's result took longer than the caller allowed; the job itself goes on, and
+ * `waitForResult` may be called again.
+ *
+ * @example
+ * ```ts
+ * const result = await producer.waitForResult(id, { timeout: 5_000 }).catch(async (err) => {
+ *   // Still queued or running: wait on.
+ *   if (err instanceof WaitTimeoutError) return producer.waitForResult(id);
+ *   throw err;
+ * });
+ * ```
+ */
 export class WaitTimeoutError extends LlmqError {
+  /** The job waited for. */
   readonly jobId: string;
+  /** The timeout it was given, ms. */
   readonly timeoutMs: number;
+  /** @internal */
   constructor(jobId: string, timeoutMs: number) {
     super(
       'TIMEOUT',

@@ -17,6 +17,7 @@ import type { EnqueuedJob, EnqueueOptions } from './producer-options.ts';
  * combine request that runs once every part has completed, with their answers added to its last
  * user message in order (`<part n="1">…</part>`). Added as one BullMQ flow: the combine job is
  * the parent, in waiting-children until its parts complete.
+ * @inline
  */
 export interface MapReduceRequest {
   /** Messages requests, one job each. */
@@ -25,7 +26,10 @@ export interface MapReduceRequest {
   readonly combine: unknown;
 }
 
-/** What adding a map-reduce did: the combine job's id (the one to wait for) and its parts'. */
+/**
+ * What adding a map-reduce did: the combine job's id (the one to wait for) and its parts'.
+ * @inline
+ */
 export interface EnqueuedFlow extends EnqueuedJob {
   readonly partIds: readonly string[];
 }

@@ -4,33 +4,62 @@ import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
 /** Where a job is, as producers see it. `waiting` covers BullMQ's wait and prioritized. */
 export type JobPhase = 'waiting' | 'delayed' | 'active' | 'completed' | 'failed';
 
-/** Why a job was dead-lettered, in the words of its dead letter. */
+/**
+ * Why a job was dead-lettered, in the words of its dead letter.
+ * @inline
+ */
 export interface JobFailure {
+  /** The dead letter's one-line reason. */
   readonly reason: string;
+  /** The provider's error class (`BadRequestError`, …) or llmq's (`AttemptsExhausted`, …). */
   readonly errorClass?: string | undefined;
+  /** The provider's HTTP status, when it answered. */
   readonly status?: number | undefined;
 }
 
-/** A job's status; `via` is `batches` for a job bound for Message Batches. */
+/**
+ * A job's status, as `producer.status(id)` reads it: `waiting`, `delayed` (a retry in
+ * backoff), `active`, `completed` with its `result`, or `failed` (dead-lettered) with its
+ * `error`. `via` is `batches` for a job bound for Message Batches.
+ *
+ * @example
+ * ```ts
+ * const s = await producer.status(id);
+ * if (s?.state === 'completed') console.log(s.result.message.usage);
+ * ```
+ */
 export type JobStatus = StatusByState & { readonly via?: 'batches' | undefined };
 
+/**
+ * A job's state, with its result once completed and its failure once dead-lettered.
+ * @inline
+ */
 type StatusByState =
   | {
       readonly id: string;
+      /** Not finished yet. */
       readonly state: 'waiting' | 'delayed' | 'active';
+      /** The job's stored data. @internal */
       readonly data: JobData;
     }
   | {
       readonly id: string;
+      /** Finished with an answer. */
       readonly state: 'completed';
+      /** The job's stored data. @internal */
       readonly data: JobData;
+      /** The answer and how it went. */
       readonly result: JobResult;
     }
   | {
       readonly id: string;
+      /** Dead-lettered: it will not answer unless retried (`llmq dlq retry`). */
       readonly state: 'failed';
+      /** The job's stored data. @internal */
       readonly data: JobData;
+      /** Why it failed. */
       readonly error: JobFailure;
+      /** The whole dead letter, when the worker wrote one. @internal */
       readonly deadLetter: DeadLetter | undefined;
     };
 

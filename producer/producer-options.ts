@@ -7,13 +7,21 @@ import type { PriorityLane } from '../shared/priority.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import type { WaitForRoomOptions } from './depth-gate.ts';
 
-/** What `exactCount` needs: the SDK's `client.messages.countTokens` (an `Anthropic` instance fits). */
+/**
+ * What `exactCount` needs: the SDK's `client.messages.countTokens` (an `Anthropic` instance fits).
+ * @inline
+ */
 export interface TokenCounter {
   readonly messages: {
+    /** The provider's count of the request's input tokens. */
     countTokens(params: never): PromiseLike<{ readonly input_tokens: number }>;
   };
 }
 
+/**
+ * A producer's settings; `createProducer` fills most of them from the {@link Config}.
+ * @inline
+ */
 export interface ProducerOptions {
   /** The connection the producer uses; it closes it only when `ownsRedis`. */
   readonly redis: RedisClient;
@@ -71,6 +79,21 @@ export interface ProducerOptions {
   readonly onRedisOutOfMemory?: (err: RedisOutOfMemoryError) => void;
 }
 
+/**
+ * How one job is enqueued: its priority and tenant, an idempotency key, retries, and whether to
+ * wait for room under the depth bound (`wait`, `waitTimeoutMs`, `signal`).
+ *
+ * @example
+ * ```ts
+ * const options: EnqueueOptions = {
+ *   priority: 'interactive', // or 'default', 'batch', or a number (1 first)
+ *   tenant: 'acme',
+ *   idempotencyKey: 'invoice-42',
+ *   wait: true,
+ *   waitTimeoutMs: 30_000,
+ * };
+ * ```
+ */
 export interface EnqueueOptions extends WaitForRoomOptions {
   /** A lane or a number, 1 the most urgent. @default 'default' */
   readonly priority?: PriorityLane | number | string;
@@ -124,6 +147,18 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly traceparent?: string;
 }
 
+/**
+ * {@link EnqueueOptions} for every request of an `enqueueMany`, with one idempotency key per
+ * request and the chunks `addBulk` is called with.
+ *
+ * @example
+ * ```ts
+ * const options: EnqueueManyOptions = {
+ *   idempotencyKeys: files.map((f) => `summary:${f}`),
+ *   chunkSize: 500,
+ * };
+ * ```
+ */
 export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'idempotencyKey'> {
   /** One key (or undefined) per request, in the same order. */
   readonly idempotencyKeys?: readonly (string | undefined)[];

@@ -3,8 +3,7 @@ import type { Via } from '../shared/batch-via.ts';
 import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
-import { JOB_NAME, type JobData, type JobResult } from '../shared/job.ts';
-import { ticketOf } from '../shared/job-ticket.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
   type DeadLetterQueue,
@@ -14,18 +13,20 @@ import {
   registerQueue,
 } from '../shared/queues.ts';
 import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts';
-import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
+import { type AddContext, addInChunks, addMapReduce, addOne } from './bounded-adds.ts';
+import {
+  type CancelContext,
+  type CancelOutcome,
+  cancelJob,
+  finishStrandedCancels,
+} from './cancel.ts';
 import { DepthGate } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
-import {
-  buildMapReduce,
-  type EnqueuedFlow,
-  type MapReduceRequest,
-  mapReduceFlow,
-} from './flows.ts';
+import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
 import { jobIdForKey, newJobId } from './idempotency.ts';
 import { checkAttempts, checkChunk, JobBuilder } from './job-builder.ts';
+import { type JobOptionsOf, jobOptionsFor } from './job-options.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 import type {
   EnqueuedJob,
@@ -43,16 +44,26 @@ export type {
   TokenCounter,
 } from './producer-options.ts';
 
-const DAY_S = 24 * 3600;
-
 /**
  * Adds Messages requests to a queue: validated, costed (input estimate erring high plus the
  * whole of max_tokens, or the provider's count), refused when they could never fit a limit, kept
- * under the queue's depth bound, deduplicated by idempotency key.
+ * under the queue's depth bound, deduplicated by idempotency key. Make one with
+ * {@link createProducer}; `waitForResult` is the way to get an answer back.
+ *
+ * @example
+ * ```ts
+ * const ids = await producer.enqueueMany(prompts.map((p) => ({
+ *   model: 'claude-haiku-4-5', max_tokens: 200, messages: [{ role: 'user', content: p }],
+ * })), { priority: 'batch', tenant: 'acme' });
+ * const results = await Promise.all(ids.map((id) => producer.waitForResult(id)));
+ * ```
  */
 export class Producer {
+  /** The BullMQ queue the jobs go to. @internal */
   readonly queue: LlmqQueue;
+  /** The queue's dead letters. @internal */
   readonly deadLetters: DeadLetterQueue;
+  /** The queue's depth bound. @internal */
   readonly gate: DepthGate;
   private readonly redis: RedisClient;
   private readonly names: QueueNames;
@@ -60,17 +71,20 @@ export class Producer {
   private readonly ledger: BudgetLedger | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
-  private readonly retention: { completedS: number; completedCount: number; failedS: number };
+  private readonly jobOptions: JobOptionsOf;
   private readonly ownsRedis: boolean;
   private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
+  private readonly adds: AddContext;
+  private readonly cancels: CancelContext;
   private registered = false;
   /** When the fleet's limits were last read (ms), or undefined when they are not read at all. */
   private fleetReadAt: number | undefined;
   private readonly fleetMaxAgeMs: number;
 
+  /** Use {@link createProducer}, which makes one from a {@link Config}. @internal */
   constructor(options: ProducerOptions) {
     this.redis = options.redis;
     this.ownsRedis = options.ownsRedis ?? false;
@@ -89,11 +103,7 @@ export class Producer {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;
     this.fleetMaxAgeMs = options.fleetLimitsMaxAgeMs ?? 1_000;
-    this.retention = {
-      completedS: options.keepCompletedS ?? 7 * DAY_S,
-      completedCount: options.keepCompletedCount ?? 100_000,
-      failedS: options.keepFailedS ?? 7 * DAY_S,
-    };
+    this.jobOptions = jobOptionsFor(options);
     this.redisUrl = options.redisUrl ?? describeRedis(this.redis);
     this.queue = openQueue(this.redis, this.names);
     this.deadLetters = openDeadLetterQueue(this.redis, this.names);
@@ -112,9 +122,18 @@ export class Producer {
       retryAfterMs: options.retryAfterMs,
       call: (op) => this.redisCall(op),
     });
+    const call = <T>(op: () => Promise<T>) => this.redisCall(op);
+    this.adds = {
+      names: this.names,
+      queue: this.queue,
+      gate: this.gate,
+      call,
+      jobOptions: this.jobOptions,
+    };
+    this.cancels = { queue: this.queue, gate: this.gate, call, status: (id) => this.status(id) };
   }
 
-  /** Reads the fleet's stored limits unless read within `fleetLimitsMaxAgeMs` (or `force`): every enqueue does first. */
+  /** The fleet's stored limits, read again after `fleetLimitsMaxAgeMs` (or `force`). @internal */
   async loadLimits(force = false): Promise<LimitSet> {
     const at = this.fleetReadAt;
     if (at !== undefined && (force || Date.now() - at >= this.fleetMaxAgeMs)) {
@@ -125,28 +144,41 @@ export class Producer {
     return this.builder.limits;
   }
 
-  /** The most input tokens a request may have to fit every limit it is charged to (see JobBuilder.inputRoom). */
+  /** The most input tokens a request may have to fit each limit it is charged to. @internal */
   async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
     await this.loadLimits();
     return this.builder.inputRoom(model, maxTokens, tenant);
   }
 
-  /** Builds the job's data from the estimate (the fleet's limits as last read), or throws a typed error; writes nothing. */
+  /** The job's data from the estimate, or a typed error; writes nothing. @internal */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.builder.prepare(request, options);
   }
 
-  /** Like {@link prepare}, counting input tokens with the provider when `exactCount` is set. */
+  /** Like {@link prepare}, counting input with the provider under `exactCount`. @internal */
   prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
     return this.builder.prepareAsync(request, options);
   }
 
-  /** Validates, costs and adds one request; resolves with the job id (the first job's id for a repeated idempotency key). */
+  /**
+   * Validates, costs and adds one request; resolves with the job id (the first job's id for a
+   * repeated idempotency key). Throws {@link RequestValidationError} (nothing written),
+   * {@link CostExceedsLimitError} for a request that could never fit a limit, and
+   * {@link QueueFullError} at the depth bound unless `wait` is set.
+   *
+   * @example
+   * ```ts
+   * const id = await producer.enqueue(
+   *   { model: 'claude-haiku-4-5', max_tokens: 300, messages: [{ role: 'user', content: 'Hi' }] },
+   *   { priority: 'interactive', tenant: 'acme', idempotencyKey: 'greeting-1' },
+   * );
+   * ```
+   */
   async enqueue(request: unknown, options: EnqueueOptions = {}): Promise<string> {
     return (await this.enqueueJob(request, options)).id;
   }
 
-  /** {@link enqueue}, telling also whether a job was created or an existing one was found. */
+  /** {@link enqueue}, saying also whether a job was created or found. @internal */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
     await this.loadLimits();
@@ -165,87 +197,40 @@ export class Producer {
     const attempts = checkAttempts(options.attempts);
     await this.refuseSpent([data]);
     await this.ensureRegistered();
-    const { span, data: traced } = startEnqueueSpan(id, data, options.traceparent);
-    try {
-      const bytes = this.gate.weigh([traced], data.tenant);
-      const [exists] = await this.gate.reserveOrWait([id], data.tenant, options, bytes);
-      if (exists) {
-        endEnqueueSpan(span, undefined, false);
-        return { id, created: false };
-      }
-      let added = false;
-      try {
-        await this.redisCall(() =>
-          this.queue.add(JOB_NAME, traced, { ...this.jobOptions(data, attempts), jobId: id }),
-        );
-        added = true;
-      } finally {
-        await this.gate.release([id], data.tenant, added).catch(() => {});
-      }
-    } catch (err) {
-      endEnqueueSpan(span, err);
-      throw err;
-    }
-    endEnqueueSpan(span);
-    return { id, created: true };
+    return addOne(this.adds, id, data, attempts, options);
   }
 
   /**
-   * Adds a map-reduce (see {@link MapReduceRequest}) as one BullMQ flow, all or nothing. The
-   * combine job reserves, before its parts have answered, an upper bound: its template plus
-   * every part's max_tokens. With an idempotency key every id is derived from it (the parts'
-   * from `<key>:part-<i>`), and a key whose combine job exists adds nothing. Resolves with the
+   * Adds a map-reduce as one BullMQ flow, all or nothing: the part requests, then a combine
+   * request that gets their answers, in order, after its last user message. The combine job
+   * reserves, before its parts have answered, an upper bound: its template plus every part's
+   * max_tokens. With an idempotency key every id is derived from it (the parts' from
+   * `<key>:part-<i>`), and a key whose combine job exists adds nothing. Resolves with the
    * combine job's id, the one to wait for. Parts via batches skip the depth bound.
+   *
+   * @example
+   * ```ts
+   * const { id } = await producer.enqueueMapReduce({
+   *   parts: chapters.map((c) => ({
+   *     model, max_tokens: 300, messages: [{ role: 'user', content: c }],
+   *   })),
+   *   combine: { model, max_tokens: 500, messages: [{ role: 'user', content: 'Join them.' }] },
+   * });
+   * const summary = await producer.waitForResult(id);
+   * ```
    */
   async enqueueMapReduce(
     flow: MapReduceRequest,
     options: EnqueueOptions = {},
   ): Promise<EnqueuedFlow> {
-    const batches = options.via === 'batches';
     const attempts = checkAttempts(options.attempts);
     await this.loadLimits();
-    const { id, partIds, parts, combine, tenant } = buildMapReduce(this.builder, flow, options);
+    const built = buildMapReduce(this.builder, flow, options);
     await this.ensureRegistered();
-    if (await this.redisCall(() => this.queue.getJob(id))) return { id, partIds, created: false };
-    // Parts via messages wait in the queue: they take room under the depth bound.
-    const room = batches ? [] : partIds;
-    const bound = this.gate.largestChunk(tenant);
-    if (room.length > bound) {
-      throw new RequestValidationError([
-        {
-          field: 'parts',
-          message: `holds ${room.length} requests, more than the queue's depth bound (${bound}) lets in at once: use fewer, larger parts or raise the bound`,
-        },
-      ]);
-    }
-    await this.gate.reserveOrWait(
-      room,
-      tenant,
-      options,
-      batches ? [] : this.gate.weigh(parts, tenant),
-    );
+    if (await this.redisCall(() => this.queue.getJob(built.id)))
+      return { id: built.id, partIds: built.partIds, created: false };
     this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
-    const flows = this.flows;
-    let added = false;
-    try {
-      await this.redisCall(() =>
-        flows.add(
-          mapReduceFlow({
-            names: this.names,
-            id,
-            combine,
-            partIds,
-            parts,
-            batches,
-            jobOptions: (d) => this.jobOptions(d, attempts),
-          }),
-        ),
-      );
-      added = true;
-    } finally {
-      await this.gate.release(room, tenant, added).catch(() => {});
-    }
-    return { id, partIds, created: true };
+    return addMapReduce(this.adds, this.flows, built, attempts, options);
   }
 
   /**
@@ -256,6 +241,15 @@ export class Producer {
    * and were reported to `onChunk`). A Redis failure in the middle of a chunk can leave part of
    * that chunk added, each job whole; with idempotency keys a retry adds only the rest.
    * Resolves with one id per request, in order.
+   *
+   * @example
+   * ```ts
+   * const ids = await producer.enqueueMany(requests, {
+   *   priority: 'batch',
+   *   wait: true, // wait for room under the depth bound instead of throwing QueueFullError
+   *   onChunk: (chunk, first) => console.log(`added ${first}…${first + chunk.length - 1}`),
+   * });
+   * ```
    */
   async enqueueMany(
     requests: readonly unknown[],
@@ -294,53 +288,27 @@ export class Producer {
     const size = Math.min(checkChunk(options.chunkSize), this.gate.largestChunk(tenant));
     await this.refuseSpent(datas);
     await this.ensureRegistered();
-    for (let start = 0; start < ids.length; start += size) {
-      const chunkIds = ids.slice(start, start + size);
-      const first = new Map<string, number>();
-      chunkIds.forEach((id, j) => {
-        if (!first.has(id)) first.set(id, start + j);
-      });
-      const unique = [...first.keys()];
-      const weights = this.gate.weigh(
-        unique.map((id) => datas[first.get(id)!]),
-        tenant,
-      );
-      const existing = await this.gate.reserveOrWait(unique, tenant, options, weights);
-      const fresh = unique.filter((_, j) => !existing[j]);
-      const started = fresh.map((id) =>
-        startEnqueueSpan(id, datas[first.get(id)!]!, options.traceparent),
-      );
-      let failed: unknown;
-      try {
-        if (fresh.length > 0) {
-          await this.redisCall(() =>
-            this.queue.addBulk(
-              fresh.map((id, j) => {
-                const data = started[j]!.data;
-                return {
-                  name: JOB_NAME,
-                  data,
-                  opts: { ...this.jobOptions(data, attempts), jobId: id },
-                };
-              }),
-            ),
-          );
-        }
-      } catch (err) {
-        failed = err;
-        throw err;
-      } finally {
-        for (const { span } of started) endEnqueueSpan(span, failed);
-        // A failed addBulk may have added part of the chunk: the counts stay (the bound's
-        // pruning drops those of jobs that are not there).
-        await this.gate.release(fresh, tenant).catch(() => {});
-      }
-      options.onChunk?.(chunkIds, start);
-    }
+    await addInChunks(this.adds, ids, datas, size, attempts, options);
     return ids;
   }
 
-  /** Resolves with a job's result; rejects with JobFailedError (the dead letter's reason), JobNotFoundError or WaitTimeoutError. */
+  /**
+   * Resolves with a job's result once it completes, however long ago it was enqueued and by
+   * whom; rejects with {@link JobFailedError} (the dead letter's reason), {@link WaitTimeoutError}
+   * after `timeout` (the job goes on), or an {@link LlmqError} with code `JOB_NOT_FOUND`. Pass
+   * `via: 'batches'` for a job enqueued that way.
+   *
+   * @example
+   * ```ts
+   * try {
+   *   const result = await producer.waitForResult(id, { timeout: 60_000 });
+   *   console.log(result.message.content, result.message.usage);
+   * } catch (err) {
+   *   if (err instanceof JobFailedError) console.error(err.reason);
+   *   else throw err;
+   * }
+   * ```
+   */
   async waitForResult(id: string, options: WaitOptions & { via?: Via } = {}): Promise<JobResult> {
     if (options.via === 'batches') return this.batchJobs.wait(id, options);
     this.waiter ??= new ResultWaiter({
@@ -354,7 +322,16 @@ export class Producer {
     return waiter.wait(id, options);
   }
 
-  /** A job's state and, once finished, its result or failure (batch-bound jobs too); null when there is no such job. */
+  /**
+   * A job's state and, once finished, its result or failure (batch-bound jobs too); null when
+   * there is no such job. It reads; to wait for the end use {@link Producer.waitForResult}.
+   *
+   * @example
+   * ```ts
+   * const s = await producer.status(id);
+   * if (s?.state === 'failed') console.error(s.error.reason);
+   * ```
+   */
   async status(id: string): Promise<JobStatus | null> {
     const s = await this.redisCall(() => readJobStatus(this.queue, this.deadLetters, id));
     if (s) return s;
@@ -368,49 +345,53 @@ export class Producer {
    * Cancels a job that has not started: takes it out of the waiting states atomically (no
    * worker can pick it up after that) and removes it. Resolves `cancelled`, `not_found`, or the
    * state that forbids it (`active`, `completed`, `failed`).
+   *
+   * @example
+   * ```ts
+   * if ((await producer.cancel(id)) === 'active') console.log('already running');
+   * ```
    */
-  async cancel(id: string): Promise<'cancelled' | 'not_found' | 'active' | 'completed' | 'failed'> {
-    await this.finishStrandedCancels();
-    for (let tries = 0; tries < 3; tries++) {
-      if (await this.gate.takeWaiting(id)) {
-        await this.removeCancelled(id);
-        return 'cancelled';
-      }
-      const status = await this.status(id);
-      if (!status) return 'not_found';
-      if (status.state === 'active' || status.state === 'completed' || status.state === 'failed')
-        return status.state;
-      // It moved between the two reads (a retry came back to waiting): try again.
-    }
-    return 'active';
+  cancel(id: string): Promise<CancelOutcome> {
+    return cancelJob(this.cancels, id);
   }
 
   /**
    * Finishes cancels whose job was taken out but never removed (a producer that died between
    * the two steps, or a take-out that ran after its caller had given up on Redis).
+   * @internal
    */
-  async finishStrandedCancels(olderThanMs = 30_000): Promise<number> {
-    const ids = await this.gate.strandedCancels(olderThanMs);
-    for (const id of ids) await this.removeCancelled(id);
-    return ids.length;
+  finishStrandedCancels(olderThanMs = 30_000): Promise<number> {
+    return finishStrandedCancels(this.cancels, olderThanMs);
   }
 
-  private async removeCancelled(id: string): Promise<void> {
-    await this.redisCall(() => this.queue.remove(id));
-    await this.gate.cancelled(id);
-  }
-
-  /** The batch-bound jobs of this queue (opened on first use). */
+  /** The batch-bound jobs of this queue (opened on first use). @internal */
   get batchJobs(): BatchJobs {
     this.batches ??= new BatchJobs(this.redis, this.names, this.deadLetters);
     return this.batches;
   }
 
-  /** Resolves once the Redis connection is ready (RedisUnavailableError after the command timeout). */
+  /**
+   * Resolves once the Redis connection is ready; rejects with an {@link LlmqError} with code
+   * `REDIS_UNAVAILABLE` after the command timeout.
+   *
+   * @example
+   * ```ts
+   * await producer.ready(); // at start-up, to fail early when Redis is down
+   * ```
+   */
   async ready(): Promise<void> {
     await this.redisCall(() => untilReady(this.redis));
   }
 
+  /**
+   * Closes the queues it opened, and its Redis connection when it owns it (`createProducer`'s
+   * does). Jobs already enqueued stay queued.
+   *
+   * @example
+   * ```ts
+   * await producer.close();
+   * ```
+   */
   async close(): Promise<void> {
     await this.waiter?.close();
     await this.batches?.close();
@@ -446,17 +427,6 @@ export class Producer {
       const over = await this.redisCall(() => l.noRoom(d.tenant, micros));
       if (over) throw over;
     }
-  }
-
-  private jobOptions(data: JobData, attempts: number) {
-    return {
-      // What the gate schedules by, where the request cannot write (see shared/job-ticket.ts).
-      llmq: ticketOf(data),
-      priority: data.priority,
-      attempts,
-      removeOnComplete: { age: this.retention.completedS, count: this.retention.completedCount },
-      removeOnFail: { age: this.retention.failedS },
-    };
   }
 
   private async ensureRegistered(): Promise<void> {

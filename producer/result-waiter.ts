@@ -12,9 +12,19 @@ import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { JobFailedError, JobNotFoundError, WaitTimeoutError } from './errors.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 
+/**
+ * How long `waitForResult` waits.
+ *
+ * @example
+ * ```ts
+ * const signal = AbortSignal.timeout(90_000);
+ * const result = await producer.waitForResult(id, { timeout: 60_000, signal });
+ * ```
+ */
 export interface WaitOptions {
   /** Give up after this many ms with a {@link WaitTimeoutError}; the job goes on. @default Infinity */
   readonly timeout?: number;
+  /** Stop waiting when it aborts (the job goes on). */
   readonly signal?: AbortSignal;
 }
 

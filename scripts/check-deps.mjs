@@ -17,7 +17,13 @@ function tsFiles(path) {
   const full = join(root, path);
   if (path.endsWith('.ts')) return [path];
   return readdirSync(full, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? tsFiles(join(path, e.name)) : e.name.endsWith('.ts') ? [join(path, e.name)] : [],
+    e.name === 'node_modules'
+      ? []
+      : e.isDirectory()
+        ? tsFiles(join(path, e.name))
+        : e.name.endsWith('.ts')
+          ? [join(path, e.name)]
+          : [],
   );
 }
 

@@ -130,7 +130,7 @@ export async function runDemo(
     }
     const summaries = results.map((r) => {
       const text = r.result?.message.content
-        .map((b) => ((b as { type?: string }).type === 'text' ? (b as { text: string }).text : ''))
+        .map((b) => (b.type === 'text' ? b.text : ''))
         .join('')
         .trim();
       return {

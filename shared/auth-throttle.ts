@@ -5,6 +5,10 @@
  * restart forgets), bounded to `maxAddresses`, the least recently seen dropped first.
  */
 
+/**
+ * How many failed logins an address may make, and how long it is refused after.
+ * @inline
+ */
 export interface AuthThrottleOptions {
   /** Failures allowed within `windowMs` before the address is refused. @default 5 */
   readonly freeFailures?: number;

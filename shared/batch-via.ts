@@ -1,6 +1,9 @@
 import { ConfigError } from './errors.ts';
 
-/** The path a job takes: `messages` (one call each, now) or `batches` (Message Batches, half price). */
+/**
+ * The path a job takes: `messages` (one call each, now) or `batches` (Message Batches, half price).
+ * @inline
+ */
 export type Via = 'messages' | 'batches';
 
 /**

@@ -66,10 +66,16 @@ export function moneyDenial(
 
 export type Period = 'day' | 'month';
 export const PERIODS: readonly Period[] = ['day', 'month'];
-/** What happens to a job whose budget is spent. */
+/**
+ * What happens to a job whose budget is spent.
+ * @inline
+ */
 export type BudgetPolicy = 'wait' | 'refuse' | 'dead-letter';
 
-/** One budget: dollars per day and/or per month. */
+/**
+ * One budget: dollars per day and/or per month.
+ * @inline
+ */
 export interface BudgetLimits {
   readonly day?: number | undefined;
   readonly month?: number | undefined;
@@ -86,7 +92,10 @@ export const budgetsSchema = z.record(
     }),
 );
 
-/** Everything the producer and the worker need to apply budgets. */
+/**
+ * Everything the producer and the worker need to apply budgets.
+ * @inline
+ */
 export interface BudgetSettings {
   readonly budgets: Readonly<Record<string, BudgetLimits>>;
   readonly policy: BudgetPolicy;

@@ -2,15 +2,6 @@ import { estimateInputTokens, estimateTextTokens } from './estimate.ts';
 import type { JobResult } from './job.ts';
 import type { MessagesRequest } from './request.ts';
 
-/**
- * What a flow's combine job carries: the worker builds its request when it runs, from its
- * template (the job's `request`) and the answers of its part jobs (BullMQ children).
- */
-export interface CombineSpec {
-  /** The part jobs' ids, in order. */
-  readonly parts: readonly string[];
-}
-
 /** Tokens a part's wrapper (`<part n="12">…</part>`) may add, erring high. */
 const PART_WRAPPER_TOKENS = 16;
 
@@ -19,11 +10,7 @@ const wrap = (text: string, i: number) => `<part n="${i + 1}">\n${text}\n</part>
 /** The text of an answer: its text blocks, joined. */
 export function answerText(result: JobResult): string {
   return result.message.content
-    .map((b) =>
-      b && typeof b === 'object' && (b as { type?: unknown }).type === 'text'
-        ? String((b as { text?: unknown }).text ?? '')
-        : '',
-    )
+    .map((b) => (b.type === 'text' ? b.text : ''))
     .join('')
     .trim();
 }

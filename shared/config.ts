@@ -1,10 +1,5 @@
 import { z } from 'zod';
-import {
-  type BudgetLimits,
-  type BudgetPolicy,
-  type BudgetSettings,
-  budgetsSchema,
-} from './budgets.ts';
+import { type BudgetLimits, type BudgetPolicy, budgetsSchema } from './budgets.ts';
 import { loadConfigFile } from './config-file.ts';
 import {
   jsonOf,
@@ -16,16 +11,21 @@ import {
   sizeSchema,
   wholeAtLeast,
 } from './config-schemas.ts';
-import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
 import { DEFAULT_RETRY_FOR_MS } from './job.ts';
-import type { DimensionLimits, OutputAccounting } from './limiter/types.ts';
-import { modelScopeName } from './models.ts';
-import { type ModelPrice, pricesSchema, priceTable } from './prices.ts';
+import type { OutputAccounting } from './limiter/types.ts';
+import { type ModelPrice, pricesSchema } from './prices.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
- * plain object. Precedence: flag > env > file > default.
+ * plain object. Precedence: flag > env > file > default. Make one with {@link resolveConfig}.
+ *
+ * @example
+ * ```ts
+ * const config: Config = resolveConfig({ env: { LLMQ_QUEUE: 'summaries', LLMQ_TPM: '80000' } });
+ * config.queue; // 'summaries'
+ * config.tpm; // 80000
+ * ```
  */
 export interface Config {
   /** @default 'redis://127.0.0.1:6379' (env REDIS_URL) */
@@ -49,8 +49,10 @@ export interface Config {
   /** The provider's window length in seconds. @default 60 (flag --window, env LLMQ_WINDOW_S) */
   readonly windowS: number;
   /**
-   * How the provider charges output tokens (see {@link OutputAccounting}). @default 'reserve'
-   * (flag --output-accounting, env LLMQ_OUTPUT_ACCOUNTING)
+   * How the provider charges output tokens: `reserve` (the whole `max_tokens`, kept), `actual`
+   * (the unused part given back when the call ends) or `produced` (as it is produced); see
+   * docs/limiter.md. @default 'reserve' (flag --output-accounting, env LLMQ_OUTPUT_ACCOUNTING)
+   * @inlineType OutputAccounting
    */
   readonly outputAccounting: OutputAccounting;
   /** Calls this worker process runs at once. @default 10 (flag --concurrency, env LLMQ_CONCURRENCY) */
@@ -99,6 +101,7 @@ export interface Config {
    * Prices overriding or adding to the shipped table (shared/prices.json), by model pattern, in
    * dollars per million tokens: `{ "claude-x-*": { "input": 3, "output": 15, "cacheWrite":
    * 3.75, "cacheRead": 0.3 } }` (config file `prices`, or env LLMQ_PRICES as JSON). @default {}
+   * @inlineType ModelPrice
    */
   readonly prices: Readonly<Record<string, ModelPrice>>;
   /**
@@ -120,7 +123,10 @@ export interface Config {
   readonly fairShare: boolean;
 }
 
-/** A nested scope's limits, named like the global ones. */
+/**
+ * A nested scope's limits, named like the global ones.
+ * @inline
+ */
 export interface ScopeLimits {
   /** A tenant's weight under fair share. @default 1 */
   readonly weight?: number | undefined;
@@ -130,6 +136,19 @@ export interface ScopeLimits {
   readonly otpm?: number | undefined;
 }
 
+/**
+ * Where {@link resolveConfig} reads settings from; a flag wins over the environment, which wins
+ * over the file.
+ *
+ * @example
+ * ```ts
+ * const sources: ConfigSources = {
+ *   flags: { concurrency: '4' },
+ *   env: process.env,
+ *   file: './llmq.json',
+ * };
+ * ```
+ */
 export interface ConfigSources {
   /** Parsed CLI flags, camelCase (`{ tpm: '4000' }`); undefined values are ignored. */
   readonly flags?: Record<string, unknown>;
@@ -333,46 +352,18 @@ const SETTINGS: Record<Key, Setting> = {
 
 const truncate = (s: string, max = 120) => (s.length > max ? `${s.slice(0, max)}…` : s);
 
-/** Limits named as in the config (rpm, tpm…) to the limiter's dimensions. */
-export function toDimensionLimits(l: ScopeLimits): DimensionLimits {
-  return Object.fromEntries(DIMENSIONS.map((d) => [d.name, l[d.limit]])) as DimensionLimits;
-}
-
-/** The global scope's limits of a config. */
-export function globalLimits(c: Config): DimensionLimits {
-  return toDimensionLimits(c);
-}
-
-/** The nested scopes' limits of a config, by scope name: tenants', features', models'. */
-export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
-  return Object.fromEntries([
-    ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
-    ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
-  ]);
-}
-
-/** What budgets need of a config; undefined when no budget is set (nothing to count). */
-export function budgetSettingsOf(c: Config): BudgetSettings | undefined {
-  if (Object.keys(c.budgets).length === 0) return undefined;
-  return { budgets: c.budgets, policy: c.budgetPolicy, prices: priceTable(c.prices) };
-}
-
-/** Fair share's weights by tenant (`weight` of `tenant:<name>` scopes); undefined when off. */
-export function fairShareOf(c: Config): { weights: Record<string, number> } | undefined {
-  if (!c.fairShare) return undefined;
-  const weights: Record<string, number> = {};
-  for (const [name, l] of Object.entries(c.scopes)) {
-    if (name.startsWith('tenant:') && l.weight !== undefined) weights[name.slice(7)] = l.weight;
-  }
-  return { weights };
-}
-
 const present = (v: unknown) => v !== undefined && v !== null && v !== '';
 
 /**
  * Resolves llmq's settings from flags, environment and a config file (in that precedence),
- * validating each value. Throws a {@link ConfigError} naming the source, the bad value and
- * what was expected.
+ * validating each value. A bad value throws an {@link LlmqError} with code `CONFIG_INVALID`
+ * naming the source, the bad value and what was expected.
+ *
+ * @example
+ * ```ts
+ * const config = resolveConfig({ env: process.env, file: 'llmq.json' });
+ * const strict = resolveConfig({ env: {}, flags: { tpm: '80000', queue: 'summaries' } });
+ * ```
  */
 export function resolveConfig(sources: ConfigSources = {}): Config {
   const flags = sources.flags ?? {};

@@ -4,6 +4,16 @@
  * to do about it.
  */
 
+/**
+ * The stable code of every {@link LlmqError}: what HTTP bodies carry and what the CLI chooses its
+ * exit code by. Match on it for the errors that have no class of their own in the public API
+ * (`JOB_NOT_FOUND`, `REDIS_UNAVAILABLE`, `CONFIG_INVALID`, …).
+ *
+ * @example
+ * ```ts
+ * const retryLater: LlmqErrorCode[] = ['QUEUE_FULL', 'REDIS_UNAVAILABLE', 'LIMITER_UNAVAILABLE'];
+ * ```
+ */
 export type LlmqErrorCode =
   | 'CONFIG_INVALID'
   | 'REQUEST_INVALID'
@@ -20,8 +30,24 @@ export type LlmqErrorCode =
   | 'JOB_FAILED'
   | 'TIMEOUT';
 
+/**
+ * Every error llmq throws on purpose: a stable `code` and a message that says what was wrong,
+ * with the bad value, and what to do about it.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await producer.waitForResult(id, { timeout: 10_000 });
+ * } catch (err) {
+ *   if (err instanceof LlmqError && err.code === 'JOB_NOT_FOUND') console.log('no such job');
+ *   else throw err;
+ * }
+ * ```
+ */
 export class LlmqError extends Error {
+  /** What kind of error, stable across versions. */
   readonly code: LlmqErrorCode;
+  /** Made by llmq; you catch these, you rarely make one. */
   constructor(code: LlmqErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
@@ -36,16 +62,35 @@ export class ConfigError extends LlmqError {
   }
 }
 
-/** One problem found in a request: the path of the field and what is wrong with it. */
+/**
+ * One problem found in a request: the path of the field and what is wrong with it.
+ * @inline
+ */
 export interface FieldIssue {
   /** Dotted path, such as `messages.0.content` or `max_tokens`. */
   readonly field: string;
+  /** What is wrong with it, with the bad value. */
   readonly message: string;
 }
 
-/** A Messages request (or another input) failed validation; nothing was written. */
+/**
+ * A Messages request (or another input) failed validation; nothing was written. `issues` names
+ * every bad field (`messages.0.content`, `3.max_tokens` in an `enqueueMany`).
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await producer.enqueue({ model: 'claude-haiku-4-5', max_tokens: 0, messages: [] });
+ * } catch (err) {
+ *   if (!(err instanceof RequestValidationError)) throw err;
+ *   for (const issue of err.issues) console.log(issue.field, issue.message);
+ * }
+ * ```
+ */
 export class RequestValidationError extends LlmqError {
+  /** Every problem found, the first one in the message. */
   readonly issues: readonly FieldIssue[];
+  /** @internal */
   constructor(issues: readonly FieldIssue[], prefix = 'invalid request') {
     const first = issues[0];
     const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : '';
@@ -146,12 +191,29 @@ export class LimiterUnavailableError extends LlmqError {
   }
 }
 
-/** A request's cost can never fit under a limit, however long it waits. */
+/**
+ * A request's cost can never fit under a limit, however long it waits: refused at enqueue
+ * instead of waiting forever.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await producer.enqueue(hugeRequest);
+ * } catch (err) {
+ *   if (err instanceof CostExceedsLimitError) console.log(`${err.cost} ${err.dimension} > ${err.limit} (${err.scope})`);
+ * }
+ * ```
+ */
 export class CostExceedsLimitError extends LlmqError {
+  /** The scope whose limit it exceeds (`global`, `tenant:acme`, `model:claude-sonnet-*`). */
   readonly scope: string;
+  /** `requests`, `inputTokens`, `outputTokens` or `tokens`. */
   readonly dimension: string;
+  /** What the request needs of it. */
   readonly cost: number;
+  /** What the scope allows per window. */
   readonly limit: number;
+  /** @internal */
   constructor(scope: string, dimension: string, cost: number, limit: number) {
     super(
       'COST_EXCEEDS_LIMIT',
@@ -165,17 +227,32 @@ export class CostExceedsLimitError extends LlmqError {
   }
 }
 
-/** The queue (or a tenant's share of it) is at its depth bound, in jobs or in bytes. */
+/**
+ * The queue (or a tenant's share of it) is at its depth bound, in jobs or in bytes; nothing was
+ * added. Retry after `retryAfterMs`, or enqueue with `{ wait: true }` to wait for room.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await producer.enqueue(request);
+ * } catch (err) {
+ *   if (!(err instanceof QueueFullError)) throw err;
+ *   await new Promise((r) => setTimeout(r, err.retryAfterMs));
+ * }
+ * ```
+ */
 export class QueueFullError extends LlmqError {
   /** How long to wait before trying again, in milliseconds. */
   readonly retryAfterMs: number;
   /** Jobs (or bytes, when `unit` is `bytes`) waiting. */
   readonly depth: number;
+  /** The bound. */
   readonly maxDepth: number;
   /** What the bound counts. */
   readonly unit: 'jobs' | 'bytes';
   /** What is full and how full, without the advice (`queue "q" is full (4 waiting, bound 4)`). */
   readonly summary: string;
+  /** @internal */
   constructor(
     what: string,
     depth: number,

@@ -27,6 +27,7 @@ import type { RedisClient } from './redis.ts';
  * estimate and the provider's `usage.input_tokens` (+ cache creation); the acquire path reserves
  * `reserveFor(model, estimate)` input tokens instead of the estimate. A count from `count_tokens`
  * is exact and is neither scaled nor recorded.
+ * @inline
  */
 export interface EstimateLearningOptions {
   readonly redis: RedisClient;

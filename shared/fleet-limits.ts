@@ -7,7 +7,8 @@
  */
 import { hostname } from 'node:os';
 import { z } from 'zod';
-import { type Config, type ScopeLimits, toDimensionLimits } from './config.ts';
+import type { Config, ScopeLimits } from './config.ts';
+import { toDimensionLimits } from './config-views.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
 import { fleetLimitsKey, type QueueNames } from './keys.ts';

@@ -2,7 +2,10 @@ import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 
-/** The limits a server open to a network needs, so no client can hold its sockets. */
+/**
+ * The limits a server open to a network needs, so no client can hold its sockets.
+ * @inline
+ */
 export interface ServerLimits {
   /** A request's headers must arrive within this. @default 10_000 */
   readonly headersTimeoutMs?: number;

@@ -1,6 +1,15 @@
-import type { CombineSpec } from './combine.ts';
+import type Anthropic from '@anthropic-ai/sdk';
 import type { Cost } from './estimate.ts';
 import type { MessagesRequest } from './request.ts';
+
+/**
+ * What a flow's combine job carries: the worker builds its request when it runs, from its
+ * template (the job's `request`) and the answers of its part jobs (BullMQ children).
+ */
+export interface CombineSpec {
+  /** The part jobs' ids, in order. */
+  readonly parts: readonly string[];
+}
 
 /** One try of a job, as the dead letters and `llmq dlq show` report it. */
 export interface AttemptRecord {
@@ -74,13 +83,17 @@ export interface JobData {
   readonly trace?: string | undefined;
 }
 
-/** The Message as stored: what a caller of the API would keep. */
+/**
+ * The Message as stored: what a caller of the API would keep.
+ * @inline
+ */
 export interface StoredMessage {
   readonly id: string;
   readonly model: string;
   readonly role: 'assistant';
-  readonly content: readonly unknown[];
-  readonly stop_reason: string | null;
+  /** The answer's content blocks, as the SDK types them (`text`, `tool_use`, `thinking`, …). */
+  readonly content: Anthropic.ContentBlock[];
+  readonly stop_reason: Anthropic.StopReason | null;
   readonly stop_sequence: string | null;
   readonly usage: {
     readonly input_tokens: number;
@@ -90,14 +103,27 @@ export interface StoredMessage {
   };
 }
 
-/** A completed job's return value. */
+/**
+ * A completed job's answer: the provider's Message as stored, and how the call went. What
+ * `waitForResult` resolves with.
+ *
+ * @example
+ * ```ts
+ * const result: JobResult = await producer.waitForResult(id);
+ * const text = result.message.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+ * console.log(text, result.message.usage.output_tokens, result.attempts);
+ * ```
+ */
 export interface JobResult {
+  /** The provider's answer. */
   readonly message: StoredMessage;
+  /** How long the successful call took, ms. */
   readonly latencyMs: number;
   /** The provider's `request-id`. */
   readonly requestId: string | null;
   /** Attempts spent, the successful call included (transient failures and 429s spend none). */
   readonly attempts: number;
+  /** When it completed (ms since the epoch). */
   readonly completedAt: number;
   /** The Message Batch that answered it (absent for a call through `messages`). */
   readonly batchId?: string | undefined;

@@ -4,8 +4,19 @@
  * Redis and on a cluster.
  */
 
+/**
+ * Which queue: every key of it starts with `prefix`; `queue` is BullMQ's queue name. Producers,
+ * workers and the dashboard of one queue use the same two.
+ *
+ * @example
+ * ```ts
+ * const names: QueueNames = { prefix: config.prefix, queue: config.queue }; // 'llmq', 'llmq'
+ * ```
+ */
 export interface QueueNames {
+  /** The first part of every Redis key. @default 'llmq' (Config.prefix) */
   readonly prefix: string;
+  /** The queue's name. @default 'llmq' (Config.queue) */
   readonly queue: string;
 }
 

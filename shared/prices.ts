@@ -7,6 +7,10 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { MODEL_PATTERN, matchModel } from './models.ts';
 
+/**
+ * Dollars per million tokens of one model class.
+ * @inline
+ */
 export interface ModelPrice {
   /** Dollars per million input tokens. */
   readonly input: number;

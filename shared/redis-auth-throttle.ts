@@ -12,6 +12,10 @@ import type { RedisClient } from './redis.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
+/**
+ * How many failed authentications an address may make, and how long it is refused after.
+ * @inline
+ */
 export interface RedisAuthThrottleOptions {
   /** Failed authentications in a row after which the address is refused. @default 5 */
   readonly maxFailures?: number;

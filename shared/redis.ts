@@ -12,9 +12,16 @@ import {
   type RedisEndpoint,
 } from './redis-url.ts';
 
-/** A connection to any deployment `REDIS_URL` can name: one node or Sentinel's master, or a Cluster. */
+/**
+ * A connection to any deployment `REDIS_URL` can name: one node or Sentinel's master, or a Cluster.
+ * @inline
+ */
 export type RedisClient = Redis | Cluster;
 
+/**
+ * ioredis's options, and whether to give up at once.
+ * @inline
+ */
 export interface ConnectOptions extends RedisOptions {
   /**
    * Give up at once instead of retrying: no reconnection, no offline queue, no retry of a
@@ -39,10 +46,19 @@ function reconnectOnReadonly(err: Error): 2 | false {
 }
 
 /**
- * The one place llmq builds a Redis client. `url` is a `REDIS_URL` (see {@link parseRedisUrl});
- * `options` go to every node's connection. Without `failFast` the client has what BullMQ needs
- * (`maxRetriesPerRequest: null`, ready check) and reconnects by itself, to a promoted replica
- * too. A Cluster routes each command (and each Lua script, by its first key) to its slot's master.
+ * The one place llmq builds a Redis client. `url` is a `REDIS_URL`: `redis://` or `rediss://`
+ * for one node, `redis+sentinel://` for Sentinel's master, `redis+cluster://` for a Cluster
+ * (docs/deployment.md). `options` go to every node's connection. Without `failFast` the client
+ * has what BullMQ needs (`maxRetriesPerRequest: null`, ready check) and reconnects by itself, to
+ * a promoted replica too. A Cluster routes each command (and each Lua script, by its first key)
+ * to its slot's master. Close it with `quit()` once the workers using it have stopped.
+ *
+ * @example
+ * ```ts
+ * const redis = connectRedis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+ * // … startWorker({ redis, … }), then worker.stop()
+ * await redis.quit();
+ * ```
  */
 export function connectRedis(url: string, options: ConnectOptions = {}): RedisClient {
   return connectDeployment(parseRedisUrl(url), options);

@@ -1,7 +1,8 @@
+import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
-import { breakerKey, type QueueNames } from './keys.ts';
+import type { QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { DimensionLimits, LimiterSnapshot } from './limiter/types.ts';
 import { medianLatencyMs, readMetrics } from './metrics.ts';
@@ -38,11 +39,7 @@ export interface QueueStatus {
   readonly forecast: Forecast;
   /** Money spent this day and month against each budget, and per model (budgets configured). */
   readonly spend?: readonly SpendLine[];
-  readonly breaker: {
-    readonly state: string;
-    readonly failures: number;
-    readonly openUntil: number | null;
-  };
+  readonly breaker: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>;
 }
 
 /** The limits the provider's headers told, by scope and dimension; null before any reading. */
@@ -108,7 +105,7 @@ export async function getQueueStatus(
   const [counts, snapshot, b, backlog, metrics, spend, configured] = await Promise.all([
     getQueueCounts(redis, names),
     lim.snapshot(),
-    redis.hgetall(breakerKey(names)),
+    readBreaker(redis, names),
     readBacklog(redis, names),
     readMetrics(redis, names),
     ledger ? spendReport(ledger) : undefined,
@@ -126,10 +123,6 @@ export async function getQueueStatus(
       sampled: backlog.sampled,
     }),
     ...(spend ? { spend } : {}),
-    breaker: {
-      state: b['state'] ?? 'closed',
-      failures: Number(b['failures'] ?? 0),
-      openUntil: b['open_until'] ? Number(b['open_until']) : null,
-    },
+    breaker: { state: b.state, failures: b.failures, openUntil: b.openUntil },
   };
 }

@@ -262,7 +262,7 @@ describe('llmq batch summarize', () => {
           id: 'm',
           model: 'x',
           role: 'assistant',
-          content: [{ type: 'text', text: 'fine now' }],
+          content: [{ type: 'text', text: 'fine now', citations: null }],
           stop_reason: 'end_turn',
           stop_sequence: null,
           usage: { input_tokens: 1, output_tokens: 1 },

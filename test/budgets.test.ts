@@ -9,7 +9,8 @@ import {
   type BudgetPolicy,
   type BudgetSettings,
 } from '../shared/budgets.ts';
-import { budgetSettingsOf, resolveConfig } from '../shared/config.ts';
+import { resolveConfig } from '../shared/config.ts';
+import { budgetSettingsOf } from '../shared/config-views.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { costMicros, formatUsd, priceOf } from '../shared/prices.ts';
 import { getQueueStatus } from '../shared/status.ts';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { budgetSettingsOf, resolveConfig, scopeLimitsOf } from '../shared/config.ts';
+import { resolveConfig } from '../shared/config.ts';
+import { budgetSettingsOf, scopeLimitsOf } from '../shared/config-views.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { costMicros, listPriceUsd, PRICES, priceOf } from '../shared/prices.ts';
 

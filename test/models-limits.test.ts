@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
-import { globalLimits, resolveConfig, scopeLimitsOf } from '../shared/config.ts';
+import { resolveConfig } from '../shared/config.ts';
+import { globalLimits, scopeLimitsOf } from '../shared/config-views.ts';
 import { RequestValidationError } from '../shared/errors.ts';
 import { modelScopeOf } from '../shared/models.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';

@@ -155,6 +155,24 @@ describe('the npm package', () => {
     expect(out.leaks).toEqual([]);
   });
 
+  it('a CommonJS program can require() both entries (Node loads the ES modules)', () => {
+    const script = `
+      const { resolveConfig, LlmqError } = require('llmq');
+      const { startMockAnthropic } = require('llmq/testing');
+      (async () => {
+        const mock = await startMockAnthropic({});
+        const config = resolveConfig({ env: { LLMQ_QUEUE: 'from-cjs' } });
+        await mock.close();
+        console.log(JSON.stringify({ queue: config.queue, errors: typeof LlmqError, mock: mock.url.startsWith('http://') }));
+      })();
+    `;
+    writeFileSync(join(app, 'require.cjs'), script);
+    const r = spawnSync(process.execPath, ['require.cjs'], { cwd: app, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ queue: 'from-cjs', errors: 'function', mock: true });
+  });
+
   it('type-checks a .ts file that uses the API, and rejects a wrong call', () => {
     writeFileSync(
       join(app, 'tsconfig.json'),

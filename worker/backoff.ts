@@ -1,4 +1,7 @@
-/** Exponential backoff with full jitter: a random wait in [0, min(cap, base · 2^(n−1))]. */
+/**
+ * Exponential backoff with full jitter: a random wait in [0, min(cap, base · 2^(n−1))].
+ * @inline
+ */
 export interface BackoffOptions {
   /** @default 1_000 */
   readonly baseMs?: number;

@@ -2,9 +2,16 @@ import { randomUUID } from 'node:crypto';
 import { breakerKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
+import { type BreakerReading, readBreaker } from './breaker-state.ts';
+
+export type { BreakerState } from './breaker-state.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
+/**
+ * When the shared circuit breaker opens, and how long it stays open.
+ * @inline
+ */
 export interface BreakerOptions {
   /** Consecutive provider failures that open it. @default 5 */
   readonly threshold?: number;
@@ -18,8 +25,6 @@ export interface BreakerOptions {
    */
   readonly cacheMs?: number;
 }
-
-export type BreakerState = 'closed' | 'open' | 'half_open';
 
 /** The circuit breaker shared by every worker of a queue (state in Redis, Redis time). */
 export class CircuitBreaker {
@@ -36,7 +41,7 @@ export class CircuitBreaker {
 
   constructor(
     private readonly redis: RedisClient,
-    names: QueueNames,
+    private readonly names: QueueNames,
     options: BreakerOptions = {},
   ) {
     this.key = breakerKey(names);
@@ -110,21 +115,8 @@ export class CircuitBreaker {
     return { opened: opened === 1, whileClosed: whileClosed === 1, outageMs, now };
   }
 
-  async state(): Promise<{
-    state: BreakerState;
-    failures: number;
-    openUntil: number | null;
-    opened: number;
-    /** The length of the outages that ended (ms). */
-    outageMs: number;
-  }> {
-    const h = await this.redis.hgetall(this.key);
-    return {
-      state: (h['state'] as BreakerState | undefined) ?? 'closed',
-      failures: Number(h['failures'] ?? 0),
-      openUntil: h['open_until'] ? Number(h['open_until']) : null,
-      opened: Number(h['opened_count'] ?? 0),
-      outageMs: Number(h['outage_ms'] ?? 0),
-    };
+  /** The breaker as the status and the dashboard show it (see {@link readBreaker}). */
+  state(): Promise<BreakerReading> {
+    return readBreaker(this.redis, this.names);
   }
 }

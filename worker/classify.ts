@@ -72,78 +72,90 @@ export function classifyProviderError(err: unknown): Classified {
       transient: true,
     };
   }
-  if (err instanceof Anthropic.APIError) {
-    const { type, message, code } = providerError(err);
-    const base = { errorClass, status: err.status, providerType: type, providerMessage: message };
-    const status = err.status;
-    if (status === undefined) {
-      // An `event: error` inside a stream that had already begun.
-      return {
-        ...base,
-        kind: 'retryable',
-        reason: `the stream failed: ${type ?? 'error'}: ${message}`,
-        maybeCharged: true,
-        transient: TRANSIENT_STREAM_ERRORS.has(type ?? ''),
-      };
-    }
-    if (status === 429) {
-      const wait = retryAfterMs(err.headers ?? undefined);
-      if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
-        return {
-          ...base,
-          kind: 'final',
-          reason: `spend limit reached: ${message}`,
-          maybeCharged: false,
-        };
-      }
-      // The provider says waiting cannot help (the call alone exceeds its limit): pausing every
-      // worker for it, again and again, would only stall the fleet.
-      if (header(err.headers ?? undefined, 'x-should-retry')?.trim() === 'false') {
-        return {
-          ...base,
-          kind: 'final',
-          reason: `429 not retryable: ${message}`,
-          maybeCharged: false,
-        };
-      }
-      if (wait === undefined) {
-        return {
-          ...base,
-          kind: 'final',
-          reason: `429 without retry-after: ${message}`,
-          maybeCharged: false,
-        };
-      }
-      return {
-        ...base,
-        kind: 'rate_limited',
-        reason: `rate limited: ${message}`,
-        retryAfterMs: wait,
-        maybeCharged: false,
-      };
-    }
-    if (status === 408 || status === 409 || status >= 500) {
-      return {
-        ...base,
-        kind: 'retryable',
-        reason: `${status} ${type ?? 'error'}: ${message}`,
-        maybeCharged: true,
-        // A 409 conflict is about the request; 408 and 5xx are the provider's.
-        transient: status !== 409,
-      };
-    }
-    return {
-      ...base,
-      kind: 'final',
-      reason: `${status} ${type ?? 'error'}: ${message}`,
-      maybeCharged: status !== 401 && status !== 403,
-    };
-  }
+  if (err instanceof Anthropic.APIError) return classifyApiError(err, errorClass);
   const message = (err as Error)?.message ?? String(err);
   return {
     kind: 'retryable',
     reason: `unexpected error: ${message}`,
     errorClass,
     maybeCharged: true,
+  };
+}
+
+/** An error the API answered with (a status), or sent inside a stream that had begun (none). */
+function classifyApiError(
+  err: InstanceType<typeof Anthropic.APIError>,
+  errorClass: string,
+): Classified {
+  const { type, message, code } = providerError(err);
+  const base = { errorClass, status: err.status, providerType: type, providerMessage: message };
+  const status = err.status;
+  if (status === undefined) {
+    // An `event: error` inside a stream that had already begun.
+    return {
+      ...base,
+      kind: 'retryable',
+      reason: `the stream failed: ${type ?? 'error'}: ${message}`,
+      maybeCharged: true,
+      transient: TRANSIENT_STREAM_ERRORS.has(type ?? ''),
+    };
+  }
+  if (status === 429) return classifyRateLimit(err, base, message, code);
+  if (status === 408 || status === 409 || status >= 500) {
+    return {
+      ...base,
+      kind: 'retryable',
+      reason: `${status} ${type ?? 'error'}: ${message}`,
+      maybeCharged: true,
+      // A 409 conflict is about the request; 408 and 5xx are the provider's.
+      transient: status !== 409,
+    };
+  }
+  return {
+    ...base,
+    kind: 'final',
+    reason: `${status} ${type ?? 'error'}: ${message}`,
+    maybeCharged: status !== 401 && status !== 403,
+  };
+}
+
+/**
+ * A 429: a spent key, one the provider says not to retry, or one without retry-after is final;
+ * the rest pause every worker for the retry-after.
+ */
+function classifyRateLimit(
+  err: InstanceType<typeof Anthropic.APIError>,
+  base: Pick<Classified, 'errorClass' | 'status' | 'providerType' | 'providerMessage'>,
+  message: string | undefined,
+  code: string | undefined,
+): Classified {
+  const wait = retryAfterMs(err.headers ?? undefined);
+  if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
+    return {
+      ...base,
+      kind: 'final',
+      reason: `spend limit reached: ${message}`,
+      maybeCharged: false,
+    };
+  }
+  // The provider says waiting cannot help (the call alone exceeds its limit): pausing every
+  // worker for it, again and again, would only stall the fleet.
+  if (header(err.headers ?? undefined, 'x-should-retry')?.trim() === 'false') {
+    return { ...base, kind: 'final', reason: `429 not retryable: ${message}`, maybeCharged: false };
+  }
+  if (wait === undefined) {
+    return {
+      ...base,
+      kind: 'final',
+      reason: `429 without retry-after: ${message}`,
+      maybeCharged: false,
+    };
+  }
+  return {
+    ...base,
+    kind: 'rate_limited',
+    reason: `rate limited: ${message}`,
+    retryAfterMs: wait,
+    maybeCharged: false,
   };
 }

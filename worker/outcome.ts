@@ -177,35 +177,15 @@ export class Outcomes {
     },
   ) {}
 
-  /** The letter, the job to failed, the counter and the log line. */
-  async deadLetter(
+  /**
+   * Counts a failed call: a 429 pauses every worker, a failure of the provider counts toward
+   * the breaker. `healthy` is whether the provider looked healthy (only then is an attempt, or
+   * retryFor, spent); `now` is Redis's time of the failure when the breaker read it.
+   */
+  private async count(
     job: Job<JobData, JobResult>,
-    token: string,
-    cause: DeadLetterCause,
-    history: readonly AttemptRecord[] = job.data.history ?? [],
-    report: Record<string, unknown> = {},
-  ): Promise<void> {
-    const line = `dead-lettered: ${cause.reason}`;
-    traceOutcome(job, 'llmq.dead_letter', {
-      'llmq.reason': cause.reason,
-      'error.type': cause.errorClass,
-    });
-    // Written before the job leaves: a removed job takes no more log lines.
-    await this.parts.history.write(job.id, line).catch(() => {});
-    await deadLetter(this.parts.dlq, job, token, cause, history);
-    await this.parts.metrics.add({ dead_lettered: 1 });
-    this.parts.log.warn('job dead-lettered', {
-      job: job.id,
-      // A job that cannot be read may lack them.
-      tenant: job.data?.tenant ?? null,
-      model: job.data?.request?.model ?? null,
-      ...report,
-      reason: cause.reason,
-    });
-  }
-
-  /** Counts a failed call and requeues, backs off or dead-letters its job. */
-  async afterFailure(job: Job<JobData, JobResult>, token: string, call: FailedCall) {
+    call: FailedCall,
+  ): Promise<{ healthy: boolean; outageMs: number; now: number }> {
     const { metrics, log, breaker, limiter } = this.parts;
     const c = call.failure;
     let healthy = false;
@@ -242,6 +222,41 @@ export class Outcomes {
       );
       healthy = whileClosed && !call.trial;
     }
+    return { healthy, outageMs, now };
+  }
+
+  /** The letter, the job to failed, the counter and the log line. */
+  async deadLetter(
+    job: Job<JobData, JobResult>,
+    token: string,
+    cause: DeadLetterCause,
+    history: readonly AttemptRecord[] = job.data.history ?? [],
+    report: Record<string, unknown> = {},
+  ): Promise<void> {
+    const line = `dead-lettered: ${cause.reason}`;
+    traceOutcome(job, 'llmq.dead_letter', {
+      'llmq.reason': cause.reason,
+      'error.type': cause.errorClass,
+    });
+    // Written before the job leaves: a removed job takes no more log lines.
+    await this.parts.history.write(job.id, line).catch(() => {});
+    await deadLetter(this.parts.dlq, job, token, cause, history);
+    await this.parts.metrics.add({ dead_lettered: 1 });
+    this.parts.log.warn('job dead-lettered', {
+      job: job.id,
+      // A job that cannot be read may lack them.
+      tenant: job.data?.tenant ?? null,
+      model: job.data?.request?.model ?? null,
+      ...report,
+      reason: cause.reason,
+    });
+  }
+
+  /** Counts a failed call and requeues, backs off or dead-letters its job. */
+  async afterFailure(job: Job<JobData, JobResult>, token: string, call: FailedCall) {
+    const { metrics, log } = this.parts;
+    const c = call.failure;
+    const { healthy, outageMs, now } = await this.count(job, call);
     const retryForMs = retryForOf(job.data.retryForMs, this.parts.retryForMs);
     const outcome = decideOutcome({
       failure: c,

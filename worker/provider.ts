@@ -5,7 +5,17 @@ import type { StoredMessage } from '../shared/job.ts';
 import type { HeaderSource } from '../shared/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 
-/** Builds the SDK client llmq uses: the SDK's own retries are off (retries live in one layer). */
+/**
+ * Builds the SDK client a worker calls the provider with: the SDK's own retries are off (llmq
+ * retries, in one layer, with the shared budget in mind). `baseURL` points it elsewhere (a
+ * gateway, the mock of `llmq/testing`).
+ *
+ * @example
+ * ```ts
+ * const client = createProviderClient({ apiKey: process.env.ANTHROPIC_API_KEY ?? '' });
+ * const viaMock = createProviderClient({ apiKey: 'sk-test', baseURL: mock.url });
+ * ```
+ */
 export function createProviderClient(options: {
   apiKey: string;
   baseURL?: string | undefined;
@@ -19,6 +29,10 @@ export function createProviderClient(options: {
   });
 }
 
+/**
+ * What the worker passes to each call.
+ * @inline
+ */
 export interface ProviderCallOptions {
   /** Stream the response: its headers arrive as soon as the provider admits the call. */
   readonly stream: boolean;
@@ -37,6 +51,10 @@ export interface ProviderCallOptions {
   readonly onEvent?: ((name: string, data: string) => void) | undefined;
 }
 
+/**
+ * What a call gives back: the stored message, the response's headers, its request id and latency.
+ * @inline
+ */
 export interface ProviderCallResult {
   readonly message: StoredMessage;
   readonly headers: HeaderSource;
@@ -67,6 +85,7 @@ export function store(m: Anthropic.Message): StoredMessage {
  * client; another (a gateway of your own, a test double, the bench's zero-latency stand-in) must
  * call `onStart` once the provider has admitted the call, and throw errors that
  * `classifyProviderError` understands (the SDK's, or any with a `status` and `headers`).
+ * @inline
  */
 export type ProviderCaller = (
   request: MessagesRequest,

@@ -2,26 +2,24 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
-import { BudgetLedger, type BudgetSettings } from '../shared/budgets.ts';
+import { BudgetLedger } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
-import { EstimateLearning, type EstimateLearningOptions } from '../shared/estimate-learning.ts';
+import { EstimateLearning } from '../shared/estimate-learning.ts';
 import {
   DEFAULT_RETRY_FOR_MS,
   type JobData,
   type JobResult,
   MAX_RETRY_FOR_MS,
 } from '../shared/job.ts';
-import type { QueueNames } from '../shared/keys.ts';
 import { FleetLayout } from '../shared/layout.ts';
-import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
+import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { errorEventLog } from '../shared/telemetry/throttled-warning.ts';
 import { WorkerPresence } from '../shared/worker-presence.ts';
-import type { BackoffOptions } from './backoff.ts';
-import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
+import { CircuitBreaker } from './breaker.ts';
 import {
   assertBullmqVersion,
   type GateWorker,
@@ -30,7 +28,7 @@ import {
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
 import { logConnectionChanges } from './connection-log.ts';
-import { FairShare, type FairShareOptions } from './fair-share.ts';
+import { FairShare } from './fair-share.ts';
 import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
@@ -40,124 +38,40 @@ import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
 import { PromptCaches } from './prompt-caches.ts';
-import { callProvider, type ProviderCaller } from './provider.ts';
+import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
+import type { WorkerHandle, WorkerOptions } from './worker-options.ts';
 
 export type { WorkerLogger } from './logger.ts';
-
-export interface WorkerOptions {
-  /** A connection for the limiter, the breaker and the gate (not owned). */
-  readonly redis: RedisClient;
-  readonly names: QueueNames;
-  /** The provider client, built with `createProviderClient` (SDK retries off). */
-  readonly client?: Anthropic;
-  /**
-   * How a call is made, when not through `client`: see {@link ProviderCaller}. One of `client`
-   * and `provider` is required.
-   */
-  readonly provider?: ProviderCaller;
-  /** The shared budget: limits, window, headroom, accounting (the cap of calls is `maxInFlight`). */
-  readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
-  /**
-   * Money budgets (Config.budgets, with the price table): each job's worst-case cost is held
-   * with its admission (in the limiter's script) and settled to the actual with its tokens.
-   */
-  readonly budgets?: BudgetSettings | undefined;
-  /**
-   * Fair share between tenants within a priority class (weights per tenant, default 1): the
-   * gate serves next the first job of the tenant furthest behind in tokens per weight, among
-   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order.
-   * @default undefined (off)
-   */
-  readonly fairShare?: FairShareOptions | undefined;
-  /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
-  readonly concurrency?: number;
-  /**
-   * Calls in flight across every worker of the queue (the limiter's semaphore, in Redis). Four
-   * workers at `concurrency: 5` with `maxInFlight: 12` run twelve calls at most, not twenty.
-   * @default undefined (no fleet-wide cap)
-   */
-  readonly maxInFlight?: number;
-  /**
-   * `always`: stream every call, so the response's headers arrive the moment the provider
-   * admits it and the window is stamped then; `auto`: stream when the job asks or max_tokens
-   * needs it. @default 'always'
-   */
-  readonly stream?: 'always' | 'auto';
-  /** Per-call timeout when the job sets none. @default 600_000 */
-  readonly timeoutMs?: number;
-  /**
-   * Backoff between retries: full jitter under `capMs`; a transient failure's exponent is its
-   * number of transient tries. @default { baseMs: 1_000, capMs: 60_000 }
-   */
-  readonly backoff?: BackoffOptions;
-  /**
-   * How long a job's transient failures (529, 5xx, timeouts, dropped connections) are retried,
-   * from its first, when the job sets no `retryForMs`; time behind an open breaker does not
-   * count. `attempts` caps only the other retryable failures. 0: transient failures spend
-   * attempts too. @default 600_000 (10 minutes)
-   */
-  readonly retryForMs?: number;
-  readonly breaker?: BreakerOptions;
-  /** 429s with retry-after a job may take before it is dead-lettered. @default 20 */
-  readonly maxRateLimitReturns?: number;
-  /** BullMQ lock of an active job; a killed worker's job is recovered after it. @default 30_000 */
-  readonly lockDurationMs?: number;
-  /**
-   * Times a job may be recovered from a dead worker before it is given up (and dead-lettered:
-   * a job that kills its worker every time should not run forever). @default 10
-   */
-  readonly maxStalledCount?: number;
-  /** How often this process looks for stalled jobs of dead workers. @default 15_000 */
-  readonly stalledIntervalMs?: number;
-  /**
-   * Feed the provider's rate-limit headers to the limiter (`observe`), so spend by another
-   * client of the same key counts too. @default true
-   */
-  readonly feedback?: boolean;
-  /**
-   * The longest a successful job's result waits for the gate's next reservation, so that
-   * storing it also fetches the next job (one BullMQ command instead of two). It never waits
-   * while the gate waits for budget. @default 25
-   */
-  readonly handoffWaitMs?: number;
-  /**
-   * An idle worker wakes the moment a job is enqueued or falls due (BullMQ's marker); it also
-   * looks at the queue at least this often, in case another worker took the wake-up and left
-   * the job. @default 1_000
-   */
-  readonly idleCheckMs?: number;
-  /**
-   * Learn per model and size band of the estimate how the provider counts input against llmq's
-   * estimate, and reserve that (a high quantile of it) instead of the estimate; false reserves
-   * the estimate as is. Shared by the fleet in Redis. @default true
-   */
-  readonly learnEstimates?: boolean | Omit<EstimateLearningOptions, 'redis' | 'names'>;
-  readonly logger?: WorkerLogger;
-  /**
-   * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
-   * shows; batched with the counters. Off saves a small list per job in Redis. @default true
-   */
-  readonly jobLogs?: boolean;
-}
-
-export interface WorkerHandle {
-  readonly id: string;
-  readonly limiter: Limiter;
-  readonly breaker: CircuitBreaker;
-  /** Calls in flight in this process. */
-  inFlight(): number;
-  /**
-   * Stops pulling, lets the calls in flight finish within `graceMs`, then aborts the rest
-   * (their jobs go back to wait) and closes. Safe to call twice.
-   */
-  stop(graceMs?: number): Promise<void>;
-}
+export type { WorkerHandle, WorkerOptions } from './worker-options.ts';
 
 /** Throws unless `value` is a whole number from 1 up (or undefined). */
 function checkCount(name: string, value: number | undefined): void {
   if (value === undefined || (Number.isInteger(value) && value >= 1)) return;
   throw new TypeError(`Expected \`${name}\` to be a whole number from 1 up, got \`${value}\``);
+}
+
+/** The parts a worker's calls and its gate share. */
+interface WorkerParts {
+  readonly limiter: Limiter;
+  readonly breaker: CircuitBreaker;
+  readonly metrics: MetricsWriter;
+  readonly handoff: Handoff;
+  readonly outcomes: Outcomes;
+  readonly ledger: BudgetLedger | undefined;
+  readonly costs: LearnedCosts;
+  readonly caches: PromptCaches;
+}
+
+/** What the worker reserves for a job's input: what it learned of the provider's counting, or the estimate. */
+function learnedCosts(options: WorkerOptions): LearnedCosts {
+  const learn = options.learnEstimates ?? true;
+  const { redis, names } = options;
+  return new LearnedCosts(
+    learn === false
+      ? undefined
+      : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
+  );
 }
 
 /**
@@ -223,7 +137,7 @@ export class Worker implements WorkerHandle {
   }
 
   private constructor(options: WorkerOptions) {
-    const { redis, names, client } = options;
+    const { redis, names } = options;
     const log = options.logger ?? silentLogger;
     this.log = log;
     this.concurrency = options.concurrency ?? 10;
@@ -275,50 +189,54 @@ export class Worker implements WorkerHandle {
       backoff: options.backoff,
     });
     const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);
-    const learn = options.learnEstimates ?? true;
-    const costs = new LearnedCosts(
-      learn === false
-        ? undefined
-        : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
-    );
+    const costs = learnedCosts(options);
     const caches = new PromptCaches(redis, names);
-    this.callParts = {
-      caches,
-      call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
+    const parts: WorkerParts = {
       limiter,
       breaker,
       metrics,
       handoff,
       outcomes,
-      log,
-      history,
+      ledger,
+      costs,
+      caches,
+    };
+    this.callParts = this.callPartsOf(options, { ...parts, history });
+    this.idleWait = new MarkerWait(redis, names);
+    this.gate = this.gateOf(options, { ...parts, bull });
+  }
+
+  /** What each call needs: the provider, the shared budget, the breaker, and where results go. */
+  private callPartsOf(
+    options: WorkerOptions,
+    p: WorkerParts & { readonly history: JobHistory },
+  ): CallParts {
+    const client = options.client;
+    return {
+      ...p,
+      call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
+      log: this.log,
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,
-      events: new StreamEventPublisher(this.metricsRedis, names),
-      ledger,
-      costs,
+      events: new StreamEventPublisher(this.metricsRedis, options.names),
     };
-    this.idleWait = new MarkerWait(redis, names);
-    this.gate = new Gate({
-      bull,
-      log,
-      caches,
-      limiter,
-      handoff,
-      outcomes,
-      breaker,
-      metrics,
-      costs,
+  }
+
+  /** The gate: it takes budget for the jobs at the head of the queue before they start. */
+  private gateOf(options: WorkerOptions, p: WorkerParts & { readonly bull: GateWorker }): Gate {
+    const { redis, names } = options;
+    return new Gate({
+      ...p,
+      log: this.log,
       peeker: new HeadPeeker(redis, names),
       // Peeks sent on BullMQ's own connection run after the fetches sent before them: they see
       // the queue as those fetches leave it.
-      peekerBehindFetches: new HeadPeeker(bull.opts.connection as RedisClient, names),
+      peekerBehindFetches: new HeadPeeker(p.bull.opts.connection as RedisClient, names),
       idleWait: this.idleWait,
       idleCheckMs: options.idleCheckMs ?? 1_000,
-      ledger,
       fair: options.fairShare ? new FairShare(redis, names, options.fairShare) : undefined,
-      stopped: signal,
+      stopped: this.stopper.signal,
       waits: this.waits,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),
@@ -470,7 +388,26 @@ export class Worker implements WorkerHandle {
   }
 }
 
-/** Starts a worker (see {@link Worker}); resolves once it pulls jobs. */
+/**
+ * Starts a worker; resolves once it pulls jobs. It takes a job only after the shared budget in
+ * Redis admits its cost, calls the provider, and stores the result, retries the job, pauses
+ * every worker on a 429, or dead-letters it with the reason. Any number of workers, in any
+ * number of processes, behave as one pool under the same limits.
+ *
+ * @example
+ * ```ts
+ * const redis = connectRedis(config.redisUrl);
+ * const worker = await startWorker({
+ *   redis,
+ *   names: { prefix: config.prefix, queue: config.queue },
+ *   client: createProviderClient({ apiKey: process.env.ANTHROPIC_API_KEY ?? '' }),
+ *   limiter: { limits: { tokens: 80_000 }, windowMs: 60_000 },
+ * });
+ * // … later
+ * await worker.stop();
+ * await redis.quit();
+ * ```
+ */
 export function startWorker(options: WorkerOptions): Promise<WorkerHandle> {
   return Worker.start(options);
 }

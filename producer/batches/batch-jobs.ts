@@ -9,7 +9,7 @@ import {
 } from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
 import { jobIdForKey, newJobId } from '../idempotency.ts';
-import type { EnqueuedJob, EnqueueOptions } from '../producer.ts';
+import type { EnqueuedJob, EnqueueOptions } from '../producer-options.ts';
 import { ResultWaiter, type WaitOptions } from '../result-waiter.ts';
 
 /** Refuses what the Message Batches API refuses, before anything is written. */

@@ -14,9 +14,22 @@ import type { Producer, ProducerOptions } from '../producer.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
-import { type ApiErrorCode, apiKeyAuth, createRoutes, errorResponse } from './handlers.ts';
+import { type ApiErrorCode, apiKeyAuth, errorResponse } from './handlers.ts';
+import { createRoutes } from './job-routes.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
 
+/**
+ * What the HTTP API serves: the queue of `config`, to the keys in `apiKeys`, on `host:port`.
+ *
+ * @example
+ * ```ts
+ * const options: HttpApiOptions = {
+ *   config: resolveConfig({ env: process.env }),
+ *   apiKeys: process.env.LLMQ_API_KEYS ?? '', // tenant:sha256hex,…
+ *   port: 8080,
+ * };
+ * ```
+ */
 export interface HttpApiOptions {
   /** Where the queue is (redisUrl, queue, prefix, maxDepth, limits). */
   readonly config: Config;
@@ -59,10 +72,22 @@ export interface HttpApiOptions {
   readonly producer?: Partial<Omit<ProducerOptions, 'redis' | 'names'>>;
 }
 
+/**
+ * A running HTTP API: where it listens, and how to stop it.
+ *
+ * @example
+ * ```ts
+ * const api = await startHttpApi({ config, apiKeys, port: 0 });
+ * console.log(`${api.url}/openapi.json`);
+ * await api.close();
+ * ```
+ */
 export interface HttpApi {
   /** `http://host:port` */
   readonly url: string;
+  /** The producer behind it. */
   readonly producer: Producer;
+  /** Stops listening, then closes the producer and its connection. */
   close(): Promise<void>;
 }
 
@@ -132,8 +157,19 @@ function countTokensOf(
 }
 
 /**
- * Starts the HTTP enqueue API (fastify). Its Redis connection fails fast (no offline queue, one
- * retry per command in flight, then 503) instead of holding requests while Redis is down.
+ * Starts the HTTP enqueue API (fastify): `POST /v1/jobs`, waiting and status, and the drop-in
+ * Messages gateway `POST /v1/messages` (docs/gateway.md); routes and error codes are in
+ * `GET /openapi.json`. Its Redis connection fails fast (no offline queue, one retry per command
+ * in flight, then 503) instead of holding requests while Redis is down. `llmq serve` runs it.
+ *
+ * @example
+ * ```ts
+ * const api = await startHttpApi({
+ *   config: resolveConfig({ env: process.env }),
+ *   apiKeys: 'acme:' + createHash('sha256').update(process.env.ACME_KEY ?? '').digest('hex'),
+ *   host: '0.0.0.0',
+ * });
+ * ```
  */
 export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   const keys =

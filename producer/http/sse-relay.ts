@@ -226,8 +226,7 @@ export function replayEvents(m: StoredMessage): [string, unknown][] {
       },
     ],
   ];
-  m.content.forEach((block, index) => {
-    const b = block as { type: string; text?: string };
+  m.content.forEach((b, index) => {
     if (b.type === 'text') {
       out.push([
         'content_block_start',

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { globalLimits, scopeLimitsOf } from '../../shared/config.ts';
+import { globalLimits, scopeLimitsOf } from '../../shared/config-views.ts';
 import {
   ConfigError,
   CostExceedsLimitError,

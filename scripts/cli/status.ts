@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { BudgetLedger } from '../../shared/budgets.ts';
-import { budgetSettingsOf, type Config } from '../../shared/config.ts';
+import type { Config } from '../../shared/config.ts';
+import { budgetSettingsOf } from '../../shared/config-views.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
 import {
   describeLimits,

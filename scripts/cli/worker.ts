@@ -1,5 +1,6 @@
 import { type Command, Option } from 'commander';
-import { budgetSettingsOf, type Config, fairShareOf } from '../../shared/config.ts';
+import type { Config } from '../../shared/config.ts';
+import { budgetSettingsOf, fairShareOf } from '../../shared/config-views.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import {
   describeLimits,

@@ -1,5 +1,9 @@
-/** Where a throttled warning goes: the worker's logger interface fits. */
+/**
+ * Where a throttled warning goes: the worker's logger interface fits.
+ * @inline
+ */
 export interface WarningSink {
+  /** One warning line, with its fields. */
   warn(message: string, fields?: Record<string, unknown>): void;
 }
 

@@ -6,12 +6,21 @@
 
 import { newMessageId } from './api-errors.ts';
 import { sleep } from './latency.ts';
-import type { Answer } from './message-call.ts';
-import { outputPieces, outputText } from './output.ts';
+import { outputPieces, outputText, type PlannedOutput } from './output.ts';
 import type { CacheUse } from './prompt-cache.ts';
+import type { MessagesRequest } from './request-schema.ts';
 
 /** Most `content_block_delta` events in one streamed answer; longer outputs put more tokens in each. */
 const MAX_DELTAS = 64;
+
+/** The answer the "model" gives an admitted call. */
+export interface Answer {
+  readonly request: MessagesRequest;
+  readonly output: PlannedOutput;
+  readonly usage: CacheUse;
+  readonly latencyMs: number;
+  readonly perTokenMs: number;
+}
 
 /** One event of a streamed answer: its name and its JSON. */
 export interface AnswerEvent {

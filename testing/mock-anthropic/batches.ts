@@ -16,11 +16,10 @@ import { type ApiErrorType, apiErrorBody, ERROR_STATUS } from './api-errors.ts';
 import { apiKeyOf, MISSING_KEY_MESSAGE } from './auth.ts';
 import { readBody, sendJson } from './http-io.ts';
 import { MediaError } from './media-costs.ts';
-import { planOutput } from './output.ts';
+import { type OutputShare, planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
 import { describeIssue, firstIssue, messagesRequestSchema } from './request-schema.ts';
 import { countRequestTokens } from './request-tokens.ts';
-import type { MockState } from './state.ts';
 
 /** The real API's bounds: 100,000 requests or 256 MB a batch. */
 export const BATCH_MAX_REQUESTS = 100_000;
@@ -29,6 +28,10 @@ const CUSTOM_ID = /^[a-zA-Z0-9_-]{1,64}$/;
 /** A canceled batch is `canceling` this long before it ends. */
 const CANCEL_MS = 50;
 
+/**
+ * Faults of the mock's Message Batches: items that end in error, batches that expire.
+ * @inline
+ */
 export interface BatchFaults {
   /** The next this many items (in processing order) come back errored. @default 0 */
   readonly erroredItems?: number;
@@ -38,6 +41,10 @@ export interface BatchFaults {
   readonly expiredBatches?: number;
 }
 
+/**
+ * How the mock's Message Batches behave: how long a batch takes, how many requests it takes.
+ * @inline
+ */
 export interface BatchOptions {
   /** How long a batch processes before it ends, ms. @default 200 */
   readonly processingMs?: number;
@@ -45,7 +52,10 @@ export interface BatchOptions {
   readonly maxRequests?: number;
 }
 
-/** What the mock saw of batches (for tests: "none created twice"). */
+/**
+ * What the mock saw of batches (for tests: "none created twice").
+ * @inline
+ */
 export interface BatchStats {
   readonly created: number;
   readonly items: number;
@@ -77,6 +87,11 @@ interface MockBatch {
   results?: { custom_id: string; result: ItemResult }[];
 }
 
+/** What the batches read of the server's state: its output share, which may change at runtime. */
+export interface BatchOutputs {
+  readonly outputShare: OutputShare;
+}
+
 /** The batches of one mock server. */
 export class BatchStore {
   private readonly batches = new Map<string, MockBatch>();
@@ -85,7 +100,7 @@ export class BatchStore {
   maxRequests = BATCH_MAX_REQUESTS;
   private counts = { created: 0, items: 0, canceled: 0, resultsFetched: 0 };
 
-  constructor(private readonly state: MockState) {}
+  constructor(private readonly state: BatchOutputs) {}
 
   setFaults(f: BatchFaults): void {
     this.faults = {

@@ -19,6 +19,10 @@ export interface FaultRates {
   midStreamError: number;
 }
 
+/**
+ * One kind of fault the mock injects.
+ * @inline
+ */
 export type FaultKind = keyof FaultRates;
 
 /** A fault decided before admission, or null for none. */

@@ -10,9 +10,10 @@
  */
 
 import type { OutgoingHttpHeaders } from 'node:http';
+import type { Answer } from './answer-events.ts';
 import type { ApiErrorType } from './api-errors.ts';
 import { MediaError } from './media-costs.ts';
-import { type PlannedOutput, planOutput } from './output.ts';
+import { planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
 import type { CacheUse } from './prompt-cache.ts';
 import {
@@ -38,15 +39,6 @@ export interface CallInput {
   readonly body: unknown;
   /** Whether the answer is streamed (the body's `stream`, or the platform's path). */
   readonly stream: boolean;
-}
-
-/** The answer the "model" gives an admitted call. */
-export interface Answer {
-  readonly request: MessagesRequest;
-  readonly output: PlannedOutput;
-  readonly usage: CacheUse;
-  readonly latencyMs: number;
-  readonly perTokenMs: number;
 }
 
 export interface Refused {

@@ -12,6 +12,20 @@ import type { OutputShare } from './output.ts';
 import type { Algorithm, Limits } from './rate-limits.ts';
 import { type InputCounting, MESSAGE_OVERHEAD_TOKENS } from './tokenizer.ts';
 
+/**
+ * How the mock behaves: its limits and window, latency, how much of `max_tokens` it answers,
+ * faults, and how it counts input. Every option has a default.
+ *
+ * @example
+ * ```ts
+ * const options: MockAnthropicOptions = {
+ *   limits: { inputTokens: 40_000, outputTokens: 8_000 },
+ *   windowMs: 10_000,
+ *   latencyMs: 50,
+ *   faults: { overloaded: 0.05 },
+ * };
+ * ```
+ */
 export interface MockAnthropicOptions {
   /** Interface to bind. @default '127.0.0.1' */
   readonly host?: string;

@@ -6,7 +6,10 @@
 
 import { mulberry32 } from './prng.ts';
 
-/** Share of `max_tokens` produced: a fixed share, or a range to pick from per request. */
+/**
+ * Share of `max_tokens` produced: a fixed share, or a range to pick from per request.
+ * @inline
+ */
 export type OutputShare = number | readonly [number, number];
 
 export interface PlannedOutput {

@@ -9,14 +9,25 @@
 
 /** The four quantities the real API limits, named as in the MockStats JSON. */
 export const DIMENSIONS = ['requests', 'input_tokens', 'output_tokens', 'tokens'] as const;
+/**
+ * One quantity the API limits.
+ * @inline
+ */
 export type Dimension = (typeof DIMENSIONS)[number];
 
-/** What one request costs (or gives back) in each dimension. */
+/**
+ * What one request costs (or gives back) in each dimension.
+ * @inline
+ */
 export type Charge = Record<Dimension, number>;
 
 /** Limit per window for each limited dimension; an absent dimension is unlimited. */
 export type Limits = Partial<Record<Dimension, number>>;
 
+/**
+ * How the mock counts its window: a sliding log, or a token bucket refilled continuously.
+ * @inline
+ */
 export type Algorithm = 'sliding' | 'bucket';
 
 /** Proof of an admission, handed back to `refund`. */

@@ -36,6 +36,18 @@ import { MockState, type RuntimeOptions } from './state.ts';
 import type { MockStats } from './stats.ts';
 import { handleVertex } from './vertex-route.ts';
 
+/**
+ * A running mock: its URL for the SDK's `baseURL`, what it saw, and runtime knobs.
+ *
+ * @example
+ * ```ts
+ * const mock = await startMockAnthropic({});
+ * const client = createProviderClient({ apiKey: 'sk-test', baseURL: mock.url });
+ * // … run jobs …
+ * console.log(mock.stats().attempts);
+ * await mock.close();
+ * ```
+ */
 export interface MockAnthropicHandle {
   /** Base URL to give the SDK as `baseURL`, without `/v1`, e.g. `http://127.0.0.1:43123`. */
   readonly url: string;
@@ -45,12 +57,18 @@ export interface MockAnthropicHandle {
   reset(): void;
   /** Replaces the fault rates at runtime (absent rates become 0). @throws ConfigError */
   setFaults(faults: MockAnthropicOptions['faults']): void;
-  /** Changes latency, output share or spend-capped keys at runtime. @throws ConfigError */
+  /**
+   * Changes latency, output share or spend-capped keys at runtime. @throws ConfigError
+   * @inlineType RuntimeOptions
+   */
   setOptions(options: RuntimeOptions): void;
   /** Message Batches: what was created and fetched, their faults and processing time. */
   readonly batches: {
+    /** How many batches were created, canceled and fetched, with how many items. */
     stats(): BatchStats;
+    /** Items that end in error and batches that expire, from now on. */
     setFaults(faults: BatchFaults): void;
+    /** Processing time and the largest batch, from now on. */
     setOptions(options: BatchOptions): void;
   };
   /** Stops listening and destroys open sockets (streams included); resolves when closed. */
@@ -63,8 +81,10 @@ export interface MockAnthropicHandle {
  *
  * @throws ConfigError when an option is invalid.
  * @example
+ * ```ts
  * const mock = await startMockAnthropic({ limits: { outputTokens: 4_000 } });
  * const client = new Anthropic({ apiKey: 'test', baseURL: mock.url });
+ * ```
  */
 export async function startMockAnthropic(
   options: MockAnthropicOptions = {},

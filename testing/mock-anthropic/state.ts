@@ -19,7 +19,10 @@ import { PromptCache } from './prompt-cache.ts';
 import { createRateLimiter, type RateLimiter } from './rate-limits.ts';
 import { createStatsRecorder, type StatsRecorder } from './stats.ts';
 
-/** The options `setOptions` may change while the server runs. */
+/**
+ * The options `setOptions` may change while the server runs.
+ * @inline
+ */
 export type RuntimeOptions = Partial<
   Pick<
     MockAnthropicOptions,

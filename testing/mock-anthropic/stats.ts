@@ -14,6 +14,17 @@ import {
   zeroCharge,
 } from './rate-limits.ts';
 
+/**
+ * What the mock saw and charged (see the module's comment): `mock.stats()`.
+ *
+ * @example
+ * ```ts
+ * const { attempts, responses, rateLimited } = mock.stats();
+ * ```
+ * @inlineType FaultKind
+ * @inlineType Dimension
+ * @inlineType Charge
+ */
 export interface MockStats {
   windowMs: number;
   algorithm: Algorithm;
@@ -47,6 +58,10 @@ export interface MockStats {
   cache: CacheStats;
 }
 
+/**
+ * What the mock's prompt cache did.
+ * @inline
+ */
 export interface CacheStats {
   writes: number;
   reads: number;

@@ -74,6 +74,7 @@ function countPiece(piece: string): number {
  * `ceil(characters / charsPerToken) + perMessageTokens × messages` (characters of the system
  * text, every message's texts and each tool's JSON, counted as code points; nothing else), a
  * counter unlike llmq's estimate (e.g. 3.6 and 7). Without it, the tokenizer above.
+ * @inline
  */
 export interface InputCounting {
   /** Characters a token. @default undefined (the tokenizer) */

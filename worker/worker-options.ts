@@ -1,0 +1,171 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import type { BudgetSettings } from '../shared/budgets.ts';
+import type { EstimateLearningOptions } from '../shared/estimate-learning.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import type { BackoffOptions } from './backoff.ts';
+import type { BreakerOptions, CircuitBreaker } from './breaker.ts';
+import type { FairShareOptions } from './fair-share.ts';
+import type { WorkerLogger } from './logger.ts';
+import type { ProviderCaller } from './provider.ts';
+
+/**
+ * What a worker needs: a Redis connection, the queue's names, how to call the provider, and the
+ * shared budget's limits. Every other option has a default. Every worker of a queue, in any
+ * process, must be given the same limits (`llmq worker` stores them and checks).
+ *
+ * @example
+ * ```ts
+ * const options: WorkerOptions = {
+ *   redis: connectRedis(config.redisUrl),
+ *   names: { prefix: config.prefix, queue: config.queue },
+ *   client: createProviderClient({ apiKey: config.anthropicApiKey ?? '' }),
+ *   limiter: {
+ *     limits: { inputTokens: 400_000, outputTokens: 80_000, requests: 4_000 },
+ *     windowMs: 60_000,
+ *   },
+ *   concurrency: 20,
+ * };
+ * ```
+ */
+export interface WorkerOptions {
+  /** A connection for the limiter, the breaker and the gate (not owned). */
+  readonly redis: RedisClient;
+  /** The queue to work on (the producers' `prefix` and `queue`). */
+  readonly names: QueueNames;
+  /** The provider client, built with `createProviderClient` (SDK retries off). */
+  readonly client?: Anthropic;
+  /**
+   * How a call is made, when not through `client` (your own gateway, a test double): it must
+   * call `onStart` with the response's headers once the provider has admitted the call, and
+   * throw errors with the provider's `status` and `headers`, as the SDK's do. One of `client`
+   * and `provider` is required.
+   */
+  readonly provider?: ProviderCaller;
+  /**
+   * The shared budget: `limits` of the global scope per window (`requests`, `inputTokens`,
+   * `outputTokens`, `tokens`: input and output together; an absent one is unlimited),
+   * `windowMs` (default 60 000), `scopes` (limits of nested scopes by name, such as
+   * `tenant:acme` or `model:claude-sonnet-*`), `headroom` (the share of each limit left unused)
+   * and `outputAccounting` (see Config). The cap of calls in flight is `maxInFlight`.
+   */
+  readonly limiter: Omit<LimiterOptions, 'redis' | 'names' | 'concurrency'>;
+  /**
+   * Money budgets (Config.budgets, with the price table): each job's worst-case cost is held
+   * with its admission (in the limiter's script) and settled to the actual with its tokens.
+   */
+  readonly budgets?: BudgetSettings | undefined;
+  /**
+   * Fair share between tenants within a priority class (weights per tenant, default 1): the
+   * gate serves next the first job of the tenant furthest behind in tokens per weight, among
+   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order.
+   * @default undefined (off)
+   */
+  readonly fairShare?: FairShareOptions | undefined;
+  /** Calls this process runs at once, as BullMQ's `concurrency`. @default 10 */
+  readonly concurrency?: number;
+  /**
+   * Calls in flight across every worker of the queue (the limiter's semaphore, in Redis). Four
+   * workers at `concurrency: 5` with `maxInFlight: 12` run twelve calls at most, not twenty.
+   * @default undefined (no fleet-wide cap)
+   */
+  readonly maxInFlight?: number;
+  /**
+   * `always`: stream every call, so the response's headers arrive the moment the provider
+   * admits it and the window is stamped then; `auto`: stream when the job asks or max_tokens
+   * needs it. @default 'always'
+   */
+  readonly stream?: 'always' | 'auto';
+  /** Per-call timeout when the job sets none. @default 600_000 */
+  readonly timeoutMs?: number;
+  /**
+   * Backoff between retries: full jitter under `capMs`; a transient failure's exponent is its
+   * number of transient tries. @default { baseMs: 1_000, capMs: 60_000 }
+   */
+  readonly backoff?: BackoffOptions;
+  /**
+   * How long a job's transient failures (529, 5xx, timeouts, dropped connections) are retried,
+   * from its first, when the job sets no `retryForMs`; time behind an open breaker does not
+   * count. `attempts` caps only the other retryable failures. 0: transient failures spend
+   * attempts too. @default 600_000 (10 minutes)
+   */
+  readonly retryForMs?: number;
+  /** When the shared circuit breaker opens after consecutive provider failures. */
+  readonly breaker?: BreakerOptions;
+  /** 429s with retry-after a job may take before it is dead-lettered. @default 20 */
+  readonly maxRateLimitReturns?: number;
+  /** BullMQ lock of an active job; a killed worker's job is recovered after it. @default 30_000 */
+  readonly lockDurationMs?: number;
+  /**
+   * Times a job may be recovered from a dead worker before it is given up (and dead-lettered:
+   * a job that kills its worker every time should not run forever). @default 10
+   */
+  readonly maxStalledCount?: number;
+  /** How often this process looks for stalled jobs of dead workers. @default 15_000 */
+  readonly stalledIntervalMs?: number;
+  /**
+   * Feed the provider's rate-limit headers to the limiter (`observe`), so spend by another
+   * client of the same key counts too. @default true
+   */
+  readonly feedback?: boolean;
+  /**
+   * The longest a successful job's result waits for the gate's next reservation, so that
+   * storing it also fetches the next job (one BullMQ command instead of two). It never waits
+   * while the gate waits for budget. @default 25
+   */
+  readonly handoffWaitMs?: number;
+  /**
+   * An idle worker wakes the moment a job is enqueued or falls due (BullMQ's marker); it also
+   * looks at the queue at least this often, in case another worker took the wake-up and left
+   * the job. @default 1_000
+   */
+  readonly idleCheckMs?: number;
+  /**
+   * Learn per model and size band of the estimate how the provider counts input against llmq's
+   * estimate, and reserve that (a high quantile of it) instead of the estimate; false reserves
+   * the estimate as is. Shared by the fleet in Redis. @default true
+   */
+  readonly learnEstimates?: boolean | Omit<EstimateLearningOptions, 'redis' | 'names'>;
+  /** Where the worker reports what it does. @default silent */
+  readonly logger?: WorkerLogger;
+  /**
+   * Write each job's history (its wait, call, retries) to its BullMQ log, which Bull Board
+   * shows; batched with the counters. Off saves a small list per job in Redis. @default true
+   */
+  readonly jobLogs?: boolean;
+}
+
+/**
+ * A running worker: what `startWorker` resolves with. Stop it before closing its Redis
+ * connection.
+ *
+ * @example
+ * ```ts
+ * process.once('SIGTERM', async () => {
+ *   await worker.stop(30_000); // calls in flight get 30 s; the rest go back to the queue
+ *   await redis.quit();
+ * });
+ * ```
+ */
+export interface WorkerHandle {
+  /** This worker's id, as the dashboard and the logs show it. */
+  readonly id: string;
+  /**
+   * This worker's limiter (the shared budget), for tests and the bench.
+   * @internal
+   */
+  readonly limiter: Limiter;
+  /**
+   * The queue's shared circuit breaker, for tests.
+   * @internal
+   */
+  readonly breaker: CircuitBreaker;
+  /** Calls in flight in this process. */
+  inFlight(): number;
+  /**
+   * Stops pulling, lets the calls in flight finish within `graceMs`, then aborts the rest
+   * (their jobs go back to wait) and closes. Safe to call twice.
+   */
+  stop(graceMs?: number): Promise<void>;
+}
