@@ -179,6 +179,36 @@ describe('money budgets', () => {
     await worker.stop(1_000);
   });
 
+  it('a request the API refuses (400) is dead-lettered, and its worst case is not left spent', async () => {
+    pool = await openPool('budget-refused', { latencyMs: 5 });
+    const budgets = settings('wait');
+    const producer = new Producer({ redis: pool.redis, names: pool.names, budgets });
+    // Bytes that are no PDF: llmq reserves for it, the API answers 400 invalid_request_error.
+    const bogus = {
+      ...request('Summarize this.', 50),
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Summarize this.' },
+            {
+              type: 'document',
+              source: { type: 'base64', media_type: 'application/pdf', data: 'bm90IGEgcGRm' },
+            },
+          ],
+        },
+      ],
+    };
+    const id = await producer.enqueue(bogus, { tenant: 'b' });
+    await pool.worker({ budgets, concurrency: 1 });
+    await until(async () => (await pool!.deadLetters()).length === 1, 15_000);
+    expect((await pool.deadLetters())[0]).toMatchObject({ jobId: id });
+    expect(pool.mock.stats().responses['400']).toBe(1);
+    const spend = await new BudgetLedger(pool.redis, pool.names, budgets).spend();
+    expect(Object.values(spend.day).every((micros) => micros === 0)).toBe(true);
+    await producer.close();
+  });
+
   it('refuses at enqueue a job that could never fit a budget', async () => {
     pool = await openPool('budget-never');
     const producer = new Producer({

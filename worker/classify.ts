@@ -115,7 +115,9 @@ function classifyApiError(
     ...base,
     kind: 'final',
     reason: `${status} ${type ?? 'error'}: ${message}`,
-    maybeCharged: status !== 401 && status !== 403,
+    // A request the API refused (400, 401, 403, 404, 413…) is neither billed nor served: its
+    // tokens and its money's worst case come back.
+    maybeCharged: false,
   };
 }
 
