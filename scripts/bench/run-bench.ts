@@ -6,6 +6,7 @@ import { renderScenario, type Scenario, type ScenarioResult } from './report.ts'
 import { cachedScenario } from './scenarios/cached.ts';
 import { chaosScenario } from './scenarios/chaos.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
+import { documentsScenario } from './scenarios/documents.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
@@ -16,6 +17,7 @@ import { publishedScenario } from './scenarios/published.ts';
 import { refundsScenario } from './scenarios/refunds.ts';
 import { scaleScenario } from './scenarios/scale.ts';
 import { splitScenario } from './scenarios/split.ts';
+import { unconfiguredScenario } from './scenarios/unconfigured.ts';
 import { DIFFERING_COUNTER } from './workload.ts';
 
 /** Every scenario, in the order a full run takes them. */
@@ -26,6 +28,8 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   split: splitScenario,
   neighbour: neighbourScenario,
   cached: cachedScenario,
+  documents: documentsScenario,
+  unconfigured: unconfiguredScenario,
   fairness: fairnessScenario,
   overhead: overheadScenario,
   scale: scaleScenario,
