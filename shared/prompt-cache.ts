@@ -14,6 +14,8 @@ export interface CachePrefix {
 
 /** The API caches no prefix shorter than this (Haiku: twice it). */
 const MIN_CACHED_TOKENS = 1_024;
+const leastCached = (model: string): number =>
+  model.includes('haiku') ? 2 * MIN_CACHED_TOKENS : MIN_CACHED_TOKENS;
 
 const marked = (block: unknown): boolean =>
   typeof block === 'object' && block !== null && 'cache_control' in block;
@@ -43,11 +45,21 @@ export function cachePrefixOf(request: MessagesRequest): CachePrefix | undefined
   });
   if (!prefix) return undefined;
   const tokens = estimateInputTokens({ messages: [], ...prefix } as MessagesRequest);
-  const least = request.model.includes('haiku') ? 2 * MIN_CACHED_TOKENS : MIN_CACHED_TOKENS;
-  if (tokens < least) return undefined;
+  if (tokens < leastCached(request.model)) return undefined;
   const key = createHash('sha1')
     .update(JSON.stringify({ model: request.model, ...prefix }))
     .digest('base64url')
     .slice(0, 22);
   return { key, tokens };
+}
+
+/**
+ * A system prompt shared by many requests, marked for caching (`cache_control`) when it is long
+ * enough for the API to cache; else as it is. Cache reads cost a tenth and do not count toward
+ * the input limit, and llmq lets one request write the cache before the others read it.
+ */
+export function cacheableSystem(model: string, prompt: string): MessagesRequest['system'] {
+  const tokens = estimateInputTokens({ model, max_tokens: 1, system: prompt, messages: [] });
+  if (tokens < leastCached(model)) return prompt;
+  return [{ type: 'text', text: prompt, cache_control: { type: 'ephemeral' } }];
 }

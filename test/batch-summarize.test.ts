@@ -186,6 +186,41 @@ describe('llmq batch summarize', () => {
     expect(await jobsAdded()).toBe(50);
   }, 30_000);
 
+  it('marks a long shared prompt for caching: one job writes it, the others read it; --no-cache-prompt sends it plain', async () => {
+    writeDocs(6);
+    const mock = await realPath({ latencyMs: 20 });
+    const prompt = `You summarize documents for an archive. ${'Keep names, dates and figures exact. '.repeat(300)}`;
+    const cachedRun = await runBatchSummarize({
+      paths: [join(dir, 'docs')],
+      out: join(dir, 'cached.jsonl'),
+      producer: makeProducer(),
+      model: 'claude-test-batch',
+      maxTokens: 32,
+      prompt,
+      progress: sink(),
+      report: sink(),
+    });
+    expect(cachedRun.succeeded).toBe(6);
+    expect(mock.stats().cache).toMatchObject({ writes: 1, reads: 5 });
+    expect(readLines(join(dir, 'cached.jsonl'))).toHaveLength(6);
+
+    // The same files, summarized anew without caching (another max_tokens: other jobs).
+    mock.reset();
+    const plain = await runBatchSummarize({
+      paths: [join(dir, 'docs')],
+      out: join(dir, 'plain.jsonl'),
+      producer: makeProducer(),
+      model: 'claude-test-batch',
+      maxTokens: 33,
+      prompt,
+      cachePrompt: false,
+      progress: sink(),
+      report: sink(),
+    });
+    expect(plain.succeeded).toBe(6);
+    expect(mock.stats().cache).toMatchObject({ writes: 0, reads: 0 });
+  }, 30_000);
+
   it('lists dead-lettered files and exits 1; a rerun adds nothing; edited files are summarized again', async () => {
     const files = writeDocs(10, [3, 7]);
     const worker = fakeWorker();

@@ -9,6 +9,7 @@ import { LlmqError, RedisUnavailableError } from '../../shared/errors.ts';
 import type { JobResult } from '../../shared/job.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
 import type { PriorityLane } from '../../shared/priority.ts';
+import { cacheableSystem } from '../../shared/prompt-cache.ts';
 import { JobFailedError, JobNotFoundError } from '../errors.ts';
 import type { EnqueuedFlow } from '../flows.ts';
 import { jobIdForKey } from '../idempotency.ts';
@@ -25,6 +26,8 @@ export interface RunSettings {
   readonly model: string;
   readonly maxTokens: number;
   readonly prompt: string;
+  /** Mark the prompt for the API's prompt cache when it is long enough. */
+  readonly cachePrompt: boolean;
   readonly priority: PriorityLane | number | string;
   readonly tenant: string | undefined;
   readonly wait: boolean;
@@ -163,11 +166,11 @@ export class BatchRun {
   }
 
   private async enqueueOne(p: Pending, content: string | readonly unknown[]): Promise<void> {
-    const { model, maxTokens, prompt } = this.s;
+    const { model, maxTokens, prompt, cachePrompt } = this.s;
     const request = {
       model,
       max_tokens: maxTokens,
-      system: prompt,
+      system: cachePrompt ? cacheableSystem(model, prompt) : prompt,
       messages: [{ role: 'user' as const, content }],
     };
     const job = await this.s.producer.enqueueJob(request, this.enqueueOptions(p));
@@ -177,9 +180,9 @@ export class BatchRun {
   }
 
   private async enqueueParts(p: Pending, plan: DocumentPlan): Promise<void> {
-    const { model, maxTokens, prompt, via } = this.s;
+    const { model, maxTokens, prompt, cachePrompt, via } = this.s;
     const flow = await this.s.producer.enqueueMapReduce(
-      summaryFlow(plan.parts, { model, maxTokens, prompt }),
+      summaryFlow(plan.parts, { model, maxTokens, prompt, cachePrompt }),
       this.enqueueOptions(p),
     );
     if (this.split++ === 0 && via === 'batches')

@@ -3,6 +3,8 @@ import { estimateTextTokens } from '../../shared/estimate.ts';
 import type { JobResult } from '../../shared/job.ts';
 import { contextTokensOf } from '../../shared/models.ts';
 import { batchSavingUsd } from '../../shared/prices.ts';
+import { cacheableSystem } from '../../shared/prompt-cache.ts';
+import type { MessagesRequest } from '../../shared/request.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedFlow, MapReduceRequest } from '../flows.ts';
 import type { Producer } from '../producer.ts';
@@ -21,6 +23,8 @@ export interface SummaryParams {
   readonly model: string;
   readonly maxTokens: number;
   readonly prompt: string;
+  /** Mark the prompt of the parts' calls for caching when it is long enough. */
+  readonly cachePrompt?: boolean;
   /** The most tokens a part may hold; unset: what the model's context leaves. */
   readonly chunkTokens?: number | undefined;
   /**
@@ -56,14 +60,15 @@ export function planDocument(text: string, p: SummaryParams): DocumentPlan {
 
 /** The map-reduce of a split document: one summary per part, then one of the summaries. */
 export function summaryFlow(parts: readonly DocumentPart[], p: SummaryParams): MapReduceRequest {
-  const ask = (system: string, content: string) => ({
+  const ask = (system: MessagesRequest['system'], content: string) => ({
     model: p.model,
     max_tokens: p.maxTokens,
     system,
     messages: [{ role: 'user' as const, content }],
   });
+  const partPrompt = p.cachePrompt ? cacheableSystem(p.model, p.prompt) : p.prompt;
   return {
-    parts: parts.map((part) => ask(p.prompt, part.text)),
+    parts: parts.map((part) => ask(partPrompt, part.text)),
     combine: ask(
       COMBINE_PROMPT,
       `Summaries of the ${parts.length} parts of one document, in order:`,

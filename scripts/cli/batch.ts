@@ -15,6 +15,7 @@ interface SummarizeFlags {
   chunkTokens?: string;
   prompt?: string;
   promptFile?: string;
+  cachePrompt: boolean;
   priority?: string;
   tenant?: string;
   wait: boolean;
@@ -45,6 +46,10 @@ export function registerBatchCommand(program: Command): Command {
     )
     .option('--prompt <text>', 'system prompt')
     .option('--prompt-file <file>', 'read the system prompt from a file')
+    .option(
+      '--no-cache-prompt',
+      "don't mark the prompt for the API's prompt cache (marked when it is long enough: 1,024 tokens, Haiku 2,048)",
+    )
     .option(
       '--priority <p>',
       'interactive, default, batch, or a number (1 is the most urgent)',
@@ -114,6 +119,7 @@ export function registerBatchCommand(program: Command): Command {
           maxTokens,
           ...(chunkTokens !== undefined ? { chunkTokens } : {}),
           ...(prompt !== undefined ? { prompt } : {}),
+          cachePrompt: flags.cachePrompt,
           priority: flags.priority ?? 'batch',
           ...(flags.tenant !== undefined ? { tenant: flags.tenant } : {}),
           wait: flags.wait,
