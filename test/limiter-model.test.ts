@@ -249,6 +249,14 @@ class Model {
     const holder = part ?? (e.flags !== 'b' ? e : undefined);
     const dIn = holder && mode === 'usage' ? use!.in - holder.a.in : 0;
     const dOut = mode === 'usage' && this.cfg.accounting !== 'reserve' ? use!.out - e.a.out : 0;
+    // A reading that counted the call counted its input as it was: the estimate's error moves
+    // that reading's count of our spend too.
+    if (holder && dIn !== 0 && holder.flags === 's')
+      for (const s of e.scopes)
+        for (const d of ['in', 'tok'] as const) {
+          const v = this.views.get(`${s}|${d}`);
+          if (v && holder.score <= v.at) v.seen += dIn;
+        }
     if (holder) holder.a.in += dIn;
     e.a.out += dOut;
     if (e.flags !== 's') e.score = this.now;

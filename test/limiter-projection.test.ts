@@ -167,6 +167,18 @@ describe('a bucket-shaped provider', () => {
     expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
   });
 
+  it('takes no room from an estimate the reading had counted as it really was', async () => {
+    const lim = make();
+    // Reserved 3,000 for a document the provider counts 1,799: its reading says 2,201 left.
+    const r = await admitted(lim, cost(3_000));
+    await start(lim, r, bucketReading(2_201));
+    // The usage brings our count down to 1,799; the provider's room is still 2,201.
+    await settle(lim, r, { inputTokens: 1_799, outputTokens: 0 });
+    expect((await tokensView(lim)).providerRoom).toBe(2_201);
+    expect((await lim.tryAcquire(cost(2_202))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(2_201))).ok).toBe(true);
+  });
+
   it('keeps our window beside it when the configured limit is below the provider’s', async () => {
     const lim = make({ limits: { tokens: 2_000 } });
     const r = await admitted(lim, cost(1_500));

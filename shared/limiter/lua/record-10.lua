@@ -73,6 +73,18 @@ local function stamp(id)
   store(id, r)
 end
 
+-- The provider counts a call's input as it is, not as llmq estimated it: when a call a reading
+-- had counted settles, its estimate's error moves that reading's count of our spend with it.
+local function recount(id, scopes, dIn)
+  local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
+  for _, s in ipairs(scopes) do
+    for _, d in ipairs({ 'in', 'tok' }) do
+      local at = tonumber(redis.call('HGET', KEYS[5], s .. '|' .. d .. '|at') or '-inf')
+      if stamped <= at then redis.call('HINCRBY', KEYS[5], s .. '|' .. d .. '|seen', dIn) end
+    end
+  end
+end
+
 local function forget(id, r)
   add_spend(totals, r, -1)
   redis.call('HDEL', KEYS[2], id)
@@ -104,6 +116,7 @@ local function finish(e)
   local dIn = (holder and e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
   local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
   add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
+  if dIn ~= 0 and holder.flags == 's' then recount(part and input_part(e.id) or e.id, r.scopes, dIn) end
   if holder then holder.inp = holder.inp + dIn end
   r.out = r.out + dOut
   if part then store(input_part(e.id), part) end
