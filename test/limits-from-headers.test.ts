@@ -32,6 +32,9 @@ describe('limits nobody configured', () => {
     const stats = pool.mock.stats();
     expect(stats.rateLimited.tokens).toBe(0);
     expect(stats.attempts).toBe(6);
+    // Waiting on its model's limit, with nothing of another model behind, no job was stepped
+    // around (moved to active and back to delayed): each was taken once.
+    for (const id of ids) expect((await pool.job(id))!.attemptsStarted).toBe(1);
     // The limit was read into the model's scope, and shows there.
     const snap = await worker.limiter.snapshot();
     const model = snap.scopes.find((s) => s.scope === 'model:claude-test-1');

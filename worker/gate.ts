@@ -189,9 +189,11 @@ export class Gate {
         p.waits.denied(head.id, d);
         // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
         handoff.completeAlone();
-        // A job held back by its own tenant's (or team's) budget must not hold back everyone
-        // behind it: BullMQ would hand it out first all the same. Step around it instead.
-        if (d.reason === 'budget' && d.scope && d.scope !== GLOBAL_SCOPE) {
+        // A job held back by its own tenant's (or model's) budget must not hold back the jobs
+        // behind it that budget does not hold: BullMQ would hand it out first all the same.
+        // Step around it instead (not when every job seen is held by the same budget).
+        const scope = d.reason === 'budget' && d.scope !== GLOBAL_SCOPE ? d.scope : undefined;
+        if (scope && seen.some((h) => !h.scopes.includes(scope))) {
           await line.leave().catch(() => {});
           return this.deferHeldJob(head.id, d.waitMs);
         }
