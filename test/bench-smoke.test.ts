@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { runBench } from '../scripts/bench/index.ts';
+import { runBench, SCENARIOS } from '../scripts/bench/index.ts';
 import { registerBenchCommand } from '../scripts/cli/bench.ts';
 import { ConfigError } from '../shared/errors.ts';
 import { REDIS_URL } from './helpers.ts';
@@ -62,6 +62,29 @@ describe('llmq bench', () => {
     );
   });
 
+  it('runs the API-shaped scenarios on both shapes: a cached prompt, PDFs, limits from headers', async () => {
+    const report = await runBench({
+      scenarios: ['cached', 'documents', 'unconfigured'],
+      smoke: true,
+      redisUrl: REDIS_URL,
+      print: () => {},
+      log: () => {},
+    });
+    expect(report.scenarios.map((s) => s.name)).toEqual(['cached', 'documents', 'unconfigured']);
+    for (const s of report.scenarios) {
+      const figures = s.figures as { client: string; completed: number }[];
+      expect(figures.map((f) => f.client)).toEqual(['llmq, sliding window', 'llmq, token bucket']);
+      const total = s.name === 'cached' ? 12 : s.name === 'documents' ? 8 : 24;
+      for (const f of figures) expect(f.completed).toBe(total);
+    }
+    // One job wrote the shared prefix on each shape; the others read it.
+    const cached = report.scenarios[0]!.figures as { cache: { writes: number; reads: number } }[];
+    expect(cached.map((f) => f.cache)).toEqual([
+      expect.objectContaining({ writes: 1, reads: 11 }),
+      expect.objectContaining({ writes: 1, reads: 11 }),
+    ]);
+  }, 180_000);
+
   it('runs the http scenario against llmq serve in its own process: no 5xx, no lost job', async () => {
     const printed: string[] = [];
     const report = await runBench({
@@ -99,7 +122,7 @@ describe('llmq bench', () => {
     const run = program.parseAsync(['bench', '--scenario', 'nope'], { from: 'user' });
     await expect(run).rejects.toBeInstanceOf(ConfigError);
     await expect(run).rejects.toThrow(
-      /--scenario must be one of published, refunds, fleet, split, neighbour, fairness, overhead, scale, gateway, http, cluster, chaos, got "nope"/,
+      `--scenario must be one of ${Object.keys(SCENARIOS).join(', ')}, got "nope"`,
     );
   });
 });
