@@ -185,20 +185,46 @@ export class LimiterScripts {
         scopes: a.scopes,
         extras: a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes })),
       },
-      {
-        name: 'abandon',
-        keys: [k.log, k.res, k.slots, k.tot, k.stats, k.waiters, k.waitexp, k.spend, k.held],
-        args: { ids: [a.ticket, ...a.extras.map((x) => x.ticket)] },
-      },
+      () => this.undoAcquire(a),
     )) as (number | string)[];
     return reply;
   }
 
+  /**
+   * Undoes an acquire whose answer never came (it may have run, or may still run when Redis
+   * answers again): sent behind it on the same connection, its admissions are released and its
+   * ticket leaves the line, where it would stand first until its heartbeat lapses.
+   */
+  private undoAcquire(a: AcquireArgs): Promise<unknown> {
+    const release = (id: string) => ({
+      id,
+      mode: 'release',
+      input: -1,
+      output: -1,
+      reported: -1,
+      micros: -1,
+    });
+    const ends = [a.ticket, ...a.extras.map((x) => x.ticket)].map(release);
+    const batch = {
+      now: this.now(),
+      windowMs: a.windowMs,
+      bucketMs: HISTORY_BUCKET_MS,
+      channel: '',
+    };
+    return Promise.all([
+      this.call(script('record'), this.recordKeys(), { ...batch, stamps: [], ends, readings: [] }),
+      this.call(script('cancel'), [this.keys.waiters, this.keys.waitexp], { ticket: a.ticket }),
+    ]);
+  }
+
+  private recordKeys(): string[] {
+    const k = this.keys;
+    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, k.pause];
+  }
+
   /** Stamps, ends, the pause and readings, in that order, in one run. */
   async record(b: RecordBatch, windowMs: number, channel: string, accounting: OutputAccounting) {
-    const k = this.keys;
-    const keys = [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, k.pause];
-    const r = (await this.run('record', keys, {
+    const r = (await this.run('record', this.recordKeys(), {
       now: this.now(),
       windowMs,
       bucketMs: HISTORY_BUCKET_MS,
@@ -262,14 +288,14 @@ export class LimiterScripts {
     name: string,
     keys: string[],
     args: Record<string, unknown>,
-    undo?: { name: string; keys: string[]; args: Record<string, unknown> },
+    undo?: () => Promise<unknown>,
   ): Promise<unknown> {
     return runFailClosed({
       redis: this.redis,
       key: keys[0] ?? '',
       timeoutMs: this.commandTimeoutMs,
       send: () => this.call(script(name), keys, args),
-      ...(undo ? { undo: () => this.call(script(undo.name), undo.keys, undo.args) } : {}),
+      ...(undo ? { undo } : {}),
     });
   }
 
