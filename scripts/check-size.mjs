@@ -18,12 +18,6 @@ const PENDING = new Set([
   // The lead's, with the limiter's rewrite.
   'worker/gate.ts#Gate.round',
   'worker/take.ts#takeJobs',
-  // Hardening's.
-  'producer/http/fastify-adapter.ts#mountRoutes',
-  'producer/http/server.ts#startHttpApi',
-  'dashboard/board.ts#mountBoard',
-  'dashboard/fleet-reader.ts#FleetReader.read',
-  'dashboard/server.ts#startDashboard',
 ]);
 
 function files(path, ext) {

@@ -85,7 +85,6 @@ export function mountRoutes(
     }
     tenants.set(req, outcome);
   });
-
   // JSON only: any other body type is answered 415.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
@@ -95,67 +94,66 @@ export function mountRoutes(
       done(err as Error, undefined);
     }
   });
-
-  app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) => {
-    switch (err.code) {
-      case JSON_TOO_DEEP:
-        return send(
-          reply,
-          errorResponse(400, 'invalid_request', err.message, {
-            field: (err as { field?: string }).field,
-          }),
-        );
-      case INVALID_JSON:
-      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-        return send(reply, errorResponse(400, 'invalid_json', 'the body is not valid JSON'));
-      case 'FST_ERR_CTP_BODY_TOO_LARGE':
-        return send(
-          reply,
-          errorResponse(413, 'body_too_large', 'the body is larger than this server accepts'),
-        );
-      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-        return send(
-          reply,
-          errorResponse(415, 'unsupported_media_type', 'send the body as application/json'),
-        );
-      default:
-        if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
-          return send(
-            reply,
-            errorResponse(400, 'invalid_request', 'the request could not be read'),
-          );
-        }
-        return send(reply, errorResponse(500, 'internal_error', 'internal error'));
-    }
-  });
-
+  app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) =>
+    send(reply, frameworkError(err)),
+  );
   app.setNotFoundHandler((req, reply) =>
     send(reply, errorResponse(404, 'not_found', `no route ${req.method} ${req.url.split('?')[0]}`)),
   );
-
   for (const route of routes) {
     app.route({
       method: route.method,
       url: route.path,
       config: { llmqAuth: route.authenticate },
-      handler: async (req: FastifyRequest, reply: FastifyReply) => {
-        const gone = new AbortController();
-        const onClose = () => {
-          if (!reply.sent) gone.abort(new Error('client went away'));
-        };
-        reply.raw.once('close', onClose);
-        const request: HandlerRequest = {
-          params: flat(req.params),
-          query: flat(req.query),
-          body: req.body,
-          headers: flat(req.headers),
-          auth: tenants.get(req),
-          signal: options.shutdown ? AbortSignal.any([gone.signal, options.shutdown]) : gone.signal,
-        };
-        const res = await route.handler(request);
-        reply.raw.off('close', onClose);
-        return send(reply, res);
-      },
+      handler: (req: FastifyRequest, reply: FastifyReply) =>
+        handle(route, req, reply, tenants.get(req), options.shutdown),
     });
   }
+}
+
+/** A framework error (bad JSON, a body too large or of another type…) as the API's answer. */
+function frameworkError(err: Error & { code?: string; statusCode?: number }) {
+  switch (err.code) {
+    case JSON_TOO_DEEP:
+      return errorResponse(400, 'invalid_request', err.message, {
+        field: (err as { field?: string }).field,
+      });
+    case INVALID_JSON:
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return errorResponse(400, 'invalid_json', 'the body is not valid JSON');
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return errorResponse(413, 'body_too_large', 'the body is larger than this server accepts');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return errorResponse(415, 'unsupported_media_type', 'send the body as application/json');
+    default:
+      if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500)
+        return errorResponse(400, 'invalid_request', 'the request could not be read');
+      return errorResponse(500, 'internal_error', 'internal error');
+  }
+}
+
+/** Runs one route's handler; its signal aborts when the client goes away or on shutdown. */
+async function handle(
+  route: Route,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  auth: Caller | undefined,
+  shutdown: AbortSignal | undefined,
+) {
+  const gone = new AbortController();
+  const onClose = () => {
+    if (!reply.sent) gone.abort(new Error('client went away'));
+  };
+  reply.raw.once('close', onClose);
+  const request: HandlerRequest = {
+    params: flat(req.params),
+    query: flat(req.query),
+    body: req.body,
+    headers: flat(req.headers),
+    auth,
+    signal: shutdown ? AbortSignal.any([gone.signal, shutdown]) : gone.signal,
+  };
+  const res = await route.handler(request);
+  reply.raw.off('close', onClose);
+  return send(reply, res);
 }

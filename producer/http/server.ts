@@ -178,22 +178,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     options.logger,
     `Redis at ${redactUrl(options.config.redisUrl)} is out of memory (maxmemory reached): requests are answered 503 and nothing is written; raise maxmemory or lower LLMQ_MAX_DEPTH_BYTES`,
   );
-  const producer = createProducer(options.config, {
-    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
-    // No offline queue: a command is refused at once while Redis is down, never run later, when
-    // it is back, after the caller was answered 503 (a cancel would strand its job).
-    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
-    // The keys file's bounds per tenant.
-    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
-    tenantMaxBytes: keys.tenantBounds('maxBytes'),
-    onRedisOutOfMemory: () => outOfMemory.hit(),
-    ...options.producer,
-  });
-  // Without an offline queue, a request before the connection is ready would be refused; one
-  // that stays down is answered 503 per request instead of failing the start.
-  await producer.ready().catch(() => {});
-  // Cancels an earlier server took out but never removed (it died between the two).
-  await producer.finishStrandedCancels().catch(() => {});
+  const producer = await openProducer(options, keys, () => outOfMemory.hit());
   const app = newServer(options);
   capConnections(app.server, options.limits);
   const shutdown = new AbortController();
@@ -213,14 +198,13 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     }),
     { shutdown: shutdown.signal, authenticate },
   );
-  const names = { prefix: options.config.prefix, queue: options.config.queue };
   const g = options.gateway ?? {};
   const gateway = mountMessagesGateway(app, {
     producer,
     keys,
     throttle,
     redis: gatewayRedis,
-    names,
+    names: { prefix: options.config.prefix, queue: options.config.queue },
     shutdown: shutdown.signal,
     maxWaitMs: g.maxWaitMs ?? options.maxWaitMs ?? 60_000,
     ...(g.pingMs !== undefined ? { pingMs: g.pingMs } : {}),
@@ -237,13 +221,9 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
     await producer.close();
     throw err;
   }
-  const addr = app.server.address();
-  const port = typeof addr === 'object' && addr ? addr.port : options.port;
-  const host = options.host ?? '127.0.0.1';
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   let closing: Promise<void> | undefined;
   return {
-    url,
+    url: urlOf(app, options),
     producer,
     close: () => {
       closing ??= (async () => {
@@ -256,4 +236,32 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
       return closing;
     },
   };
+}
+
+/** The server's producer: its Redis fails fast, its bounds per tenant are the keys file's. */
+async function openProducer(options: HttpApiOptions, keys: ApiKeyStore, onOom: () => void) {
+  const producer = createProducer(options.config, {
+    commandTimeoutMs: options.commandTimeoutMs ?? 5_000,
+    // No offline queue: a command is refused at once while Redis is down, never run later, when
+    // it is back, after the caller was answered 503 (a cancel would strand its job).
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000, enableOfflineQueue: false },
+    tenantMaxDepth: keys.tenantBounds('maxWaiting'),
+    tenantMaxBytes: keys.tenantBounds('maxBytes'),
+    onRedisOutOfMemory: onOom,
+    ...options.producer,
+  });
+  // Without an offline queue, a request before the connection is ready would be refused; one
+  // that stays down is answered 503 per request instead of failing the start.
+  await producer.ready().catch(() => {});
+  // Cancels an earlier server took out but never removed (it died between the two).
+  await producer.finishStrandedCancels().catch(() => {});
+  return producer;
+}
+
+/** Where the server listens, as a URL (an IPv6 host in brackets). */
+function urlOf(app: ReturnType<typeof newServer>, options: HttpApiOptions): string {
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : options.port;
+  const host = options.host ?? '127.0.0.1';
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
