@@ -76,7 +76,7 @@ async function cacheCharges(
  */
 export async function cachedScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
-  const calls = ctx.smoke ? 12 : 40;
+  const calls = ctx.smoke ? 12 : ctx.quick ? 20 : 40;
   const latency = latencyFor(ctx.quick);
   const system = words(wordsFor(PREFIX_TOKENS, ctx.counting), 3);
   const questionWords = wordsFor(QUESTION_TOKENS, ctx.counting);

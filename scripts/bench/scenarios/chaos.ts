@@ -46,7 +46,7 @@ export async function chaosScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const workload = ctx.smoke
     ? { libraryJobs: 40, httpJobs: 10, documents: 5 }
     : ctx.quick
-      ? { libraryJobs: 110, httpJobs: 25, documents: 15 }
+      ? { libraryJobs: 60, httpJobs: 15, documents: 8 }
       : { libraryJobs: 320, httpJobs: 50, documents: 30 };
   const r = await runChaos({ ...workload, log: ctx.log });
   const sum = summarizeChaos(r);

@@ -47,7 +47,7 @@ interface Cell {
  * and after), which projects what one Redis core carries.
  */
 export async function clusterScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const runMs = ctx.smoke ? 500 : ctx.quick ? 2_000 : 6_000;
+  const runMs = ctx.smoke ? 500 : ctx.quick ? 1_000 : 6_000;
   const cells: Cell[] = [];
   ctx.log('cluster: starting a Redis of its own and a 3-master, 3-replica cluster');
   // A private single node, so its INFO cpu counts this scenario alone.

@@ -25,7 +25,7 @@ interface FairRun {
 }
 
 export async function fairnessScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const smallJobs = ctx.smoke ? 4 : ctx.quick ? 20 : 50;
+  const smallJobs = ctx.smoke ? 4 : ctx.quick ? 10 : 50;
   const windowMs = 1_000;
   const limit = 1_500;
   const modes: { mode: string; weights: Record<string, number> | undefined }[] = [

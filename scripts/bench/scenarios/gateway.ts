@@ -100,7 +100,7 @@ async function timeCalls(
  * of four tenants against the published limit (4,000 tokens per window).
  */
 export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const samples = ctx.smoke ? 10 : ctx.quick ? 100 : 300;
+  const samples = ctx.smoke ? 10 : ctx.quick ? 40 : 300;
   const windowMs = windowMsFor(ctx.quick);
   // The published scenario's call, 207 tokens at the mock: calls of a few dozen tokens would
   // measure the estimate's fixed overhead, not the budget.
@@ -156,7 +156,7 @@ export async function gatewayScenario(ctx: ScenarioContext): Promise<ScenarioRes
   });
 
   // 2. 200 clients of four tenants against the published limit.
-  const clients = ctx.smoke ? 20 : CLIENTS;
+  const clients = ctx.smoke ? 20 : ctx.quick ? 60 : CLIENTS;
   const latencyMs = ctx.quick ? 20 : 200;
   const requests = Array.from({ length: clients }, (_, i) => shortCall(i, maxTokens));
   ctx.log(`gateway: ${clients} SDK clients against ${LIMIT} tokens per ${windowMs / 1000} s`);

@@ -63,7 +63,7 @@ async function jobsInQueue(redis: RedisClient, names: QueueNames): Promise<numbe
  */
 export async function httpScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const clients = ctx.smoke ? 20 : ctx.quick ? 200 : 1_000;
-  const durationMs = ctx.smoke ? 1_500 : ctx.quick ? 6_000 : 60_000;
+  const durationMs = ctx.smoke ? 1_500 : ctx.quick ? 3_000 : 60_000;
   const rampMs = ctx.smoke ? 200 : 1_000;
   const run = await withBenchScope(ctx.redisUrl, 'http', async (redis, names) => {
     const serve = await ServeProcess.start({

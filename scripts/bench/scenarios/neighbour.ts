@@ -92,7 +92,7 @@ export async function neighbourScenario(ctx: ScenarioContext): Promise<ScenarioR
   const windowMs = windowMsFor(ctx.quick);
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
-  const calls = ctx.quick ? 120 : 170;
+  const calls = ctx.quick ? 60 : 170;
   // Issue 21: the provider counts unlike llmq's estimate here, whatever --counter says.
   const counting = ctx.counting ?? DIFFERING_COUNTER;
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i, 400));

@@ -199,7 +199,7 @@ export function pickupLatency(
  * against llmq's worker making it. Each process counts its own Redis commands.
  */
 export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const jobs = ctx.quick ? 600 : 5_000;
+  const jobs = ctx.quick ? 300 : 5_000;
   const setups: Setup[] = [
     { label: 'bare BullMQ, 1 ms processor', mode: 'bare', providerDelayMs: 1 },
     { label: 'llmq, 1 ms in-process provider', mode: 'llmq-instant', providerDelayMs: 1 },
@@ -211,7 +211,7 @@ export async function overheadScenario(ctx: ScenarioContext): Promise<ScenarioRe
   // machine falls on both sides of a comparison; each row is the run with the median rate.
   const repeats = ctx.quick ? 1 : 3;
   const runs: OverheadRow[][] = setups.map(() => []);
-  const pickupJobs = ctx.quick ? 40 : 200;
+  const pickupJobs = ctx.quick ? 20 : 200;
   const pickup = {
     jobs: pickupJobs,
     bare: await pickupLatency(ctx, setups[0]!, pickupJobs),

@@ -122,7 +122,7 @@ async function acquireLatency(
  * window fills, worker memory, and the limiter's memory staying within one window.
  */
 export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const jobs = ctx.quick ? 3_000 : 100_000;
+  const jobs = ctx.quick ? 1_000 : 100_000;
   const windowMs = windowMsFor(ctx.quick);
   const figures: Record<string, unknown> = {
     jobs,
@@ -259,7 +259,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
   );
 
   ctx.log('scale: acquire latency as the window fills');
-  const samples = ctx.quick ? 100 : 500;
+  const samples = ctx.quick ? 50 : 500;
   figures['acquire'] = await withBenchScope(ctx.redisUrl, 'scale-acquire', (redis, names) =>
     acquireLatency(redis, names, samples),
   );
