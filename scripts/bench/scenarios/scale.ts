@@ -176,9 +176,8 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       const limiter = new Limiter({ redis, names, ...limiterSettings });
       let children: WorkerChild[] = [];
       let reports: WorkerProcessReport[] = [];
-      // The window holds what was admitted in its last windowMs (and, out of the totals, for
-      // late readings, what left it in the tenth of a window before) and what is in flight:
-      // at each sample, the limiter's own count of admissions in that span (read after the
+      // The window holds what was admitted in its last windowMs (a little more: what left it
+      // waits for the next acquire or prune to drop it) and what is in flight: at each sample, the limiter's own count of admissions in that span (read after the
       // footprint) plus the slots held (read before it) bound it. Reservations made for a gate
       // round whose jobs are not active yet count: they are the window's too.
       const during = { entries: 0, bytes: 0, bound: 0, worstShare: 0 };
@@ -328,7 +327,7 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       detail: `${megabytes(peakCapped)} with ${WORKER_HEAP_OPTION}, as the README recommends (${megabytes(peakDefault)} with Node's default heap); llmq ran as ${runtime}`,
     },
     {
-      name: "the limiter's Redis memory is bounded by one window's reservations (and a tenth kept for late readings)",
+      name: "the limiter's Redis memory is bounded by one window's reservations",
       met: f.limiterDuring.worstShare <= 1.1 && f.limiterAfter.entries === 0,
       detail: `peak ${count(f.limiterDuring.entries)} reservations, at most ${percent(f.limiterDuring.worstShare, 0)} of the window's admissions + calls in flight; ${count(f.limiterAfter.entries)} one window after the drain`,
     },
