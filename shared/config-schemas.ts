@@ -32,6 +32,12 @@ export const retryForSchema = z
   .union([z.number(), z.string()])
   .transform((v) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN)))
   .refine((n) => Number.isInteger(n) && n >= 0 && n <= MAX_RETRY_FOR_MS);
+/** A duration (`30s`, `2m`) or ms, from `min` to `max`. */
+export const durationSchema = (min: number, max: number) =>
+  z
+    .union([z.number(), z.string()])
+    .transform((v) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN)))
+    .refine((n) => Number.isInteger(n) && n >= min && n <= max);
 /** A size (`32mb`) or a number of bytes, at least `min`. */
 export const sizeSchema = (min: number) =>
   z

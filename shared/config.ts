@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { type BudgetLimits, type BudgetPolicy, budgetsSchema } from './budgets.ts';
 import { loadConfigFile } from './config-file.ts';
 import {
+  durationSchema,
   jsonOf,
   modelsSchema,
   name,
@@ -74,6 +75,12 @@ export interface Config {
    * duration such as 90s, 10m or 2h)
    */
   readonly retryForMs: number;
+  /**
+   * How soon a job whose worker died is taken up again (BullMQ's lock; the stalled check runs
+   * twice as often). Shorter costs a lock renewal more often. @default 30000 (env
+   * LLMQ_RECOVER_AFTER: a duration such as 10s or 1m)
+   */
+  readonly recoverAfterMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
   /** Bytes of waiting requests' JSON in the queue; 0 is unbounded. @default 1gb (LLMQ_MAX_DEPTH_BYTES) */
@@ -275,6 +282,13 @@ const SETTINGS: Record<Key, Setting> = {
     default: DEFAULT_RETRY_FOR_MS,
     expect:
       'a duration such as 90s, 10m or 2h (at most 7d; 0 makes transient failures spend attempts)',
+  },
+  recoverAfterMs: {
+    env: 'LLMQ_RECOVER_AFTER',
+    flag: 'recoverAfter',
+    schema: durationSchema(2_000, 600_000),
+    default: 30_000,
+    expect: 'a duration from 2s to 10m, such as 10s or 1m',
   },
   maxDepth: {
     env: 'LLMQ_MAX_DEPTH',

@@ -81,6 +81,14 @@ describe('resolveConfig', () => {
     );
   });
 
+  it("takes a dead worker's jobs up again after 30 s unless told, 2 s to 10 min", () => {
+    expect(resolveConfig({ env: {} }).recoverAfterMs).toBe(30_000);
+    expect(resolveConfig({ env: { LLMQ_RECOVER_AFTER: '5s' } }).recoverAfterMs).toBe(5_000);
+    expect(() => resolveConfig({ env: { LLMQ_RECOVER_AFTER: '1s' } })).toThrow(
+      'LLMQ_RECOVER_AFTER must be a duration from 2s to 10m, such as 10s or 1m, got "1s"',
+    );
+  });
+
   it('retries transient failures for 10 minutes unless told, as a duration', () => {
     expect(resolveConfig({ env: {} }).retryForMs).toBe(600_000);
     expect(resolveConfig({ env: { LLMQ_RETRY_FOR: '90s' } }).retryForMs).toBe(90_000);

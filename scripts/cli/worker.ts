@@ -124,6 +124,8 @@ export function registerWorkerCommand(program: Command): void {
       },
       concurrency: config.concurrency,
       retryForMs: config.retryForMs,
+      lockDurationMs: config.recoverAfterMs,
+      stalledIntervalMs: Math.round(config.recoverAfterMs / 2),
       budgets: budgetSettingsOf(config),
       fairShare: fairShareOf({ ...config, scopes: fleet.scopes }),
       ...(fleet.maxInFlight === undefined ? {} : { maxInFlight: fleet.maxInFlight }),

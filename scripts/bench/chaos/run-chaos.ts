@@ -40,6 +40,8 @@ export interface ChaosOptions {
   readonly windowMs?: number;
   /** The mock's latency per call (calls are in flight when a worker is killed). @default 600 */
   readonly latencyMs?: number;
+  /** How soon a killed worker's jobs are taken up again (`LLMQ_RECOVER_AFTER`). @default 30_000 */
+  readonly recoverAfterMs?: number;
   /** Redis stays down at least this long. @default 3_000 */
   readonly outageMs?: number;
   /** The run gives up waiting after this long and reports what it has. @default 240_000 */
@@ -123,6 +125,7 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
     windowMs: options.windowMs ?? 4_000,
     latencyMs: options.latencyMs ?? 600,
     outageMs: options.outageMs ?? 3_000,
+    recoverAfterMs: options.recoverAfterMs ?? 30_000,
     timeoutMs: options.timeoutMs ?? 240_000,
   };
   const log = options.log ?? (() => {});
@@ -164,6 +167,7 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
       LLMQ_PREFIX: names.prefix,
       LLMQ_TPM: String(s.limitTokens),
       LLMQ_WINDOW_S: String(s.windowMs / 1000),
+      LLMQ_RECOVER_AFTER: `${s.recoverAfterMs / 1000}s`,
       ANTHROPIC_API_KEY: 'sk-chaos-provider',
       ANTHROPIC_BASE_URL: mock.url,
       LLMQ_API_KEYS: `chaos:${hashApiKey(apiKey)}`,

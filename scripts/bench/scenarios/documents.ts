@@ -69,7 +69,7 @@ async function inputAtMock(mock: MockAnthropicOptions, requests: readonly Messag
  */
 export async function documentsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
-  const calls = ctx.smoke ? 8 : ctx.quick ? 12 : 30;
+  const calls = ctx.smoke ? 8 : ctx.quick ? 10 : 30;
   const latency = latencyFor(ctx.quick);
   const { requests, bytes } = await pdfRequests(calls);
   const mock: MockAnthropicOptions = {

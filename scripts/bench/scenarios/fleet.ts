@@ -25,7 +25,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const windowMs = windowMsFor(ctx.quick);
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
-  const requests = mixedCalls(ctx.quick ? 40 : 100);
+  const requests = mixedCalls(ctx.quick ? 30 : 100);
   const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
   const budget = {
     limits: { requests: LIMITS.requests, input: LIMITS.inputTokens, output: LIMITS.outputTokens },

@@ -163,7 +163,7 @@ export function pickupLatency(
     try {
       child.go();
       // Let the worker settle into idling on an empty queue (the case measured).
-      await sleep(1_000);
+      await sleep(ctx.quick ? 300 : 1_000);
       for (let i = 0; i < jobs; i++) {
         const id = await producer.enqueue(shortCall(i, 16));
         const t0 = performance.now();
@@ -177,7 +177,7 @@ export function pickupLatency(
           await sleep(5);
         }
         // Idle again between jobs, at random, as jobs arrive in a quiet queue.
-        await sleep(20 + Math.random() * 280);
+        await sleep(20 + Math.random() * (ctx.quick ? 80 : 280));
       }
       await child.stop();
     } finally {

@@ -24,7 +24,7 @@ const CONCURRENCY = 10;
 export async function publishedScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
   // The smoke test's workload: two waves, enough for the baselines to draw their 429s.
-  const calls = ctx.smoke ? 24 : ctx.quick ? 40 : 60;
+  const calls = ctx.quick ? 24 : 60;
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));

@@ -23,7 +23,7 @@ const CONCURRENCY = 10;
 export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
   const W = windowMs / 1000;
-  const calls = ctx.quick ? 60 : 150;
+  const calls = ctx.quick ? 40 : 150;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
   const shapes = shapesOf(requests, SHARE, latency, ctx.counting);

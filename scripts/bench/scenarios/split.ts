@@ -45,7 +45,7 @@ export async function splitScenario(ctx: ScenarioContext): Promise<ScenarioResul
   const windowMs = windowMsFor(ctx.quick);
   const W = windowMs / 1000;
   const latency = latencyFor(ctx.quick);
-  const requests = splitCalls(ctx.smoke ? 30 : ctx.quick ? 40 : 120);
+  const requests = splitCalls(ctx.quick ? 30 : 120);
   const limits = { inputTokens: ITPM, outputTokens: OTPM, requests: RPM };
   const counters: [string, InputCounting][] = [
     ['the mock tokenizer', {}],

@@ -17,7 +17,7 @@ const CONCURRENCY = 10;
  */
 export async function unconfiguredScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
-  const calls = ctx.smoke ? 24 : ctx.quick ? 40 : 60;
+  const calls = ctx.quick ? 24 : 60;
   const latency = latencyFor(ctx.quick);
   const requests = Array.from({ length: calls }, (_, i) => shortCall(i));
   const shapes = shapesOf(requests, SHARE, latency, ctx.counting);
