@@ -1,0 +1,57 @@
+/**
+ * A pool of deployments: more than one key, organization or platform (Claude API, Bedrock,
+ * Vertex AI) serving one queue. One key and no list is a pool of one, named `default`.
+ * See docs/deployments.md.
+ */
+import type { ScopeLimits } from './config.ts';
+
+/** Where a deployment's calls go. */
+export type DeploymentKind = 'anthropic' | 'bedrock' | 'vertex';
+
+/**
+ * The names of the environment variables holding a deployment's credentials: never the secrets
+ * themselves, so a config file can be committed.
+ * @inline
+ */
+export interface DeploymentCredentials {
+  /** anthropic: the API key's variable. @default 'ANTHROPIC_API_KEY' */
+  readonly apiKeyEnv?: string | undefined;
+  /** bedrock: access key id, secret key, session token; unset for the AWS default chain. */
+  readonly awsAccessKeyEnv?: string | undefined;
+  readonly awsSecretKeyEnv?: string | undefined;
+  readonly awsSessionTokenEnv?: string | undefined;
+  /** vertex: an OAuth access token's variable; unset for Google's application default credentials. */
+  readonly accessTokenEnv?: string | undefined;
+}
+
+/** One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`). */
+export interface DeploymentConfig {
+  /** Its name, in scopes, logs, status and metrics: letters, digits, `_`, `-`, up to 40. */
+  readonly name: string;
+  readonly kind: DeploymentKind;
+  readonly credentials?: DeploymentCredentials | undefined;
+  /** The API's base URL (anthropic: without `/v1`); else the platform's own. */
+  readonly baseUrl?: string | undefined;
+  /** bedrock and vertex: the region. */
+  readonly region?: string | undefined;
+  /** vertex: the Google Cloud project. */
+  readonly projectId?: string | undefined;
+  /**
+   * The models it serves, by llmq's model name or pattern (`claude-sonnet-*`), each to the id
+   * the platform calls it (Bedrock's `anthropic.claude-…-v1:0`, Vertex's `claude-…@date`); the
+   * same id for the Claude API. Absent: every model, under its own name.
+   */
+  readonly models?: Readonly<Record<string, string>> | undefined;
+  /** Its limits per window; absent ones are read from its headers (Bedrock and Vertex send none). */
+  readonly limits?: ScopeLimits | undefined;
+  /** Lower goes first among deployments with room. @default its place in the list */
+  readonly preference?: number | undefined;
+  /** Whether it takes Message Batches. @default true for anthropic, false otherwise */
+  readonly batches?: boolean | undefined;
+}
+
+/** The limiter scope of a deployment: its limits, readings, pause and breaker live there. */
+export const deploymentScope = (name: string): string => `deployment:${name}`;
+
+/** The deployment llmq has when none is configured: the one key. */
+export const DEFAULT_DEPLOYMENT = 'default';
