@@ -50,8 +50,7 @@ export interface DeploymentConfig {
   readonly batches?: boolean | undefined;
 }
 
-/** The limiter scope of a deployment: its limits, readings, pause and breaker live there. */
-export const deploymentScope = (name: string): string => `deployment:${name}`;
+export { deploymentScope } from './deployment-scope.ts';
 
 /** The deployment llmq has when none is configured: the one key. */
 export const DEFAULT_DEPLOYMENT = 'default';
