@@ -109,6 +109,19 @@ describe('a pool of deployments', () => {
     expect(mc.stats().attempts).toBe(3);
   });
 
+  it('sends a job too big for the preferred deployment to one whose limits fit it', async () => {
+    const [ma, mb] = await Promise.all([startMock(), startMock()]);
+    pool = await openPool('pool-big');
+    const a = onMock(ma, { name: 'a', limits: { tpm: 400 } });
+    const b = onMock(mb, { name: 'b', limits: { tpm: 100_000 } });
+    await pool.worker({ concurrency: 2, deployments: [a, b], limiter: {} });
+    const small = await pool.producer.enqueue(request('Hi.', 100));
+    const big = await pool.producer.enqueue(request('Hi.', 2_000));
+    await allCompleted(pool, [small, big], 30_000);
+    expect(await whereDone(pool, [small, big])).toEqual(['a', 'b']);
+    expect(await pool.deadLetters()).toEqual([]);
+  });
+
   it('sends a pinned job to its deployment; a pin the pool lacks is refused or dead-lettered with why', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
     pool = await openPool('pin');

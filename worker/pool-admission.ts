@@ -1,3 +1,4 @@
+import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import type { HeadJob } from './bullmq-internals.ts';
@@ -56,6 +57,7 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
   if (!choice.ok) return { ok: false, problem: choice.reason };
   let best: (Extract<LineAttempt, { ok: false }> & { inPool: true }) | undefined;
   let held = Number.POSITIVE_INFINITY;
+  let tooBig: CostExceedsLimitError | undefined;
   for (const d of choice.deployments) {
     const b = await d.breaker.check();
     if (!b.allowed || (b.trial && t.trialInFlight(d.name))) {
@@ -68,12 +70,22 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
       scopes: [...head.scopes, d.scope],
       more: behind.map((h) => into(t.charge(h), d)),
     });
-    const a = await line.attempt();
+    const a = await line.attempt().catch((err: unknown) => {
+      // Too big for this deployment's limits: another's may be larger.
+      if (!(err instanceof CostExceedsLimitError && err.scope === d.scope)) throw err;
+      tooBig = err;
+      return undefined;
+    });
+    if (!a) continue;
     if (a.ok) return { ok: true, reservations: a.reservations, behind, trial: b.trial };
     if (!heldByDeployment(a, d)) return a;
     if (!best || a.denial.waitMs < best.denial.waitMs) best = { ...a, inPool: true };
   }
-  return best ?? { ok: false, held: Number.isFinite(held) ? held : 1_000 };
+  if (best) return best;
+  if (Number.isFinite(held) || !tooBig)
+    return { ok: false, held: Number.isFinite(held) ? held : 1_000 };
+  // It fits no deployment that may take it: it never will (the gate dead-letters it).
+  throw tooBig;
 }
 
 /**
