@@ -165,10 +165,15 @@ describe('a pool of deployments', () => {
     // Enqueued first, and with a global limit (the model's first call need not go alone): the
     // first round sends them all to a at once.
     const ids = await enqueue(pool, 8);
+    const lines: string[] = [];
+    const log = (message: string, fields?: Record<string, unknown>) => {
+      lines.push(JSON.stringify({ message, ...fields }));
+    };
     const w = await pool.worker({
       concurrency: 8,
       deployments: [a, b],
       limiter: { windowMs: 10_000, limits: { tokens: 1_000_000 } },
+      logger: { info: log, warn: log },
     });
     await allCompleted(pool, ids, 30_000);
 
@@ -192,6 +197,14 @@ describe('a pool of deployments', () => {
     }
     expect(moved).toBeGreaterThan(0);
     expect(await pool.deadLetters()).toEqual([]);
+    // The log says which deployment paused, and shows no key.
+    expect(
+      lines.some((l) => l.includes('the deployment pauses') && l.includes('"deployment":"a"')),
+    ).toBe(true);
+    for (const l of lines) {
+      expect(l).not.toContain(a.key);
+      expect(l).not.toContain(b.key);
+    }
   });
 
   it('a deployment answering 529s opens its own breaker; the pool carries on and every job completes once', async () => {

@@ -73,6 +73,10 @@ function checkEntries(entries: readonly PoolEntry[]): void {
   }
 }
 
+/** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
+export const takesBatches = (config: DeploymentConfig): boolean =>
+  config.batches ?? config.kind === 'anthropic';
+
 /** The id the deployment's platform calls a model; undefined when it does not serve it. */
 export function platformModelOf(config: DeploymentConfig, model: string): string | undefined {
   if (!config.models) return model;
@@ -102,7 +106,7 @@ export class DeploymentPool {
       config: e.config,
       call: e.call,
       breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
-      batches: e.config.batches ?? e.config.kind === 'anthropic',
+      batches: takesBatches(e.config),
     }));
     this.byName = new Map(this.list.map((d) => [d.name, d]));
   }
