@@ -144,7 +144,10 @@ class Model {
       const level = Math.min(v.lim, v.rem - half + rate * (this.now - v.at));
       return { room: level - (used + left - v.seen), rate };
     }
-    return { room: Math.min(v.lim, v.rem + half + v.seen - v.gone) - used, rate: 0 };
+    // Within a step of our own count the reading is ours; beyond it, at its low end.
+    const ours = v.seen - v.gone;
+    const h = v.rem + 2 * half + ours >= v.lim ? half : -half;
+    return { room: Math.min(v.lim, v.rem + h + ours) - used, rate: 0 };
   }
 
   lack(scope: string, d: Dim, a: Amounts) {

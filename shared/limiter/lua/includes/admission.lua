@@ -42,8 +42,7 @@ local function lack_of(run, s, d, c)
   local used, left = own_of(run, s.name .. '|' .. d)
   local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
   local room, rate = projected(run, s.name, d, v, used, left)
-  local need, r, lapse = -1, 0, 0
-  local b = bucket_of(run, s, d, c)
+  local need, r, lapse, b = -1, 0, 0, bucket_of(run, s, d, c)
   if not (b and (conf == 0 or conf >= b.lim)) then need = used + a - most end
   local n = room and a - room + math.floor(v.lim * h)
   if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end

@@ -22,9 +22,9 @@ local function shape_of(ctx, scope, d)
   return ctx.shapes[scope][1], d == 'req' and 0 or ctx.shapes[scope][2]
 end
 
--- The provider's room now in dimension d by reading v, given our window sum `used` and count
--- `left`, and its refill per ms (0: a window); nil once v is a window old. A bucket's reading
--- counts at the low end of its rounding; a window's at the high end (the dead band).
+-- The provider's room in d by reading v (our window sum `used`, count `left`), its refill per ms
+-- (0: a window); nil once v is a window old. A reading counts at the low end of its rounding, a
+-- window's as ours while within a step of our own count (the dead band: rounding, our estimates).
 local function projected(ctx, scope, d, v, used, left)
   if not v or ctx.now >= v.at + ctx.windowMs then return nil, 0 end
   local shape, half = shape_of(ctx, scope, d)
@@ -32,5 +32,7 @@ local function projected(ctx, scope, d, v, used, left)
     local rate = v.lim / ctx.windowMs
     return math.min(v.lim, v.rem - half + rate * (ctx.now - v.at)) - (used + left - v.seen), rate
   end
-  return math.min(v.lim, v.rem + half + v.seen - v.gone) - used, 0
+  local ours = v.seen - v.gone
+  local h = v.rem + 2 * half + ours >= v.lim and half or -half
+  return math.min(v.lim, v.rem + h + ours) - used, 0
 end
