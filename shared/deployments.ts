@@ -3,9 +3,10 @@
  * Vertex AI) serving one queue. One key and no list is a pool of one, named `default`.
  * See docs/deployments.md.
  */
-import type { ScopeLimits } from './config.ts';
-
-/** Where a deployment's calls go. */
+/**
+ * Where a deployment's calls go.
+ * @inline
+ */
 export type DeploymentKind = 'anthropic' | 'bedrock' | 'vertex';
 
 /**
@@ -24,7 +25,21 @@ export interface DeploymentCredentials {
   readonly accessTokenEnv?: string | undefined;
 }
 
-/** One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`). */
+/**
+ * A deployment's limits per window, named like the global ones.
+ * @inline
+ */
+export interface DeploymentLimits {
+  readonly rpm?: number | undefined;
+  readonly tpm?: number | undefined;
+  readonly itpm?: number | undefined;
+  readonly otpm?: number | undefined;
+}
+
+/**
+ * One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`).
+ * @inline
+ */
 export interface DeploymentConfig {
   /** Its name, in scopes, logs, status and metrics: letters, digits, `_`, `-`, up to 40. */
   readonly name: string;
@@ -43,7 +58,7 @@ export interface DeploymentConfig {
    */
   readonly models?: Readonly<Record<string, string>> | undefined;
   /** Its limits per window; absent ones are read from its headers (Bedrock and Vertex send none). */
-  readonly limits?: ScopeLimits | undefined;
+  readonly limits?: DeploymentLimits | undefined;
   /** Lower goes first among deployments with room. @default its place in the list */
   readonly preference?: number | undefined;
   /** Whether it takes Message Batches. @default true for anthropic, false otherwise */
