@@ -49,8 +49,10 @@ export function legacyQueueRegistryKey(prefix: string): string {
 }
 
 /** The circuit breaker's hash of a queue (state, failures, open_until). */
-export function breakerKey(names: QueueNames): string {
-  return llmqKey(names, 'breaker');
+export function breakerKey(names: QueueNames, deployment?: string): string {
+  return deployment === undefined
+    ? llmqKey(names, 'breaker')
+    : llmqKey(names, 'breaker', 'deployment', deployment);
 }
 
 /** The BullMQ queue holding a queue's jobs bound for Message Batches (never seen by the gate). */

@@ -37,7 +37,14 @@ export function parseBreaker(h: Readonly<Record<string, string>>): BreakerReadin
   };
 }
 
-/** Reads the breaker of a queue (one HGETALL, no write): what the status and the dashboard show. */
-export async function readBreaker(redis: RedisClient, names: QueueNames): Promise<BreakerReading> {
-  return parseBreaker(await redis.hgetall(breakerKey(names)));
+/**
+ * Reads the breaker of a queue, or of one deployment of its pool (one HGETALL, no write): what
+ * the status and the dashboard show.
+ */
+export async function readBreaker(
+  redis: RedisClient,
+  names: QueueNames,
+  deployment?: string,
+): Promise<BreakerReading> {
+  return parseBreaker(await redis.hgetall(breakerKey(names, deployment)));
 }
