@@ -34,7 +34,10 @@ const SECRETS: readonly (readonly [RegExp, string])[] = [
 ];
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
+/** A refused value for a message: never one that looks like a secret, wherever it was put. */
 const show = (v: unknown) => {
+  if (typeof v === 'string' && SECRETS.some(([re]) => re.test(v)))
+    return '(a value that looks like a secret, not shown)';
   const s = JSON.stringify(v) ?? String(v);
   return s.length > 80 ? `${s.slice(0, 80)}…` : s;
 };

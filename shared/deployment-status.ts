@@ -3,7 +3,7 @@
  * of its scope (`deployment:<name>`) against its limits, its pause and its breaker. Reads only.
  */
 import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
-import { deploymentScope } from './deployments.ts';
+import { deploymentOfScope, deploymentScopeAmong } from './deployment-scope.ts';
 import type { QueueNames } from './keys.ts';
 import { limiterKeys } from './limiter/limiter-keys.ts';
 import type { DimensionLimits, LimiterSnapshot, ScopeSnapshot } from './limiter/types.ts';
@@ -19,10 +19,9 @@ export interface DeploymentStatus {
   readonly breaker: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>;
 }
 
-const PREFIX = deploymentScope('');
-
 /** Whether a limiter scope is a deployment's. */
-export const isDeploymentScope = (scope: string): boolean => scope.startsWith(PREFIX);
+export const isDeploymentScope = (scope: string): boolean =>
+  deploymentScopeAmong([scope]) !== undefined;
 
 /**
  * The deployments' scopes among the scopes the workers published (`Limiter.publishConfig`), for
@@ -50,7 +49,10 @@ export async function readPublishedDeploymentScopes(
   }
 }
 
-/** The key of a deployment's pause: the queue's pause key with its scope, as a 429 sets it. */
+/**
+ * The key of a deployment's pause, as its 429 sets it: pool-core's `pauseKeyOf(limiterKeys(names),
+ * [scope])` (shared/limiter/limiter-keys.ts), which this becomes once both are merged.
+ */
 export function deploymentPauseKey(names: QueueNames, scope: string): string {
   return `${limiterKeys(names).pause}:${scope}`;
 }
@@ -64,7 +66,7 @@ export async function readDeployments(
   const scopes = snapshot.scopes.filter((s) => isDeploymentScope(s.scope));
   return Promise.all(
     scopes.map(async (scope) => {
-      const name = scope.scope.slice(PREFIX.length);
+      const name = deploymentOfScope(scope.scope);
       const [pause, b] = await Promise.all([
         redis.get(deploymentPauseKey(names, scope.scope)),
         readBreaker(redis, names, name),

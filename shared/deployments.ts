@@ -3,10 +3,7 @@
  * Vertex AI) serving one queue. One key and no list is a pool of one, named `default`.
  * See docs/deployments.md.
  */
-/**
- * Where a deployment's calls go.
- * @inline
- */
+/** Where a deployment's calls go. */
 export type DeploymentKind = 'anthropic' | 'bedrock' | 'vertex';
 
 /**
@@ -36,10 +33,7 @@ export interface DeploymentLimits {
   readonly otpm?: number | undefined;
 }
 
-/**
- * One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`).
- * @inline
- */
+/** One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`). */
 export interface DeploymentConfig {
   /** Its name, in scopes, logs, status and metrics: letters, digits, `_`, `-`, up to 40. */
   readonly name: string;
@@ -65,8 +59,7 @@ export interface DeploymentConfig {
   readonly batches?: boolean | undefined;
 }
 
-/** The limiter scope of a deployment: its limits, readings, pause and breaker live there. */
-export const deploymentScope = (name: string): string => `deployment:${name}`;
+export { deploymentScope } from './deployment-scope.ts';
 
 /** The deployment llmq has when none is configured: the one key. */
 export const DEFAULT_DEPLOYMENT = 'default';

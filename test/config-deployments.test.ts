@@ -115,6 +115,17 @@ describe('deployments in the config', () => {
       expect(message).not.toContain(secret);
       expect(message).not.toContain(secret.slice(0, 12));
     }
+    // A key put where a name, URL or project belongs is not repeated either.
+    const key = `sk-ant-api03-${'x'.repeat(60)}`;
+    for (const misplaced of [
+      { ...EU, name: key },
+      { ...EU, baseUrl: key },
+      { ...VERTEX, projectId: key },
+    ]) {
+      const message = refusal([misplaced]);
+      expect(message).toContain('(a value that looks like a secret, not shown)');
+      expect(message).not.toContain(key);
+    }
     const odd = refusal([{ ...EU, credentials: { apiKeyEnv: 'my key 123' } }]);
     expect(odd).toContain('must be the name of an environment variable');
     expect(odd).not.toContain('my key 123');
