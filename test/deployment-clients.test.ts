@@ -9,6 +9,7 @@ import { ConfigError, ModelNotServedError } from '../shared/errors.ts';
 import { type HeaderSource, header } from '../shared/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
+import { classifyProviderError, PLATFORM_THROTTLE_MS } from '../worker/classify.ts';
 import { createDeploymentCallers } from '../worker/deployment-clients.ts';
 import type { ProviderCallOptions } from '../worker/provider.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
@@ -134,6 +135,26 @@ describe('createDeploymentCallers', () => {
     expect(s.message.usage.output_tokens).toBe(70);
     expect(relayed.seen.events).toContain('content_block_delta');
     expect(mock.stats().responses).toEqual({ '200': 2 });
+  });
+
+  it("waits out Bedrock's and Vertex AI's throttling (a 429 without retry-after), not a spent key", async () => {
+    const mocks = [
+      await start({ limits: { requests: 1 } }),
+      await start({ limits: { requests: 1 } }),
+    ];
+    const [aws, gcp] = [bedrock(mocks[0]!.url), vertex(mocks[1]!.url)];
+    const callers = await createDeploymentCallers([aws, gcp], ENV);
+    for (const name of ['aws', 'gcp']) {
+      const d = callers.get(name)!;
+      await d.caller(ask(), recorded(false).options);
+      const throttled = await d.caller(ask(), recorded(false).options).catch((e: unknown) => e);
+      expect(classifyProviderError(throttled)).toMatchObject({
+        kind: 'rate_limited',
+        status: 429,
+        retryAfterMs: PLATFORM_THROTTLE_MS,
+      });
+    }
+    expect(mocks.map((m) => m.stats().responses['429'])).toEqual([1, 1]);
   });
 
   it('refuses a model a deployment does not serve, without calling it', async () => {
