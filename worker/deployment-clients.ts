@@ -138,7 +138,7 @@ async function clientOf(d: DeploymentConfig, env: Env, timeout: number): Promise
 }
 
 /** The platform id of each model a deployment serves: by its `models`, else every model as named. */
-export function platformModelOf(d: DeploymentConfig): (model: string) => string | undefined {
+export function platformModels(d: DeploymentConfig): (model: string) => string | undefined {
   const models = d.models;
   if (!models) return (model) => model;
   const patterns = Object.keys(models);
@@ -167,9 +167,11 @@ export async function createDeploymentCallers(
   const out = new Map<string, DeploymentCaller>();
   for (const d of deployments) {
     const client = await clientOf(d, env, options.timeoutMs ?? 600_000);
-    const platformModel = platformModelOf(d);
+    const platformModel = platformModels(d);
+    const ids = new Set(Object.values(d.models ?? {}));
     const caller: ProviderCaller = (request, callOptions) => {
-      const id = platformModel(request.model);
+      // A model already named by its platform id (the pool's worker maps it first) goes as it is.
+      const id = ids.has(request.model) ? request.model : platformModel(request.model);
       if (id === undefined) {
         const served = Object.keys(d.models ?? {}).join(', ');
         return Promise.reject(
