@@ -24,6 +24,8 @@ export interface JobBuilderOptions {
   readonly headroom?: number | undefined;
   readonly ledger?: BudgetLedger | undefined;
   readonly tokenCounter?: TokenCounter | undefined;
+  /** The pool's deployments by name, when known: a job pinning another is refused. */
+  readonly deployments?: readonly string[] | undefined;
 }
 
 /**
@@ -38,6 +40,7 @@ export class JobBuilder {
   private patterns: readonly string[];
   private readonly ledger: BudgetLedger | undefined;
   private readonly tokenCounter: TokenCounter | undefined;
+  private readonly deployments: readonly string[] | undefined;
 
   constructor(options: JobBuilderOptions) {
     const headroom = options.headroom ?? 0;
@@ -54,6 +57,7 @@ export class JobBuilder {
     this.patterns = modelPatterns(this.own);
     this.ledger = options.ledger;
     this.tokenCounter = options.tokenCounter;
+    this.deployments = options.deployments;
   }
 
   /** Caps the given limits with the fleet's stored ones (none: the given limits alone). */
@@ -149,6 +153,7 @@ export class JobBuilder {
     }
     checkMeta(options.meta);
     checkProviderHeaders(options.providerHeaders);
+    checkDeployment(options.deployment, this.deployments);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
     const modelScope = modelScopeOf(this.patterns, req.model, this.current.modelsStrict);
     if (modelScope) scopes.push(modelScope);
@@ -177,6 +182,7 @@ export class JobBuilder {
       idempotencyKey: options.idempotencyKey,
       enqueuedAt: Date.now(),
       meta: options.meta,
+      deployment: options.deployment,
     };
   }
 
@@ -306,4 +312,15 @@ function checkMeta(meta: unknown): void {
       ]);
     }
   }
+}
+
+/** A pinned deployment: a valid name, and one of the pool's when the pool is known here. */
+function checkDeployment(name: string | undefined, known: readonly string[] | undefined): void {
+  if (name === undefined) return;
+  const message = !/^[A-Za-z0-9_-]{1,40}$/.test(name)
+    ? `must be a deployment's name: letters, digits, "_" or "-", up to 40 (got ${JSON.stringify(name)})`
+    : known && !known.includes(name)
+      ? `names no deployment of the pool (got ${JSON.stringify(name)}; the pool has ${known.join(', ') || 'none'})`
+      : undefined;
+  if (message) throw new RequestValidationError([{ field: 'deployment', message }]);
 }

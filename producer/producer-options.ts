@@ -39,6 +39,11 @@ export interface ProducerOptions {
   readonly limits?: DimensionLimits;
   /** Limits of nested scopes (`tenant:acme`, `model:claude-sonnet-*`). */
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
+  /**
+   * The names of the pool's deployments (Config.deployments): a job pinning another is refused.
+   * @default undefined (not known here: a worker dead-letters a job pinning one it lacks)
+   */
+  readonly deployments?: readonly string[] | undefined;
   /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
   readonly modelsStrict?: boolean;
   /** Money budgets (Config.budgets): a job that can never fit one is refused; so is one whose budget is spent under the `refuse` policy. */
@@ -138,6 +143,11 @@ export interface EnqueueOptions extends WaitForRoomOptions {
    * within 24 h) once a batch submitter runs; see producer/batches. @default 'messages'
    */
   readonly via?: Via;
+  /**
+   * The deployment of the pool the job must go to (docs/deployments.md); it waits for that one's
+   * room, pause and breaker. @default undefined (the first that serves its model and has room)
+   */
+  readonly deployment?: string;
   /** For `via: 'batches'`: when it must be done by (ms since the epoch). */
   readonly deadlineAt?: number;
   /**

@@ -99,6 +99,7 @@ export class Producer {
       headroom: options.headroom,
       ledger: this.ledger,
       tokenCounter: options.tokenCounter,
+      deployments: options.deployments,
     });
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;

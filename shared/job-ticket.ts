@@ -19,6 +19,8 @@ export interface JobTicket {
   readonly x?: 1 | undefined;
   /** Its cached prefix (prompt caching): key and estimated tokens (see shared/prompt-cache.ts). */
   readonly k?: readonly [string, number] | undefined;
+  /** The deployment of the pool it pins (see shared/deployments.ts). */
+  readonly d?: string | undefined;
 }
 
 /** The job format this build writes and reads; older formats are read too (see readTicket). */
@@ -38,6 +40,10 @@ const TicketSchema = z.object({
     .optional(),
   x: z.literal(1).optional(),
   k: z.tuple([z.string().max(64), count]).optional(),
+  d: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,40}$/)
+    .optional(),
 });
 
 /** What a worker reads of every job's data before it calls the provider with it. */
@@ -78,6 +84,7 @@ export function ticketOf(data: JobData): JobTicket {
     ...(data.scopes?.length ? { s: data.scopes } : {}),
     ...(data.inputCounted ? { x: 1 as const } : {}),
     ...(prefix ? { k: [prefix.key, prefix.tokens] as const } : {}),
+    ...(data.deployment !== undefined ? { d: data.deployment } : {}),
   };
 }
 

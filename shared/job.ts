@@ -28,6 +28,8 @@ export interface AttemptRecord {
   readonly counted?: boolean | undefined;
   /** A transient failure (529, 5xx, timeout, dropped connection): retried by time, not by count. */
   readonly transient?: true | undefined;
+  /** The deployment of the pool the try went to (absent without a pool). */
+  readonly deployment?: string | undefined;
 }
 
 /** Since when a job's transient failures have been retried (see worker/retry-for.ts). */
@@ -81,6 +83,8 @@ export interface JobData {
   readonly combine?: CombineSpec | undefined;
   /** W3C traceparent of the job's enqueue span, when tracing is on. */
   readonly trace?: string | undefined;
+  /** The deployment of the pool the job must go to (absent: any that serves its model). */
+  readonly deployment?: string | undefined;
 }
 
 /**
@@ -127,6 +131,8 @@ export interface JobResult {
   readonly completedAt: number;
   /** The Message Batch that answered it (absent for a call through `messages`). */
   readonly batchId?: string | undefined;
+  /** The deployment of the pool that answered it (absent without a pool). */
+  readonly deployment?: string | undefined;
 }
 
 /** A dead letter: everything needed to understand and retry what could not succeed. */

@@ -95,6 +95,7 @@ class Model {
   readonly views = new Map<string, View>();
   readonly shape = new Map<string, string>();
   readonly step = new Map<string, number>();
+  readonly readingsGcd = new Map<string, number>();
 
   constructor(
     readonly cfg: Config,
@@ -278,11 +279,17 @@ class Model {
     this.expire();
     const pending = this.pending(scope);
     const gcd = (x: number, y: number): number => (y > 0 ? gcd(y, x % y) : x);
-    let step = this.step.get(scope) ?? 0;
+    // The readings' gcd, negative while one value was read: the limit then stands in.
+    let rg = this.readingsGcd.get(scope) ?? 0;
+    let lim = 0;
     for (const d of DIMS) {
       const r = dims[d];
-      if (r && d !== 'req' && r.remaining > 0) step = gcd(step > 0 ? step : r.limit, r.remaining);
+      if (!r || d === 'req' || r.remaining <= 0) continue;
+      rg = rg === 0 || rg === -r.remaining ? -r.remaining : gcd(Math.abs(rg), r.remaining);
+      lim = r.limit;
     }
+    const step = rg < 0 ? gcd(lim, -rg) : rg;
+    if (step > 0) this.readingsGcd.set(scope, rg);
     let shape: string | undefined;
     for (const d of DIMS) {
       const r = dims[d];
@@ -616,14 +623,18 @@ async function safetyScenario(
         );
         if (!a.admitted) break;
         const headers: Record<string, string> = {};
-        for (const [dim, st] of Object.entries(provider.state(t))) {
+        // One step for every token reading, as the API rounds each to the nearest thousand.
+        const state = Object.entries(provider.state(t));
+        const tokenLimits = state.filter(([d]) => d !== 'requests').map(([, st]) => st.limit);
+        const step = Math.max(1, Math.floor(Math.min(...tokenLimits) / 40));
+        for (const [dim, st] of state) {
           const name = {
             requests: 'requests',
             input_tokens: 'input-tokens',
             output_tokens: 'output-tokens',
             tokens: 'tokens',
           }[dim]!;
-          const round = dim === 'requests' ? 1 : Math.max(1, Math.floor(st.limit / 40));
+          const round = dim === 'requests' ? 1 : step;
           const remaining = Math.round(st.remaining / round) * round;
           Object.assign(headers, rateHeaders(name, st.limit, remaining, st.resetAt - t, t));
         }

@@ -179,6 +179,16 @@ describe('a bucket-shaped provider', () => {
     expect((await lim.tryAcquire(cost(2_201))).ok).toBe(true);
   });
 
+  it('learns its rounding from the readings when the limit is no multiple of it', async () => {
+    const lim = make({ limits: { tokens: 1_521 } });
+    // Readings rounded to 38: 999 left reads 988, then 401 left reads 418.
+    await start(lim, await admitted(lim, cost(522)), bucketReading(988, 1_521));
+    await start(lim, await admitted(lim, cost(598)), bucketReading(418, 1_521));
+    expect((await tokensView(lim)).step).toBe(38);
+    // 418 may be 399 rounded up: 402 is more than the bucket may hold.
+    expect((await lim.tryAcquire(cost(402))).ok).toBe(false);
+  });
+
   it('keeps our window beside it when the configured limit is below the provider’s', async () => {
     const lim = make({ limits: { tokens: 2_000 } });
     const r = await admitted(lim, cost(1_500));

@@ -43,8 +43,10 @@ export class CircuitBreaker {
     private readonly redis: RedisClient,
     private readonly names: QueueNames,
     options: BreakerOptions = {},
+    /** A pool's deployment: the breaker is that deployment's own. */
+    readonly deployment?: string,
   ) {
-    this.key = breakerKey(names);
+    this.key = breakerKey(names, deployment);
     this.threshold = options.threshold ?? 5;
     this.cooldownMs = options.cooldownMs ?? 10_000;
     this.trialTtlMs = options.trialTtlMs ?? 60_000;
@@ -117,6 +119,6 @@ export class CircuitBreaker {
 
   /** The breaker as the status and the dashboard show it (see {@link readBreaker}). */
   state(): Promise<BreakerReading> {
-    return readBreaker(this.redis, this.names);
+    return readBreaker(this.redis, this.names, this.deployment);
   }
 }

@@ -27,6 +27,8 @@ export interface HeadJob {
   readonly priority: number;
   readonly scopes: readonly string[];
   readonly tenant: string | undefined;
+  /** The deployment of the pool it pins, if any. */
+  readonly deployment?: string | undefined;
   /**
    * Its cached prefix, if it marks one: key, and its share of the input estimate (so that it
    * scales with the estimate's learning; see shared/prompt-cache.ts).
@@ -66,6 +68,7 @@ function headOf(id: string, optsJson: string, dataJson: string | undefined): Hea
     priority,
     scopes: r.ticket.s ?? [],
     tenant: r.ticket.t,
+    ...(r.ticket.d !== undefined ? { deployment: r.ticket.d } : {}),
     ...(r.ticket.k
       ? {
           cache: {

@@ -20,6 +20,7 @@ import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
 import { costMicrosOf } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
+import { type DeploymentPool, platformModelOf } from './pool.ts';
 import type { CacheUsage, PromptCaches } from './prompt-caches.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
@@ -60,6 +61,34 @@ export interface CallParts {
   readonly costs: LearnedCosts;
   /** Prompt caching: a cached prefix is readable once its writer's first token arrived. */
   readonly caches: PromptCaches;
+  /** The pool of deployments, when the worker has one: each call goes to its reservation's. */
+  readonly pool?: DeploymentPool | undefined;
+}
+
+/** Where a call goes: the caller, the breaker, the scope its readings describe, the model id. */
+interface Target {
+  readonly call: ProviderCaller;
+  readonly breaker: CircuitBreaker;
+  readonly readings: string;
+  readonly model: string;
+  /** The deployment's name, in a pool. */
+  readonly deployment?: string | undefined;
+}
+
+/**
+ * The call of a reservation admitted into a pool's deployment goes to that deployment (its
+ * caller, its breaker, its scope for the readings of its headers, its platform's model id);
+ * else to the queue's one provider, whose readings describe the job's model scope, if any.
+ */
+function targetOf(p: CallParts, r: Running): Target {
+  const data = r.job.data;
+  const d = p.pool?.of(r.reservation);
+  if (!d) {
+    const readings = modelScopeAmong(data.scopes) ?? GLOBAL_SCOPE;
+    return { call: p.call, breaker: p.breaker, readings, model: data.request.model };
+  }
+  const model = platformModelOf(d.config, data.request.model) ?? data.request.model;
+  return { call: d.call, breaker: d.breaker, readings: d.scope, model, deployment: d.name };
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -75,8 +104,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const data = job.data;
   const startedAt = Date.now();
   const t0 = performance.now();
-  // The provider limits each model class: its readings describe the job's model scope, if any.
-  const call = p.limiter.call(r.reservation, modelScopeAmong(data.scopes) ?? GLOBAL_SCOPE);
+  const target = targetOf(p, r);
+  const call = p.limiter.call(r.reservation, target.readings);
   const stream =
     p.stream === 'always' ||
     data.stream === true ||
@@ -85,7 +114,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   const relay = p.events?.open(job.id ?? '', data.relayEvents);
   // Telemetry (traces, job log, histograms): see job-trace.ts and job-report.ts.
   const jt = JobTrace.begin(job, r.waits);
-  const provider: typeof p.call = jt ? (q, o) => jt.around(() => p.call(q, o)) : p.call;
+  const provider: ProviderCaller = jt ? (q, o) => jt.around(() => target.call(q, o)) : target.call;
   let res: ProviderCallResult;
   let begun: Promise<void> | undefined;
   // The job's cached prefix: readable by the others from its first token on.
@@ -97,7 +126,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
       }
     : undefined;
   try {
-    res = await provider(await requestOf(job), {
+    res = await provider(withModel(await requestOf(job), target.model), {
       onFirstToken,
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
@@ -122,19 +151,24 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     await begun;
     // A writer that failed before its prefix could be read: another job may write it.
     if (prefix && !answered) await p.caches.failed(prefix, job.id ?? '').catch(() => {});
-    return failedCall(p, r, call, err, { trial, startedAt, t0, jt });
+    return failedCall(p, r, call, err, { trial, startedAt, t0, jt, target });
   }
   // Its use keeps the prefix readable (an answer not streamed tells it only now).
   if (prefix) answered = p.caches.answered(prefix, res.message.usage).catch(() => {});
   await Promise.all([begun, relay?.end(), answered]);
-  return succeededCall(p, r, call, res, { startedAt, jt });
+  return succeededCall(p, r, call, res, { startedAt, jt, target });
 }
+
+/** The request with the model id its deployment's platform uses. */
+const withModel = <R extends { model: string }>(req: R, model: string): R =>
+  req.model === model ? req : { ...req, model };
 
 interface CallTimes {
   readonly startedAt: number;
   readonly t0: number;
   readonly trial: boolean;
   readonly jt: JobTrace | undefined;
+  readonly target: Target;
 }
 
 /** A failed call: a 429's pause, its budget back (or kept), the outcome. */
@@ -169,6 +203,9 @@ async function failedCall(
     trial: t.trial,
     pausedUntil,
     report,
+    breaker: t.target.breaker,
+    deployment: t.target.deployment,
+    scopes: r.reservation.scopes,
   });
 }
 
@@ -183,20 +220,28 @@ async function succeededCall(
   r: Running,
   call: CallHandle,
   res: ProviderCallResult,
-  t: Pick<CallTimes, 'startedAt' | 'jt'>,
+  t: Pick<CallTimes, 'startedAt' | 'jt' | 'target'>,
 ): Promise<void> {
   const { job } = r;
   const data = job.data;
   const usage = res.message.usage;
   t.jt?.ok(res);
   const h = [...(data.history ?? [])];
-  h.push({ at: t.startedAt, outcome: 'ok', counted: true, latencyMs: Math.round(res.latencyMs) });
+  const deployment = t.target.deployment;
+  h.push({
+    at: t.startedAt,
+    outcome: 'ok',
+    counted: true,
+    latencyMs: Math.round(res.latencyMs),
+    ...(deployment ? { deployment } : {}),
+  });
   const result: JobResult = {
     message: res.message,
     latencyMs: Math.round(res.latencyMs),
     requestId: res.requestId,
     attempts: attemptsUsed(h),
     completedAt: Date.now(),
+    ...(deployment ? { deployment } : {}),
   };
   const actual = {
     // Cache reads do not count toward the input limit; cache writes do.
@@ -216,7 +261,7 @@ async function succeededCall(
     ),
     // The whole prompt against the whole estimate: cache reads included.
     p.costs.record(data, actual.inputTokens + (usage.cache_read_input_tokens ?? 0)),
-    p.breaker.success(),
+    t.target.breaker.success(),
     reportSuccess(p, job, r.waits, t.startedAt, result, {
       provider_calls: 1,
       provider_ok: 1,

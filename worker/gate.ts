@@ -1,25 +1,23 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Job } from 'bullmq';
 import { BudgetExhaustedError, type BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
-import type { JobData, JobResult } from '../shared/job.ts';
-import { GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
+import type { Line } from '../shared/limiter/line.ts';
+import { type Charge, GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
+import { HeadMoves } from './head-moves.ts';
 import type { WorkerLogger } from './logger.ts';
 import type { MarkerWait } from './marker-wait.ts';
 import { chargeOf } from './money.ts';
+import { attemptInPool, type GateAttempt, othersGoElsewhere } from './pool-admission.ts';
 import type { PromptCaches } from './prompt-caches.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
 /** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
 const AHEAD_PEEK_MAX_AGE_MS = 20;
-
-/** How long a job of a newer format waits before a worker looks at it again. */
-const NEWER_FORMAT_DELAY_MS = 60_000;
 
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
@@ -27,8 +25,8 @@ export interface GateSlots {
   readonly concurrency: number;
   /** Calls in flight (not the jobs that only wait to be stored). */
   busy(): number;
-  /** Whether the breaker's trial call is under way here. */
-  trialInFlight(): boolean;
+  /** Whether the breaker's trial call (of a pool's deployment, by name) is under way here. */
+  trialInFlight(deployment?: string): boolean;
   /** Resolves once a slot is free, or the worker stops. */
   waitForSlot(): Promise<void>;
 }
@@ -54,6 +52,21 @@ export interface GateParts extends TakeParts {
   readonly stopped: AbortSignal;
   /** What the gate waits for, per job (traces, job logs, the wait histogram). */
   readonly waits: GateWaits;
+}
+
+/** A round's view of the queue: the jobs seen, those to admit in order, a cache writer's wait. */
+interface RoundView {
+  readonly seen: HeadJob[];
+  readonly turn: HeadJob[];
+  readonly cacheWaitMs: number;
+}
+
+/** What a round admitted: the jobs, their reservations, whether it is a breaker's trial call. */
+interface Admitted {
+  readonly wanted: HeadJob[];
+  readonly reservations: Reservation[];
+  readonly trial: boolean;
+  readonly seen: readonly HeadJob[];
 }
 
 /** The jobs behind the head that may share its round trip: those charged to its scopes. */
@@ -88,125 +101,157 @@ export class Gate {
     },
   };
 
-  constructor(private readonly p: GateParts) {}
+  private readonly moves: HeadMoves;
+
+  constructor(private readonly p: GateParts) {
+    this.moves = new HeadMoves(p);
+  }
 
   /** One round: wait for a slot, check the breaker, peek, acquire, take. */
   async round(): Promise<void> {
     const { p } = this;
-    const { slots, handoff, limiter } = p;
     const slotAt = Date.now();
-    await slots.waitForSlot();
+    await p.slots.waitForSlot();
     p.waits.hold('slots', slotAt);
     if (p.stopped.aborted) return;
+    const b = await this.checkBreaker();
+    if (!b) return;
+    this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
+    const v = await this.look(b.trial, true);
+    if (v.cacheWaitMs > 0) return this.waitForWriter(v.cacheWaitMs);
+    const head = v.turn[0];
+    if (!head) return this.whenIdle();
+    this.idleMs = 5;
+    if (head.problem) return this.moves.setAside(head.id, head.problem);
+    const got = await this.admit(b.trial, v);
+    if (!got) return;
+    let { wanted, reservations } = got;
+    if (p.fair) {
+      // The admitted jobs go where BullMQ hands out from next, in turn order (unless the head
+      // alone is there already); their tenants are charged.
+      const kept = await this.toFront(wanted, got.seen, reservations);
+      wanted = kept.wanted;
+      reservations = kept.reservations;
+      if (wanted.length === 0) {
+        p.handoff.completeAlone();
+        return;
+      }
+      await p.fair.charge(wanted);
+    }
+    const n = await takeJobs(p, wanted, reservations, got.trial, this.hooks);
+    if (n === 0) {
+      // Another worker took them, or BullMQ holds the queue: look again a little later rather
+      // than reserving and releasing in a tight loop.
+      p.handoff.completeAlone();
+      await this.idle();
+    }
+  }
+
+  /**
+   * The queue's breaker: whether calls may go out (a trial call goes alone); undefined after
+   * holding the round back. A pool's deployments have breakers of their own, checked as a job is
+   * admitted into one (pool-admission.ts).
+   */
+  private async checkBreaker(): Promise<{ trial: boolean } | undefined> {
+    const { p } = this;
+    if (p.pool) return { trial: false };
     const b = await p.breaker.check();
     // Not now, or a trial call, which goes alone: the jobs waiting to be stored do not wait.
-    if (!b.allowed || b.trial) handoff.completeAlone();
-    if (!b.allowed || (b.trial && slots.trialInFlight())) {
+    if (!b.allowed || b.trial) p.handoff.completeAlone();
+    if (!b.allowed || (b.trial && p.slots.trialInFlight())) {
       const heldAt = Date.now();
       await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, { signal: p.stopped });
       p.waits.hold('breaker', heldAt);
-      return;
+      return undefined;
     }
-    // Every free slot at once: the jobs queued behind the head, charged to the same scopes, are
-    // reserved in the head's round trip and fetched together. A trial call goes alone.
-    const room = () => (b.trial ? 1 : Math.max(1, slots.concurrency - slots.busy()));
-    this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const { fair, ledger } = p;
-    // How many jobs the round may take, as of its latest peek (the order must not ask for more
-    // of a tenant than that peek gave of each).
-    let want = room();
-    const peek = async (): Promise<HeadJob[]> => {
-      want = room();
-      return p.costs.scale(
-        fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want),
-      );
-    };
-    // The round's jobs in the order to admit them: with fair share, turn by turn by tenant (each
-    // charged to its own scopes); else the head and the jobs behind it charged to its scopes.
-    // With prompt caching, each costs what the provider will count (prompt-caches.ts), and a head
-    // whose prefix another job is writing waits for it (`cacheWaitMs`).
-    let cacheWaitMs = 0;
-    const inTurn = async (hs: HeadJob[]): Promise<HeadJob[]> => {
-      const t = fair ? await fair.order(hs, want) : hs.length > 0 ? [hs[0]!, ...followers(hs)] : [];
-      const planned = await p.caches.plan(t);
-      cacheWaitMs = planned.waitMs ?? 0;
-      return planned.turn;
-    };
-    let seen = fair
-      ? await peek()
-      : await p.costs.scale((await this.nextPeek(want)) ?? (await p.peeker.peekMany(want)));
-    let turn = await inTurn(seen);
-    let head = turn[0];
-    if (cacheWaitMs > 0) return this.waitForWriter(cacheWaitMs);
-    if (!head) {
-      handoff.completeAlone();
-      // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
-      if (Date.now() - this.lastPrune > 1_000) {
-        this.lastPrune = Date.now();
-        await limiter.prune();
-      }
-      // Nothing waits: sleep until a job is enqueued (or falls due), as BullMQ's workers do;
-      // results meanwhile are stored at once.
-      handoff.setGateIdle(true);
-      try {
-        const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, slots.concurrency);
-        if (heads?.length)
-          this.aheadPeek = { sentAt: performance.now(), heads: Promise.resolve(heads) };
-      } finally {
-        handoff.setGateIdle(false);
-      }
-      return;
+    return { trial: b.trial };
+  }
+
+  /**
+   * The round's jobs in the order to admit them, as of a fresh peek (or, first, the early one):
+   * with fair share, turn by turn by tenant (each charged to its own scopes); else the head and
+   * the jobs behind it charged to its scopes. Every free slot at once, a trial call alone. With
+   * prompt caching, each costs what the provider will count (prompt-caches.ts), and a head whose
+   * prefix another job is writing waits for it (`cacheWaitMs`).
+   */
+  private async look(trial: boolean, first: boolean): Promise<RoundView> {
+    const { p } = this;
+    const { fair } = p;
+    // How many jobs the round may take, as of this peek (the order must not ask for more of a
+    // tenant than it gave of each).
+    const want = trial ? 1 : Math.max(1, p.slots.concurrency - p.slots.busy());
+    const early = first && !fair ? await this.nextPeek(want) : undefined;
+    const seen = await p.costs.scale(
+      early ??
+        (fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want)),
+    );
+    const t = fair
+      ? await fair.order(seen, want)
+      : seen.length > 0
+        ? [seen[0]!, ...followers(seen)]
+        : [];
+    const planned = await p.caches.plan(t);
+    return { seen, turn: planned.turn, cacheWaitMs: planned.waitMs ?? 0 };
+  }
+
+  /** Nothing waits: the idle gate prunes, then sleeps until a job is enqueued (or falls due). */
+  private async whenIdle(): Promise<void> {
+    const { p } = this;
+    p.handoff.completeAlone();
+    // Idle: nothing acquires, so nothing prunes; keep the limiter's keys to one window's worth.
+    if (Date.now() - this.lastPrune > 1_000) {
+      this.lastPrune = Date.now();
+      await p.limiter.prune();
     }
-    this.idleMs = 5;
-    if (head.problem) return this.setAside(head.id, head.problem);
-    let behind = turn.slice(1);
-    // Each job's charge: its tokens, its money (held with its admission), with fair share its
-    // own scopes (the jobs behind the head may be other tenants').
-    const charge = (h: HeadJob) => chargeOf(ledger, h, fair !== undefined);
-    // The gate's place in the limiter's line: attempt, step around a job held by its own scope
-    // or money budget, sleep, look at the queue again.
-    const line = limiter.line(charge(head), {
+    // As BullMQ's workers do; results meanwhile are stored at once.
+    p.handoff.setGateIdle(true);
+    try {
+      const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, p.slots.concurrency);
+      if (heads?.length)
+        this.aheadPeek = { sentAt: performance.now(), heads: Promise.resolve(heads) };
+    } finally {
+      p.handoff.setGateIdle(false);
+    }
+  }
+
+  /**
+   * The gate's place in the limiter's line: attempt, step around a job held by its own scope or
+   * money budget, sleep, look at the queue again. Each job's charge: its tokens, its money (held
+   * with its admission), with fair share its own scopes (the jobs behind the head may be other
+   * tenants'). Undefined when the round ends without an admission.
+   */
+  private async admit(trial: boolean, first: RoundView): Promise<Admitted | undefined> {
+    const { p } = this;
+    let v = first;
+    let head = v.turn[0]!;
+    let behind = v.turn.slice(1);
+    const charge = (h: HeadJob) => chargeOf(p.ledger, h, p.fair !== undefined);
+    const line = p.limiter.line(charge(head), {
       scopes: head.scopes,
       priority: head.priority,
       more: behind.map(charge),
     });
-    let reservations: Reservation[];
     try {
       for (;;) {
         p.stopped.throwIfAborted();
-        const a = await line.attempt();
+        const a = await this.attempt({ line, head, behind, charge, trial });
         if (a.ok) {
-          reservations = a.reservations;
-          break;
+          p.waits.admitted(head.id);
+          const wanted = [head, ...a.behind.slice(0, a.reservations.length - 1)];
+          return { wanted, reservations: a.reservations, trial: a.trial, seen: v.seen };
         }
-        const d = a.denial;
-        if (d.money) {
-          // Its money budget is spent (it left the line): it waits for the next period, or is
-          // dead-lettered, by policy.
-          handoff.completeAlone();
-          return this.holdForBudget(head.id, BudgetExhaustedError.of(d.money));
-        }
-        p.waits.denied(head.id, d);
-        // Waiting for budget: the jobs waiting to be stored do not wait with the gate.
-        handoff.completeAlone();
-        // A job held back by its own tenant's (or model's) budget must not hold back the jobs
-        // behind it that budget does not hold: BullMQ would hand it out first all the same.
-        // Step around it instead (not when every job seen is held by the same budget).
-        const scope = d.reason === 'budget' && d.scope !== GLOBAL_SCOPE ? d.scope : undefined;
-        if (scope && seen.some((h) => !h.scopes.includes(scope))) {
-          await line.leave().catch(() => {});
-          return this.deferHeldJob(head.id, d.waitMs);
-        }
-        await line.sleep(a, p.stopped);
+        // Waiting: the jobs waiting to be stored do not wait with the gate.
+        p.handoff.completeAlone();
+        if (await this.denied(line, a, head, v.seen)) return undefined;
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        seen = await peek();
-        turn = await inTurn(seen);
-        if (cacheWaitMs > 0) {
+        v = await this.look(trial, false);
+        if (v.cacheWaitMs > 0) {
           await line.leave().catch(() => {});
-          return this.waitForWriter(cacheWaitMs);
+          await this.waitForWriter(v.cacheWaitMs);
+          return undefined;
         }
-        const next = turn[0];
+        const next = v.turn[0];
         if (!next) {
           // Nothing to see (paused, or another worker took the head): no jobs behind either,
           // rather than the ones seen before, which may have started since.
@@ -215,7 +260,7 @@ export class Gate {
           continue;
         }
         head = next;
-        behind = turn.slice(1);
+        behind = v.turn.slice(1);
         line.update({
           cost: charge(head),
           priority: head.priority,
@@ -225,32 +270,84 @@ export class Gate {
       }
     } catch (err) {
       await line.leave().catch(() => {});
-      handoff.completeAlone();
+      p.handoff.completeAlone();
       if (p.stopped.aborted) throw p.stopped.reason;
-      if (err instanceof CostExceedsLimitError) return this.deadLetterHead(head.id, err);
-      throw err;
+      if (err instanceof CostExceedsLimitError)
+        await this.moves.deadLetter(head.id, {
+          reason: err.message,
+          errorClass: 'CostExceedsLimitError',
+        });
+      else throw err;
+      return undefined;
     }
-    p.waits.admitted(head.id);
-    let wanted = [head, ...behind.slice(0, reservations.length - 1)];
-    if (fair) {
-      // The admitted jobs go where BullMQ hands out from next, in turn order (unless the head
-      // alone is there already); their tenants are charged.
-      const kept = await this.toFront(wanted, seen, reservations);
-      wanted = kept.wanted;
-      reservations = kept.reservations;
-      if (wanted.length === 0) {
-        handoff.completeAlone();
-        return;
-      }
-      await fair.charge(wanted);
+  }
+
+  /** One attempt: into the queue's one scope set, or into the pool's deployments in turn. */
+  private async attempt(t: {
+    line: Line;
+    head: HeadJob;
+    behind: readonly HeadJob[];
+    charge: (h: HeadJob) => Charge;
+    trial: boolean;
+  }): Promise<GateAttempt> {
+    const { pool, slots } = this.p;
+    if (pool) return attemptInPool({ ...t, pool, trialInFlight: (d) => slots.trialInFlight(d) });
+    const a = await t.line.attempt();
+    return a.ok ? { ...a, behind: t.behind, trial: t.trial } : a;
+  }
+
+  /**
+   * A denied attempt: true when the round ends here (the head was set aside, deferred or held
+   * for its money budget, or the pool's breakers hold it), else after sleeping in line.
+   */
+  private async denied(
+    line: Line,
+    a: Exclude<GateAttempt, { ok: true }>,
+    head: HeadJob,
+    seen: readonly HeadJob[],
+  ): Promise<boolean> {
+    const { p } = this;
+    if ('problem' in a || 'held' in a) {
+      await line.leave().catch(() => {});
+      if ('problem' in a)
+        await this.moves.deadLetter(head.id, {
+          reason: a.problem,
+          errorClass: 'DeploymentNotFoundError',
+        });
+      else await this.holdForBreakers(head, seen, a.held);
+      return true;
     }
-    const n = await takeJobs(p, wanted, reservations, b.trial, this.hooks);
-    if (n === 0) {
-      // Another worker took them, or BullMQ holds the queue: look again a little later rather
-      // than reserving and releasing in a tight loop.
-      handoff.completeAlone();
-      await this.idle();
+    const d = a.denial;
+    // Its money budget is spent (it left the line): it waits for the next period, or is
+    // dead-lettered, by policy.
+    if (d.money) {
+      await this.moves.holdForBudget(head.id, BudgetExhaustedError.of(d.money));
+      return true;
     }
+    p.waits.denied(head.id, d);
+    // A job held back by its own tenant's (or model's) budget, or in a pool by the deployments
+    // it may go to, must not hold back the jobs behind it that the same does not hold: BullMQ
+    // would hand it out first all the same. Step around it instead (not when every job seen is
+    // held by the same).
+    const scope = d.reason === 'budget' && d.scope !== GLOBAL_SCOPE ? d.scope : undefined;
+    const stepAround = a.inPool
+      ? othersGoElsewhere(p.pool, head, seen)
+      : scope !== undefined && seen.some((h) => !h.scopes.includes(scope));
+    if (stepAround) {
+      await line.leave().catch(() => {});
+      await this.moves.defer(head.id, d.waitMs);
+      return true;
+    }
+    await line.sleep(a, p.stopped);
+    return false;
+  }
+
+  /** Every deployment that may take the head has its breaker open: the others go ahead, or all wait. */
+  private async holdForBreakers(head: HeadJob, seen: readonly HeadJob[], ms: number) {
+    if (othersGoElsewhere(this.p.pool, head, seen)) return this.moves.defer(head.id, ms);
+    const heldAt = Date.now();
+    await sleep(Math.min(ms, 1_000), undefined, { signal: this.p.stopped });
+    this.p.waits.hold('breaker', heldAt);
   }
 
   /**
@@ -317,90 +414,5 @@ export class Gate {
     // Empty is no answer: the queue may have filled since; look again.
     if (!heads?.length) return undefined;
     return heads.slice(0, n);
-  }
-
-  /**
-   * Moves a job that only its own scope's budget holds back to the delayed set until that budget
-   * frees (no attempt spent), so the jobs behind it go ahead. It is active for that one move only.
-   */
-  private async deferHeldJob(jobId: string, waitMs: number): Promise<void> {
-    const taken = await this.takeHead(jobId);
-    if (!taken) return;
-    const { job, token } = taken;
-    // The wait is an upper bound while the scope's calls are in flight (they free their budget
-    // when they settle, not at a known time): look again within a second.
-    await job.moveToDelayed(Date.now() + Math.min(Math.max(waitMs, 10), 1_000), token);
-    await this.p.metrics.add({ deferred_by_scope: 1 });
-  }
-
-  /** Moves the head job to active to act on it; undefined (and put back) when another came first. */
-  private async takeHead(
-    headId: string,
-  ): Promise<{ job: Job<JobData, JobResult>; token: string } | undefined> {
-    // Fair share's head need not be where BullMQ hands out next: put it there first, or another
-    // tenant's job comes out instead, round after round.
-    if (this.p.fair && (await this.p.peeker.moveToFront([headId])).length === 0) return undefined;
-    const token = this.p.nextToken();
-    const job = await this.p.bull.nextJob(token);
-    if (!job) return undefined;
-    if (job.id !== headId) {
-      await job.moveToWait(token);
-      return undefined;
-    }
-    return { job, token };
-  }
-
-  /**
-   * The head job's money budget is spent (the limiter said so at admission, holding nothing):
-   * by policy it waits (delayed) until the budget's period ends, or goes to the dead letters
-   * with budget_exhausted.
-   */
-  private async holdForBudget(headId: string, over: BudgetExhaustedError): Promise<void> {
-    const taken = await this.takeHead(headId);
-    if (!taken) return;
-    const { job, token } = taken;
-    if (this.p.ledger?.settings.policy === 'dead-letter' || over.resetsAt === undefined) {
-      await this.p.outcomes.deadLetter(job, token, {
-        reason: over.message,
-        errorClass: 'BudgetExhaustedError',
-      });
-      return;
-    }
-    await job.moveToDelayed(over.resetsAt, token);
-    await this.p.metrics.add({ deferred_by_budget: 1 });
-  }
-
-  /**
-   * A head that cannot be scheduled does not hold the queue: one that is no llmq job is
-   * dead-lettered at once with what is wrong; one of a newer format is left, delayed, for a
-   * worker that reads it (said in the log).
-   */
-  private async setAside(headId: string, problem: { newer: boolean; reason: string }) {
-    const taken = await this.takeHead(headId);
-    if (!taken) return;
-    const { job, token } = taken;
-    if (problem.newer) {
-      this.p.log.warn('left a job for a worker of a newer llmq', {
-        job: headId,
-        why: problem.reason,
-      });
-      await job.moveToDelayed(Date.now() + NEWER_FORMAT_DELAY_MS, token);
-      return;
-    }
-    await this.p.outcomes.deadLetter(job, token, {
-      reason: `the job cannot be read: ${problem.reason}`,
-      errorClass: 'InvalidJobError',
-    });
-  }
-
-  /** The head job can never fit (the limits shrank after it was enqueued): dead-letter it. */
-  private async deadLetterHead(headId: string, err: CostExceedsLimitError): Promise<void> {
-    const taken = await this.takeHead(headId);
-    if (!taken) return;
-    const { job, token } = taken;
-    await this.p.outcomes.deadLetter(job, token, {
-      reason: err.message,
-      errorClass: 'CostExceedsLimitError',
-    });
   }
 }

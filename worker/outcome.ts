@@ -68,6 +68,8 @@ export interface OutcomeInput {
   readonly latencyMs: number;
   readonly backoff?: BackoffOptions | undefined;
   readonly random?: () => number;
+  /** The deployment of the pool the call went to, for the history's record. */
+  readonly deployment?: string | undefined;
 }
 
 /** The policy after a failed call: a pure function of the failure and the job's history. */
@@ -81,6 +83,7 @@ export function decideOutcome(input: OutcomeInput): Outcome {
     errorClass: c.errorClass,
     message: c.reason,
     latencyMs: Math.round(input.latencyMs),
+    ...(input.deployment ? { deployment: input.deployment } : {}),
   });
   if (c.kind === 'rate_limited') {
     const history = [...input.history, record('rate_limited', false)];
@@ -158,6 +161,12 @@ export interface FailedCall {
   readonly pausedUntil?: number | undefined;
   /** The call's fields for the outcome's log line (id, tenant, model, wait, call time). */
   readonly report?: Record<string, unknown> | undefined;
+  /** The breaker its failure counts toward: its deployment's, in a pool (else the queue's). */
+  readonly breaker?: CircuitBreaker | undefined;
+  /** The deployment of the pool it went to, for its history. */
+  readonly deployment?: string | undefined;
+  /** The scopes it was charged to: a 429 in a pool pauses its deployment only. */
+  readonly scopes?: readonly string[] | undefined;
 }
 
 /** Carries out the outcome of failed calls; the one path by which jobs reach the dead letters. */
@@ -186,18 +195,26 @@ export class Outcomes {
     job: Job<JobData, JobResult>,
     call: FailedCall,
   ): Promise<{ healthy: boolean; outageMs: number; now: number }> {
-    const { metrics, log, breaker, limiter } = this.parts;
+    const { metrics, log, limiter } = this.parts;
+    const breaker = call.breaker ?? this.parts.breaker;
     const c = call.failure;
     let healthy = false;
     let outageMs = 0;
     let now = Date.now();
     if (c.kind === 'rate_limited') {
-      const until = call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000));
+      const until =
+        call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000, call.scopes));
       await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
-      log.warn('provider rate limit: every worker pauses', {
-        job: job.id,
-        pausedUntil: new Date(until).toISOString(),
-      });
+      log.warn(
+        call.deployment
+          ? 'provider rate limit: the deployment pauses'
+          : 'provider rate limit: every worker pauses',
+        {
+          job: job.id,
+          ...(call.deployment ? { deployment: call.deployment } : {}),
+          pausedUntil: new Date(until).toISOString(),
+        },
+      );
     } else if (c.kind === 'final') {
       await metrics.add(
         c.status === 429
@@ -272,6 +289,7 @@ export class Outcomes {
       startedAt: call.startedAt,
       latencyMs: call.latencyMs,
       backoff: this.parts.backoff,
+      deployment: call.deployment,
     });
     const report = { ...call.report, reason: c.reason };
     switch (outcome.action) {

@@ -7,6 +7,7 @@ import type { GateWorker, HeadJob } from './bullmq-internals.ts';
 import type { Handoff } from './handoff.ts';
 import type { LearnedCosts } from './learned-costs.ts';
 import type { Outcomes } from './outcome.ts';
+import type { DeploymentPool } from './pool.ts';
 
 /** What taking jobs needs, built once per worker. */
 export interface TakeParts {
@@ -16,6 +17,8 @@ export interface TakeParts {
   readonly outcomes: Outcomes;
   /** What to reserve for a job (its estimate scaled by what was learned). */
   readonly costs: LearnedCosts;
+  /** The pool of deployments, when the worker has one: a reservation is one deployment's. */
+  readonly pool?: DeploymentPool | undefined;
   /** A fresh lock token for a job this worker moves to active. */
   nextToken(): string;
   /** Starts a job's call with its reservation. */
@@ -52,7 +55,7 @@ export async function takeJobs(
   hooks: TakeHooks = {},
 ): Promise<number> {
   const { limiter } = p;
-  const spare = new Map<string, { head: HeadJob; reservation: Reservation }>();
+  const spare: Spare = new Map();
   wanted.forEach((h, i) => {
     spare.set(h.id, { head: h, reservation: reservations[i]! });
   });
@@ -90,51 +93,8 @@ export async function takeJobs(
     const others = fetched.filter(({ job }) => !handled.has(job));
     others.sort((a, b) => Number(!!b.job.deferredFailure) - Number(!!a.job.deferredFailure));
     for (const { job, token } of others) {
-      const problem = jobDataProblem(job.data);
-      if (problem) {
-        // Not an llmq job (its data was written by other means): it fails alone, at once.
-        await p.outcomes.deadLetter(job, token, {
-          reason: `the job cannot be read: ${problem}`,
-          errorClass: 'InvalidJobError',
-        });
-        handled.add(job);
-        continue;
-      }
-      if (job.deferredFailure) {
-        // BullMQ's stalled check gave this job up (its workers died with it more than
-        // maxStalledCount times) and left the failing to whoever takes it next.
-        await p.outcomes.deadLetter(job, token, {
-          reason: `its worker died with it too many times (${job.deferredFailure})`,
-          errorClass: 'StalledJobError',
-        });
-        handled.add(job);
-        continue;
-      }
-      const c = p.costs.costOfData(job.data);
-      // A reservation holding money covers only a job of the same tenant and model: the hold
-      // (its worst case, no less than this job's) settles to this job's cost at its end.
-      const fit = [...spare.values()].find(
-        ({ head, reservation }) =>
-          c.inputTokens <= reservation.cost.inputTokens &&
-          c.outputTokens <= reservation.cost.outputTokens &&
-          sameScopes(job.data.scopes ?? [], head.scopes) &&
-          (!reservation.cost.money ||
-            (job.data.tenant === head.tenant && job.data.request.model === head.model)),
-      );
-      if (!fit) {
-        // Another worker took a job we reserved for and this one needs more: it goes back.
-        await job.moveToWait(token);
-        handled.add(job);
-        continue;
-      }
-      // Used or not, this reservation is not spare any more: released here if adjust fails.
-      spare.delete(fit.head.id);
-      const adjusted = await limiter.adjust(fit.reservation, c).catch(async (err: unknown) => {
-        await limiter.release(fit.reservation).catch(() => {});
-        throw err;
-      });
+      await placeOther(p, job, token, spare, trial);
       handled.add(job);
-      p.launch(job, token, adjusted, trial);
     }
   } finally {
     await Promise.all([
@@ -146,4 +106,74 @@ export async function takeJobs(
   }
   if (failure) throw failure;
   return fetched.length;
+}
+
+/** The reservations of a take not used yet, by the id of the job each was made for. */
+type Spare = Map<string, { head: HeadJob; reservation: Reservation }>;
+
+/**
+ * A job fetched in place of one reserved for: dead-lettered when it cannot run, started with a
+ * spare reservation that covers it, else put back to wait.
+ */
+async function placeOther(
+  p: TakeParts,
+  job: Job<JobData, JobResult>,
+  token: string,
+  spare: Spare,
+  trial: boolean,
+): Promise<void> {
+  const problem = jobDataProblem(job.data);
+  if (problem) {
+    // Not an llmq job (its data was written by other means): it fails alone, at once.
+    await p.outcomes.deadLetter(job, token, {
+      reason: `the job cannot be read: ${problem}`,
+      errorClass: 'InvalidJobError',
+    });
+    return;
+  }
+  if (job.deferredFailure) {
+    // BullMQ's stalled check gave this job up (its workers died with it more than
+    // maxStalledCount times) and left the failing to whoever takes it next.
+    await p.outcomes.deadLetter(job, token, {
+      reason: `its worker died with it too many times (${job.deferredFailure})`,
+      errorClass: 'StalledJobError',
+    });
+    return;
+  }
+  const fit = spareFor(p, job.data, spare);
+  if (!fit) {
+    // Another worker took a job we reserved for and this one needs more: it goes back.
+    await job.moveToWait(token);
+    return;
+  }
+  // Used or not, this reservation is not spare any more: released here if adjust fails.
+  spare.delete(fit.head.id);
+  const adjusted = await p.limiter
+    .adjust(fit.reservation, p.costs.costOfData(job.data))
+    .catch(async (err: unknown) => {
+      await p.limiter.release(fit.reservation).catch(() => {});
+      throw err;
+    });
+  p.launch(job, token, adjusted, trial);
+}
+
+/**
+ * A spare reservation that covers a job: same scopes, no smaller, and (one holding money) the
+ * same tenant and model, whose hold (its worst case, no less than this job's) settles to this
+ * job's cost at its end; in a pool, of a deployment that may take the job.
+ */
+function spareFor(p: TakeParts, data: JobData, spare: Spare) {
+  const c = p.costs.costOfData(data);
+  const ask = { model: data.request.model, deployment: data.deployment };
+  return [...spare.values()].find(({ head, reservation }) => {
+    const d = p.pool?.of(reservation);
+    return (
+      c.inputTokens <= reservation.cost.inputTokens &&
+      c.outputTokens <= reservation.cost.outputTokens &&
+      sameScopes(data.scopes ?? [], head.scopes) &&
+      (!reservation.cost.money ||
+        (data.tenant === head.tenant && data.request.model === head.model)) &&
+      (!p.pool || (d !== undefined && p.pool.serves(d, ask)))
+    );
+  });
 }

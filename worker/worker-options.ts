@@ -8,6 +8,7 @@ import type { BackoffOptions } from './backoff.ts';
 import type { BreakerOptions, CircuitBreaker } from './breaker.ts';
 import type { FairShareOptions } from './fair-share.ts';
 import type { WorkerLogger } from './logger.ts';
+import type { PoolEntry } from './pool.ts';
 import type { ProviderCaller } from './provider.ts';
 
 /**
@@ -43,6 +44,14 @@ export interface WorkerOptions {
    * and `provider` is required.
    */
   readonly provider?: ProviderCaller;
+  /**
+   * A pool of deployments (several keys, organizations, Bedrock, Vertex AI), each with its
+   * config and a caller built for it (`createDeploymentCallers`): each is a limiter scope
+   * `deployment:<name>` with its own limits, readings, pause and breaker, and a job goes to the
+   * first that serves its model and has room (docs/deployments.md). `client` and `provider` are
+   * then unused. @default undefined (one provider: `client` or `provider`)
+   */
+  readonly deployments?: readonly PoolEntry[] | undefined;
   /**
    * The shared budget: `limits` of the global scope per window (`requests`, `inputTokens`,
    * `outputTokens`, `tokens`: input and output together; an absent one is unlimited),

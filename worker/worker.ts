@@ -37,6 +37,7 @@ import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
+import { DeploymentPool } from './pool.ts';
 import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
@@ -61,6 +62,7 @@ interface WorkerParts {
   readonly ledger: BudgetLedger | undefined;
   readonly costs: LearnedCosts;
   readonly caches: PromptCaches;
+  readonly pool: DeploymentPool | undefined;
 }
 
 /** What the worker reserves for a job's input: what it learned of the provider's counting, or the estimate. */
@@ -102,7 +104,9 @@ export class Worker implements WorkerHandle {
   private readonly running = new Set<Running>();
   private readonly stopper = new AbortController();
   private slotFreed: (() => void) | undefined;
-  private trialInFlight = false;
+  /** The breaker trials under way here: '' for the queue's, else by deployment. */
+  private readonly trials = new Set<string>();
+  private readonly pool: DeploymentPool | undefined;
   private tokenCounter = 0;
   private renewer: NodeJS.Timeout | undefined;
   private unwatchRedis: (() => void) | undefined;
@@ -114,9 +118,9 @@ export class Worker implements WorkerHandle {
   /** Starts a worker; see {@link WorkerOptions}. */
   static async start(options: WorkerOptions): Promise<Worker> {
     assertBullmqVersion();
-    if (!options.client && !options.provider)
+    if (!options.client && !options.provider && !options.deployments?.length)
       throw new TypeError(
-        'startWorker needs a provider client (`client`) or a `provider` function',
+        'startWorker needs a provider client (`client`), a `provider` function or `deployments`',
       );
     checkCount('concurrency', options.concurrency);
     checkCount('maxInFlight', options.maxInFlight);
@@ -146,11 +150,17 @@ export class Worker implements WorkerHandle {
     // Its own connection in subscriber mode: the gate wakes when any process frees budget.
     this.subscriber = duplicateRedis(redis, { shardedSubscribers: true });
     this.subscriber.on('error', () => {});
+    const pool = options.deployments?.length
+      ? new DeploymentPool(redis, names, options.deployments, options.breaker)
+      : undefined;
+    this.pool = pool;
     const limiter = new Limiter({
       redis,
       names,
       subscriber: this.subscriber,
       ...options.limiter,
+      // Each deployment of a pool is a scope with its limits (and its readings, its pause).
+      ...(pool ? { scopes: { ...options.limiter.scopes, ...pool.scopeLimits() } } : {}),
       concurrency: options.maxInFlight ?? 0,
     });
     this.limiter = limiter;
@@ -200,6 +210,7 @@ export class Worker implements WorkerHandle {
       ledger,
       costs,
       caches,
+      pool,
     };
     this.callParts = this.callPartsOf(options, { ...parts, history });
     this.idleWait = new MarkerWait(redis, names);
@@ -243,7 +254,7 @@ export class Worker implements WorkerHandle {
       slots: {
         concurrency: this.concurrency,
         busy: () => this.inFlight(),
-        trialInFlight: () => this.trialInFlight,
+        trialInFlight: (deployment) => this.trials.has(deployment ?? ''),
         waitForSlot: () => this.waitForSlot(),
       },
     });
@@ -325,7 +336,8 @@ export class Worker implements WorkerHandle {
     const abort = new AbortController();
     const waits = this.waits.take(job.id!);
     const entry = { job, token, reservation, abort, waits } as Running;
-    if (trial) this.trialInFlight = true;
+    const trialOf = this.pool?.of(reservation)?.name ?? '';
+    if (trial) this.trials.add(trialOf);
     (entry as { done: Promise<void> }).done = runCall(this.callParts, entry, trial)
       .catch((err) =>
         this.log.warn('job handling failed; BullMQ will recover it as stalled', {
@@ -335,7 +347,7 @@ export class Worker implements WorkerHandle {
       )
       .finally(() => {
         this.running.delete(entry);
-        if (trial) this.trialInFlight = false;
+        if (trial) this.trials.delete(trialOf);
         this.slotFreed?.();
       });
     this.running.add(entry);
@@ -381,6 +393,7 @@ export class Worker implements WorkerHandle {
     for (const c of [this.dlqRedis, this.metricsRedis]) await c.quit().catch(() => c.disconnect());
     await (this.bull.opts.connection as RedisClient).quit().catch(() => {});
     await this.breaker.abandonTrial().catch(() => {});
+    await this.pool?.abandonTrials();
     await this.limiter.close();
     await this.idleWait.close();
     await this.subscriber.quit().catch(() => this.subscriber.disconnect());

@@ -1,8 +1,15 @@
 import { Batcher } from '../batcher.ts';
+import { deploymentScopeAmong } from '../deployment-scope.ts';
 import { DIMENSIONS } from '../dimensions.ts';
 import { type HeaderSource, readRateLimitHeaders } from '../provider-headers.ts';
 import { usageError } from './options.ts';
-import type { EndRecord, EndResult, LimiterScripts, ReadingRecord } from './scripts.ts';
+import type {
+  EndRecord,
+  EndResult,
+  LimiterScripts,
+  ReadingRecord,
+  RecordBatch,
+} from './scripts.ts';
 import { GLOBAL_SCOPE, type OutputAccounting, type Reservation, type Usage } from './types.ts';
 import type { WakeUps } from './wake.ts';
 
@@ -16,7 +23,7 @@ export const SETTLE_WAIT_MS = 5;
 type Op =
   | { readonly kind: 'stamp'; readonly id: string }
   | { readonly kind: 'end'; readonly end: EndRecord; readonly periods?: readonly string[] }
-  | { readonly kind: 'pause'; readonly ms: number }
+  | { readonly kind: 'pause'; readonly ms: number; readonly scopes: readonly string[] }
   | { readonly kind: 'reading'; readonly reading: ReadingRecord };
 
 type Answer = EndResult | number | undefined;
@@ -40,23 +47,36 @@ export class Recorder {
     this.settlesOutput = accounting !== 'reserve';
     this.batcher = new Batcher<Op, Answer>(
       async (ops) => {
+        const run = (b: Omit<RecordBatch, 'stamps' | 'ends' | 'readings'> & Partial<RecordBatch>) =>
+          scripts.record(
+            { stamps: [], ends: [], readings: [], ...b },
+            windowMs,
+            channel,
+            accounting,
+          );
+        // One pause per deployment (one key's 429 says nothing of another's): each goes in a
+        // run of its own, before the run with the ends whose budget it must hold back.
+        const [first, ...others] = pausesOf(ops);
+        const untils = new Map<string, number | undefined>();
+        for (const g of others)
+          untils.set(g.group, (await run({ pauseMs: g.ms, pauseScopes: g.scopes })).pausedUntil);
         const ends = ops.flatMap((o) => (o.kind === 'end' ? [o.end] : []));
-        const pauses = ops.flatMap((o) => (o.kind === 'pause' ? [o.ms] : []));
-        const r = await scripts.record(
-          {
-            stamps: ops.flatMap((o) => (o.kind === 'stamp' ? [o.id] : [])),
-            ends,
-            pauseMs: pauses.length > 0 ? Math.max(...pauses) : undefined,
-            readings: ops.flatMap((o) => (o.kind === 'reading' ? [o.reading] : [])),
-            periods: ops.flatMap((o) => (o.kind === 'end' && o.periods ? [o.periods] : []))[0],
-          },
-          windowMs,
-          channel,
-          accounting,
-        );
+        const r = await run({
+          stamps: ops.flatMap((o) => (o.kind === 'stamp' ? [o.id] : [])),
+          ends,
+          pauseMs: first?.ms,
+          pauseScopes: first?.scopes,
+          readings: ops.flatMap((o) => (o.kind === 'reading' ? [o.reading] : [])),
+          periods: ops.flatMap((o) => (o.kind === 'end' && o.periods ? [o.periods] : []))[0],
+        });
+        if (first) untils.set(first.group, r.pausedUntil);
         let e = 0;
         return ops.map((o) =>
-          o.kind === 'end' ? r.ends[e++] : o.kind === 'pause' ? r.pausedUntil : undefined,
+          o.kind === 'end'
+            ? r.ends[e++]
+            : o.kind === 'pause'
+              ? untils.get(pauseGroup(o.scopes))
+              : undefined,
         );
       },
       { delayMs: SETTLE_WAIT_MS },
@@ -78,9 +98,27 @@ export class Recorder {
   }
 }
 
+/** Which pause a call's 429 sets: its deployment's, or (outside a pool) the queue's (''). */
+const pauseGroup = (scopes: readonly string[]) => deploymentScopeAmong(scopes) ?? '';
+
+/** The pauses asked for in one batch, the longest per pause. */
+function pausesOf(ops: readonly Op[]) {
+  const groups = new Map<string, { group: string; ms: number; scopes: readonly string[] }>();
+  for (const o of ops) {
+    if (o.kind !== 'pause') continue;
+    const group = pauseGroup(o.scopes);
+    const ms = Math.max(o.ms, groups.get(group)?.ms ?? 0);
+    groups.set(group, { group, ms, scopes: o.scopes });
+  }
+  return [...groups.values()];
+}
+
 /** How a failed call ends: the pause a 429 asks for, and whether the provider may have charged it. */
 export interface CallFailure {
-  /** Pause every worker this long (a 429 with retry-after); absent: no pause. */
+  /**
+   * Pause every worker this long (a 429 with retry-after): the queue, or in a pool the call's
+   * deployment only; absent: no pause.
+   */
   readonly pauseMs?: number | undefined;
   /** The call may have reached the provider: its estimate stays charged; else it all comes back. */
   readonly charged: boolean;
@@ -139,7 +177,11 @@ export class CallHandle {
   async failed(f: CallFailure, headers?: HeaderSource, sentAgoMs = 0): Promise<number | undefined> {
     const pause =
       f.pauseMs !== undefined
-        ? this.recorder.push({ kind: 'pause', ms: Math.max(0, Math.ceil(f.pauseMs)) })
+        ? this.recorder.push({
+            kind: 'pause',
+            ms: Math.max(0, Math.ceil(f.pauseMs)),
+            scopes: this.reservation.scopes,
+          })
         : undefined;
     const ended = this.end(f.charged || this.begun ? 'keep' : 'release');
     await Promise.all([ended, this.read(headers, sentAgoMs)]);

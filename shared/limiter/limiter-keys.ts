@@ -1,3 +1,4 @@
+import { deploymentScopeAmong } from '../deployment-scope.ts';
 import { llmqKey, type QueueNames } from '../keys.ts';
 
 const PARTS = [
@@ -40,4 +41,13 @@ export function moneyKeys(names: QueueNames): { spend: string; held: string } {
 /** The channel ends that give budget or a slot back publish on, so waiters wake. */
 export function wakeChannel(names: QueueNames): string {
   return llmqKey(names, 'limiter', 'wake');
+}
+
+/**
+ * The pause a call's 429 sets and its admission waits for: its deployment's in a pool (a 429
+ * from one key says nothing of the others), else the queue's own.
+ */
+export function pauseKeyOf(keys: LimiterKeys, scopes: readonly string[]): string {
+  const d = deploymentScopeAmong(scopes);
+  return d ? `${keys.pause}:${d}` : keys.pause;
 }

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { moneyDenial } from '../budgets.ts';
+import { deploymentScopeAmong } from '../deployment-scope.ts';
 import { dimensionOfLua } from '../dimensions.ts';
 import { CostExceedsLimitError, LimiterUnavailableError } from '../errors.ts';
 import { CallHandle, Recorder } from './call.ts';
-import { type LimiterKeys, limiterKeys, wakeChannel } from './limiter-keys.ts';
+import { type LimiterKeys, limiterKeys, pauseKeyOf, wakeChannel } from './limiter-keys.ts';
 import { Line, type LineRequest, waitInLine } from './line.ts';
 import {
   type AcquireManyOptions,
@@ -75,7 +76,10 @@ export class Limiter {
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */
   get allKeys(): readonly string[] {
-    return Object.values(this.keys);
+    const pauses = Object.keys(this.settings.scopes).flatMap((s) =>
+      deploymentScopeAmong([s]) ? [pauseKeyOf(this.keys, [s])] : [],
+    );
+    return [...Object.values(this.keys), ...pauses];
   }
 
   private async attempt(
@@ -241,10 +245,18 @@ export class Limiter {
     await this.call(reservation).abandoned();
   }
 
-  /** Sets the shared pause to at least `ms` from now (Redis time); resolves with its end. */
-  async pauseFor(ms: number): Promise<number> {
+  /**
+   * Sets the shared pause to at least `ms` from now (Redis time); resolves with its end. With a
+   * deployment's scope among `scopes`, the pause is that deployment's only.
+   */
+  async pauseFor(ms: number, scopes: readonly string[] = []): Promise<number> {
     if (!(ms >= 0)) throw new TypeError(`pause must be a number of ms from 0 up, got ${ms}`);
-    return Number(await this.recorder.push({ kind: 'pause', ms: Math.ceil(ms) }));
+    return Number(await this.recorder.push({ kind: 'pause', ms: Math.ceil(ms), scopes }));
+  }
+
+  /** Until when a deployment's pause (or, with no deployment scope, the queue's) holds; 0: none. */
+  async pausedUntil(scopes: readonly string[] = []): Promise<number> {
+    return Number((await this.settings.redis.get(pauseKeyOf(this.keys, scopes))) ?? 0);
   }
 
   /**

@@ -10,7 +10,7 @@ import {
   runLuaReadOnly,
 } from '../lua-scripts.ts';
 import type { RedisClient } from '../redis.ts';
-import type { LimiterKeys } from './limiter-keys.ts';
+import { type LimiterKeys, pauseKeyOf } from './limiter-keys.ts';
 import type { Charge, MoneyClaim, OutputAccounting } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -89,6 +89,8 @@ export interface RecordBatch {
   readonly stamps: readonly string[];
   readonly ends: readonly EndRecord[];
   readonly pauseMs?: number | undefined;
+  /** The scopes of the call that asked for the pause (a pool's pause is its deployment's). */
+  readonly pauseScopes?: readonly string[] | undefined;
   readonly readings: readonly ReadingRecord[];
   /** The money periods kept (with ends of calls holding money), else undefined. */
   readonly periods?: readonly string[] | undefined;
@@ -167,7 +169,11 @@ export class LimiterScripts {
   /** Acquire's reply as Lua gives it (see acquire-12.lua's header: a code, then its values). */
   async acquire(a: AcquireArgs): Promise<(number | string)[]> {
     const k = this.keys;
-    const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, k.pause, k.tot, k.view];
+    const pause = pauseKeyOf(
+      k,
+      a.scopes.map((s) => s.name),
+    );
+    const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, pause, k.tot, k.view];
     const reply = (await this.run(
       'acquire',
       [...keys, k.stats, k.spend, k.held],
@@ -217,20 +223,23 @@ export class LimiterScripts {
     ]);
   }
 
-  private recordKeys(): string[] {
+  /** `pauseScopes`: the scopes of the call whose 429 pauses (its deployment's pause, in a pool). */
+  private recordKeys(pauseScopes: readonly string[] = []): string[] {
     const k = this.keys;
-    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, k.pause];
+    const pause = pauseKeyOf(k, pauseScopes);
+    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, pause];
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run. */
   async record(b: RecordBatch, windowMs: number, channel: string, accounting: OutputAccounting) {
-    const r = (await this.run('record', this.recordKeys(), {
+    const { pauseScopes, ...batch } = b;
+    const r = (await this.run('record', this.recordKeys(pauseScopes), {
       now: this.now(),
       windowMs,
       bucketMs: HISTORY_BUCKET_MS,
       channel,
       split: accounting === 'produced',
-      ...b,
+      ...batch,
     })) as number[];
     return {
       pausedUntil: Number(r[0]) || undefined,

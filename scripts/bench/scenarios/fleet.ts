@@ -41,8 +41,9 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
     latencyMs: latency.baseMs,
     latencyPerOutputTokenMs: latency.perTokenMs,
     outputShare: SHARE,
-    // A 40th of the largest limit, as the API rounds 1,000 of 40,000.
-    roundReadings: roundingFor(LIMITS.outputTokens),
+    // A 40th of the smallest token limit, as the API rounds 1,000 of 40,000: a step every
+    // limit is a multiple of, as the API's limits are of its 1,000.
+    roundReadings: roundingFor(LIMITS.inputTokens),
   };
   const rows: RateRow[] = [];
   const ideals = {} as Record<Shape, number>;
@@ -114,7 +115,7 @@ export async function fleetScenario(ctx: ScenarioContext): Promise<ScenarioResul
       },
     ],
     notes: [
-      `mix: 60% of 100–600 tokens, 30% of 600–3,000, 10% of 3,000–8,000 (a tenth of each input, the rest max_tokens), fixed seed; answers half of max_tokens; mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token; readings rounded to ${roundingFor(LIMITS.outputTokens)}`,
+      `mix: 60% of 100–600 tokens, 30% of 600–3,000, 10% of 3,000–8,000 (a tenth of each input, the rest max_tokens), fixed seed; answers half of max_tokens; mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token; readings rounded to ${roundingFor(LIMITS.inputTokens)}`,
       `minimum: the ideal client (20 at once, first come first served, no overhead, every charge known) ${seconds(ideals.sliding)} against the sliding window, ${seconds(ideals.bucket)} against the bucket`,
       'utilization and worst window are of the output tokens limit; estimates only: input estimated from the text, erring high, learned down as the fleet settles',
       `llmq worker peak RSS ${megabytes(peakRss)}`,

@@ -42,11 +42,17 @@ end
 local function store_reading(ctx, g)
   local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
   local pending = pending_of(ctx, scope)
-  local step = tonumber(redis.call('HGET', ctx.view, scope .. '|step') or '0')
+  -- The rounding step divides every rounded reading, a limit need not: `|rg` is the readings'
+  -- gcd, negative while one value was read (the limit then stands in for a second).
+  local rg, lim = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0'), 0
   for _, d in ipairs(DIMS) do
     local r = g.dims[d]
-    if r and d ~= 'req' and r.remaining > 0 then step = gcd(step > 0 and step or r.limit, r.remaining) end
+    if r and d ~= 'req' and r.remaining > 0 then
+      rg = (rg == 0 or rg == -r.remaining) and -r.remaining or gcd(math.abs(rg), r.remaining)
+      lim = r.limit
+    end
   end
+  local step = rg < 0 and gcd(lim, -rg) or rg
   local shape = nil
   for _, d in ipairs(DIMS) do
     local r = g.dims[d]
@@ -61,7 +67,7 @@ local function store_reading(ctx, g)
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
   end
-  if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step) end
+  if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step, scope .. '|rg', rg) end
   if shape then redis.call('HSET', ctx.view, scope .. '|shape', shape) end
   ctx.shapes[scope] = nil
 end

@@ -1,0 +1,122 @@
+import { CostExceedsLimitError } from '../shared/errors.ts';
+import type { Line, LineAttempt } from '../shared/limiter/line.ts';
+import type { Charge, Reservation } from '../shared/limiter/types.ts';
+import type { HeadJob } from './bullmq-internals.ts';
+import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
+
+/** What a head job asks of the pool. */
+export const askOf = (h: HeadJob): PoolAsk => ({ model: h.model, deployment: h.deployment });
+
+/** One attempt of the gate's line, in or out of a pool. */
+export type GateAttempt =
+  /** Admitted: the head, then the first of `behind`, one per reservation after the first. */
+  | {
+      readonly ok: true;
+      readonly reservations: Reservation[];
+      readonly behind: readonly HeadJob[];
+      /** The breaker's trial call (it goes alone). */
+      readonly trial: boolean;
+    }
+  /** Denied; `inPool`: by the room or pause of every deployment that may take the head. */
+  | (Extract<LineAttempt, { ok: false }> & { readonly inPool?: true })
+  /** Every deployment that may take the head has its breaker open (or its trial under way here). */
+  | { readonly ok: false; readonly held: number }
+  /** No deployment may ever take the head (its model is served by none, or its pin is unknown). */
+  | { readonly ok: false; readonly problem: string };
+
+/** The pool's parts an attempt uses. */
+export interface PoolTry {
+  readonly pool: DeploymentPool;
+  readonly line: Line;
+  readonly head: HeadJob;
+  readonly behind: readonly HeadJob[];
+  /** What admitting a job charges, before its deployment's scope is added. */
+  readonly charge: (h: HeadJob) => Charge;
+  /** Whether this process makes a deployment's trial call already. */
+  readonly trialInFlight: (deployment: string) => boolean;
+}
+
+/** A charge that names its own scopes names its deployment's too. */
+const into = (c: Charge, d: Deployment): Charge =>
+  c.scopes ? { ...c, scopes: [...c.scopes, d.scope] } : c;
+
+/** Whether a denial is the deployment's own (its room or its pause): another may admit. */
+const heldByDeployment = (a: Extract<LineAttempt, { ok: false }>, d: Deployment): boolean =>
+  a.denial.reason === 'paused' || (a.denial.reason === 'budget' && a.denial.scope === d.scope);
+
+/**
+ * Admits the head into the first deployment that may take it and has room, by preference: one
+ * atomic acquire per deployment, in turn, with the line's one ticket (a ticket admitted once is
+ * never admitted again: the first admission ends the turn). The jobs behind go with it while
+ * that deployment may take them too. A denial by a scope the whole pool shares (a tenant, the
+ * line, the slots, money) ends the turn at once: no other deployment would admit it either.
+ */
+export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
+  const { pool, line, head } = t;
+  const choice = pool.choose(askOf(head));
+  if (!choice.ok) return { ok: false, problem: choice.reason };
+  let best: (Extract<LineAttempt, { ok: false }> & { inPool: true }) | undefined;
+  let held = Number.POSITIVE_INFINITY;
+  let tooBig: CostExceedsLimitError | undefined;
+  for (const d of choice.deployments) {
+    const b = await d.breaker.check();
+    if (!b.allowed || (b.trial && t.trialInFlight(d.name))) {
+      held = Math.min(held, b.allowed ? 50 : b.waitMs);
+      continue;
+    }
+    const behind = b.trial ? [] : samePrefix(pool, head, t.behind);
+    line.update({
+      cost: into(t.charge(head), d),
+      scopes: [...head.scopes, d.scope],
+      more: behind.map((h) => into(t.charge(h), d)),
+    });
+    const a = await line.attempt().catch((err: unknown) => {
+      // Too big for this deployment's limits: another's may be larger.
+      if (!(err instanceof CostExceedsLimitError && err.scope === d.scope)) throw err;
+      tooBig = err;
+      return undefined;
+    });
+    if (!a) continue;
+    if (a.ok) return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+    if (!heldByDeployment(a, d)) return a;
+    if (!best || a.denial.waitMs < best.denial.waitMs) best = { ...a, inPool: true };
+  }
+  if (best) return best;
+  if (Number.isFinite(held) || !tooBig)
+    return { ok: false, held: Number.isFinite(held) ? held : 1_000 };
+  // It fits no deployment that may take it: it never will (the gate dead-letters it).
+  throw tooBig;
+}
+
+/**
+ * The jobs behind the head, up to the first that may go elsewhere: those that would choose the
+ * same deployments, in the same order (a job free to go anywhere does not follow a pinned one).
+ */
+function samePrefix(
+  pool: DeploymentPool,
+  head: HeadJob,
+  behind: readonly HeadJob[],
+): readonly HeadJob[] {
+  const key = keyOf(pool, head);
+  const i = behind.findIndex((h) => keyOf(pool, h) !== key);
+  return i < 0 ? behind : behind.slice(0, i);
+}
+
+/** The deployments a job may go to, as one string ('' for none). */
+function keyOf(pool: DeploymentPool, h: HeadJob): string {
+  const c = pool.choose(askOf(h));
+  return c.ok ? c.key : '';
+}
+
+/** Whether another job seen may go where the head cannot (a pinned job, another model). */
+export function othersGoElsewhere(
+  pool: DeploymentPool | undefined,
+  head: HeadJob,
+  seen: readonly HeadJob[],
+): boolean {
+  if (!pool) return false;
+  const mine = keyOf(pool, head);
+  return seen.some(
+    (h) => !h.problem && h !== head && keyOf(pool, h) !== '' && keyOf(pool, h) !== mine,
+  );
+}

@@ -1,0 +1,174 @@
+/**
+ * A worker's pool of deployments (docs/deployments.md): several keys, organizations or
+ * platforms serving one queue, each a scope of the limiter with its own limits, pause and
+ * circuit breaker. Jobs go to the first deployment that serves their model and has room.
+ */
+import { toDimensionLimits } from '../shared/config-views.ts';
+import { deploymentOfScope, deploymentScopeAmong } from '../shared/deployment-scope.ts';
+import { type DeploymentConfig, deploymentScope } from '../shared/deployments.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import type { DimensionLimits, Reservation } from '../shared/limiter/types.ts';
+import { matchModel } from '../shared/models.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import { type BreakerOptions, CircuitBreaker } from './breaker.ts';
+import type { ProviderCaller } from './provider.ts';
+
+/**
+ * One deployment as a worker is given it: its config, and how to call it (a caller built for
+ * its platform, with its credentials; see worker/deployment-clients.ts).
+ * @inline
+ */
+export interface PoolEntry {
+  /** The deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`). */
+  readonly config: DeploymentConfig;
+  /** How a call is made on it, as `WorkerOptions.provider`. */
+  readonly call: ProviderCaller;
+}
+
+/** One deployment of the pool, with its scope and its breaker. */
+export interface Deployment {
+  readonly name: string;
+  /** Its limiter scope: `deployment:<name>`. */
+  readonly scope: string;
+  readonly config: DeploymentConfig;
+  readonly call: ProviderCaller;
+  readonly breaker: CircuitBreaker;
+  /** Whether it takes Message Batches. */
+  readonly batches: boolean;
+}
+
+/** Which deployments may take a job, best first; or why none may. */
+export type Choice =
+  | {
+      readonly ok: true;
+      readonly deployments: readonly Deployment[];
+      /** The deployments' names: two jobs with the same key may go to the same places. */
+      readonly key: string;
+    }
+  | { readonly ok: false; readonly reason: string };
+
+/** What a job asks of the pool: its model, and the deployment it pins, if any. */
+export interface PoolAsk {
+  readonly model: string;
+  readonly deployment?: string | undefined;
+}
+
+const NAME = /^[A-Za-z0-9_-]{1,40}$/;
+
+/** Throws unless the deployments can form a pool: names valid and unique, at least one. */
+function checkEntries(entries: readonly PoolEntry[]): void {
+  if (entries.length === 0)
+    throw new TypeError('Expected `deployments` to list at least one deployment, got none');
+  const seen = new Set<string>();
+  for (const { config } of entries) {
+    if (!NAME.test(config.name))
+      throw new TypeError(
+        `Expected a deployment's name to be letters, digits, "_" or "-", up to 40, got ${JSON.stringify(config.name)}`,
+      );
+    if (seen.has(config.name))
+      throw new TypeError(
+        `Expected each deployment's name once, got ${JSON.stringify(config.name)} twice: rename one`,
+      );
+    seen.add(config.name);
+  }
+}
+
+/** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
+export const takesBatches = (config: DeploymentConfig): boolean =>
+  config.batches ?? config.kind === 'anthropic';
+
+/** The id the deployment's platform calls a model; undefined when it does not serve it. */
+export function platformModelOf(config: DeploymentConfig, model: string): string | undefined {
+  if (!config.models) return model;
+  const pattern = matchModel(Object.keys(config.models), model);
+  return pattern === undefined ? undefined : config.models[pattern];
+}
+
+/** The deployments of a worker, best first: by `preference`, then by their place in the list. */
+export class DeploymentPool {
+  readonly list: readonly Deployment[];
+  private readonly byName: ReadonlyMap<string, Deployment>;
+  private readonly choices = new Map<string, Choice>();
+
+  constructor(
+    redis: RedisClient,
+    names: QueueNames,
+    entries: readonly PoolEntry[],
+    breaker: BreakerOptions | undefined,
+  ) {
+    checkEntries(entries);
+    const ranked = entries
+      .map((e, i) => ({ e, rank: e.config.preference ?? i, i }))
+      .sort((a, b) => a.rank - b.rank || a.i - b.i);
+    this.list = ranked.map(({ e }) => ({
+      name: e.config.name,
+      scope: deploymentScope(e.config.name),
+      config: e.config,
+      call: e.call,
+      breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
+      batches: takesBatches(e.config),
+    }));
+    this.byName = new Map(this.list.map((d) => [d.name, d]));
+  }
+
+  /** Each deployment's configured limits, as limiter scopes. */
+  scopeLimits(): Record<string, DimensionLimits> {
+    return Object.fromEntries(
+      this.list.map((d) => [d.scope, d.config.limits ? toDimensionLimits(d.config.limits) : {}]),
+    );
+  }
+
+  /** The deployments that may take a job, best first (a pinned job: its own only). */
+  choose(ask: PoolAsk): Choice {
+    const key = `${ask.deployment ?? ''}|${ask.model}`;
+    let c = this.choices.get(key);
+    if (!c) {
+      c = this.chooseAnew(ask);
+      if (this.choices.size < 1_000) this.choices.set(key, c);
+    }
+    return c;
+  }
+
+  private chooseAnew(ask: PoolAsk): Choice {
+    const { model, deployment: pin } = ask;
+    if (pin !== undefined && !this.byName.has(pin))
+      return {
+        ok: false,
+        reason: `the job pins deployment ${JSON.stringify(pin)}, which this worker's pool does not have (${this.names()}): enqueue it again with one of those, or without a pin`,
+      };
+    const pool = pin === undefined ? this.list : [this.byName.get(pin)!];
+    const deployments = pool.filter((d) => platformModelOf(d.config, model) !== undefined);
+    if (deployments.length === 0)
+      return {
+        ok: false,
+        reason: `no deployment ${pin === undefined ? 'of the pool' : JSON.stringify(pin)} serves model ${JSON.stringify(model)} (${this.names()}): add it to a deployment's models`,
+      };
+    return { ok: true, deployments, key: deployments.map((d) => d.name).join(',') };
+  }
+
+  /** Whether `d` may take a job asking this. */
+  serves(d: Deployment, ask: PoolAsk): boolean {
+    const c = this.choose(ask);
+    return c.ok && c.deployments.includes(d);
+  }
+
+  /** The deployment a reservation was admitted into; undefined outside the pool. */
+  of(reservation: Pick<Reservation, 'scopes'>): Deployment | undefined {
+    const scope = deploymentScopeAmong(reservation.scopes);
+    return scope ? this.byName.get(deploymentOfScope(scope)) : undefined;
+  }
+
+  /** The deployments that take Message Batches, best first. */
+  forBatches(): readonly Deployment[] {
+    return this.list.filter((d) => d.batches);
+  }
+
+  /** Gives up the trial calls this process holds (it is stopping). */
+  async abandonTrials(): Promise<void> {
+    await Promise.all(this.list.map((d) => d.breaker.abandonTrial().catch(() => {})));
+  }
+
+  private names(): string {
+    return this.list.map((d) => d.name).join(', ');
+  }
+}
