@@ -51,6 +51,8 @@ export function createProducer(
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
+    // A job pinning a deployment the pool lacks is refused at enqueue.
+    ...(config.deployments.length ? { deployments: config.deployments.map((d) => d.name) } : {}),
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

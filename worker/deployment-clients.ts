@@ -6,7 +6,7 @@
 import type { AnthropicVertex } from '@anthropic-ai/vertex-sdk';
 import type { DeploymentConfig, DeploymentCredentials } from '../shared/deployments.ts';
 import { ConfigError, ModelNotServedError } from '../shared/errors.ts';
-import { matchModel } from '../shared/models.ts';
+import { type PoolEntry, platformModelOf, takesBatches } from './pool.ts';
 import {
   callProvider,
   createProviderClient,
@@ -137,17 +137,6 @@ async function clientOf(d: DeploymentConfig, env: Env, timeout: number): Promise
   return createProviderClient({ apiKey, baseURL: d.baseUrl, timeoutMs: timeout });
 }
 
-/** The platform id of each model a deployment serves: by its `models`, else every model as named. */
-export function platformModels(d: DeploymentConfig): (model: string) => string | undefined {
-  const models = d.models;
-  if (!models) return (model) => model;
-  const patterns = Object.keys(models);
-  return (model) => {
-    const p = matchModel(patterns, model);
-    return p === undefined ? undefined : models[p];
-  };
-}
-
 /**
  * Builds a caller per deployment, by name, in the list's order. A credential variable the config
  * names but the environment lacks, or Vertex AI without credentials, is a ConfigError naming it.
@@ -167,7 +156,7 @@ export async function createDeploymentCallers(
   const out = new Map<string, DeploymentCaller>();
   for (const d of deployments) {
     const client = await clientOf(d, env, options.timeoutMs ?? 600_000);
-    const platformModel = platformModels(d);
+    const platformModel = (model: string) => platformModelOf(d, model);
     const ids = new Set(Object.values(d.models ?? {}));
     const caller: ProviderCaller = (request, callOptions) => {
       // A model already named by its platform id (the pool's worker maps it first) goes as it is.
@@ -187,9 +176,26 @@ export async function createDeploymentCallers(
     out.set(d.name, {
       caller,
       platformModel,
-      batches: d.batches ?? d.kind === 'anthropic',
+      batches: takesBatches(d),
       client,
     });
   }
   return out;
+}
+
+/**
+ * The pool a worker is given (`WorkerOptions.deployments`): each deployment with its caller.
+ * @example
+ * ```ts
+ * const deployments = await createPoolEntries(config.deployments, process.env);
+ * await startWorker({ redis, names, deployments, limiter: {} });
+ * ```
+ */
+export async function createPoolEntries(
+  deployments: readonly DeploymentConfig[],
+  env: Env = process.env,
+  options: DeploymentCallerOptions = {},
+): Promise<PoolEntry[]> {
+  const callers = await createDeploymentCallers(deployments, env, options);
+  return deployments.map((config) => ({ config, call: callers.get(config.name)!.caller }));
 }
