@@ -130,11 +130,34 @@ async function vertexClient(d: DeploymentConfig, env: Env, timeout: number) {
   });
 }
 
+function anthropicClient(d: DeploymentConfig, env: Env, timeout = 600_000) {
+  const apiKey = credential(d, 'apiKeyEnv', env, 'ANTHROPIC_API_KEY')!;
+  return createProviderClient({ apiKey, baseURL: d.baseUrl, timeoutMs: timeout });
+}
+
 async function clientOf(d: DeploymentConfig, env: Env, timeout: number): Promise<MessagesClient> {
   if (d.kind === 'bedrock') return bedrockClient(d, env, timeout);
   if (d.kind === 'vertex') return vertexClient(d, env, timeout);
-  const apiKey = credential(d, 'apiKeyEnv', env, 'ANTHROPIC_API_KEY')!;
-  return createProviderClient({ apiKey, baseURL: d.baseUrl, timeoutMs: timeout });
+  return anthropicClient(d, env, timeout);
+}
+
+/**
+ * The client Message Batches are submitted with: the first deployment by preference that takes
+ * them (the Claude API's only). A pool with none is a ConfigError saying so.
+ */
+export function batchesClientOf(deployments: readonly DeploymentConfig[], env: Env = process.env) {
+  const ranked = deployments
+    .map((d, i) => ({ d, rank: d.preference ?? i }))
+    .filter(({ d }) => d.kind === 'anthropic' && takesBatches(d))
+    .sort((a, b) => a.rank - b.rank);
+  const first = ranked[0]?.d;
+  if (!first)
+    throw new ConfigError(
+      `Message Batches need a deployment that takes them (kind anthropic, batches not false); ` +
+        `the pool has none (${deployments.map((d) => `${d.name}: ${d.kind}`).join(', ')}): ` +
+        'add one, or send these jobs via messages',
+    );
+  return anthropicClient(first, env);
 }
 
 /**
