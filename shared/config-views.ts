@@ -37,6 +37,11 @@ export function deploymentLimitsOf(
   );
 }
 
+/** The pool's deployment names, for a producer to refuse a pin it lacks; undefined without one. */
+export function poolNamesOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
+  return c.deployments.length > 0 ? c.deployments.map((d) => d.name) : undefined;
+}
+
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */
 export function budgetSettingsOf(c: Config): BudgetSettings | undefined {
   if (Object.keys(c.budgets).length === 0) return undefined;

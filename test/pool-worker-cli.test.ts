@@ -98,4 +98,19 @@ describe('llmq worker with a pool of deployments', () => {
     );
     for (const secret of Object.values(SECRETS)) expect(r.stderr).not.toContain(secret);
   });
+
+  it('llmq enqueue --deployment pins a job to one deployment; one the pool lacks is refused', async () => {
+    pool = await openPool('pool-cli-pin');
+    const env = pool.cliEnv({
+      LLMQ_DEPLOYMENTS: JSON.stringify(deployments('http://127.0.0.1:9', 'http://127.0.0.1:9')),
+    });
+    const input = JSON.stringify(request('Hi.', 20));
+    const pinned = await runCli(['enqueue', '--deployment', 'gcp'], env, input);
+    expect(pinned.code, pinned.stderr).toBe(0);
+    expect((await pool.job(pinned.stdout.trim()))!.data.deployment).toBe('gcp');
+    const refused = await runCli(['enqueue', '--deployment', 'azure'], env, input);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/deployment.*"azure".*aws, gcp/);
+    expect(refused.stdout).toBe('');
+  });
 });
