@@ -1,7 +1,12 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../shared/config.ts';
-import { budgetSettingsOf, globalLimits, scopeLimitsOf } from '../shared/config-views.ts';
+import {
+  budgetSettingsOf,
+  globalLimits,
+  poolNamesOf,
+  scopeLimitsOf,
+} from '../shared/config-views.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { Producer, type ProducerOptions } from './producer.ts';
 
@@ -51,6 +56,8 @@ export function createProducer(
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
+    // A job pinning a deployment the pool lacks is refused at enqueue.
+    deployments: poolNamesOf(config),
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

@@ -4,6 +4,7 @@
  */
 import type { BudgetSettings } from './budgets.ts';
 import type { Config, ScopeLimits } from './config.ts';
+import { deploymentScope } from './deployments.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { modelScopeName } from './models.ts';
@@ -25,6 +26,20 @@ export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
     ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
     ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
   ]);
+}
+
+/** The limits the config gives its deployments, by scope `deployment:<name>`. */
+export function deploymentLimitsOf(
+  c: Pick<Config, 'deployments'>,
+): Record<string, DimensionLimits> {
+  return Object.fromEntries(
+    c.deployments.map((d) => [deploymentScope(d.name), toDimensionLimits(d.limits ?? {})]),
+  );
+}
+
+/** The pool's deployment names, for a producer to refuse a pin it lacks; undefined without one. */
+export function poolNamesOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
+  return c.deployments.length > 0 ? c.deployments.map((d) => d.name) : undefined;
 }
 
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */

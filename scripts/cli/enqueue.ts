@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { globalLimits, scopeLimitsOf } from '../../shared/config-views.ts';
+import { globalLimits, poolNamesOf, scopeLimitsOf } from '../../shared/config-views.ts';
 import {
   ConfigError,
   CostExceedsLimitError,
@@ -61,6 +61,7 @@ export function registerEnqueueCommand(program: Command): void {
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
       .option('--tenant <name>', 'charge the tenant’s scope too')
+      .option('--deployment <name>', 'send the jobs to this deployment of the pool only')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
       .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
       .option(
@@ -87,6 +88,7 @@ export function registerEnqueueCommand(program: Command): void {
         scopes: scopeLimitsOf(config),
         maxDepth: config.maxDepth,
         maxDepthBytes: config.maxDepthBytes,
+        deployments: poolNamesOf(config),
       });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind; the
@@ -111,6 +113,8 @@ export function registerEnqueueCommand(program: Command): void {
           }
         });
         const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
+        const deployment =
+          typeof flags['deployment'] === 'string' ? flags['deployment'] : undefined;
         const wait = flags['wait'] === true;
         for (const [i, r] of requests.entries()) {
           let id: string;
@@ -121,6 +125,7 @@ export function registerEnqueueCommand(program: Command): void {
               via,
               ...(deadlineAt ? { deadlineAt } : {}),
               ...(tenant ? { tenant } : {}),
+              ...(deployment ? { deployment } : {}),
               ...(retryForMs !== undefined ? { retryForMs } : {}),
             });
           } catch (err) {

@@ -15,6 +15,7 @@ import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
+import { createPoolEntries } from '../../worker/deployment-clients.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
@@ -93,9 +94,14 @@ export function registerWorkerCommand(program: Command): void {
     // pino JSON lines on stderr (LLMQ_LOG_LEVEL); traces when OTEL_* configures an exporter.
     const stderrLogger = workerLogger(createLogger({ component: 'worker' }));
     const stopTracing = await startTracing('llmq-worker');
-    if (!config.anthropicApiKey) {
+    // A pool's credentials are checked here, before Redis: a missing variable is named at once.
+    const deployments = config.deployments.length
+      ? await createPoolEntries(config.deployments, process.env)
+      : undefined;
+    if (!deployments && !config.anthropicApiKey) {
       throw new ConfigError(
-        'ANTHROPIC_API_KEY is not set: export your provider key (or run `llmq demo`, which uses the mock server)',
+        'ANTHROPIC_API_KEY is not set: export your provider key, or configure deployments ' +
+          '(LLMQ_DEPLOYMENTS; or run `llmq demo`, which uses the mock server)',
       );
     }
     const grace = Number(flags['grace']);
@@ -111,10 +117,14 @@ export function registerWorkerCommand(program: Command): void {
     const handle = await startWorker({
       redis,
       names: namesOf(config),
-      client: createProviderClient({
-        apiKey: config.anthropicApiKey,
-        baseURL: config.anthropicBaseUrl,
-      }),
+      ...(deployments
+        ? { deployments }
+        : {
+            client: createProviderClient({
+              apiKey: config.anthropicApiKey ?? '',
+              baseURL: config.anthropicBaseUrl,
+            }),
+          }),
       limiter: {
         windowMs: fleet.windowS * 1000,
         limits: set.limits,
