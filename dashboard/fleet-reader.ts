@@ -11,10 +11,15 @@ import {
  * limiter page's JSON and `/metrics` are both made from it, so they never disagree.
  */
 
+import {
+  type DeploymentStatus,
+  deploymentScopesOf,
+  readDeployments,
+} from '../shared/deployment-status.ts';
 import { type Forecast, forecastDrain, readBacklog } from '../shared/forecast.ts';
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import type { LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
+import type { DimensionLimits, LimiterSnapshot, ScopeSnapshot } from '../shared/limiter/types.ts';
 import { LATENCY_BUCKETS_MS, medianLatencyMs, readMetrics } from '../shared/metrics.ts';
 import {
   type DeadLetterQueue,
@@ -47,6 +52,8 @@ export interface QueueView {
   };
   readonly slots: { readonly inFlight: number; readonly cap: number | null };
   readonly waiters: number;
+  /** The pool's deployments (scopes `deployment:<name>`), each with its pause and breaker. */
+  readonly deployments: readonly DeploymentView[];
   /** 429s by source: refused by llmq's own limits vs returned by the provider. */
   readonly rateLimited: {
     readonly llmq: number;
@@ -96,6 +103,15 @@ export interface QueueView {
   };
 }
 
+/** One deployment of the pool as the dashboard shows it. */
+export interface DeploymentView {
+  readonly name: string;
+  /** Its scope's use against its limits, and the provider's readings. */
+  readonly scope: ScopeSnapshot;
+  readonly pause: QueueView['pause'];
+  readonly breaker: QueueView['breaker'];
+}
+
 export interface FleetReaderOptions {
   /** Used, not owned. */
   readonly redis: RedisClient;
@@ -113,7 +129,7 @@ const DEPTH_STATES = ['prioritized', 'waiting', 'delayed'] as const;
 interface QueueHandles {
   readonly queue: LlmqQueue;
   readonly dead: DeadLetterQueue;
-  /** The limiter reading this queue's window, and the `window|margin` it was made for. */
+  /** The limiter reading this queue's window, and the `window|margin|scopes` it was made for. */
   limiter?: { readonly reader: Limiter; readonly shape: string };
 }
 
@@ -121,16 +137,31 @@ interface QueueHandles {
 interface PublishedConfig {
   readonly windowMs?: number;
   readonly headroom?: number;
+  readonly scopes?: Record<string, DimensionLimits>;
 }
 
 /** The breaker as the view shows it. */
-function breakerOf(b: BreakerReading, now: number): QueueView['breaker'] {
+function breakerOf(
+  b: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>,
+  now: number,
+): QueueView['breaker'] {
   const { state, openUntil } = b;
   return {
     state,
     failures: b.failures,
     openUntil,
     remainingMs: openUntil && state !== 'closed' ? Math.max(0, openUntil - now) : 0,
+  };
+}
+
+/** A deployment's status as the view shows it: pause and breaker with the time they have left. */
+function deploymentOf(d: DeploymentStatus, now: number): DeploymentView {
+  const until = d.pausedUntil;
+  return {
+    name: d.name,
+    scope: d.scope,
+    pause: { until, remainingMs: until ? Math.max(0, until - now) : 0 },
+    breaker: breakerOf(d.breaker, now),
   };
 }
 
@@ -259,12 +290,15 @@ export class FleetReader {
       typeof published.headroom === 'number' && published.headroom >= 0 && published.headroom < 1
         ? published.headroom
         : undefined;
-    const shape = `${windowMs}|${headroom}`;
+    // The pool's deployments show with their limits while they have no use (paused, breaker open).
+    const scopes = deploymentScopesOf(published.scopes);
+    const shape = `${windowMs}|${headroom}|${JSON.stringify(scopes)}`;
     if (h.limiter?.shape !== shape) {
       const reader = new Limiter({
         redis: this.redis,
         names: this.names(queue),
         windowMs,
+        scopes,
         ...(headroom === undefined ? {} : { headroom }),
       });
       h.limiter = { reader, shape };
@@ -286,6 +320,7 @@ export class FleetReader {
       readBacklog(this.redis, names),
       spendReport(new BudgetLedger(this.redis, names, this.budgets)),
     ]);
+    const deployments = await readDeployments(this.redis, names, snap);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
     const ratio = (actual: number, reserved: number) => (reserved > 0 ? actual / reserved : null);
@@ -301,6 +336,7 @@ export class FleetReader {
       breaker: breakerOf(breaker, snap.now),
       slots: { inFlight: snap.inFlight, cap: snap.concurrency ?? null },
       waiters: snap.waiters,
+      deployments: deployments.map((d) => deploymentOf(d, snap.now)),
       rateLimited: {
         llmq: c.deniedBudget,
         provider: m('provider_429_retry_after') + m('provider_429_final'),

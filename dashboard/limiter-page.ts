@@ -1,7 +1,8 @@
 /**
- * The limiter's live page: the shared pause, the breaker, slots, the current window's use
- * against each limit with the provider's view, what settled calls were estimated at and used,
- * spend against budgets, and the backlog's forecast. It polls `api/limiter` every second.
+ * The limiter's live page: the shared pause, the breaker, slots, the pool's deployments (each
+ * with its use, pause and breaker), the current window's use against each limit with the
+ * provider's view, what settled calls were estimated at and used, spend against budgets, and
+ * the backlog's forecast. It polls `api/limiter` every second.
  * Deferrals (llmq's own limits holding a call back, nothing sent) are counted apart from the
  * 429s the provider sent.
  */
@@ -40,6 +41,11 @@ const BODY = `
 <p id="empty" data-testid="empty" class="empty" hidden>No queue is registered under this prefix yet: enqueue a job or start a worker, and it appears here.</p>
 <div id="view" hidden>
   ${TILES}
+  <section id="deployments" data-testid="deployments" hidden>
+  <h2>Deployments <small>each with its own limits, pause and breaker; a job goes to the first by preference that serves its model and has room</small></h2>
+  <table class="usage"><thead><tr><th>deployment</th><th>used / limit this window</th><th>pause</th><th>breaker</th></tr></thead>
+    <tbody id="deployment-rows" data-testid="deployment-rows"></tbody></table>
+  </section>
   <h2>Current window (${span('window-seconds', '&ndash;')} s) <small>used: open calls at their reservation, settled ones at their usage; never above the limit</small></h2>
   <table class="usage">${LIMITS_HEAD}<tbody id="usage-rows" data-testid="usage-rows"></tbody></table>
   <h2>Spend <small>this UTC day and month, by budget and model</small></h2>
@@ -121,6 +127,30 @@ function tiles(v) {
   set('accuracy-output', v.accuracy.output, pct(v.accuracy.output));
   set('settled', v.counters.settled);
 }
+function deploymentUse(scope) {
+  const parts = LIMIT_DIMS.flatMap(([dim, label]) => {
+    const u = scope.dimensions[dim];
+    const limit = u.limit !== undefined ? u.limit : u.providerLimit;
+    if (limit === undefined && u.used === 0) return [];
+    return [label + ' ' + compact(u.used) + ' / ' + (limit === undefined ? '\u221e' : compact(limit))];
+  });
+  return parts.length ? parts.join(', ') : 'no use, no limits';
+}
+function deployments(list) {
+  $('deployments').hidden = list.length === 0;
+  $('deployment-rows').replaceChildren(...list.map((d) => {
+    const paused = d.pause.until !== null;
+    const b = d.breaker;
+    const breaker = b.state.replace('_', '-') + (b.state === 'open' ? ', trial call in ' + seconds(b.remainingMs) : '') +
+      (b.failures ? ' (' + b.failures + ' failures)' : '');
+    const tr = cellRow([d.name, deploymentUse(d.scope), paused ? 'paused, ' + seconds(d.pause.remainingMs) + ' more' : 'none', breaker]);
+    tr.dataset.testid = 'deployment-' + d.name;
+    tr.dataset.paused = String(paused);
+    tr.dataset.breaker = b.state;
+    if (paused || b.state !== 'closed') tr.className = 'bad';
+    return tr;
+  }));
+}
 function providerTiles(p) {
   set('provider-calls', p.calls);
   set('provider-ok', p.ok);
@@ -137,6 +167,7 @@ function render(data) {
   const v = showView(data);
   if (!v) return;
   tiles(v);
+  deployments(v.deployments || []);
   limitRows('usage-rows', v.scopes, 'No limit is configured and the provider has sent no reading yet.');
   budgetRows({ configured: v.budgetsConfigured, lines: v.spend || [] }, null, true);
   settledChart(v);

@@ -183,6 +183,21 @@ export class PrometheusExporter {
       'Consecutive failures the breaker counted.',
       ['queue'],
     ),
+    deploymentBreaker: this.gauge(
+      'llmq_deployment_breaker_state',
+      'A pool deployment\'s circuit breaker state (1 for the current one); its use and limits are llmq_window_*{scope="deployment:<name>"}.',
+      ['queue', 'deployment', 'state'],
+    ),
+    deploymentBreakerFailures: this.gauge(
+      'llmq_deployment_breaker_failures',
+      "Consecutive failures a pool deployment's breaker counted.",
+      ['queue', 'deployment'],
+    ),
+    deploymentPause: this.gauge(
+      'llmq_deployment_pause_remaining_seconds',
+      "Time left of a pool deployment's own pause (0: not paused).",
+      ['queue', 'deployment'],
+    ),
     pause: this.gauge(
       'llmq_pause_remaining_seconds',
       'Time left of the shared pause (0: not paused).',
@@ -281,6 +296,13 @@ export class PrometheusExporter {
     for (const state of BREAKER_STATES)
       m.breaker.set({ queue, state }, v.breaker.state === state ? 1 : 0);
     m.breakerFailures.set({ queue }, v.breaker.failures);
+    for (const d of v.deployments) {
+      const labels = { queue, deployment: d.name };
+      for (const state of BREAKER_STATES)
+        m.deploymentBreaker.set({ ...labels, state }, d.breaker.state === state ? 1 : 0);
+      m.deploymentBreakerFailures.set(labels, d.breaker.failures);
+      m.deploymentPause.set(labels, d.pause.remainingMs / 1000);
+    }
     m.pause.set({ queue }, v.pause.remainingMs / 1000);
     m.inFlight.set({ queue }, v.slots.inFlight);
     if (v.slots.cap !== null) m.slotCap.set({ queue }, v.slots.cap);

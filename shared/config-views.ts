@@ -4,6 +4,7 @@
  */
 import type { BudgetSettings } from './budgets.ts';
 import type { Config, ScopeLimits } from './config.ts';
+import { deploymentScope } from './deployments.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { modelScopeName } from './models.ts';
@@ -25,6 +26,15 @@ export function scopeLimitsOf(c: Config): Record<string, DimensionLimits> {
     ...Object.entries(c.scopes).map(([name, l]) => [name, toDimensionLimits(l)]),
     ...Object.entries(c.models).map(([p, l]) => [modelScopeName(p), toDimensionLimits(l)]),
   ]);
+}
+
+/** The limits the config gives its deployments, by scope `deployment:<name>`. */
+export function deploymentLimitsOf(
+  c: Pick<Config, 'deployments'>,
+): Record<string, DimensionLimits> {
+  return Object.fromEntries(
+    c.deployments.map((d) => [deploymentScope(d.name), toDimensionLimits(d.limits ?? {})]),
+  );
 }
 
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */

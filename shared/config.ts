@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { type BudgetLimits, type BudgetPolicy, budgetsSchema } from './budgets.ts';
+import { deploymentsSchema, explainDeployments } from './config-deployments.ts';
 import { loadConfigFile } from './config-file.ts';
 import {
   durationSchema,
@@ -12,6 +13,7 @@ import {
   sizeSchema,
   wholeAtLeast,
 } from './config-schemas.ts';
+import type { DeploymentConfig } from './deployments.ts';
 import { ConfigError } from './errors.ts';
 import { DEFAULT_RETRY_FOR_MS } from './job.ts';
 import type { OutputAccounting } from './limiter/types.ts';
@@ -128,6 +130,13 @@ export interface Config {
    * default 1). @default false (env LLMQ_FAIR_SHARE)
    */
   readonly fairShare: boolean;
+  /**
+   * The pool: more than one key, organization or platform serving the queue, each a scope
+   * `deployment:<name>` with its own limits, pause and breaker (config file `deployments`, or
+   * env LLMQ_DEPLOYMENTS as JSON; see docs/deployments.md). Empty: the one key,
+   * `ANTHROPIC_API_KEY` at `ANTHROPIC_BASE_URL`. @default []
+   */
+  readonly deployments: readonly DeploymentConfig[];
 }
 
 /**
@@ -174,6 +183,8 @@ interface Setting {
   readonly default: unknown;
   /** What the value must be, for the error message. */
   readonly expect: string;
+  /** The error message of a refused value, when it says more than `expect` (and hides secrets). */
+  readonly explain?: (error: z.ZodError, from: string) => string;
 }
 
 const SETTINGS: Record<Key, Setting> = {
@@ -362,6 +373,13 @@ const SETTINGS: Record<Key, Setting> = {
     default: 'wait',
     expect: 'wait, refuse or dead-letter',
   },
+  deployments: {
+    env: 'LLMQ_DEPLOYMENTS',
+    schema: deploymentsSchema,
+    default: Object.freeze([]),
+    expect: 'a list of deployments (see docs/deployments.md)',
+    explain: explainDeployments,
+  },
 };
 
 const truncate = (s: string, max = 120) => (s.length > max ? `${s.slice(0, max)}…` : s);
@@ -403,6 +421,7 @@ export function resolveConfig(sources: ConfigSources = {}): Config {
     }
     const parsed = s.schema.safeParse(raw);
     if (!parsed.success) {
+      if (s.explain) throw new ConfigError(s.explain(parsed.error, from));
       const shown = key === 'anthropicApiKey' ? '(hidden)' : truncate(JSON.stringify(raw));
       throw new ConfigError(`${from} must be ${s.expect}, got ${shown}`);
     }

@@ -3,8 +3,6 @@
  * Vertex AI) serving one queue. One key and no list is a pool of one, named `default`.
  * See docs/deployments.md.
  */
-import type { ScopeLimits } from './config.ts';
-
 /** Where a deployment's calls go. */
 export type DeploymentKind = 'anthropic' | 'bedrock' | 'vertex';
 
@@ -22,6 +20,17 @@ export interface DeploymentCredentials {
   readonly awsSessionTokenEnv?: string | undefined;
   /** vertex: an OAuth access token's variable; unset for Google's application default credentials. */
   readonly accessTokenEnv?: string | undefined;
+}
+
+/**
+ * A deployment's limits per window, named like the global ones.
+ * @inline
+ */
+export interface DeploymentLimits {
+  readonly rpm?: number | undefined;
+  readonly tpm?: number | undefined;
+  readonly itpm?: number | undefined;
+  readonly otpm?: number | undefined;
 }
 
 /** One deployment as configured (`deployments` in the config file, or `LLMQ_DEPLOYMENTS`). */
@@ -43,7 +52,7 @@ export interface DeploymentConfig {
    */
   readonly models?: Readonly<Record<string, string>> | undefined;
   /** Its limits per window; absent ones are read from its headers (Bedrock and Vertex send none). */
-  readonly limits?: ScopeLimits | undefined;
+  readonly limits?: DeploymentLimits | undefined;
   /** Lower goes first among deployments with room. @default its place in the list */
   readonly preference?: number | undefined;
   /** Whether it takes Message Batches. @default true for anthropic, false otherwise */

@@ -1,5 +1,6 @@
 import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
+import { type DeploymentStatus, readDeployments } from './deployment-status.ts';
 import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
 import type { QueueNames } from './keys.ts';
@@ -40,6 +41,8 @@ export interface QueueStatus {
   /** Money spent this day and month against each budget, and per model (budgets configured). */
   readonly spend?: readonly SpendLine[];
   readonly breaker: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>;
+  /** The pool's deployments (scopes `deployment:<name>`): use, pause, breaker; empty without. */
+  readonly deployments: readonly DeploymentStatus[];
 }
 
 /** The limits the provider's headers told, by scope and dimension; null before any reading. */
@@ -111,6 +114,7 @@ export async function getQueueStatus(
     ledger ? spendReport(ledger) : undefined,
     readFleetLimits(redis, names),
   ]);
+  const deployments = await readDeployments(redis, names, snapshot);
   return {
     queue: names.queue,
     prefix: names.prefix,
@@ -124,5 +128,6 @@ export async function getQueueStatus(
     }),
     ...(spend ? { spend } : {}),
     breaker: { state: b.state, failures: b.failures, openUntil: b.openUntil },
+    deployments,
   };
 }

@@ -3,7 +3,8 @@ import { header, retryAfterMs } from '../shared/provider-headers.ts';
 
 /**
  * What to do after a failed provider call.
- * - `rate_limited`: a 429 with retry-after; pause every worker, requeue without spending an attempt.
+ * - `rate_limited`: a 429 with retry-after (or a platform's throttling); pause every worker,
+ *   requeue without spending an attempt.
  * - `retryable`: overloaded, server error, timeout, dropped connection, mid-stream error; back
  *   off and try again, and count toward the circuit breaker. The `transient` ones (the provider
  *   or the network, not the request) are retried for a time; the rest spend attempts.
@@ -35,6 +36,22 @@ export interface Classified {
 const TRANSIENT_STREAM_ERRORS = new Set(['overloaded_error', 'api_error', 'timeout_error']);
 
 const SPEND_CAP = /usage limits|spend limit|billing|credit balance|credits/i;
+
+/**
+ * How long a platform's throttling is waited out: Bedrock (`ThrottlingException`) and Vertex AI
+ * (`RESOURCE_EXHAUSTED`) answer 429 without retry-after, and neither means a spent key.
+ */
+export const PLATFORM_THROTTLE_MS = 1_000;
+
+/** Whether a 429 is Bedrock's or Vertex AI's throttling. */
+function platformThrottled(err: InstanceType<typeof Anthropic.APIError>): boolean {
+  if (header(err.headers ?? undefined, 'x-amzn-errortype')?.startsWith('ThrottlingException'))
+    return true;
+  return (
+    (err.error as { error?: { status?: unknown } } | undefined)?.error?.status ===
+    'RESOURCE_EXHAUSTED'
+  );
+}
 
 function providerError(err: InstanceType<typeof Anthropic.APIError>): {
   type?: string;
@@ -122,8 +139,8 @@ function classifyApiError(
 }
 
 /**
- * A 429: a spent key, one the provider says not to retry, or one without retry-after is final;
- * the rest pause every worker for the retry-after.
+ * A 429: a spent key, one the provider says not to retry, or one without retry-after (but a
+ * platform's throttling) is final; the rest pause every worker for the retry-after.
  */
 function classifyRateLimit(
   err: InstanceType<typeof Anthropic.APIError>,
@@ -131,7 +148,9 @@ function classifyRateLimit(
   message: string | undefined,
   code: string | undefined,
 ): Classified {
-  const wait = retryAfterMs(err.headers ?? undefined);
+  const wait =
+    retryAfterMs(err.headers ?? undefined) ??
+    (platformThrottled(err) ? PLATFORM_THROTTLE_MS : undefined);
   if (code === 'enforced_spend_limit_reached' || SPEND_CAP.test(message ?? '')) {
     return {
       ...base,

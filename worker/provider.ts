@@ -1,4 +1,5 @@
 import Anthropic from '@anthropic-ai/sdk';
+import type { BaseAnthropic } from '@anthropic-ai/sdk/client';
 import { Stream } from '@anthropic-ai/sdk/core/streaming';
 import { MessageStream } from '@anthropic-ai/sdk/lib/MessageStream';
 import type { StoredMessage } from '../shared/job.ts';
@@ -28,6 +29,14 @@ export function createProviderClient(options: {
     timeout: options.timeoutMs ?? 600_000,
   });
 }
+
+/**
+ * What {@link callProvider} needs of a client: the Claude API's, or a platform's (Bedrock's,
+ * Vertex AI's), which share `messages.create` and `messages.stream`.
+ */
+export type MessagesClient = BaseAnthropic & {
+  readonly messages: Pick<Anthropic.Messages, 'create' | 'stream'>;
+};
 
 /**
  * What the worker passes to each call.
@@ -98,7 +107,7 @@ export type ProviderCaller = (
  * SDK for the message and raw for the relay (`relayed` settles once the relay has read it all).
  */
 async function openStream(
-  client: Anthropic,
+  client: MessagesClient,
   params: Anthropic.MessageCreateParamsNonStreaming,
   reqOptions: Record<string, unknown>,
   onEvent: ((name: string, data: string) => void) | undefined,
@@ -169,7 +178,7 @@ function watchFirstToken(
 
 /** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
 export async function callProvider(
-  client: Anthropic,
+  client: MessagesClient,
   request: MessagesRequest,
   options: ProviderCallOptions,
 ): Promise<ProviderCallResult> {

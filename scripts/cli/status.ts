@@ -1,7 +1,12 @@
 import type { Command } from 'commander';
 import { BudgetLedger } from '../../shared/budgets.ts';
 import type { Config } from '../../shared/config.ts';
-import { budgetSettingsOf } from '../../shared/config-views.ts';
+import { budgetSettingsOf, deploymentLimitsOf } from '../../shared/config-views.ts';
+import {
+  type DeploymentStatus,
+  isDeploymentScope,
+  readPublishedDeploymentScopes,
+} from '../../shared/deployment-status.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
 import {
   describeLimits,
@@ -12,6 +17,7 @@ import {
 } from '../../shared/fleet-limits.ts';
 import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
+import type { ScopeSnapshot } from '../../shared/limiter/types.ts';
 import { formatUsd } from '../../shared/prices.ts';
 import { listQueueNames } from '../../shared/queues.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
@@ -36,35 +42,55 @@ function formatLimits(l: QueueStatus['limits']): string[] {
   return [`  limits configured: ${configured}`, `  limits read: ${read}`];
 }
 
+/** A scope's use against its limits (and the provider's), with its shape: `global [bucket]: …`. */
+function formatScope(scope: ScopeSnapshot, name = scope.scope): string {
+  const parts = DIMENSIONS.map((d) => {
+    const u = scope.dimensions[d.name];
+    if (u.limit === undefined && u.providerLimit === undefined && u.used === 0) return undefined;
+    const provider =
+      u.providerLimit === undefined
+        ? ''
+        : ` (provider: limit ${u.providerLimit}${u.providerRoom === undefined ? '' : `, room ${Math.floor(u.providerRoom)} now`})`;
+    return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${provider}`;
+  }).filter(Boolean);
+  const shape = scope.shape === 'unknown' ? '' : ` [${scope.shape}]`;
+  return `${name}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** A deployment of the pool: its scope's use, then its pause and breaker. */
+function formatDeployment(d: DeploymentStatus): string {
+  const b = d.breaker;
+  const breaker =
+    b.state === 'closed'
+      ? 'closed'
+      : `${b.state} (${b.failures} failures${b.openUntil ? `, trial call from ${iso(b.openUntil)}` : ''})`;
+  const pause = d.pausedUntil ? `until ${iso(d.pausedUntil)}` : 'none';
+  return `    ${formatScope(d.scope, d.name)}  pause ${pause}  breaker ${breaker}`;
+}
+
 export function formatStatus(s: QueueStatus): string {
   const c = s.counts;
   const lines = [
     `queue ${s.queue} (prefix ${s.prefix})`,
     `  waiting ${c.waiting}  active ${c.active}  delayed ${c.delayed}  completed ${c.completed}  failed ${c.failed}  dead ${c.dead}`,
     `  window ${s.limiter.windowMs / 1000} s  in flight ${s.limiter.inFlight}${s.limiter.concurrency ? ` of ${s.limiter.concurrency}` : ''}  waiters ${s.limiter.waiters}`,
-    `  pause ${s.limiter.pausedUntil ? `until ${new Date(s.limiter.pausedUntil).toISOString()}` : 'none'}  breaker ${s.breaker.state}`,
+    `  pause ${s.limiter.pausedUntil ? `until ${iso(s.limiter.pausedUntil)}` : 'none'}  breaker ${s.breaker.state}`,
   ];
   for (const scope of s.limiter.scopes) {
-    const parts = DIMENSIONS.map((d) => {
-      const u = scope.dimensions[d.name];
-      if (u.limit === undefined && u.providerLimit === undefined && u.used === 0) return undefined;
-      const provider =
-        u.providerLimit === undefined
-          ? ''
-          : ` (provider: limit ${u.providerLimit}${u.providerRoom === undefined ? '' : `, room ${Math.floor(u.providerRoom)} now`})`;
-      return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${provider}`;
-    }).filter(Boolean);
-    const shape = scope.shape === 'unknown' ? '' : ` [${scope.shape}]`;
-    lines.push(
-      `  ${scope.scope}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`,
-    );
+    if (!isDeploymentScope(scope.scope)) lines.push(`  ${formatScope(scope)}`);
+  }
+  if (s.deployments.length > 0) {
+    lines.push(`  deployments (${s.deployments.length}):`);
+    lines.push(...s.deployments.map(formatDeployment));
   }
   lines.push(...formatLimits(s.limits));
   lines.push(...formatForecast(s.forecast));
   for (const l of s.spend ?? []) {
     const of = l.limitUsd === undefined ? '' : ` of ${formatUsd(l.limitUsd)}`;
     lines.push(
-      `  spend ${l.name} this ${l.period}: ${formatUsd(l.spentUsd)}${of} (resets ${new Date(l.resetsAt).toISOString()})`,
+      `  spend ${l.name} this ${l.period}: ${formatUsd(l.spentUsd)}${of} (resets ${iso(l.resetsAt)})`,
     );
   }
   return lines.join('\n');
@@ -84,12 +110,18 @@ export function registerStatusCommand(program: Command): void {
       // Without limits of its own, status shows the fleet's stored ones, else what workers published.
       const fleet = hasLimits(own) ? own : (await readFleetLimits(redis, names))?.limits;
       const set = fleet && limitSetOf(fleet);
+      // The pool's deployments (this config's, the workers') show with their limits while unused.
+      // What the workers published wins: it is what they admit by.
+      const scopes = {
+        ...set?.scopes,
+        ...deploymentLimitsOf(config),
+        ...(await readPublishedDeploymentScopes(redis, names)),
+      };
       const limiter = new Limiter({
         redis,
         names,
-        ...(fleet && set
-          ? { limits: set.limits, scopes: set.scopes, windowMs: fleet.windowS * 1000 }
-          : {}),
+        scopes,
+        ...(fleet && set ? { limits: set.limits, windowMs: fleet.windowS * 1000 } : {}),
       });
       const budgets = budgetSettingsOf(config);
       const ledger = budgets && new BudgetLedger(redis, names, budgets);
