@@ -1,14 +1,20 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../shared/config.ts';
-import { budgetSettingsOf, globalLimits, scopeLimitsOf } from '../shared/config-views.ts';
+import {
+  budgetSettingsOf,
+  globalLimits,
+  poolNamesOf,
+  scopeLimitsOf,
+} from '../shared/config-views.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { Producer, type ProducerOptions } from './producer.ts';
 
 /**
  * A producer for a resolved {@link Config}: its own Redis connection (closed by `close()`), the
  * global limits (rpm, itpm, otpm, tpm) and headroom to refuse what can never fit, the depth
- * bound, and an SDK client for `exactCount`. `overrides` set any other producer option
+ * bound, the pool's deployments' names (a pin elsewhere is refused), and an SDK client for
+ * `exactCount`. `overrides` set any other producer option
  * (`tenantMaxDepth`, `retryAfterMs`, `keepCompletedS`, …).
  *
  * @example
@@ -51,6 +57,7 @@ export function createProducer(
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
+    ...poolNamesOf(config),
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

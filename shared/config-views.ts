@@ -4,7 +4,7 @@
  */
 import type { BudgetSettings } from './budgets.ts';
 import type { Config, ScopeLimits } from './config.ts';
-import { deploymentScope } from './deployments.ts';
+import { byPreference, deploymentScope, takesBatches } from './deployments.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { modelScopeName } from './models.ts';
@@ -35,6 +35,23 @@ export function deploymentLimitsOf(
   return Object.fromEntries(
     c.deployments.map((d) => [deploymentScope(d.name), toDimensionLimits(d.limits ?? {})]),
   );
+}
+
+/**
+ * What a producer knows of the config's pool: its deployments' names and those taking Message
+ * Batches, so a pin elsewhere is refused at enqueue; nothing without a list (today's behaviour).
+ */
+export function poolNamesOf(c: Pick<Config, 'deployments'>): {
+  deployments?: string[];
+  batchDeployments?: string[];
+} {
+  if (c.deployments.length === 0) return {};
+  return {
+    deployments: c.deployments.map((d) => d.name),
+    batchDeployments: byPreference(c.deployments.map((config) => ({ config })))
+      .filter((e) => takesBatches(e.config))
+      .map((e) => e.config.name),
+  };
 }
 
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */

@@ -4,7 +4,11 @@
  * variables the config names. The platform SDKs load only when a deployment needs them.
  */
 import type { AnthropicVertex } from '@anthropic-ai/vertex-sdk';
-import type { DeploymentConfig, DeploymentCredentials } from '../shared/deployments.ts';
+import {
+  type DeploymentConfig,
+  type DeploymentCredentials,
+  takesBatches,
+} from '../shared/deployments.ts';
 import { ConfigError, ModelNotServedError } from '../shared/errors.ts';
 import { matchModel } from '../shared/models.ts';
 import {
@@ -185,7 +189,7 @@ export async function createDeploymentCallers(
     out.set(d.name, {
       caller,
       platformModel,
-      batches: d.batches ?? d.kind === 'anthropic',
+      batches: takesBatches(d),
       client,
     });
   }

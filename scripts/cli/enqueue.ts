@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { globalLimits, scopeLimitsOf } from '../../shared/config-views.ts';
+import { globalLimits, poolNamesOf, scopeLimitsOf } from '../../shared/config-views.ts';
 import {
   ConfigError,
   CostExceedsLimitError,
@@ -61,6 +61,7 @@ export function registerEnqueueCommand(program: Command): void {
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
       .option('--tenant <name>', 'charge the tenant’s scope too')
+      .option('--deployment <name>', 'pin the jobs to this deployment of the pool')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
       .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
       .option(
@@ -79,6 +80,7 @@ export function registerEnqueueCommand(program: Command): void {
     // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
     const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
     const requests = parseRequests(readInput(file));
+    const pin = typeof flags['deployment'] === 'string' ? { deployment: flags['deployment'] } : {};
     await withRedis(config, async (redis) => {
       const producer = new Producer({
         redis,
@@ -87,6 +89,7 @@ export function registerEnqueueCommand(program: Command): void {
         scopes: scopeLimitsOf(config),
         maxDepth: config.maxDepth,
         maxDepthBytes: config.maxDepthBytes,
+        ...poolNamesOf(config),
       });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind; the
@@ -95,7 +98,7 @@ export function registerEnqueueCommand(program: Command): void {
         requests.forEach((r, i) => {
           try {
             if (via === 'batches') checkBatchable(r, {});
-            producer.prepare(r, { priority });
+            producer.prepare(r, { priority, ...pin });
           } catch (err) {
             if (err instanceof RequestValidationError && requests.length > 1) {
               throw new RequestValidationError(
@@ -119,6 +122,7 @@ export function registerEnqueueCommand(program: Command): void {
               priority,
               wait,
               via,
+              ...pin,
               ...(deadlineAt ? { deadlineAt } : {}),
               ...(tenant ? { tenant } : {}),
               ...(retryForMs !== undefined ? { retryForMs } : {}),

@@ -15,8 +15,9 @@ import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
+import { createDeploymentCallers } from '../../worker/deployment-clients.ts';
 import { createProviderClient } from '../../worker/provider.ts';
-import { startWorker } from '../../worker/worker.ts';
+import { startWorker, type WorkerOptions } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
 /**
@@ -42,6 +43,33 @@ async function fleetLimitsFor(
     redis.disconnect();
     throw err;
   }
+}
+
+/**
+ * How the worker calls the provider: the config's deployments, each through its platform's SDK,
+ * when it lists some; else the one key (`ANTHROPIC_API_KEY`), as without a pool.
+ */
+async function providerOf(config: Config): Promise<Pick<WorkerOptions, 'client' | 'deployments'>> {
+  if (config.deployments.length > 0) {
+    const callers = await createDeploymentCallers(config.deployments, process.env);
+    return {
+      deployments: config.deployments.map((d) => ({
+        config: d,
+        call: callers.get(d.name)!.caller,
+      })),
+    };
+  }
+  if (!config.anthropicApiKey) {
+    throw new ConfigError(
+      'ANTHROPIC_API_KEY is not set: export your provider key, list deployments in the config (docs/deployments.md), or run `llmq demo`, which uses the mock server',
+    );
+  }
+  return {
+    client: createProviderClient({
+      apiKey: config.anthropicApiKey,
+      baseURL: config.anthropicBaseUrl,
+    }),
+  };
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -93,11 +121,7 @@ export function registerWorkerCommand(program: Command): void {
     // pino JSON lines on stderr (LLMQ_LOG_LEVEL); traces when OTEL_* configures an exporter.
     const stderrLogger = workerLogger(createLogger({ component: 'worker' }));
     const stopTracing = await startTracing('llmq-worker');
-    if (!config.anthropicApiKey) {
-      throw new ConfigError(
-        'ANTHROPIC_API_KEY is not set: export your provider key (or run `llmq demo`, which uses the mock server)',
-      );
-    }
+    const provider = await providerOf(config);
     const grace = Number(flags['grace']);
     if (!Number.isFinite(grace) || grace < 0)
       throw new ConfigError(
@@ -111,10 +135,7 @@ export function registerWorkerCommand(program: Command): void {
     const handle = await startWorker({
       redis,
       names: namesOf(config),
-      client: createProviderClient({
-        apiKey: config.anthropicApiKey,
-        baseURL: config.anthropicBaseUrl,
-      }),
+      ...provider,
       limiter: {
         windowMs: fleet.windowS * 1000,
         limits: set.limits,
@@ -133,6 +154,10 @@ export function registerWorkerCommand(program: Command): void {
       logger: stderrLogger,
     });
     stderrLogger.info(`limits ${action}: ${describeLimits(fleet)}`, { limits: action });
+    if (provider.deployments)
+      stderrLogger.info(
+        `deployments: ${provider.deployments.map((d) => d.config.name).join(', ')}`,
+      );
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
         stderrLogger.info(`${signal}: draining calls in flight`, {
