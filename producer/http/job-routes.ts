@@ -77,6 +77,8 @@ const BODY_FIELD: Record<string, string> = {
   meta: 'meta',
   tenant: 'tenant',
   deadlineAt: 'deadline',
+  deployment: 'deployment',
+  via: 'via',
   retryForMs: 'retry_for',
 };
 

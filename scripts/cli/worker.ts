@@ -16,7 +16,7 @@ import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
 import { createDeploymentCallers } from '../../worker/deployment-clients.ts';
-import { createProviderClient } from '../../worker/provider.ts';
+import { callProvider, createProviderClient, type ProviderCaller } from '../../worker/provider.ts';
 import { startWorker, type WorkerOptions } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
@@ -52,12 +52,12 @@ async function fleetLimitsFor(
 async function providerOf(config: Config): Promise<Pick<WorkerOptions, 'client' | 'deployments'>> {
   if (config.deployments.length > 0) {
     const callers = await createDeploymentCallers(config.deployments, process.env);
-    return {
-      deployments: config.deployments.map((d) => ({
-        config: d,
-        call: callers.get(d.name)!.caller,
-      })),
+    // Each deployment's SDK client; the pool maps the model to the platform's id (worker/call.ts).
+    const call = (name: string): ProviderCaller => {
+      const { client } = callers.get(name)!;
+      return (request, options) => callProvider(client, request, options);
     };
+    return { deployments: config.deployments.map((d) => ({ config: d, call: call(d.name) })) };
   }
   if (!config.anthropicApiKey) {
     throw new ConfigError(
