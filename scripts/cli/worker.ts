@@ -15,8 +15,8 @@ import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
-import { createDeploymentCallers } from '../../worker/deployment-clients.ts';
-import { callProvider, createProviderClient, type ProviderCaller } from '../../worker/provider.ts';
+import { poolEntriesOf } from '../../worker/pool-entries.ts';
+import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker, type WorkerOptions } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
@@ -51,13 +51,7 @@ async function fleetLimitsFor(
  */
 async function providerOf(config: Config): Promise<Pick<WorkerOptions, 'client' | 'deployments'>> {
   if (config.deployments.length > 0) {
-    const callers = await createDeploymentCallers(config.deployments, process.env);
-    // Each deployment's SDK client; the pool maps the model to the platform's id (worker/call.ts).
-    const call = (name: string): ProviderCaller => {
-      const { client } = callers.get(name)!;
-      return (request, options) => callProvider(client, request, options);
-    };
-    return { deployments: config.deployments.map((d) => ({ config: d, call: call(d.name) })) };
+    return { deployments: await poolEntriesOf(config.deployments) };
   }
   if (!config.anthropicApiKey) {
     throw new ConfigError(
