@@ -2,6 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../shared/config.ts';
 import {
+  batchDeploymentsOf,
   budgetSettingsOf,
   globalLimits,
   poolNamesOf,
@@ -57,7 +58,10 @@ export function createProducer(
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
-    ...poolNamesOf(config),
+    // A job pinning a deployment the pool lacks is refused at enqueue; so is a batch job none
+    // of it takes.
+    deployments: poolNamesOf(config),
+    batchDeployments: batchDeploymentsOf(config),
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

@@ -5,12 +5,7 @@
  */
 import { z } from 'zod';
 import { jsonOf } from './config-schemas.ts';
-import {
-  DEFAULT_DEPLOYMENT,
-  type DeploymentConfig,
-  type DeploymentCredentials,
-  type DeploymentKind,
-} from './deployments.ts';
+import type { DeploymentConfig, DeploymentCredentials, DeploymentKind } from './deployments.ts';
 import { MODEL_PATTERN } from './models.ts';
 
 const KINDS = ['anthropic', 'bedrock', 'vertex'] as const;
@@ -248,25 +243,4 @@ export function explainDeployments(error: z.ZodError, from: string): string {
   }
   const [head, ...rest] = from.split(' ');
   return [`${head}${pathText(path)}`, ...rest].join(' ') + ` ${message}`;
-}
-
-/**
- * The deployments a config runs with: its list, or with none the one key of today
- * (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`) as a pool of one named `default`.
- */
-export function poolOf(config: {
-  readonly deployments: readonly DeploymentConfig[];
-  readonly anthropicBaseUrl: string | undefined;
-}): readonly DeploymentConfig[] {
-  if (config.deployments.length > 0) return config.deployments;
-  return [
-    {
-      name: DEFAULT_DEPLOYMENT,
-      kind: 'anthropic',
-      credentials: { apiKeyEnv: 'ANTHROPIC_API_KEY' },
-      baseUrl: config.anthropicBaseUrl,
-      preference: 0,
-      batches: true,
-    },
-  ];
 }

@@ -37,21 +37,20 @@ export function deploymentLimitsOf(
   );
 }
 
+/** The pool's deployment names, for a producer to refuse a pin it lacks; undefined without one. */
+export function poolNamesOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
+  return c.deployments.length > 0 ? c.deployments.map((d) => d.name) : undefined;
+}
+
 /**
- * What a producer knows of the config's pool: its deployments' names and those taking Message
- * Batches, so a pin elsewhere is refused at enqueue; nothing without a list (today's behaviour).
+ * Those of the pool's deployments that take Message Batches, best first, for a producer to
+ * refuse a batch job none of them can take; undefined without a pool.
  */
-export function poolNamesOf(c: Pick<Config, 'deployments'>): {
-  deployments?: string[];
-  batchDeployments?: string[];
-} {
-  if (c.deployments.length === 0) return {};
-  return {
-    deployments: c.deployments.map((d) => d.name),
-    batchDeployments: byPreference(c.deployments.map((config) => ({ config })))
-      .filter((e) => takesBatches(e.config))
-      .map((e) => e.config.name),
-  };
+export function batchDeploymentsOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
+  if (c.deployments.length === 0) return undefined;
+  return byPreference(c.deployments.map((config) => ({ config })))
+    .filter((e) => takesBatches(e.config))
+    .map((e) => e.config.name);
 }
 
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */

@@ -5,7 +5,7 @@
 import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
 import { deploymentOfScope, deploymentScopeAmong } from './deployment-scope.ts';
 import type { QueueNames } from './keys.ts';
-import { limiterKeys } from './limiter/limiter-keys.ts';
+import { limiterKeys, pauseKeyOf } from './limiter/limiter-keys.ts';
 import type { DimensionLimits, LimiterSnapshot, ScopeSnapshot } from './limiter/types.ts';
 import type { RedisClient } from './redis.ts';
 
@@ -49,12 +49,9 @@ export async function readPublishedDeploymentScopes(
   }
 }
 
-/**
- * The key of a deployment's pause, as its 429 sets it: pool-core's `pauseKeyOf(limiterKeys(names),
- * [scope])` (shared/limiter/limiter-keys.ts), which this becomes once both are merged.
- */
-export function deploymentPauseKey(names: QueueNames, scope: string): string {
-  return `${limiterKeys(names).pause}:${scope}`;
+/** The key of a deployment's pause, as its 429 sets it (the limiter's rule, for readers and tests). */
+function deploymentPauseKey(names: QueueNames, scope: string): string {
+  return pauseKeyOf(limiterKeys(names), [scope]);
 }
 
 /** The deployments among a snapshot's scopes, each with its pause and breaker read. */

@@ -13,14 +13,12 @@ import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import type { BatchDeployment } from '../worker/batches/batch-deployments.ts';
 import { type BatchSubmitterHandle, startBatchSubmitter } from '../worker/batches/submitter.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
-import { type Proc, startCli } from './fixtures/worker-harness.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+import { deleteKeys, newRedis, testNames } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
 let producer: Producer;
 const running: BatchSubmitterHandle[] = [];
-const procs: Proc[] = [];
 const startMock = eachTestMocks();
 
 beforeEach(() => {
@@ -30,7 +28,6 @@ beforeEach(() => {
 });
 afterEach(async () => {
   for (const s of running.splice(0)) await s.stop();
-  await Promise.all(procs.splice(0).map((p) => p.kill('SIGKILL')));
   await producer.close();
   await deleteKeys(redis, names.prefix);
   redis.disconnect();
@@ -118,34 +115,5 @@ describe('Message Batches in a pool', () => {
       'no deployment of the pool takes Message Batches',
     );
     expect(eu.batches.stats()).toMatchObject({ created: 0 });
-  });
-
-  it('llmq batches run with LLMQ_DEPLOYMENTS submits to the anthropic deployment, not the preferred Bedrock one', async () => {
-    const [eu, aws] = await Promise.all([batchMock(), batchMock()]);
-    const deployments = [
-      {
-        name: 'aws',
-        kind: 'bedrock',
-        region: 'us-east-1',
-        baseUrl: aws.url,
-        credentials: { awsAccessKeyEnv: 'AWS_KEY_ID', awsSecretKeyEnv: 'AWS_SECRET' },
-      },
-      { name: 'eu', kind: 'anthropic', baseUrl: eu.url, credentials: { apiKeyEnv: 'KEY_EU' } },
-    ];
-    const cli = startCli(['batches', 'run'], {
-      ...process.env,
-      REDIS_URL,
-      LLMQ_QUEUE: names.queue,
-      LLMQ_PREFIX: names.prefix,
-      LLMQ_DEPLOYMENTS: JSON.stringify(deployments),
-      KEY_EU: 'sk-ant-test-batches-pool',
-    });
-    procs.push(cli);
-    const id = await producer.enqueue(request('doc 0'), { via: 'batches' });
-    const r = await producer.waitForResult(id, { via: 'batches', timeout: 60_000 });
-    expect(r.deployment).toBe('eu');
-    expect(eu.batches.stats()).toMatchObject({ created: 1, items: 1 });
-    expect(aws.stats().attempts).toBe(0);
-    expect(aws.batches.stats()).toMatchObject({ created: 0 });
   });
 });

@@ -121,17 +121,6 @@ describe('a pool from the config', () => {
     expect(w.stderr()).not.toContain('deployments:');
   });
 
-  it('llmq worker stops at start, in one line, when a deployment names an unset variable', async () => {
-    pool = await openPool('clipool-unset');
-    const [ma, mb] = await Promise.all([startMock(), startMock()]);
-    const env = pool.cliEnv({ LLMQ_DEPLOYMENTS: JSON.stringify(deployments(ma, mb)) });
-    const r = await runCli(['worker'], { ...env, KEY_A: SECRETS.KEY_A });
-    expect(r.code).toBe(2);
-    expect(r.stderr.trim().split('\n')).toEqual([
-      expect.stringContaining('deployment b (bedrock): the environment variable AWS_KEY_ID'),
-    ]);
-  });
-
   it('llmq enqueue refuses a pin the pool lacks and a batch job none of it takes: one line, exit 2, nothing enqueued', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
     pool = await openPool('clipool-pin');

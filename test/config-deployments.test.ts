@@ -4,7 +4,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../shared/config.ts';
-import { poolOf } from '../shared/config-deployments.ts';
 import { ConfigError } from '../shared/errors.ts';
 
 const EU = { name: 'eu', kind: 'anthropic', credentials: { apiKeyEnv: 'ANTHROPIC_API_KEY_EU' } };
@@ -37,20 +36,10 @@ const refusal = (list: unknown): string => {
 };
 
 describe('deployments in the config', () => {
-  it('is empty when absent, and then the pool is the one key of ANTHROPIC_API_KEY', () => {
-    const c = resolveConfig({ env: { ANTHROPIC_BASE_URL: 'http://127.0.0.1:9' } });
-    expect(c.deployments).toEqual([]);
-    expect(poolOf(c)).toEqual([
-      {
-        name: 'default',
-        kind: 'anthropic',
-        credentials: { apiKeyEnv: 'ANTHROPIC_API_KEY' },
-        baseUrl: 'http://127.0.0.1:9',
-        preference: 0,
-        batches: true,
-      },
-    ]);
-    expect(poolOf(resolveConfig({ env: { LLMQ_DEPLOYMENTS: '[]' } }))).toHaveLength(1);
+  it('is empty when absent or an empty list: the one key of ANTHROPIC_API_KEY, as before', () => {
+    expect(resolveConfig({ env: {} }).deployments).toEqual([]);
+    expect(resolveConfig({ env: { LLMQ_DEPLOYMENTS: '[]' } }).deployments).toEqual([]);
+    expect(resolveConfig({ env: {}, file: { deployments: [] } }).deployments).toEqual([]);
   });
 
   it('reads one of each platform from LLMQ_DEPLOYMENTS, filling in preference and batches', () => {
@@ -62,7 +51,6 @@ describe('deployments in the config', () => {
     ]);
     expect(list[1]).toMatchObject({ region: 'us-east-1', limits: { tpm: 8000, rpm: 50 } });
     expect(list[2]?.models).toEqual({ 'claude-sonnet-*': 'claude-sonnet-4-5@20250929' });
-    expect(poolOf({ deployments: list, anthropicBaseUrl: undefined })).toBe(list);
   });
 
   it('reads the config file, and the environment wins over it', () => {

@@ -114,13 +114,16 @@ describe('createDeploymentCallers', () => {
     // Streamed: the SDK's own reading, and the relay of every event (the event stream as SSE).
     const s = await aws.caller(ask(120), recorded(true).options);
     expect(s.message).toMatchObject({ model: BEDROCK_MODEL, stop_reason: 'max_tokens' });
+    // Given by its platform id already (as the pool's worker does), the model goes as it is.
+    const again = await aws.caller({ ...ask(), model: BEDROCK_MODEL }, recorded(false).options);
+    expect(again.message.model).toBe(BEDROCK_MODEL);
     expect(s.message.usage.output_tokens).toBe(120);
     const relayed = recorded(true, true);
     await aws.caller(ask(30), relayed.options);
     expect(relayed.seen.events[0]).toBe('message_start');
     expect(relayed.seen.events.at(-1)).toBe('message_stop');
     expect(relayed.seen.started).toHaveLength(1);
-    expect(mock.stats()).toMatchObject({ admitted: 3, responses: { '200': 3 } });
+    expect(mock.stats()).toMatchObject({ admitted: 4, responses: { '200': 4 } });
   });
 
   it('calls Vertex AI by its model id with the named token, plain and streamed', async () => {

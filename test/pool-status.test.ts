@@ -8,9 +8,8 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
-import { deploymentPauseKey } from '../shared/deployment-status.ts';
-import { breakerKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { CircuitBreaker } from '../worker/breaker.ts';
 import { deleteKeys, llmqFromSource, newRedis, REDIS_URL, testNames } from './helpers.ts';
 
 const SECRETS = {
@@ -66,16 +65,10 @@ describe('the pool in status, the limiter page and /metrics', () => {
       { requests: 1, inputTokens: 100, outputTokens: 100 },
       { scopes: ['deployment:eu'] },
     );
-    // aws answered a 429 (its own pause) and 529s (its own breaker open).
-    const [seconds] = await redis.time();
-    const now = Number(seconds) * 1000;
-    pausedUntil = now + 120_000;
-    await redis.set(deploymentPauseKey(names, 'deployment:aws'), String(pausedUntil));
-    await redis.hset(breakerKey(names, 'aws'), {
-      state: 'open',
-      failures: '5',
-      open_until: String(now + 30_000),
-    });
+    // aws answered a 429 (its own pause) and 529s (its own breaker open, after 5 failures).
+    pausedUntil = await limiter.pauseFor(120_000, ['deployment:aws']);
+    const breaker = new CircuitBreaker(redis, names, { threshold: 5, cooldownMs: 30_000 }, 'aws');
+    for (let i = 0; i < 5; i++) await breaker.failure();
     dashboard = await startDashboard({
       redis,
       prefix: names.prefix,

@@ -39,9 +39,12 @@ const SPEND_CAP = /usage limits|spend limit|billing|credit balance|credits/i;
 
 /**
  * How long a platform's throttling is waited out: Bedrock (`ThrottlingException`) and Vertex AI
- * (`RESOURCE_EXHAUSTED`) answer 429 without retry-after, and neither means a spent key.
+ * (`RESOURCE_EXHAUSTED`) answer 429 without retry-after, and neither means a spent key. Their
+ * quotas are counted per minute, so a throttle says the minute's share is gone: a second's
+ * pause would only meet the next 429 (and spend the job's 429 returns); in a pool the other
+ * deployments carry on meanwhile.
  */
-export const PLATFORM_THROTTLE_MS = 1_000;
+export const PLATFORM_THROTTLE_MS = 10_000;
 
 /** Whether a 429 is Bedrock's or Vertex AI's throttling. */
 function platformThrottled(err: InstanceType<typeof Anthropic.APIError>): boolean {

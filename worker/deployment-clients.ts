@@ -4,13 +4,9 @@
  * variables the config names. The platform SDKs load only when a deployment needs them.
  */
 import type { AnthropicVertex } from '@anthropic-ai/vertex-sdk';
-import {
-  type DeploymentConfig,
-  type DeploymentCredentials,
-  takesBatches,
-} from '../shared/deployments.ts';
+import type { DeploymentConfig, DeploymentCredentials } from '../shared/deployments.ts';
 import { ConfigError, ModelNotServedError } from '../shared/errors.ts';
-import { matchModel } from '../shared/models.ts';
+import { type PoolEntry, platformModelOf, takesBatches } from './pool.ts';
 import {
   callProvider,
   createProviderClient,
@@ -134,22 +130,34 @@ async function vertexClient(d: DeploymentConfig, env: Env, timeout: number) {
   });
 }
 
-async function clientOf(d: DeploymentConfig, env: Env, timeout: number): Promise<MessagesClient> {
-  if (d.kind === 'bedrock') return bedrockClient(d, env, timeout);
-  if (d.kind === 'vertex') return vertexClient(d, env, timeout);
+function anthropicClient(d: DeploymentConfig, env: Env, timeout = 600_000) {
   const apiKey = credential(d, 'apiKeyEnv', env, 'ANTHROPIC_API_KEY')!;
   return createProviderClient({ apiKey, baseURL: d.baseUrl, timeoutMs: timeout });
 }
 
-/** The platform id of each model a deployment serves: by its `models`, else every model as named. */
-export function platformModelOf(d: DeploymentConfig): (model: string) => string | undefined {
-  const models = d.models;
-  if (!models) return (model) => model;
-  const patterns = Object.keys(models);
-  return (model) => {
-    const p = matchModel(patterns, model);
-    return p === undefined ? undefined : models[p];
-  };
+async function clientOf(d: DeploymentConfig, env: Env, timeout: number): Promise<MessagesClient> {
+  if (d.kind === 'bedrock') return bedrockClient(d, env, timeout);
+  if (d.kind === 'vertex') return vertexClient(d, env, timeout);
+  return anthropicClient(d, env, timeout);
+}
+
+/**
+ * The client Message Batches are submitted with: the first deployment by preference that takes
+ * them (the Claude API's only). A pool with none is a ConfigError saying so.
+ */
+export function batchesClientOf(deployments: readonly DeploymentConfig[], env: Env = process.env) {
+  const ranked = deployments
+    .map((d, i) => ({ d, rank: d.preference ?? i }))
+    .filter(({ d }) => d.kind === 'anthropic' && takesBatches(d))
+    .sort((a, b) => a.rank - b.rank);
+  const first = ranked[0]?.d;
+  if (!first)
+    throw new ConfigError(
+      `Message Batches need a deployment that takes them (kind anthropic, batches not false); ` +
+        `the pool has none (${deployments.map((d) => `${d.name}: ${d.kind}`).join(', ')}): ` +
+        'add one, or send these jobs via messages',
+    );
+  return anthropicClient(first, env);
 }
 
 /**
@@ -171,9 +179,11 @@ export async function createDeploymentCallers(
   const out = new Map<string, DeploymentCaller>();
   for (const d of deployments) {
     const client = await clientOf(d, env, options.timeoutMs ?? 600_000);
-    const platformModel = platformModelOf(d);
+    const platformModel = (model: string) => platformModelOf(d, model);
+    const ids = new Set(Object.values(d.models ?? {}));
     const caller: ProviderCaller = (request, callOptions) => {
-      const id = platformModel(request.model);
+      // A model already named by its platform id (the pool's worker maps it first) goes as it is.
+      const id = ids.has(request.model) ? request.model : platformModel(request.model);
       if (id === undefined) {
         const served = Object.keys(d.models ?? {}).join(', ');
         return Promise.reject(
@@ -194,4 +204,21 @@ export async function createDeploymentCallers(
     });
   }
   return out;
+}
+
+/**
+ * The pool a worker is given (`WorkerOptions.deployments`): each deployment with its caller.
+ * @example
+ * ```ts
+ * const deployments = await createPoolEntries(config.deployments, process.env);
+ * await startWorker({ redis, names, deployments, limiter: {} });
+ * ```
+ */
+export async function createPoolEntries(
+  deployments: readonly DeploymentConfig[],
+  env: Env = process.env,
+  options: DeploymentCallerOptions = {},
+): Promise<PoolEntry[]> {
+  const callers = await createDeploymentCallers(deployments, env, options);
+  return deployments.map((config) => ({ config, call: callers.get(config.name)!.caller }));
 }

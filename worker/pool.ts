@@ -78,6 +78,9 @@ function checkEntries(entries: readonly PoolEntry[]): void {
   }
 }
 
+/** Whether a deployment takes Message Batches (one rule, shared with the producers). */
+export { takesBatches };
+
 /** The id the deployment's platform calls a model; undefined when it does not serve it. */
 export function platformModelOf(config: DeploymentConfig, model: string): string | undefined {
   if (!config.models) return model;

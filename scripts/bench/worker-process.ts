@@ -14,7 +14,7 @@ import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix } from '../../shared/keys.ts';
 import { connectRedis, duplicateRedis } from '../../shared/redis.ts';
-import { poolEntriesOf } from '../../worker/pool-entries.ts';
+import { createPoolEntries } from '../../worker/deployment-clients.ts';
 import { callProvider } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { countRedisCommands } from './command-counter.ts';
@@ -77,7 +77,12 @@ async function go(): Promise<void> {
     if ((!client && !instant && !config.deployments) || !config.limiter)
       throw new Error('llmq mode needs mockUrl (or deployments) and limiter');
     const pool = config.deployments
-      ? { deployments: await poolEntriesOf(config.deployments, { ...process.env, ...config.env }) }
+      ? {
+          deployments: await createPoolEntries(config.deployments, {
+            ...process.env,
+            ...config.env,
+          }),
+        }
       : undefined;
     const handle = await startWorker({
       redis,

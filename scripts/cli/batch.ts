@@ -100,7 +100,7 @@ export function registerBatchCommand(program: Command): Command {
       await assertRedis(config.redisUrl);
       const producer = createProducer(config);
       // Through batches, this command runs the batch submitter too (one per queue takes turns).
-      const submitter = via === 'batches' ? await startSubmitterFor(config) : undefined;
+      const submitter = via === 'batches' ? startSubmitterFor(config) : undefined;
       const ac = new AbortController();
       const onSigint = () => {
         if (ac.signal.aborted) process.exit(130);

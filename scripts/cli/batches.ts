@@ -15,7 +15,7 @@ export function registerBatchesCommand(program: Command): Command {
     .action(async (flags: Record<string, unknown>) => {
       const config = configFrom(flags);
       await assertRedis(config.redisUrl);
-      const handle = await startSubmitterFor(config);
+      const handle = startSubmitterFor(config);
       const stop = () => void handle.stop();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);

@@ -3,7 +3,12 @@ import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { globalLimits, poolNamesOf, scopeLimitsOf } from '../../shared/config-views.ts';
+import {
+  batchDeploymentsOf,
+  globalLimits,
+  poolNamesOf,
+  scopeLimitsOf,
+} from '../../shared/config-views.ts';
 import {
   ConfigError,
   CostExceedsLimitError,
@@ -61,7 +66,7 @@ export function registerEnqueueCommand(program: Command): void {
       .option('--file <file>', 'read from a file; - or nothing for standard input')
       .option('--priority <p>', 'interactive, default, batch, or a number (1 is the most urgent)')
       .option('--tenant <name>', 'charge the tenant’s scope too')
-      .option('--deployment <name>', 'pin the jobs to this deployment of the pool')
+      .option('--deployment <name>', 'send the jobs to this deployment of the pool only')
       .option('--via <path>', 'messages, batches (run by `llmq batches run`) or auto', 'messages')
       .option('--deadline <duration>', 'when the jobs must be done, such as 6h (for --via auto)')
       .option(
@@ -80,7 +85,7 @@ export function registerEnqueueCommand(program: Command): void {
     // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
     const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
     const requests = parseRequests(readInput(file));
-    const pin = typeof flags['deployment'] === 'string' ? { deployment: flags['deployment'] } : {};
+    const deployment = typeof flags['deployment'] === 'string' ? flags['deployment'] : undefined;
     await withRedis(config, async (redis) => {
       const producer = new Producer({
         redis,
@@ -89,7 +94,8 @@ export function registerEnqueueCommand(program: Command): void {
         scopes: scopeLimitsOf(config),
         maxDepth: config.maxDepth,
         maxDepthBytes: config.maxDepthBytes,
-        ...poolNamesOf(config),
+        deployments: poolNamesOf(config),
+        batchDeployments: batchDeploymentsOf(config),
       });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind; the
@@ -98,7 +104,7 @@ export function registerEnqueueCommand(program: Command): void {
         requests.forEach((r, i) => {
           try {
             if (via === 'batches') checkBatchable(r, {});
-            producer.prepare(r, { priority, ...pin });
+            producer.prepare(r, { priority, ...(deployment ? { deployment } : {}) });
           } catch (err) {
             if (err instanceof RequestValidationError && requests.length > 1) {
               throw new RequestValidationError(
@@ -122,9 +128,9 @@ export function registerEnqueueCommand(program: Command): void {
               priority,
               wait,
               via,
-              ...pin,
               ...(deadlineAt ? { deadlineAt } : {}),
               ...(tenant ? { tenant } : {}),
+              ...(deployment ? { deployment } : {}),
               ...(retryForMs !== undefined ? { retryForMs } : {}),
             });
           } catch (err) {

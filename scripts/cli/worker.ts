@@ -15,9 +15,9 @@ import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
-import { poolEntriesOf } from '../../worker/pool-entries.ts';
+import { createPoolEntries } from '../../worker/deployment-clients.ts';
 import { createProviderClient } from '../../worker/provider.ts';
-import { startWorker, type WorkerOptions } from '../../worker/worker.ts';
+import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
 /**
@@ -43,27 +43,6 @@ async function fleetLimitsFor(
     redis.disconnect();
     throw err;
   }
-}
-
-/**
- * How the worker calls the provider: the config's deployments, each through its platform's SDK,
- * when it lists some; else the one key (`ANTHROPIC_API_KEY`), as without a pool.
- */
-async function providerOf(config: Config): Promise<Pick<WorkerOptions, 'client' | 'deployments'>> {
-  if (config.deployments.length > 0) {
-    return { deployments: await poolEntriesOf(config.deployments) };
-  }
-  if (!config.anthropicApiKey) {
-    throw new ConfigError(
-      'ANTHROPIC_API_KEY is not set: export your provider key, list deployments in the config (docs/deployments.md), or run `llmq demo`, which uses the mock server',
-    );
-  }
-  return {
-    client: createProviderClient({
-      apiKey: config.anthropicApiKey,
-      baseURL: config.anthropicBaseUrl,
-    }),
-  };
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -115,7 +94,16 @@ export function registerWorkerCommand(program: Command): void {
     // pino JSON lines on stderr (LLMQ_LOG_LEVEL); traces when OTEL_* configures an exporter.
     const stderrLogger = workerLogger(createLogger({ component: 'worker' }));
     const stopTracing = await startTracing('llmq-worker');
-    const provider = await providerOf(config);
+    // A pool's credentials are checked here, before Redis: a missing variable is named at once.
+    const deployments = config.deployments.length
+      ? await createPoolEntries(config.deployments, process.env)
+      : undefined;
+    if (!deployments && !config.anthropicApiKey) {
+      throw new ConfigError(
+        'ANTHROPIC_API_KEY is not set: export your provider key, or configure deployments ' +
+          '(LLMQ_DEPLOYMENTS; or run `llmq demo`, which uses the mock server)',
+      );
+    }
     const grace = Number(flags['grace']);
     if (!Number.isFinite(grace) || grace < 0)
       throw new ConfigError(
@@ -129,7 +117,14 @@ export function registerWorkerCommand(program: Command): void {
     const handle = await startWorker({
       redis,
       names: namesOf(config),
-      ...provider,
+      ...(deployments
+        ? { deployments }
+        : {
+            client: createProviderClient({
+              apiKey: config.anthropicApiKey ?? '',
+              baseURL: config.anthropicBaseUrl,
+            }),
+          }),
       limiter: {
         windowMs: fleet.windowS * 1000,
         limits: set.limits,
@@ -148,10 +143,6 @@ export function registerWorkerCommand(program: Command): void {
       logger: stderrLogger,
     });
     stderrLogger.info(`limits ${action}: ${describeLimits(fleet)}`, { limits: action });
-    if (provider.deployments)
-      stderrLogger.info(
-        `deployments: ${provider.deployments.map((d) => d.config.name).join(', ')}`,
-      );
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
         stderrLogger.info(`${signal}: draining calls in flight`, {

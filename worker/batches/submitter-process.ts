@@ -3,10 +3,9 @@ import { byPreference, takesBatches } from '../../shared/deployments.ts';
 import { ConfigError } from '../../shared/errors.ts';
 import { formatUsd } from '../../shared/prices.ts';
 import { connectRedis } from '../../shared/redis.ts';
-import { createDeploymentCallers } from '../deployment-clients.ts';
-import { createProviderClient, type MessagesClient } from '../provider.ts';
+import { batchesClientOf } from '../deployment-clients.ts';
+import { createProviderClient } from '../provider.ts';
 import {
-  type BatchesClient,
   type BatchProgress,
   type BatchSubmitterHandle,
   type BatchSubmitterOptions,
@@ -23,33 +22,25 @@ export function batchProgressLine(p: BatchProgress): string {
   );
 }
 
-/** The client's Message Batches; a ConfigError when its SDK has none (only the Claude API's). */
-function batchesOf(name: string, client: MessagesClient): BatchesClient {
-  if (!(client.messages as Partial<BatchesClient['messages']>).batches)
-    throw new ConfigError(
-      `deployment ${name}: its SDK offers no Message Batches: set its batches to false`,
-    );
-  return client as unknown as BatchesClient;
-}
+type Env = Readonly<Record<string, string | undefined>>;
 
 /**
- * Where the config's batches go: its deployments taking Message Batches, best first, when it
- * lists a pool (none of them: each batch job is dead-lettered with why); else the one key.
- * @throws ConfigError when no provider key is set, or a deployment's credentials are missing.
+ * Where batches go: with a pool, each deployment that takes them, best first (a pinned job's
+ * batch to its pin, the others' to the first); else the one key.
+ * @throws ConfigError when no provider key is set, or no deployment of the pool takes batches.
  */
-async function destinationsOf(
+function destinationsOf(
   config: Config,
-): Promise<Pick<BatchSubmitterOptions, 'client' | 'deployments'>> {
+  env: Env,
+): Pick<BatchSubmitterOptions, 'client' | 'deployments'> {
   if (config.deployments.length > 0) {
-    const takers = byPreference(config.deployments.map((c) => ({ config: c }))).filter((e) =>
-      takesBatches(e.config),
-    );
-    const callers = await createDeploymentCallers(takers.map((e) => e.config));
+    const takers = byPreference(config.deployments.map((c) => ({ config: c })))
+      .map((e) => e.config)
+      .filter(takesBatches);
+    // None: batchesClientOf's ConfigError, naming the pool.
+    if (takers.length === 0) batchesClientOf(config.deployments, env);
     return {
-      deployments: takers.map(({ config: c }) => ({
-        name: c.name,
-        client: batchesOf(c.name, callers.get(c.name)!.client),
-      })),
+      deployments: takers.map((d) => ({ name: d.name, client: batchesClientOf([d], env) })),
     };
   }
   if (!config.anthropicApiKey) {
@@ -66,14 +57,16 @@ async function destinationsOf(
 }
 
 /**
- * Starts a batch submitter for a resolved config, its progress on stderr.
- * @throws ConfigError when no provider key is set, or a deployment's credentials are missing.
+ * Starts a batch submitter for a resolved config, its progress on stderr; with a pool, through
+ * its deployments that take batches (see {@link destinationsOf}).
+ * @throws ConfigError when no provider key is set, or no deployment of the pool takes batches.
  */
-export async function startSubmitterFor(
+export function startSubmitterFor(
   config: Config,
   out: { write(chunk: string): boolean } = process.stderr,
-): Promise<BatchSubmitterHandle> {
-  const destinations = await destinationsOf(config);
+  env: Env = process.env,
+): BatchSubmitterHandle {
+  const destinations = destinationsOf(config, env);
   const redis = connectRedis(config.redisUrl);
   redis.on('error', () => {});
   let last = '';
