@@ -32,7 +32,7 @@ const SHARE = 0.5;
 /** A job's charge at the mock: 400 to 800 tokens (input + max_tokens), 600 on average. */
 const MEAN_COST = 600;
 /** Windows the throughput phase lasts at full rate. */
-const WINDOWS = { full: 6, quick: 4, smoke: 2 } as const;
+const WINDOWS = { full: 6, quick: 3, smoke: 2 } as const;
 /** The deployment killed: after two windows of the failover phase, back three windows later. */
 const KILLED = 'bedrock';
 const KILL_AFTER = 2;
@@ -263,8 +263,10 @@ async function runPhases(
     ctx.log(`pool: throughput, ${windows} windows of ${count(TOTAL)} tokens`);
     const a = await throughputPhase(full, Math.ceil((windows * TOTAL) / MEAN_COST));
     const killed = MEMBERS.find((m) => m.name === KILLED)!;
-    // Full rate before the kill and after the rejoin, the others' alone while it is down.
-    const tokens = (KILL_AFTER + 2) * TOTAL + (DOWN + 1) * (TOTAL - killed.limit);
+    // Full rate before the kill and after the rejoin (two windows; --quick one), the others'
+    // alone while it is down and until its trial call.
+    const after = ctx.quick ? 1 : 2;
+    const tokens = (KILL_AFTER + after) * TOTAL + (DOWN + 1) * (TOTAL - killed.limit);
     ctx.log(`pool: failover, ${KILLED} killed after ${KILL_AFTER} windows for ${DOWN}`);
     const b = await failoverPhase(full, Math.ceil(tokens / MEAN_COST), optionsOf(killed));
     await Promise.all(workers.map((w) => w.stop()));
@@ -298,7 +300,12 @@ export async function poolScenario(ctx: ScenarioContext): Promise<ScenarioResult
   });
   const mocks = new Map<string, BenchMock>();
   try {
-    for (const m of MEMBERS) mocks.set(m.name, await startBenchMock(optionsOf(m)));
+    const started = await Promise.allSettled(MEMBERS.map((m) => startBenchMock(optionsOf(m))));
+    started.forEach((r, i) => {
+      if (r.status === 'fulfilled') mocks.set(MEMBERS[i]!.name, r.value);
+    });
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed) throw (failed as PromiseRejectedResult).reason;
     const { a, b } = await withBenchScope(ctx.redisUrl, 'pool', (redis, names) =>
       runPhases(ctx, { redis, names, mocks, windowMs }, optionsOf),
     );
