@@ -92,7 +92,7 @@ describe('a pool from the config', () => {
     pool = await openPool('clipool');
     const list = JSON.stringify(deployments(ma, mb));
     const args = ['--concurrency', '8', '--window', '2'];
-    const w = await cliWorker(pool, { LLMQ_DEPLOYMENTS: list }, args, /deployments: a, b/);
+    const w = await cliWorker(pool, { LLMQ_DEPLOYMENTS: list }, args);
     const ids: string[] = [];
     for (let i = 0; i < 16; i++) ids.push(await pool.producer.enqueue(request(`Job ${i}.`, 200)));
     await allCompleted(pool, ids, 60_000);
@@ -113,12 +113,11 @@ describe('a pool from the config', () => {
 
   it('llmq worker without a list calls the one key, as before a pool', async () => {
     pool = await openPool('clipool-one');
-    const w = await cliWorker(pool, {}, ['--concurrency', '2']);
+    await cliWorker(pool, {}, ['--concurrency', '2']);
     const id = await pool.producer.enqueue(request('Hi.'));
     await allCompleted(pool, [id], 30_000);
     expect((await pool.job(id))!.returnvalue.deployment).toBeUndefined();
     expect(pool.mock.stats().responses).toEqual({ '200': 1 });
-    expect(w.stderr()).not.toContain('deployments:');
   });
 
   it('llmq enqueue refuses a pin the pool lacks and a batch job none of it takes: one line, exit 2, nothing enqueued', async () => {
