@@ -3,9 +3,14 @@
  * only deployments taking Message Batches; a pinned job to its pin, the others to the first by
  * preference. A job none of them may take is refused with the reason its dead letter gives.
  */
+import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
-import type { BatchesClient } from './submitter.ts';
+
+/** What the submitter needs of the SDK: `client.messages.batches` (an `Anthropic` fits). */
+export interface BatchesClient {
+  readonly messages: { readonly batches: Anthropic['messages']['batches'] };
+}
 
 /** A deployment of the pool that takes Message Batches, with its client. */
 export interface BatchDeployment {

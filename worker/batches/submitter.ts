@@ -15,14 +15,17 @@ import {
 import type { RedisClient } from '../../shared/redis.ts';
 import { deadLetter } from '../dead-letters.ts';
 import { store } from '../provider.ts';
-import { type BatchDeployment, batchGroups, routeBatchJobs } from './batch-deployments.ts';
+import {
+  type BatchDeployment,
+  type BatchesClient,
+  batchGroups,
+  routeBatchJobs,
+} from './batch-deployments.ts';
+
+export type { BatchesClient } from './batch-deployments.ts';
+
 import { BatchState, type BatchTotals, type InFlight } from './batch-state.ts';
 import { type BatchItem, itemOutcome } from './item-outcome.ts';
-
-/** What the submitter needs of the SDK: `client.messages.batches` (an `Anthropic` fits). */
-export interface BatchesClient {
-  readonly messages: { readonly batches: Anthropic['messages']['batches'] };
-}
 
 export interface BatchSubmitterOptions {
   readonly redis: RedisClient;
