@@ -346,7 +346,7 @@ function resultOf(
       {
         name: 'the others absorb its share within a second',
         met: b.absorbMs <= 1_000 && b.othersUse >= 0.95,
-        detail: `its breaker open ${seconds(b.absorbMs)} after the kill (${b.callsWhileDown} calls to it while down, trials included); the others at ${percent(b.othersUse)} of their limits while it was down; ${b.moved} jobs that failed on it completed elsewhere, each within ${seconds(b.movedWithinMs)} of its failure`,
+        detail: `its breaker open ${seconds(b.absorbMs)} after the kill (${b.callsWhileDown} calls to it while down, trials included); the others at ${percent(b.othersUse)} of their limits while it was down; ${b.moved} jobs that failed on it completed elsewhere${b.moved > 0 ? `, each within ${seconds(b.movedWithinMs)} of its failure` : ''}`,
       },
       {
         name: 'it rejoins after its trial call',
