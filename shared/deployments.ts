@@ -61,5 +61,19 @@ export interface DeploymentConfig {
 
 export { deploymentScope } from './deployment-scope.ts';
 
+/** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
+export const takesBatches = (config: DeploymentConfig): boolean =>
+  config.batches ?? config.kind === 'anthropic';
+
+/** Deployments best first: by `preference`, then by their place in the list. */
+export function byPreference<T extends { readonly config: DeploymentConfig }>(
+  entries: readonly T[],
+): T[] {
+  return entries
+    .map((e, i) => ({ e, rank: e.config.preference ?? i, i }))
+    .sort((a, b) => a.rank - b.rank || a.i - b.i)
+    .map(({ e }) => e);
+}
+
 /** The deployment llmq has when none is configured: the one key. */
 export const DEFAULT_DEPLOYMENT = 'default';
