@@ -6,7 +6,8 @@
   KEYS[1]  log      ZSET id -> stamp (an open call: its lease's end)
   KEYS[2]  res      HASH id -> reservation (see reservation.lua)
   KEYS[3]  slots    ZSET id -> lease end (calls in flight)
-  KEYS[4]  waiters  ZSET ticket -> priority * 2^32 + arrival (KEYS[5] waitexp: -> heartbeat end)
+  KEYS[4]  waiters  ZSET ticket -> priority * 2^32 + arrival
+  KEYS[5]  waitexp  ZSET ticket -> heartbeat end
   KEYS[6]  seq      STRING arrivals
   KEYS[7]  pause    STRING the shared pause, until ms
   KEYS[8]  tot      HASH "scope|dim" -> window sum; "scope|dim|left" -> what left it

@@ -27,7 +27,6 @@ end
 
 local function in_scope(r, scope)
   for _, s in ipairs(r.scopes) do if s == scope then return true end end
-  return false
 end
 
 -- Sums of increments by field (`t`), written once each by `flush`: a run that admits, settles
