@@ -3,6 +3,7 @@ import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
+import type { DeploymentRooms } from './pool-room.ts';
 
 /** What a head job asks of the pool. */
 export const askOf = (h: HeadJob): PoolAsk => ({ model: h.model, deployment: h.deployment });
@@ -34,6 +35,8 @@ export interface PoolTry {
   readonly charge: (h: HeadJob) => Charge;
   /** Whether this process makes a deployment's trial call already. */
   readonly trialInFlight: (deployment: string) => boolean;
+  /** The deployments' room, to try the roomiest of equal preference first. */
+  readonly rooms?: DeploymentRooms | undefined;
 }
 
 /** A charge that names its own scopes names its deployment's too. */
@@ -45,7 +48,8 @@ const heldByDeployment = (a: Extract<LineAttempt, { ok: false }>, d: Deployment)
   a.denial.reason === 'paused' || (a.denial.reason === 'budget' && a.denial.scope === d.scope);
 
 /**
- * Admits the head into the first deployment that may take it and has room, by preference: one
+ * Admits the head into the first deployment that may take it and has room, by preference (the
+ * roomiest first among equal ones): one
  * atomic acquire per deployment, in turn, with the line's one ticket (a ticket admitted once is
  * never admitted again: the first admission ends the turn). The jobs behind go with it while
  * that deployment may take them too. A denial by a scope the whole pool shares (a tenant, the
@@ -58,7 +62,9 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
   let best: (Extract<LineAttempt, { ok: false }> & { inPool: true }) | undefined;
   let held = Number.POSITIVE_INFINITY;
   let tooBig: CostExceedsLimitError | undefined;
-  for (const d of choice.deployments) {
+  const cost = t.charge(head);
+  const order = t.rooms ? await t.rooms.order(choice.deployments, cost) : choice.deployments;
+  for (const d of order) {
     const b = await d.breaker.check();
     if (!b.allowed || (b.trial && t.trialInFlight(d.name))) {
       held = Math.min(held, b.allowed ? 50 : b.waitMs);
@@ -77,7 +83,11 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
       return undefined;
     });
     if (!a) continue;
-    if (a.ok) return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+    if (a.ok) {
+      const went = [head, ...behind].slice(0, a.reservations.length).map(t.charge);
+      t.rooms?.spent(d, went);
+      return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+    }
     if (!heldByDeployment(a, d)) return a;
     if (!best || a.denial.waitMs < best.denial.waitMs) best = { ...a, inPool: true };
   }

@@ -31,6 +31,8 @@ export interface Deployment {
   /** Its limiter scope: `deployment:<name>`. */
   readonly scope: string;
   readonly config: DeploymentConfig;
+  /** Its `preference`, else its place in the list: lower goes first. */
+  readonly rank: number;
   readonly call: ProviderCaller;
   readonly breaker: CircuitBreaker;
   /** Whether it takes Message Batches. */
@@ -84,7 +86,10 @@ export function platformModelOf(config: DeploymentConfig, model: string): string
   return pattern === undefined ? undefined : config.models[pattern];
 }
 
-/** The deployments of a worker, best first: by `preference`, then by their place in the list. */
+/**
+ * The deployments of a worker, best first: by `preference`, then by their place in the list
+ * (among equal preferences, the gate puts the one with the most room first: pool-room.ts).
+ */
 export class DeploymentPool {
   readonly list: readonly Deployment[];
   private readonly byName: ReadonlyMap<string, Deployment>;
@@ -100,10 +105,11 @@ export class DeploymentPool {
     const ranked = entries
       .map((e, i) => ({ e, rank: e.config.preference ?? i, i }))
       .sort((a, b) => a.rank - b.rank || a.i - b.i);
-    this.list = ranked.map(({ e }) => ({
+    this.list = ranked.map(({ e, rank }) => ({
       name: e.config.name,
       scope: deploymentScope(e.config.name),
       config: e.config,
+      rank,
       call: e.call,
       breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
       batches: takesBatches(e.config),
