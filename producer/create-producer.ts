@@ -2,6 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { RedisOptions } from 'ioredis';
 import type { Config } from '../shared/config.ts';
 import {
+  batchDeploymentsOf,
   budgetSettingsOf,
   globalLimits,
   poolNamesOf,
@@ -13,7 +14,8 @@ import { Producer, type ProducerOptions } from './producer.ts';
 /**
  * A producer for a resolved {@link Config}: its own Redis connection (closed by `close()`), the
  * global limits (rpm, itpm, otpm, tpm) and headroom to refuse what can never fit, the depth
- * bound, and an SDK client for `exactCount`. `overrides` set any other producer option
+ * bound, the pool's deployments' names (a pin elsewhere is refused), and an SDK client for
+ * `exactCount`. `overrides` set any other producer option
  * (`tenantMaxDepth`, `retryAfterMs`, `keepCompletedS`, …).
  *
  * @example
@@ -56,8 +58,10 @@ export function createProducer(
     headroom: config.headroom,
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
-    // A job pinning a deployment the pool lacks is refused at enqueue.
+    // A job pinning a deployment the pool lacks is refused at enqueue; so is a batch job none
+    // of it takes.
     deployments: poolNamesOf(config),
+    batchDeployments: batchDeploymentsOf(config),
     ...(tokenCounter ? { tokenCounter } : {}),
     ...rest,
   });

@@ -26,6 +26,8 @@ export interface JobBuilderOptions {
   readonly tokenCounter?: TokenCounter | undefined;
   /** The pool's deployments by name, when known: a job pinning another is refused. */
   readonly deployments?: readonly string[] | undefined;
+  /** Those of them taking Message Batches, when known: a batch job going elsewhere is refused. */
+  readonly batchDeployments?: readonly string[] | undefined;
 }
 
 /**
@@ -40,7 +42,7 @@ export class JobBuilder {
   private patterns: readonly string[];
   private readonly ledger: BudgetLedger | undefined;
   private readonly tokenCounter: TokenCounter | undefined;
-  private readonly deployments: readonly string[] | undefined;
+  private readonly pool: KnownPool;
 
   constructor(options: JobBuilderOptions) {
     const headroom = options.headroom ?? 0;
@@ -57,7 +59,7 @@ export class JobBuilder {
     this.patterns = modelPatterns(this.own);
     this.ledger = options.ledger;
     this.tokenCounter = options.tokenCounter;
-    this.deployments = options.deployments;
+    this.pool = { names: options.deployments, batches: options.batchDeployments };
   }
 
   /** Caps the given limits with the fleet's stored ones (none: the given limits alone). */
@@ -153,7 +155,8 @@ export class JobBuilder {
     }
     checkMeta(options.meta);
     checkProviderHeaders(options.providerHeaders);
-    checkDeployment(options.deployment, this.deployments);
+    checkDeployment(options.deployment, this.pool);
+    if (options.via === 'batches') checkBatchDeployment(options.deployment, this.pool);
     const scopes = tenant ? [`tenant:${tenant}`] : [];
     const modelScope = modelScopeOf(this.patterns, req.model, this.current.modelsStrict);
     if (modelScope) scopes.push(modelScope);
@@ -314,13 +317,37 @@ function checkMeta(meta: unknown): void {
   }
 }
 
+/** What a producer knows of the pool: its deployments' names, and those taking batches. */
+interface KnownPool {
+  readonly names?: readonly string[] | undefined;
+  readonly batches?: readonly string[] | undefined;
+}
+
 /** A pinned deployment: a valid name, and one of the pool's when the pool is known here. */
-function checkDeployment(name: string | undefined, known: readonly string[] | undefined): void {
+function checkDeployment(name: string | undefined, pool: KnownPool): void {
   if (name === undefined) return;
+  const known = pool.names;
   const message = !/^[A-Za-z0-9_-]{1,40}$/.test(name)
     ? `must be a deployment's name: letters, digits, "_" or "-", up to 40 (got ${JSON.stringify(name)})`
     : known && !known.includes(name)
       ? `names no deployment of the pool (got ${JSON.stringify(name)}; the pool has ${known.join(', ') || 'none'})`
       : undefined;
   if (message) throw new RequestValidationError([{ field: 'deployment', message }]);
+}
+
+/** A batch job needs a deployment taking Message Batches (its pin's, or any), when known here. */
+function checkBatchDeployment(name: string | undefined, pool: KnownPool): void {
+  const takers = pool.batches;
+  if (!takers || (name === undefined ? takers.length > 0 : takers.includes(name))) return;
+  const issue =
+    name === undefined
+      ? {
+          field: 'via',
+          message: `is batches, but no deployment of the pool (${pool.names?.join(', ')}) takes Message Batches: send it via messages, or add an anthropic deployment`,
+        }
+      : {
+          field: 'deployment',
+          message: `${JSON.stringify(name)} takes no Message Batches (${takers.length > 0 ? `those that do: ${takers.join(', ')}` : 'no deployment of the pool does'}): pin another, or send it via messages`,
+        };
+  throw new RequestValidationError([issue]);
 }

@@ -44,6 +44,11 @@ export interface ProducerOptions {
    * @default undefined (not known here: a worker dead-letters a job pinning one it lacks)
    */
   readonly deployments?: readonly string[] | undefined;
+  /**
+   * Those of `deployments` that take Message Batches: a `via: 'batches'` job pinning another,
+   * or any batch job when none does, is refused. @default undefined (not known here)
+   */
+  readonly batchDeployments?: readonly string[] | undefined;
   /** Refuse a job whose model matches no `model:` scope (Config.modelsStrict). @default false */
   readonly modelsStrict?: boolean;
   /** Money budgets (Config.budgets): a job that can never fit one is refused; so is one whose budget is spent under the `refuse` policy. */

@@ -100,6 +100,7 @@ export class Producer {
       ledger: this.ledger,
       tokenCounter: options.tokenCounter,
       deployments: options.deployments,
+      batchDeployments: options.batchDeployments,
     });
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
     this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;

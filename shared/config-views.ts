@@ -4,7 +4,7 @@
  */
 import type { BudgetSettings } from './budgets.ts';
 import type { Config, ScopeLimits } from './config.ts';
-import { deploymentScope } from './deployments.ts';
+import { byPreference, deploymentScope, takesBatches } from './deployments.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { modelScopeName } from './models.ts';
@@ -40,6 +40,17 @@ export function deploymentLimitsOf(
 /** The pool's deployment names, for a producer to refuse a pin it lacks; undefined without one. */
 export function poolNamesOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
   return c.deployments.length > 0 ? c.deployments.map((d) => d.name) : undefined;
+}
+
+/**
+ * Those of the pool's deployments that take Message Batches, best first, for a producer to
+ * refuse a batch job none of them can take; undefined without a pool.
+ */
+export function batchDeploymentsOf(c: Pick<Config, 'deployments'>): readonly string[] | undefined {
+  if (c.deployments.length === 0) return undefined;
+  return byPreference(c.deployments.map((config) => ({ config })))
+    .filter((e) => takesBatches(e.config))
+    .map((e) => e.config.name);
 }
 
 /** What budgets need of a config; undefined when no budget is set (nothing to count). */

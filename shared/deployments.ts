@@ -61,5 +61,23 @@ export interface DeploymentConfig {
 
 export { deploymentScope } from './deployment-scope.ts';
 
+/** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
+export const takesBatches = (config: DeploymentConfig): boolean =>
+  config.batches ?? config.kind === 'anthropic';
+
+/** A deployment's rank: its `preference`, else its place in the list; lower goes first. */
+export const rankOf = (config: DeploymentConfig, place: number): number =>
+  config.preference ?? place;
+
+/** Deployments best first: by `preference`, then by their place in the list. */
+export function byPreference<T extends { readonly config: DeploymentConfig }>(
+  entries: readonly T[],
+): T[] {
+  return entries
+    .map((e, i) => ({ e, rank: rankOf(e.config, i), i }))
+    .sort((a, b) => a.rank - b.rank || a.i - b.i)
+    .map(({ e }) => e);
+}
+
 /** The deployment llmq has when none is configured: the one key. */
 export const DEFAULT_DEPLOYMENT = 'default';

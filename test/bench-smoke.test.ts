@@ -116,6 +116,31 @@ describe('llmq bench', () => {
     expect(printed.join('\n')).toContain('serve peak RSS');
   }, 120_000);
 
+  it('runs the pool scenario: three platforms, one killed and back, every job completed once', async () => {
+    const report = await runBench({
+      scenarios: ['pool'],
+      smoke: true,
+      redisUrl: REDIS_URL,
+      print: () => {},
+      log: () => {},
+    });
+    const [scenario] = report.scenarios;
+    expect(scenario?.name).toBe('pool');
+    expect(scenario!.rows.map((r) => `${r[0]} ${r[1]}`)).toEqual(
+      ['throughput', 'failover'].flatMap((p) =>
+        ['claude', 'bedrock', 'vertex', 'pool'].map((d) => `${p} ${d}`),
+      ),
+    );
+    const [{ throughput }, { failover }] = scenario!.figures as [
+      { throughput: { failed: number } },
+      { failover: { jobs: number; completedOnce: number; dead: number; failed: number } },
+    ];
+    expect(throughput.failed).toBe(0);
+    expect(failover.completedOnce).toBe(failover.jobs);
+    expect([failover.dead, failover.failed]).toEqual([0, 0]);
+    expect(scenario!.targets.map((t) => t.name)).toContain('it rejoins after its trial call');
+  }, 180_000);
+
   it('refuses an unknown scenario with a message naming the choices', async () => {
     const program = new Command('llmq').exitOverride();
     registerBenchCommand(program);

@@ -5,7 +5,13 @@
  */
 import { toDimensionLimits } from '../shared/config-views.ts';
 import { deploymentOfScope, deploymentScopeAmong } from '../shared/deployment-scope.ts';
-import { type DeploymentConfig, deploymentScope } from '../shared/deployments.ts';
+import {
+  byPreference,
+  type DeploymentConfig,
+  deploymentScope,
+  rankOf,
+  takesBatches,
+} from '../shared/deployments.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { DimensionLimits, Reservation } from '../shared/limiter/types.ts';
 import { matchModel } from '../shared/models.ts';
@@ -75,9 +81,8 @@ function checkEntries(entries: readonly PoolEntry[]): void {
   }
 }
 
-/** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
-export const takesBatches = (config: DeploymentConfig): boolean =>
-  config.batches ?? config.kind === 'anthropic';
+/** Whether a deployment takes Message Batches (one rule, shared with the producers). */
+export { takesBatches };
 
 /** The id the deployment's platform calls a model; undefined when it does not serve it. */
 export function platformModelOf(config: DeploymentConfig, model: string): string | undefined {
@@ -102,14 +107,11 @@ export class DeploymentPool {
     breaker: BreakerOptions | undefined,
   ) {
     checkEntries(entries);
-    const ranked = entries
-      .map((e, i) => ({ e, rank: e.config.preference ?? i, i }))
-      .sort((a, b) => a.rank - b.rank || a.i - b.i);
-    this.list = ranked.map(({ e, rank }) => ({
+    this.list = byPreference(entries).map((e) => ({
       name: e.config.name,
       scope: deploymentScope(e.config.name),
       config: e.config,
-      rank,
+      rank: rankOf(e.config, entries.indexOf(e)),
       call: e.call,
       breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
       batches: takesBatches(e.config),

@@ -31,6 +31,8 @@ const CreateJobBody = z.strictObject({
   stream: z.boolean().optional(),
   meta: z.record(z.string(), z.string()).optional(),
   via: z.enum(['messages', 'batches', 'auto']).optional(),
+  /** The deployment of the pool it is pinned to. */
+  deployment: z.string().optional(),
   /** A duration from now (`90m`, `6h`, `2d`) or an ISO 8601 date-time. */
   deadline: z
     .string()
@@ -75,6 +77,8 @@ const BODY_FIELD: Record<string, string> = {
   meta: 'meta',
   tenant: 'tenant',
   deadlineAt: 'deadline',
+  deployment: 'deployment',
+  via: 'via',
   retryForMs: 'retry_for',
 };
 
@@ -84,7 +88,7 @@ function bodyIssues(error: z.ZodError, body: unknown): RequestValidationError {
       ? issue.keys.map((k) => ({
           field: k,
           message:
-            'is not a field of this body (request, priority, idempotency_key, stream, meta, via, deadline, retry_for)',
+            'is not a field of this body (request, priority, idempotency_key, stream, meta, via, deployment, deadline, retry_for)',
         }))
       : toFieldIssues(new z.ZodError([issue]), body),
   );
@@ -138,6 +142,7 @@ function enqueueOptionsOf(b: z.infer<typeof CreateJobBody>, req: HandlerRequest)
     ...(b.stream !== undefined ? { stream: b.stream } : {}),
     ...(b.meta !== undefined ? { meta: b.meta } : {}),
     via,
+    ...(b.deployment !== undefined ? { deployment: b.deployment } : {}),
     ...(at !== undefined ? { deadlineAt: at } : {}),
     ...(b.retry_for !== undefined ? { retryForMs: retryForMsOf(b.retry_for)! } : {}),
     // The job's trace continues the caller's (W3C Trace Context).

@@ -243,6 +243,12 @@ export const OPENAPI = {
             description:
               'When the job must be done: a duration from now (90m, 6h, 2d) or an ISO 8601 date-time. Via batches, retries past it go through messages.',
           },
+          deployment: {
+            type: 'string',
+            examples: ['eu'],
+            description:
+              "The deployment of the pool the job must go to (docs/deployments.md); one the server's config does not list is refused. Default: the first that serves its model and has room.",
+          },
           retry_for: {
             type: 'string',
             examples: ['30m', '2h', '0'],

@@ -15,6 +15,8 @@ export interface BenchMock {
   /** Clears stats and limit state: the next client starts on an empty window. */
   reset(): Promise<void>;
   close(): Promise<void>;
+  /** Kills its process at once (SIGKILL), as a provider going away: connections drop. */
+  kill(): Promise<void>;
 }
 
 /** Starts the mock (`scripts/bench/mock-process.ts`) and waits for its URL. */
@@ -60,6 +62,7 @@ export async function startBenchMock(
     return res;
   };
   let closed: Promise<void> | undefined;
+  const gone = () => child.exitCode !== null || child.signalCode !== null;
   return {
     url,
     stats: async () => (await (await call('GET', '/__stats')).json()) as MockStats,
@@ -68,7 +71,7 @@ export async function startBenchMock(
     },
     close() {
       closed ??= (async () => {
-        if (child.exitCode !== null || child.signalCode !== null) return;
+        if (gone()) return;
         const exited = once(child, 'exit');
         child.kill('SIGTERM');
         const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
@@ -76,6 +79,12 @@ export async function startBenchMock(
         clearTimeout(timer);
       })();
       return closed;
+    },
+    async kill() {
+      if (gone()) return;
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
     },
   };
 }

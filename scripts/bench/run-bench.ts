@@ -13,6 +13,7 @@ import { gatewayScenario } from './scenarios/gateway.ts';
 import { httpScenario } from './scenarios/http.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
+import { poolScenario } from './scenarios/pool.ts';
 import { publishedScenario } from './scenarios/published.ts';
 import { refundsScenario } from './scenarios/refunds.ts';
 import { scaleScenario } from './scenarios/scale.ts';
@@ -37,6 +38,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   http: httpScenario,
   cluster: clusterScenario,
   chaos: chaosScenario,
+  pool: poolScenario,
 };
 
 export interface BenchOptions {

@@ -14,6 +14,7 @@ import { type Job, Worker } from 'bullmq';
 import type { JobData, JobResult } from '../../shared/job.ts';
 import { bullPrefix } from '../../shared/keys.ts';
 import { connectRedis, duplicateRedis } from '../../shared/redis.ts';
+import { createPoolEntries } from '../../worker/deployment-clients.ts';
 import { callProvider } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { countRedisCommands } from './command-counter.ts';
@@ -73,12 +74,21 @@ async function go(): Promise<void> {
   sampler = setInterval(sample, 100);
   if (config.mode === 'llmq' || config.mode === 'llmq-instant') {
     const instant = config.mode === 'llmq-instant';
-    if ((!client && !instant) || !config.limiter)
-      throw new Error('llmq mode needs mockUrl and limiter');
+    if ((!client && !instant && !config.deployments) || !config.limiter)
+      throw new Error('llmq mode needs mockUrl (or deployments) and limiter');
+    const pool = config.deployments
+      ? {
+          deployments: await createPoolEntries(config.deployments, {
+            ...process.env,
+            ...config.env,
+          }),
+        }
+      : undefined;
     const handle = await startWorker({
       redis,
       names: config.names,
-      ...(instant ? { provider: instantProvider(config.providerDelayMs) } : { client }),
+      ...(pool ?? (instant ? { provider: instantProvider(config.providerDelayMs) } : { client })),
+      ...(config.breaker ? { breaker: config.breaker } : {}),
       limiter: config.limiter,
       concurrency: config.concurrency,
       maxInFlight: config.maxInFlight,

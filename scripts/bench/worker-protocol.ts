@@ -1,3 +1,4 @@
+import type { DeploymentConfig } from '../../shared/deployments.ts';
 import type { QueueNames } from '../../shared/keys.ts';
 import type { InputCounting } from '../../testing/mock-anthropic/index.ts';
 import type { WorkerOptions } from '../../worker/worker.ts';
@@ -22,6 +23,15 @@ export interface WorkerProcessConfig {
   readonly mockUrl?: string;
   /** Jobs this process runs at once. */
   readonly concurrency: number;
+  /**
+   * A pool of deployments instead of `mockUrl` (`llmq` mode): each through its platform's SDK,
+   * as `llmq worker` builds them from the config; credentials from `env`.
+   */
+  readonly deployments?: readonly DeploymentConfig[];
+  /** Environment variables the deployments' credentials name (fake ones, for the mock). */
+  readonly env?: Readonly<Record<string, string>>;
+  /** The breakers' settings (`llmq` mode). @default the worker's */
+  readonly breaker?: WorkerOptions['breaker'];
   /** llmq's limiter settings (`llmq` mode). */
   readonly limiter?: WorkerOptions['limiter'];
   /** Calls in flight across every worker (`llmq` mode). @default no cap */

@@ -3,7 +3,12 @@ import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
-import { globalLimits, poolNamesOf, scopeLimitsOf } from '../../shared/config-views.ts';
+import {
+  batchDeploymentsOf,
+  globalLimits,
+  poolNamesOf,
+  scopeLimitsOf,
+} from '../../shared/config-views.ts';
 import {
   ConfigError,
   CostExceedsLimitError,
@@ -80,6 +85,7 @@ export function registerEnqueueCommand(program: Command): void {
     // Checked by the config; only a flag sets a job's own (LLMQ_RETRY_FOR is the worker's).
     const retryForMs = flags['retryFor'] !== undefined ? config.retryForMs : undefined;
     const requests = parseRequests(readInput(file));
+    const deployment = typeof flags['deployment'] === 'string' ? flags['deployment'] : undefined;
     await withRedis(config, async (redis) => {
       const producer = new Producer({
         redis,
@@ -89,6 +95,7 @@ export function registerEnqueueCommand(program: Command): void {
         maxDepth: config.maxDepth,
         maxDepthBytes: config.maxDepthBytes,
         deployments: poolNamesOf(config),
+        batchDeployments: batchDeploymentsOf(config),
       });
       try {
         // Validate every request before adding any, so a bad line leaves nothing behind; the
@@ -97,7 +104,7 @@ export function registerEnqueueCommand(program: Command): void {
         requests.forEach((r, i) => {
           try {
             if (via === 'batches') checkBatchable(r, {});
-            producer.prepare(r, { priority });
+            producer.prepare(r, { priority, ...(deployment ? { deployment } : {}) });
           } catch (err) {
             if (err instanceof RequestValidationError && requests.length > 1) {
               throw new RequestValidationError(
@@ -113,8 +120,6 @@ export function registerEnqueueCommand(program: Command): void {
           }
         });
         const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
-        const deployment =
-          typeof flags['deployment'] === 'string' ? flags['deployment'] : undefined;
         const wait = flags['wait'] === true;
         for (const [i, r] of requests.entries()) {
           let id: string;

@@ -6,6 +6,8 @@ export interface InFlight {
   readonly batchId: string;
   readonly jobIds: readonly string[];
   readonly submittedAt: number;
+  /** The deployment of the pool it went to (absent without a pool). */
+  readonly deployment?: string | undefined;
 }
 
 /** Counters of a queue's batches since it began (cumulative across runs). */

@@ -15,18 +15,29 @@ import {
 import type { RedisClient } from '../../shared/redis.ts';
 import { deadLetter } from '../dead-letters.ts';
 import { store } from '../provider.ts';
+import {
+  type BatchDeployment,
+  type BatchesClient,
+  batchGroups,
+  routeBatchJobs,
+} from './batch-deployments.ts';
+
+export type { BatchesClient } from './batch-deployments.ts';
+
 import { BatchState, type BatchTotals, type InFlight } from './batch-state.ts';
 import { type BatchItem, itemOutcome } from './item-outcome.ts';
-
-/** What the submitter needs of the SDK: `client.messages.batches` (an `Anthropic` fits). */
-export interface BatchesClient {
-  readonly messages: { readonly batches: Anthropic['messages']['batches'] };
-}
 
 export interface BatchSubmitterOptions {
   readonly redis: RedisClient;
   readonly names: QueueNames;
-  readonly client: BatchesClient;
+  /** The one client, without a pool; unused when `deployments` are given. */
+  readonly client?: BatchesClient;
+  /**
+   * A pool's deployments taking Message Batches, best first: a pinned job's batch goes to its
+   * pin, the others' to the first; with none (or a pin elsewhere) a batch job is dead-lettered
+   * with the reason. Each job's result names its deployment. @default undefined (no pool)
+   */
+  readonly deployments?: readonly BatchDeployment[] | undefined;
   /** First wait before polling a batch again, doubled each poll up to `maxPollMs`. @default 1_000 */
   readonly pollMs?: number;
   /** @default 60_000 */
@@ -74,7 +85,6 @@ const NO_LOCK = '0';
 export class BatchSubmitter {
   private readonly redis: RedisClient;
   private readonly names: QueueNames;
-  private readonly client: BatchesClient;
   private readonly state: BatchState;
   private readonly queue;
   private readonly dlq;
@@ -96,7 +106,8 @@ export class BatchSubmitter {
   constructor(private readonly options: BatchSubmitterOptions) {
     this.redis = options.redis;
     this.names = options.names;
-    this.client = options.client;
+    if (!options.client && !options.deployments)
+      throw new TypeError("startBatchSubmitter needs a `client`, or the pool's `deployments`");
     this.state = new BatchState(this.redis, this.names);
     this.queue = openBatchQueue(this.redis, this.names);
     this.dlq = openDeadLetterQueue(this.redis, this.names);
@@ -199,42 +210,53 @@ export class BatchSubmitter {
     const active = (await this.queue.getJobs(['active'], 0, -1, true)).filter(
       (j): j is Job<JobData, JobResult> => Boolean(j) && !inBatch.has(j.id!),
     );
-    let sent = 0;
-    for (const group of this.groups(active)) {
-      if (this.stopped) break;
-      const batch = await this.client.messages.batches.create({
-        requests: group.map((j) => ({
-          custom_id: j.id!,
-          params: j.data.request as unknown as Anthropic.MessageCreateParamsNonStreaming,
-        })),
-      });
-      await this.state.submitted({
-        batchId: batch.id,
-        jobIds: group.map((j) => j.id!),
-        submittedAt: Date.now(),
-      });
-      this.polls.set(batch.id, { at: Date.now() + this.o.pollMs, delayMs: this.o.pollMs });
-      sent += group.length;
+    const routes = routeBatchJobs(active, this.options.deployments);
+    for (const { job, reason } of routes.refused) {
+      await deadLetter(
+        this.dlq,
+        job,
+        NO_LOCK,
+        { reason, errorClass: 'DeploymentNotFoundError' },
+        job.data.history ?? [],
+      );
+      await this.state.count('deadLettered');
+    }
+    let sent = routes.refused.length;
+    for (const { deployment, jobs } of routes.destinations) {
+      for (const group of batchGroups(jobs, this.o.maxRequests, this.o.maxBytes)) {
+        if (this.stopped) return sent;
+        await this.send(group, deployment);
+        sent += group.length;
+      }
     }
     return sent;
   }
 
-  private groups(jobs: readonly Job<JobData, JobResult>[]): Job<JobData, JobResult>[][] {
-    const out: Job<JobData, JobResult>[][] = [];
-    let cur: Job<JobData, JobResult>[] = [];
-    let bytes = 0;
-    for (const j of jobs) {
-      const size = Buffer.byteLength(JSON.stringify(j.data.request)) + 100;
-      if (cur.length > 0 && (cur.length >= this.o.maxRequests || bytes + size > this.o.maxBytes)) {
-        out.push(cur);
-        cur = [];
-        bytes = 0;
-      }
-      cur.push(j);
-      bytes += size;
-    }
-    if (cur.length > 0) out.push(cur);
-    return out;
+  /** The client of a batch's deployment (the one client without a pool). */
+  private clientOf(deployment: string | undefined): BatchesClient {
+    if (deployment === undefined && this.options.client) return this.options.client;
+    const d = this.options.deployments?.find((x) => x.name === deployment);
+    if (d) return d.client;
+    throw new Error(
+      `a batch was submitted to deployment ${JSON.stringify(deployment ?? 'default')}, which this submitter's config lacks (or takes no batches): run it with that deployment to collect the batch`,
+    );
+  }
+
+  /** Sends one group as a batch to its deployment, and records it. */
+  private async send(group: readonly Job<JobData, JobResult>[], deployment?: string) {
+    const batch = await this.clientOf(deployment).messages.batches.create({
+      requests: group.map((j) => ({
+        custom_id: j.id!,
+        params: j.data.request as unknown as Anthropic.MessageCreateParamsNonStreaming,
+      })),
+    });
+    await this.state.submitted({
+      batchId: batch.id,
+      jobIds: group.map((j) => j.id!),
+      submittedAt: Date.now(),
+      ...(deployment !== undefined ? { deployment } : {}),
+    });
+    this.polls.set(batch.id, { at: Date.now() + this.o.pollMs, delayMs: this.o.pollMs });
   }
 
   /** Polls each batch that is due (a resumed one at once); applies the results of ended ones. */
@@ -245,7 +267,7 @@ export class BatchSubmitter {
       if (this.stopped) break;
       const due = this.polls.get(b.batchId) ?? { at: now, delayMs: this.o.pollMs };
       if (due.at > now) continue;
-      const batch = await this.client.messages.batches.retrieve(b.batchId);
+      const batch = await this.clientOf(b.deployment).messages.batches.retrieve(b.batchId);
       if (batch.processing_status !== 'ended') {
         const delayMs = Math.min(due.delayMs * 2, this.o.maxPollMs);
         this.polls.set(b.batchId, { at: Date.now() + due.delayMs, delayMs });
@@ -259,15 +281,18 @@ export class BatchSubmitter {
 
   /** Streams an ended batch's results and settles each job still waiting on it. */
   private async collect(b: InFlight): Promise<void> {
-    for await (const item of await this.client.messages.batches.results(b.batchId)) {
+    const client = this.clientOf(b.deployment);
+    for await (const item of await client.messages.batches.results(b.batchId)) {
       if (this.stopped) return;
-      await this.apply(b.batchId, item);
+      await this.apply(b, item);
     }
     await this.state.ended(b.batchId);
     this.polls.delete(b.batchId);
   }
 
-  private async apply(batchId: string, item: BatchItem): Promise<void> {
+  private async apply(b: InFlight, item: BatchItem): Promise<void> {
+    const { batchId, deployment } = b;
+    const where = deployment !== undefined ? { deployment } : {};
     const job = (await this.queue.getJob(item.custom_id)) as Job<JobData, JobResult> | undefined;
     // Applied already (a run killed while collecting), or removed meanwhile.
     if (!job || (await job.getState()) !== 'active') return;
@@ -277,7 +302,7 @@ export class BatchSubmitter {
     const outcome = itemOutcome(item, used, job.opts.attempts ?? 5, now);
     if (outcome.kind === 'complete') {
       const message = store(outcome.message);
-      history.push({ at: now, outcome: 'ok', counted: true });
+      history.push({ at: now, outcome: 'ok', counted: true, ...where });
       const result: JobResult = {
         message,
         latencyMs: now - (job.timestamp ?? now),
@@ -285,13 +310,14 @@ export class BatchSubmitter {
         attempts: used + 1,
         completedAt: now,
         batchId,
+        ...where,
       };
       await job.updateData({ ...job.data, history });
       await job.moveToCompleted(result, NO_LOCK, false);
       await this.state.count('succeeded', batchSavingUsd(message.model, message.usage));
       return;
     }
-    history.push(outcome.record);
+    history.push({ ...outcome.record, ...where });
     const kind =
       item.result.type === 'expired'
         ? 'expired'
