@@ -19,7 +19,7 @@ const startMock = eachTestMocks();
 
 const WORDS = 'alpha beta gamma delta epsilon zeta eta theta iota kappa lambda'.split(' ');
 const words = (n: number) => Array.from({ length: n }, (_, i) => WORDS[i % WORDS.length]).join(' ');
-/** About 3,000 tokens of instructions every job shares, marked for the cache. */
+/** 3,000 words of instructions every job shares, marked for the cache. */
 const SYSTEM = words(3_000);
 const cached = (i: number) =>
   ({
@@ -29,8 +29,11 @@ const cached = (i: number) =>
     messages: [{ role: 'user', content: `Question ${i}: ${words(100)}` }],
   }) as never;
 const WHOLE = estimateInputTokens(cached(0));
-const QUESTION = estimateInputTokens({ ...(cached(0) as object), system: undefined } as never);
 
+/*
+ * What a job reserves: WHOLE (some 6,000 tokens, as estimated) in full, some 200 when its prefix
+ * is read; the bounds leave room for the learned scaling of estimates.
+ */
 /** Runs one job to its end: where it went and the input tokens its admission reserved. */
 async function runOne(
   p: Pool,
@@ -77,18 +80,18 @@ describe('a cached prefix in a pool', () => {
     });
     const writer = await runOne(pool, w, 0, 'b');
     expect(writer).toMatchObject({ where: 'b' });
-    expect(writer.reservedIn).toBeGreaterThanOrEqual(WHOLE);
+    expect(writer.reservedIn).toBeGreaterThan(WHOLE / 2);
 
     // Readable on b only, and b has no room: on a it is reserved in full, and a writes it.
     const elsewhere = await runOne(pool, w, 1);
     expect(elsewhere.where).toBe('a');
-    expect(elsewhere.reservedIn).toBeGreaterThanOrEqual(WHOLE);
+    expect(elsewhere.reservedIn).toBeGreaterThan(WHOLE / 2);
     expect(ma.stats().cache).toMatchObject({ writes: 1, reads: 0 });
 
     // Now readable on a: the next job reads it there and reserves only its question.
     const reader = await runOne(pool, w, 2);
     expect(reader.where).toBe('a');
-    expect(reader.reservedIn).toBeLessThanOrEqual(QUESTION * 1.5);
+    expect(reader.reservedIn).toBeLessThan(WHOLE / 4);
     expect(ma.stats().cache).toMatchObject({ writes: 1, reads: 1 });
     expect(mb.stats().attempts).toBe(1);
   });
