@@ -12,6 +12,7 @@ import {
  */
 
 import {
+  type DeploymentCalls,
   type DeploymentStatus,
   deploymentScopesOf,
   readDeployments,
@@ -110,6 +111,8 @@ export interface DeploymentView {
   readonly scope: ScopeSnapshot;
   readonly pause: QueueView['pause'];
   readonly breaker: QueueView['breaker'];
+  /** The calls the workers made on it: all, and by outcome. */
+  readonly calls: DeploymentCalls;
 }
 
 export interface FleetReaderOptions {
@@ -162,6 +165,7 @@ function deploymentOf(d: DeploymentStatus, now: number): DeploymentView {
     scope: d.scope,
     pause: { until, remainingMs: until ? Math.max(0, until - now) : 0 },
     breaker: breakerOf(d.breaker, now),
+    calls: d.calls,
   };
 }
 
@@ -320,7 +324,7 @@ export class FleetReader {
       readBacklog(this.redis, names),
       spendReport(new BudgetLedger(this.redis, names, this.budgets)),
     ]);
-    const deployments = await readDeployments(this.redis, names, snap);
+    const deployments = await readDeployments(this.redis, names, snap, metrics);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
     const c = snap.counters;
     const ratio = (actual: number, reserved: number) => (reserved > 0 ? actual / reserved : null);

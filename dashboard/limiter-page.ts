@@ -1,12 +1,13 @@
 /**
  * The limiter's live page: the shared pause, the breaker, slots, the pool's deployments (each
- * with its use, pause and breaker), the current window's use against each limit with the
+ * with its use, pause, breaker and calls), the current window's use against each limit with the
  * provider's view, what settled calls were estimated at and used, spend against budgets, and
  * the backlog's forecast. It polls `api/limiter` every second.
  * Deferrals (llmq's own limits holding a call back, nothing sent) are counted apart from the
  * 429s the provider sent.
  */
 
+import { DEPLOYMENT_OUTCOMES } from '../shared/metrics.ts';
 import { CHART_SCRIPT, figure } from './chart-script.ts';
 import { LIMITS_HEAD, LIMITS_SCRIPT } from './limits-script.ts';
 import { pageHtml } from './page-shell.ts';
@@ -43,7 +44,7 @@ const BODY = `
   ${TILES}
   <section id="deployments" data-testid="deployments" hidden>
   <h2>Deployments <small>each with its own limits, pause and breaker; a job goes to the first by preference that serves its model and has room</small></h2>
-  <table class="usage"><thead><tr><th>deployment</th><th>used / limit this window</th><th>pause</th><th>breaker</th></tr></thead>
+  <table class="usage"><thead><tr><th>deployment</th><th>used / limit this window</th><th>pause</th><th>breaker</th><th>calls</th></tr></thead>
     <tbody id="deployment-rows" data-testid="deployment-rows"></tbody></table>
   </section>
   <h2>Current window (${span('window-seconds', '&ndash;')} s) <small>used: open calls at their reservation, settled ones at their usage; never above the limit</small></h2>
@@ -136,6 +137,11 @@ function deploymentUse(scope) {
   });
   return parts.length ? parts.join(', ') : 'no use, no limits';
 }
+function deploymentCalls(c) {
+  if (!c || !c.calls) return 'none yet';
+  const by = ${JSON.stringify(DEPLOYMENT_OUTCOMES)}.filter((o) => c[o] > 0).map((o) => c[o] + ' ' + o.replace('_', ' '));
+  return c.calls + ' (' + by.join(', ') + ')';
+}
 function deployments(list) {
   $('deployments').hidden = list.length === 0;
   $('deployment-rows').replaceChildren(...list.map((d) => {
@@ -143,7 +149,7 @@ function deployments(list) {
     const b = d.breaker;
     const breaker = b.state.replace('_', '-') + (b.state === 'open' ? ', trial call in ' + seconds(b.remainingMs) : '') +
       (b.failures ? ' (' + b.failures + ' failures)' : '');
-    const tr = cellRow([d.name, deploymentUse(d.scope), paused ? 'paused, ' + seconds(d.pause.remainingMs) + ' more' : 'none', breaker]);
+    const tr = cellRow([d.name, deploymentUse(d.scope), paused ? 'paused, ' + seconds(d.pause.remainingMs) + ' more' : 'none', breaker, deploymentCalls(d.calls)]);
     tr.dataset.testid = 'deployment-' + d.name;
     tr.dataset.paused = String(paused);
     tr.dataset.breaker = b.state;

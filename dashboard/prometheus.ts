@@ -8,6 +8,7 @@
 
 import { Counter, Gauge, Registry } from 'prom-client';
 import { DIMENSIONS } from '../shared/dimensions.ts';
+import { DEPLOYMENT_OUTCOMES } from '../shared/metrics.ts';
 import { HISTOGRAMS, type HistogramName } from '../shared/telemetry/histograms.ts';
 import type { QueueView } from './fleet-reader.ts';
 
@@ -193,6 +194,11 @@ export class PrometheusExporter {
       "Consecutive failures a pool deployment's breaker counted.",
       ['queue', 'deployment'],
     ),
+    deploymentCalls: this.counter(
+      'llmq_deployment_calls_total',
+      'Calls the workers made on a pool deployment, by outcome (5xx takes the 529s, 429 both kinds).',
+      ['queue', 'deployment', 'outcome'],
+    ),
     deploymentPause: this.gauge(
       'llmq_deployment_pause_remaining_seconds',
       "Time left of a pool deployment's own pause (0: not paused).",
@@ -302,6 +308,8 @@ export class PrometheusExporter {
         m.deploymentBreaker.set({ ...labels, state }, d.breaker.state === state ? 1 : 0);
       m.deploymentBreakerFailures.set(labels, d.breaker.failures);
       m.deploymentPause.set(labels, d.pause.remainingMs / 1000);
+      for (const outcome of DEPLOYMENT_OUTCOMES)
+        total(m.deploymentCalls, { ...labels, outcome }, d.calls[outcome]);
     }
     m.pause.set({ queue }, v.pause.remainingMs / 1000);
     m.inFlight.set({ queue }, v.slots.inFlight);

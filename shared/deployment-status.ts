@@ -1,12 +1,14 @@
 /**
  * Each deployment of a pool as `llmq status`, the limiter page and `/metrics` show it: the use
- * of its scope (`deployment:<name>`) against its limits, its pause and its breaker. Reads only.
+ * of its scope (`deployment:<name>`) against its limits, its pause, its breaker and the calls the
+ * workers made on it. Reads only.
  */
 import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
 import { deploymentOfScope, deploymentScopeAmong } from './deployment-scope.ts';
 import type { QueueNames } from './keys.ts';
 import { limiterKeys, pauseKeyOf } from './limiter/limiter-keys.ts';
 import type { DimensionLimits, LimiterSnapshot, ScopeSnapshot } from './limiter/types.ts';
+import { DEPLOYMENT_OUTCOMES, type DeploymentOutcome, deploymentField } from './metrics.ts';
 import type { RedisClient } from './redis.ts';
 
 /** One deployment's state at one instant (Redis time). */
@@ -17,6 +19,23 @@ export interface DeploymentStatus {
   /** Until when a 429 pauses it (ms, Redis time); null when not paused. */
   readonly pausedUntil: number | null;
   readonly breaker: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>;
+  /** The calls the workers made on it, fleet-wide: all, and by outcome (they add up). */
+  readonly calls: DeploymentCalls;
+}
+
+/** A deployment's calls: `calls` in all, and by outcome. */
+export type DeploymentCalls = Readonly<Record<'calls' | DeploymentOutcome, number>>;
+
+/** A deployment's calls as the workers counted them (`MetricsWriter`), 0 where none. */
+export function deploymentCallsOf(
+  metrics: Readonly<Record<string, number>>,
+  name: string,
+): DeploymentCalls {
+  const n = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
+  const outcomes = Object.fromEntries(
+    DEPLOYMENT_OUTCOMES.map((o) => [o, n(deploymentField(name, o))]),
+  ) as Record<DeploymentOutcome, number>;
+  return { calls: n(deploymentField(name, 'calls')), ...outcomes };
 }
 
 /** Whether a limiter scope is a deployment's. */
@@ -54,11 +73,15 @@ function deploymentPauseKey(names: QueueNames, scope: string): string {
   return pauseKeyOf(limiterKeys(names), [scope]);
 }
 
-/** The deployments among a snapshot's scopes, each with its pause and breaker read. */
+/**
+ * The deployments among a snapshot's scopes, each with its pause and breaker read, and its calls
+ * from the queue's counters (`readMetrics`).
+ */
 export async function readDeployments(
   redis: RedisClient,
   names: QueueNames,
   snapshot: LimiterSnapshot,
+  metrics: Readonly<Record<string, number>>,
 ): Promise<DeploymentStatus[]> {
   const scopes = snapshot.scopes.filter((s) => isDeploymentScope(s.scope));
   return Promise.all(
@@ -74,6 +97,7 @@ export async function readDeployments(
         scope,
         pausedUntil: until > snapshot.now ? until : null,
         breaker: { state: b.state, failures: b.failures, openUntil: b.openUntil },
+        calls: deploymentCallsOf(metrics, name),
       };
     }),
   );

@@ -65,12 +65,16 @@ export { deploymentScope } from './deployment-scope.ts';
 export const takesBatches = (config: DeploymentConfig): boolean =>
   config.batches ?? config.kind === 'anthropic';
 
+/** A deployment's rank: its `preference`, else its place in the list; lower goes first. */
+export const rankOf = (config: DeploymentConfig, place: number): number =>
+  config.preference ?? place;
+
 /** Deployments best first: by `preference`, then by their place in the list. */
 export function byPreference<T extends { readonly config: DeploymentConfig }>(
   entries: readonly T[],
 ): T[] {
   return entries
-    .map((e, i) => ({ e, rank: e.config.preference ?? i, i }))
+    .map((e, i) => ({ e, rank: rankOf(e.config, i), i }))
     .sort((a, b) => a.rank - b.rank || a.i - b.i)
     .map(({ e }) => e);
 }

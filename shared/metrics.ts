@@ -46,6 +46,31 @@ export const LATENCY_BUCKETS_MS = [
   50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000,
 ] as const;
 
+/**
+ * The outcomes a pool deployment's calls are counted by, each in field `d|<name>|<outcome>`
+ * (and every call in `d|<name>|calls`): `5xx` takes the 529s too, `429` both kinds.
+ */
+export const DEPLOYMENT_OUTCOMES = ['ok', '429', '5xx', '4xx', 'connection_error'] as const;
+export type DeploymentOutcome = (typeof DEPLOYMENT_OUTCOMES)[number];
+
+/** At most this many deployments a process has seen are counted by name; others as `other`. */
+export const MAX_DEPLOYMENTS = 32;
+
+/** The metrics field of a deployment's calls, or of its calls with one outcome. */
+export const deploymentField = (name: string, outcome: DeploymentOutcome | 'calls'): string =>
+  `d|${name}|${outcome}`;
+
+/** Which deployment counter each provider counter adds to as well. */
+const DEPLOYMENT_COUNTER: Partial<Record<string, DeploymentOutcome | 'calls'>> = {
+  provider_calls: 'calls',
+  provider_ok: 'ok',
+  provider_429_retry_after: '429',
+  provider_429_final: '429',
+  provider_5xx: '5xx',
+  provider_4xx: '4xx',
+  provider_connection_errors: 'connection_error',
+};
+
 export function metricsKey(names: QueueNames): string {
   return llmqKey(names, 'metrics');
 }
@@ -87,6 +112,7 @@ export class MetricsWriter {
   private readonly batcher: Batcher<MetricsItem, void>;
   private readonly models = new LabelCap(MAX_MODELS);
   private readonly tenants = new LabelCap(MAX_TENANTS);
+  private readonly deployments = new LabelCap(MAX_DEPLOYMENTS);
 
   /**
    * @param options.flushMs how long a successful call's counters wait @default METRICS_FLUSH_MS
@@ -121,9 +147,26 @@ export class MetricsWriter {
     );
   }
 
-  /** Adds to counters. */
-  add(add: Partial<Record<MetricField, number>>): Promise<void> {
-    return this.batcher.push({ latencyMs: undefined, add }, true);
+  /** Adds to counters; a call's provider counters to its deployment's too, when given. */
+  add(add: Partial<Record<MetricField, number>>, deployment?: string): Promise<void> {
+    return this.batcher.push({ latencyMs: undefined, add: this.of(add, deployment) }, true);
+  }
+
+  /** The counters with the deployment's (bounded by {@link MAX_DEPLOYMENTS}) added. */
+  private of(
+    add: Partial<Record<MetricField, number>>,
+    deployment: string | undefined,
+  ): Record<string, number> {
+    const out: Record<string, number> = { ...add };
+    if (deployment === undefined) return out;
+    const name = this.deployments.label(deployment);
+    for (const [f, n] of Object.entries(add)) {
+      const outcome = DEPLOYMENT_COUNTER[f];
+      if (!outcome || !n) continue;
+      const field = deploymentField(name, outcome);
+      out[field] = (out[field] ?? 0) + n;
+    }
+    return out;
   }
 
   /**
@@ -136,12 +179,17 @@ export class MetricsWriter {
 
   /**
    * Records a call in the wait, call and token histograms of its model and tenant (bounded
-   * label sets), with other counters; written within {@link METRICS_FLUSH_MS}.
+   * label sets), with other counters (its deployment's too, when given); written within
+   * {@link METRICS_FLUSH_MS}.
    */
-  observe(o: JobObservation, add: Partial<Record<MetricField, number>> = {}): Promise<void> {
+  observe(
+    o: JobObservation,
+    add: Partial<Record<MetricField, number>> = {},
+    deployment?: string,
+  ): Promise<void> {
     const model = this.models.label(o.model);
     const tenant = o.tenant === undefined ? NO_TENANT : this.tenants.label(o.tenant);
-    const fields: Record<string, number> = { ...add };
+    const fields = this.of(add, deployment);
     histogramFields('wait', model, tenant, o.waitMs, fields);
     histogramFields('call', model, tenant, o.callMs, fields);
     if (o.inputTokens !== undefined) histogramFields('input', model, tenant, o.inputTokens, fields);

@@ -114,7 +114,7 @@ export async function getQueueStatus(
     ledger ? spendReport(ledger) : undefined,
     readFleetLimits(redis, names),
   ]);
-  const deployments = await readDeployments(redis, names, snapshot);
+  const deployments = await readDeployments(redis, names, snapshot, metrics);
   return {
     queue: names.queue,
     prefix: names.prefix,

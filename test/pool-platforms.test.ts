@@ -97,7 +97,10 @@ describe('a pool on Bedrock and Vertex AI', () => {
     expect(await w.limiter.pausedUntil([deploymentScope('gcp')])).toBe(0);
     expect(await pool.deadLetters()).toEqual([]);
     const status = formatStatus(await getQueueStatus(pool.redis, pool.names, w.limiter));
-    expect(status).toMatch(/^ {4}aws: requests \d+\/100, .* pause until \S+ {2}breaker closed$/m);
-    expect(status).toMatch(/^ {4}gcp: .* pause none {2}breaker closed$/m);
+    // Each line ends with the deployment's calls by outcome: Bedrock's 429s among them.
+    expect(status).toMatch(
+      /^ {4}aws: requests \d+\/100, .* pause until \S+ {2}breaker closed {2}calls \d+ \(.*\d+ 429\)$/m,
+    );
+    expect(status).toMatch(/^ {4}gcp: .* pause none {2}breaker closed( {2}calls .*)?$/m);
   });
 });

@@ -1,12 +1,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
-import { type DeploymentConfig, deploymentScope } from '../shared/deployments.ts';
+import { deploymentScope } from '../shared/deployments.ts';
 import { RequestValidationError } from '../shared/errors.ts';
 import { breakerKey } from '../shared/keys.ts';
-import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
-import type { PoolEntry } from '../worker/pool.ts';
-import { callProvider, createProviderClient } from '../worker/provider.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
+import { onMock } from './fixtures/pool-mocks.ts';
 import {
   allCompleted,
   completedEvents,
@@ -22,20 +20,6 @@ afterEach(async () => {
   pool = undefined;
 });
 const startMock = eachTestMocks();
-
-/** A deployment on a mock: the Claude API's SDK pointed at it, with a key of its own. */
-function onMock(
-  mock: MockAnthropicHandle,
-  config: Partial<DeploymentConfig> & { name: string },
-): PoolEntry & { key: string } {
-  const key = `sk-test-pool-${config.name}-secret`;
-  const client = createProviderClient({ apiKey: key, baseURL: mock.url });
-  return {
-    key,
-    config: { kind: 'anthropic', ...config },
-    call: (req, o) => callProvider(client, req, o),
-  };
-}
 
 /** Enqueues `n` short jobs; their ids. */
 async function enqueue(p: Pool, n: number, options: { deployment?: string; model?: string } = {}) {

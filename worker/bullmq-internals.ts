@@ -35,6 +35,11 @@ export interface HeadJob {
    */
   readonly cache?: { readonly key: string; readonly share: number } | undefined;
   /**
+   * In a pool, its prefix is readable on this deployment only: `cost` is what that one counts,
+   * `fullCost` what any other does (set by the prompt-cache plan).
+   */
+  readonly warm?: { readonly on: string; readonly fullCost: Cost } | undefined;
+  /**
    * The job cannot be scheduled: its ticket or data is not an llmq job's (it is dead-lettered
    * with the reason), or of a newer format (left for a worker that knows it).
    */

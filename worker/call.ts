@@ -122,7 +122,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
   let answered: Promise<void> | undefined;
   const onFirstToken = prefix
     ? (usage: CacheUsage) => {
-        answered = p.caches.answered(prefix, usage).catch(() => {});
+        answered = p.caches.answered(prefix, usage, target.deployment).catch(() => {});
       }
     : undefined;
   try {
@@ -154,7 +154,8 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     return failedCall(p, r, call, err, { trial, startedAt, t0, jt, target });
   }
   // Its use keeps the prefix readable (an answer not streamed tells it only now).
-  if (prefix) answered = p.caches.answered(prefix, res.message.usage).catch(() => {});
+  if (prefix)
+    answered = p.caches.answered(prefix, res.message.usage, target.deployment).catch(() => {});
   await Promise.all([begun, relay?.end(), answered]);
   return succeededCall(p, r, call, res, { startedAt, jt, target });
 }

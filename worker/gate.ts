@@ -13,6 +13,7 @@ import type { WorkerLogger } from './logger.ts';
 import type { MarkerWait } from './marker-wait.ts';
 import { chargeOf } from './money.ts';
 import { attemptInPool, type GateAttempt, othersGoElsewhere } from './pool-admission.ts';
+import { DeploymentRooms } from './pool-room.ts';
 import type { PromptCaches } from './prompt-caches.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
 
@@ -102,9 +103,12 @@ export class Gate {
   };
 
   private readonly moves: HeadMoves;
+  /** A pool's deployments' room, read when two of equal preference may take a job. */
+  private readonly rooms: DeploymentRooms | undefined;
 
   constructor(private readonly p: GateParts) {
     this.moves = new HeadMoves(p);
+    this.rooms = p.pool ? new DeploymentRooms(p.limiter) : undefined;
   }
 
   /** One round: wait for a slot, check the breaker, peek, acquire, take. */
@@ -291,7 +295,13 @@ export class Gate {
     trial: boolean;
   }): Promise<GateAttempt> {
     const { pool, slots } = this.p;
-    if (pool) return attemptInPool({ ...t, pool, trialInFlight: (d) => slots.trialInFlight(d) });
+    if (pool)
+      return attemptInPool({
+        ...t,
+        pool,
+        rooms: this.rooms,
+        trialInFlight: (d) => slots.trialInFlight(d),
+      });
     const a = await t.line.attempt();
     return a.ok ? { ...a, behind: t.behind, trial: t.trial } : a;
   }

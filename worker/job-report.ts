@@ -100,7 +100,7 @@ export function reportSuccess(
     ok: true,
   };
   return Promise.all([
-    p.metrics.observe(o, add),
+    p.metrics.observe(o, add, result.deployment),
     p.history.write(
       job.id,
       admittedLine(o.waitMs, waits),

@@ -204,7 +204,7 @@ export class Outcomes {
     if (c.kind === 'rate_limited') {
       const until =
         call.pausedUntil ?? (await limiter.pauseFor(c.retryAfterMs ?? 1_000, call.scopes));
-      await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 });
+      await metrics.add({ provider_calls: 1, provider_429_retry_after: 1 }, call.deployment);
       log.warn(
         call.deployment
           ? 'provider rate limit: the deployment pauses'
@@ -220,6 +220,7 @@ export class Outcomes {
         c.status === 429
           ? { provider_calls: 1, provider_429_final: 1 }
           : { provider_calls: 1, provider_4xx: 1 },
+        call.deployment,
       );
     } else {
       // Counts toward the breaker; an attempt (or retryFor) is spent only while the provider
@@ -236,6 +237,7 @@ export class Outcomes {
         c.status === undefined
           ? { provider_calls: 1, provider_connection_errors: 1 }
           : { provider_calls: 1, provider_5xx: 1 },
+        call.deployment,
       );
       healthy = whileClosed && !call.trial;
     }

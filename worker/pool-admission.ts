@@ -3,6 +3,7 @@ import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
+import type { DeploymentRooms } from './pool-room.ts';
 
 /** What a head job asks of the pool. */
 export const askOf = (h: HeadJob): PoolAsk => ({ model: h.model, deployment: h.deployment });
@@ -34,21 +35,41 @@ export interface PoolTry {
   readonly charge: (h: HeadJob) => Charge;
   /** Whether this process makes a deployment's trial call already. */
   readonly trialInFlight: (deployment: string) => boolean;
+  /** The deployments' room, to try the roomiest of equal preference first. */
+  readonly rooms?: DeploymentRooms | undefined;
 }
 
 /** A charge that names its own scopes names its deployment's too. */
 const into = (c: Charge, d: Deployment): Charge =>
   c.scopes ? { ...c, scopes: [...c.scopes, d.scope] } : c;
 
+/** A job at its whole cost, its cached prefix included. */
+const full = (h: HeadJob): HeadJob => (h.warm ? { ...h, cost: h.warm.fullCost } : h);
+
+/** A job as a deployment counts it: a prefix readable only on another is input in full here. */
+const on = (h: HeadJob, d: Deployment): HeadJob => (h.warm?.on === d.name ? h : full(h));
+
+/**
+ * The order to try the deployments in: the one the head's cached prefix is readable on first
+ * (before preference: a read is not counted toward the input limit, and costs a tenth), then by
+ * preference, the roomiest first among equal ones.
+ */
+async function orderFor(t: PoolTry, ds: readonly Deployment[]): Promise<readonly Deployment[]> {
+  const warm = t.head.warm?.on;
+  const order = t.rooms ? await t.rooms.order(ds, t.charge(full(t.head))) : ds;
+  const first = order.find((d) => d.name === warm);
+  return first ? [first, ...order.filter((d) => d !== first)] : order;
+}
+
 /** Whether a denial is the deployment's own (its room or its pause): another may admit. */
 const heldByDeployment = (a: Extract<LineAttempt, { ok: false }>, d: Deployment): boolean =>
   a.denial.reason === 'paused' || (a.denial.reason === 'budget' && a.denial.scope === d.scope);
 
 /**
- * Admits the head into the first deployment that may take it and has room, by preference: one
- * atomic acquire per deployment, in turn, with the line's one ticket (a ticket admitted once is
- * never admitted again: the first admission ends the turn). The jobs behind go with it while
- * that deployment may take them too. A denial by a scope the whole pool shares (a tenant, the
+ * Admits the head into the first deployment that may take it and has room, in the order of
+ * {@link orderFor}: one atomic acquire per deployment, in turn, with the line's one ticket (a
+ * ticket admitted once is never admitted again: the first admission ends the turn). The jobs
+ * behind go with it while that deployment may take them too, each charged as it counts them. A denial by a scope the whole pool shares (a tenant, the
  * line, the slots, money) ends the turn at once: no other deployment would admit it either.
  */
 export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
@@ -58,18 +79,15 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
   let best: (Extract<LineAttempt, { ok: false }> & { inPool: true }) | undefined;
   let held = Number.POSITIVE_INFINITY;
   let tooBig: CostExceedsLimitError | undefined;
-  for (const d of choice.deployments) {
+  for (const d of await orderFor(t, choice.deployments)) {
     const b = await d.breaker.check();
     if (!b.allowed || (b.trial && t.trialInFlight(d.name))) {
       held = Math.min(held, b.allowed ? 50 : b.waitMs);
       continue;
     }
     const behind = b.trial ? [] : samePrefix(pool, head, t.behind);
-    line.update({
-      cost: into(t.charge(head), d),
-      scopes: [...head.scopes, d.scope],
-      more: behind.map((h) => into(t.charge(h), d)),
-    });
+    const charges = [head, ...behind].map((h) => into(t.charge(on(h, d)), d));
+    line.update({ cost: charges[0]!, scopes: [...head.scopes, d.scope], more: charges.slice(1) });
     const a = await line.attempt().catch((err: unknown) => {
       // Too big for this deployment's limits: another's may be larger.
       if (!(err instanceof CostExceedsLimitError && err.scope === d.scope)) throw err;
@@ -77,7 +95,10 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
       return undefined;
     });
     if (!a) continue;
-    if (a.ok) return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+    if (a.ok) {
+      t.rooms?.spent(d, charges.slice(0, a.reservations.length));
+      return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+    }
     if (!heldByDeployment(a, d)) return a;
     if (!best || a.denial.waitMs < best.denial.waitMs) best = { ...a, inPool: true };
   }

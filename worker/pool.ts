@@ -9,6 +9,7 @@ import {
   byPreference,
   type DeploymentConfig,
   deploymentScope,
+  rankOf,
   takesBatches,
 } from '../shared/deployments.ts';
 import type { QueueNames } from '../shared/keys.ts';
@@ -36,6 +37,8 @@ export interface Deployment {
   /** Its limiter scope: `deployment:<name>`. */
   readonly scope: string;
   readonly config: DeploymentConfig;
+  /** Its `preference`, else its place in the list: lower goes first. */
+  readonly rank: number;
   readonly call: ProviderCaller;
   readonly breaker: CircuitBreaker;
   /** Whether it takes Message Batches. */
@@ -88,7 +91,10 @@ export function platformModelOf(config: DeploymentConfig, model: string): string
   return pattern === undefined ? undefined : config.models[pattern];
 }
 
-/** The deployments of a worker, best first: by `preference`, then by their place in the list. */
+/**
+ * The deployments of a worker, best first: by `preference`, then by their place in the list
+ * (among equal preferences, the gate puts the one with the most room first: pool-room.ts).
+ */
 export class DeploymentPool {
   readonly list: readonly Deployment[];
   private readonly byName: ReadonlyMap<string, Deployment>;
@@ -105,6 +111,7 @@ export class DeploymentPool {
       name: e.config.name,
       scope: deploymentScope(e.config.name),
       config: e.config,
+      rank: rankOf(e.config, entries.indexOf(e)),
       call: e.call,
       breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
       batches: takesBatches(e.config),

@@ -21,7 +21,8 @@ export interface CacheUsage {
  * cache. Cache reads do not count toward the input limit, so a job whose prefix is readable
  * reserves only the rest of its input; among jobs that share a prefix nobody has written, the
  * first writes it and the others wait until it can be read, so that one write serves them all.
- * Keys per prefix, with expiries: `cache:<key>:{r,w,n}`.
+ * Keys per prefix, with expiries: `cache:<key>:{r,w,n}` (`r` holds the pool's deployment
+ * that last used it, or '' outside a pool).
  */
 export class PromptCaches {
   constructor(
@@ -37,7 +38,8 @@ export class PromptCaches {
    * The jobs of a round with their costs as the provider will count them (a readable prefix's
    * tokens taken off), cut before the first whose prefix is not readable yet; `waitMs` when the
    * head's prefix is being written by another job (the round waits). A head whose prefix nobody
-   * writes becomes its writer.
+   * writes becomes its writer. In a pool, a prefix is readable on the deployment that last used
+   * it only: such a job carries it as `warm`, with the cost it has anywhere else.
    */
   async plan(turn: readonly HeadJob[]): Promise<{ turn: HeadJob[]; waitMs?: number }> {
     const keys = [...new Set(turn.flatMap((h) => (h.cache ? [h.cache.key] : [])))];
@@ -58,7 +60,7 @@ export class PromptCaches {
     const out: HeadJob[] = [];
     for (const [i, h] of turn.entries()) {
       const s = h.cache ? state(h.cache.key) : 'n';
-      if (s === 'r') out.push(uncached(h));
+      if (s === 'r') out.push(uncached(h, states[keys.indexOf(h.cache!.key) * 3] ?? ''));
       else if (s === 'n') out.push(h);
       else if (i > 0) break;
       else if (s === 'w' || !(await this.claim(h))) return { turn: [], waitMs: WAIT_FOR_WRITER_MS };
@@ -75,12 +77,13 @@ export class PromptCaches {
 
   /**
    * A call with the prefix began to answer (its first token, or its whole answer): its usage
-   * says whether the provider caches the prefix; readable from now for its lifetime, or never.
+   * says whether the provider caches the prefix; readable from now for its lifetime (on the
+   * call's deployment of a pool only), or never.
    */
-  async answered(prefix: string, usage: CacheUsage): Promise<void> {
+  async answered(prefix: string, usage: CacheUsage, deployment = ''): Promise<void> {
     const cached = (usage.cache_creation_input_tokens ?? 0) + (usage.cache_read_input_tokens ?? 0);
     const m = this.redis.multi().del(this.key(prefix, 'w'));
-    if (cached > 0) m.set(this.key(prefix, 'r'), String(cached), 'PX', READABLE_MS);
+    if (cached > 0) m.set(this.key(prefix, 'r'), deployment, 'PX', READABLE_MS);
     else m.set(this.key(prefix, 'n'), '1', 'PX', READABLE_MS);
     await m.exec();
   }
@@ -92,8 +95,12 @@ export class PromptCaches {
   }
 }
 
-/** A job whose prefix is readable: its input less the prefix's share (at least 1 token). */
-function uncached(h: HeadJob): HeadJob {
+/**
+ * A job whose prefix is readable: its input less the prefix's share (at least 1 token); on
+ * deployment `on` of a pool only, when one is named.
+ */
+function uncached(h: HeadJob, on: string): HeadJob {
   const inputTokens = Math.max(1, Math.ceil(h.cost.inputTokens * (1 - (h.cache?.share ?? 0))));
-  return { ...h, cost: { ...h.cost, inputTokens } };
+  const warm = on ? { warm: { on, fullCost: h.cost } } : {};
+  return { ...h, cost: { ...h.cost, inputTokens }, ...warm };
 }

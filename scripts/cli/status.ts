@@ -3,6 +3,7 @@ import { BudgetLedger } from '../../shared/budgets.ts';
 import type { Config } from '../../shared/config.ts';
 import { budgetSettingsOf, deploymentLimitsOf } from '../../shared/config-views.ts';
 import {
+  type DeploymentCalls,
   type DeploymentStatus,
   isDeploymentScope,
   readPublishedDeploymentScopes,
@@ -18,6 +19,7 @@ import {
 import { formatForecast } from '../../shared/forecast-format.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { ScopeSnapshot } from '../../shared/limiter/types.ts';
+import { DEPLOYMENT_OUTCOMES } from '../../shared/metrics.ts';
 import { formatUsd } from '../../shared/prices.ts';
 import { listQueueNames } from '../../shared/queues.ts';
 import { getQueueStatus, type QueueStatus } from '../../shared/status.ts';
@@ -67,7 +69,16 @@ function formatDeployment(d: DeploymentStatus): string {
       ? 'closed'
       : `${b.state} (${b.failures} failures${b.openUntil ? `, trial call from ${iso(b.openUntil)}` : ''})`;
   const pause = d.pausedUntil ? `until ${iso(d.pausedUntil)}` : 'none';
-  return `    ${formatScope(d.scope, d.name)}  pause ${pause}  breaker ${breaker}`;
+  return `    ${formatScope(d.scope, d.name)}  pause ${pause}  breaker ${breaker}${formatCalls(d.calls)}`;
+}
+
+/** A deployment's calls, by outcome (those it had); nothing before its first. */
+function formatCalls(c: DeploymentCalls): string {
+  if (c.calls === 0) return '';
+  const by = DEPLOYMENT_OUTCOMES.filter((o) => c[o] > 0).map(
+    (o) => `${c[o]} ${o.replace('_', ' ')}`,
+  );
+  return `  calls ${c.calls} (${by.join(', ')})`;
 }
 
 export function formatStatus(s: QueueStatus): string {

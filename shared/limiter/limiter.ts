@@ -18,7 +18,7 @@ import {
   scopeList,
   scriptScopes,
 } from './options.ts';
-import { readSnapshot } from './reader.ts';
+import { readSnapshot, scopeOf } from './reader.ts';
 import { LimiterScripts } from './scripts.ts';
 import {
   type Charge,
@@ -28,6 +28,7 @@ import {
   type LimiterSnapshot,
   type OutputAccounting,
   type Reservation,
+  type ScopeSnapshot,
 } from './types.ts';
 import { WakeUps } from './wake.ts';
 
@@ -299,6 +300,15 @@ export class Limiter {
       scopeLimits: s.scopes,
       concurrency: this.concurrency,
     });
+  }
+
+  /**
+   * These scopes' use against their limits now, as {@link snapshot} shows them, in one
+   * read-only script (a pool orders its deployments by their room with it).
+   */
+  async scopeUse(scopes: readonly string[]): Promise<ScopeSnapshot[]> {
+    const view = await this.scripts.view(this.windowMs, scopes);
+    return scopes.map((s) => scopeOf(s, view, this.settings.scopes[s] ?? {}));
   }
 
   /** Sends what is gathered, and stops listening for wake-ups (the connections are the caller's). */

@@ -101,7 +101,8 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
   };
 }
 
-function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits): ScopeSnapshot {
+/** One scope of a view: its use against its limits, and the provider's readings. */
+export function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits): ScopeSnapshot {
   const v = view.scopes[scope];
   const dims = {} as ScopeSnapshot['dimensions'];
   for (const d of DIMENSIONS) {
