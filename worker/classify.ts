@@ -71,6 +71,20 @@ function providerError(err: InstanceType<typeof Anthropic.APIError>): {
   };
 }
 
+/** Errors that stop a request before a byte is sent: nobody listening, no such host. */
+const UNSENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/** The code of the error behind a connection failure, when it means the request was never sent. */
+function neverSent(err: Error): string | undefined {
+  let e: unknown = err;
+  for (let depth = 0; e && depth < 5; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && UNSENT_CODES.has(code)) return code;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
 /** Classifies an error thrown by `@anthropic-ai/sdk` (or by the call around it). */
 export function classifyProviderError(err: unknown): Classified {
   const errorClass = (err as Error)?.constructor?.name ?? 'Error';
@@ -84,11 +98,12 @@ export function classifyProviderError(err: unknown): Classified {
     };
   }
   if (err instanceof Anthropic.APIConnectionError) {
+    const unsent = neverSent(err);
     return {
       kind: 'retryable',
-      reason: `connection failed: ${err.message}`,
+      reason: `connection failed: ${unsent ? `${unsent}, the request was not sent` : err.message}`,
       errorClass,
-      maybeCharged: true,
+      maybeCharged: !unsent,
       transient: true,
     };
   }

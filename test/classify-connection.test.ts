@@ -1,0 +1,59 @@
+/**
+ * A connection that fails before the request is sent (nobody listening) cannot have been
+ * charged: its budget comes back, so a dead endpoint does not fill its window with calls that
+ * never reached it. A connection dropped after the request was sent may have been charged.
+ */
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Anthropic from '@anthropic-ai/sdk';
+import { describe, expect, it } from 'vitest';
+import { classifyProviderError } from '../worker/classify.ts';
+
+const ask = {
+  model: 'claude-sonnet-4-5',
+  max_tokens: 10,
+  messages: [{ role: 'user' as const, content: 'hi' }],
+};
+
+async function listening(server: Server): Promise<number> {
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return (server.address() as AddressInfo).port;
+}
+
+/** What the real SDK throws for a call to `port`. */
+async function errorFrom(port: number): Promise<unknown> {
+  const client = new Anthropic({
+    apiKey: 'sk-test',
+    baseURL: `http://127.0.0.1:${port}`,
+    maxRetries: 0,
+  });
+  return client.messages.create(ask).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}
+
+describe('a failed connection', () => {
+  it('refused (nothing listening): not charged, the reason says it was not sent', async () => {
+    const server = createServer();
+    const port = await listening(server);
+    server.close();
+    await once(server, 'close');
+    const c = classifyProviderError(await errorFrom(port));
+    expect(c).toMatchObject({ kind: 'retryable', maybeCharged: false, transient: true });
+    expect(c.reason).toMatch(/ECONNREFUSED, the request was not sent/);
+  });
+
+  it('dropped after the request was sent: may have been charged', async () => {
+    const server = createServer((req) => req.socket.destroy());
+    const port = await listening(server);
+    try {
+      const c = classifyProviderError(await errorFrom(port));
+      expect(c).toMatchObject({ kind: 'retryable', maybeCharged: true, transient: true });
+    } finally {
+      server.close();
+    }
+  });
+});
