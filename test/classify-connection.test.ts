@@ -1,14 +1,26 @@
 /**
  * A connection that fails before the request is sent (nobody listening) cannot have been
  * charged: its budget comes back, so a dead endpoint does not fill its window with calls that
- * never reached it. A connection dropped after the request was sent may have been charged.
+ * never reached it, and nothing answering there opens its breaker at once. A connection dropped
+ * after the request was sent may have been charged, and counts as one failure of five.
  */
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
+import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import type { QueueNames } from '../shared/keys.ts';
+import { CircuitBreaker } from '../worker/breaker.ts';
 import { classifyProviderError } from '../worker/classify.ts';
+import { eachTestRedis } from './helpers.ts';
+
+let redis: Redis;
+let names: QueueNames;
+eachTestRedis('conn', (r, n) => {
+  redis = r;
+  names = n;
+});
 
 const ask = {
   model: 'claude-sonnet-4-5',
@@ -24,6 +36,7 @@ async function listening(server: Server): Promise<number> {
 
 /** What the real SDK throws for a call to `port`. */
 async function errorFrom(port: number): Promise<unknown> {
+  // A fresh client: no kept-alive socket from an earlier call.
   const client = new Anthropic({
     apiKey: 'sk-test',
     baseURL: `http://127.0.0.1:${port}`,
@@ -55,5 +68,19 @@ describe('a failed connection', () => {
     } finally {
       server.close();
     }
+  });
+
+  it('refused: the breaker opens on the first; dropped: it takes five', async () => {
+    const server = createServer((req) => req.socket.destroy());
+    const port = await listening(server);
+    const dropped = classifyProviderError(await errorFrom(port));
+    server.close();
+    await once(server, 'close');
+    const refused = classifyProviderError(await errorFrom(port));
+    const breaker = new CircuitBreaker(redis, names, { threshold: 5, cacheMs: 0 });
+    expect((await breaker.recordFailure(dropped.unreachable === true)).opened).toBe(false);
+    expect((await breaker.check()).allowed).toBe(true);
+    expect((await breaker.recordFailure(refused.unreachable === true)).opened).toBe(true);
+    expect((await breaker.check()).allowed).toBe(false);
   });
 });

@@ -55,12 +55,13 @@ export class CircuitBreaker {
 
   private async op(
     op: 'check' | 'success' | 'failure' | 'abandon',
+    threshold = this.threshold,
   ): Promise<[number, number, number, number, number]> {
     const r = (await runLua(
       this.redis,
       SCRIPTS['breaker']!,
       [this.key],
-      ['', op, this.holder, this.threshold, this.cooldownMs, this.trialTtlMs],
+      ['', op, this.holder, threshold, this.cooldownMs, this.trialTtlMs],
     )) as unknown[];
     const at = (i: number) => Number(r[i] ?? 0);
     return [at(0), at(1), at(2), at(3), at(4)];
@@ -103,9 +104,9 @@ export class CircuitBreaker {
    * opened the breaker, a failed trial, or a call that was under way when another failure opened
    * it happened in an outage. `outageMs` is how long the breaker has not been closed, in all:
    * what a job's retryFor leaves out; `now` is Redis's time of the failure (ms), the clock of
-   * both.
+   * both. `certain`: nothing answers at the provider's address; it opens the breaker at once.
    */
-  async recordFailure(): Promise<{
+  async recordFailure(certain = false): Promise<{
     opened: boolean;
     whileClosed: boolean;
     outageMs: number;
@@ -113,7 +114,10 @@ export class CircuitBreaker {
   }> {
     this.closedUntil = 0;
     this.dirty = true;
-    const [, opened, whileClosed, outageMs, now] = await this.op('failure');
+    const [, opened, whileClosed, outageMs, now] = await this.op(
+      'failure',
+      certain ? 1 : this.threshold,
+    );
     return { opened: opened === 1, whileClosed: whileClosed === 1, outageMs, now };
   }
 

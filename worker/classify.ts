@@ -30,6 +30,8 @@ export interface Classified {
    * connection, an overloaded or api_error event mid-stream), retried by time (`retryForMs`).
    */
   readonly transient?: boolean | undefined;
+  /** Nothing answers at the address (refused, no such host): the breaker opens at once. */
+  readonly unreachable?: boolean | undefined;
 }
 
 /** Error types of an `event: error` mid-stream that say the provider, not the request, failed. */
@@ -105,6 +107,7 @@ export function classifyProviderError(err: unknown): Classified {
       errorClass,
       maybeCharged: !unsent,
       transient: true,
+      ...(unsent && unsent !== 'EAI_AGAIN' ? { unreachable: true } : {}),
     };
   }
   if (err instanceof Anthropic.APIError) return classifyApiError(err, errorClass);

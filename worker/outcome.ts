@@ -226,7 +226,7 @@ export class Outcomes {
       // Counts toward the breaker; an attempt (or retryFor) is spent only while the provider
       // looked healthy, so an outage sends no job to the dead letters, not even one under way
       // when it opened.
-      const failure = await breaker.recordFailure();
+      const failure = await breaker.recordFailure(c.unreachable === true);
       const { opened, whileClosed } = failure;
       outageMs = failure.outageMs;
       // The job's retry clock runs on Redis's time, as the outages do: one clock for the fleet.
