@@ -9,8 +9,8 @@ import { withMock } from '../mock.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { roundingFor, shapeLabel } from '../shapes.ts';
 import { ratio, seconds } from '../table.ts';
-import { latencyFor, MODEL, outputTokens, windowMsFor } from '../workload.ts';
-import { llmqOnEachShape, SPAN_HEADERS, spanCells } from './shape-runs.ts';
+import { MODEL, outputTokens } from '../workload.ts';
+import { inputLimited, llmqOnEachShape, SPAN_HEADERS, spanCells } from './shape-runs.ts';
 
 const LIMIT = 10_000;
 const PREFIX_TOKENS = 3_000;
@@ -75,21 +75,11 @@ async function cacheCharges(
  * that response has begun, each charged only its question.
  */
 export async function cachedScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const windowMs = windowMsFor(ctx.quick);
+  const { windowMs, latency, mock, budget } = inputLimited(ctx, LIMIT, SHARE, CONCURRENCY);
   const calls = ctx.smoke ? 12 : ctx.quick ? 20 : 40;
-  const latency = latencyFor(ctx.quick);
   const system = words(wordsFor(PREFIX_TOKENS, ctx.counting), 3);
   const questionWords = wordsFor(QUESTION_TOKENS, ctx.counting);
   const requests = Array.from({ length: calls }, (_, i) => cachedCall(system, i, questionWords));
-  const mock: MockAnthropicOptions = {
-    ...ctx.counting,
-    windowMs,
-    limits: { inputTokens: LIMIT },
-    outputAccounting: 'reserve',
-    latencyMs: latency.baseMs,
-    latencyPerOutputTokenMs: latency.perTokenMs,
-    outputShare: SHARE,
-  };
   const charges = await cacheCharges(mock, requests[0]!, requests[1]!);
   const output = outputTokens(MAX_TOKENS, SHARE);
   // The ideal client: the writer first; the readers once its response has begun (the mock's
@@ -101,12 +91,6 @@ export async function cachedScenario(ctx: ScenarioContext): Promise<ScenarioResu
     latencyMs: latency.baseMs + latency.perTokenMs * output,
     notBefore: i === 0 ? 0 : latency.baseMs,
   }));
-  const budget = {
-    limits: { input: LIMIT },
-    windowMs,
-    concurrency: CONCURRENCY,
-    accounting: 'reserve',
-  } as const;
   const runs = await llmqOnEachShape(ctx, {
     scenario: 'cached',
     mock,

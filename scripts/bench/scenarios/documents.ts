@@ -7,8 +7,8 @@ import { withMock } from '../mock.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { roundingFor, shapeLabel } from '../shapes.ts';
 import { count, ratio, seconds } from '../table.ts';
-import { latencyFor, MODEL, outputTokens, prng, windowMsFor } from '../workload.ts';
-import { llmqOnEachShape, SPAN_HEADERS, spanCells } from './shape-runs.ts';
+import { MODEL, outputTokens, prng } from '../workload.ts';
+import { inputLimited, llmqOnEachShape, SPAN_HEADERS, spanCells } from './shape-runs.ts';
 
 const LIMIT = 40_000;
 const MAX_TOKENS = 300;
@@ -68,19 +68,9 @@ async function inputAtMock(mock: MockAnthropicOptions, requests: readonly Messag
  * most a page costs, learning down from the usage.
  */
 export async function documentsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const windowMs = windowMsFor(ctx.quick);
+  const { windowMs, latency, mock, budget } = inputLimited(ctx, LIMIT, SHARE, CONCURRENCY);
   const calls = ctx.smoke ? 8 : ctx.quick ? 10 : 30;
-  const latency = latencyFor(ctx.quick);
   const { requests, bytes } = await pdfRequests(calls);
-  const mock: MockAnthropicOptions = {
-    ...ctx.counting,
-    windowMs,
-    limits: { inputTokens: LIMIT },
-    outputAccounting: 'reserve',
-    latencyMs: latency.baseMs,
-    latencyPerOutputTokenMs: latency.perTokenMs,
-    outputShare: SHARE,
-  };
   const inputs = await inputAtMock(mock, requests);
   const output = outputTokens(MAX_TOKENS, SHARE);
   const shapes: CallShape[] = inputs.map((input) => ({
@@ -89,12 +79,6 @@ export async function documentsScenario(ctx: ScenarioContext): Promise<ScenarioR
     output,
     latencyMs: latency.baseMs + latency.perTokenMs * output,
   }));
-  const budget = {
-    limits: { input: LIMIT },
-    windowMs,
-    concurrency: CONCURRENCY,
-    accounting: 'reserve',
-  } as const;
   const slidingMs = idealSchedule(shapes, budget).minimumMs;
   const bucketSpanMs = bucketMinimumSpanMs(shapes, budget);
   const runs = await llmqOnEachShape(ctx, {

@@ -4,6 +4,37 @@ import { withMock } from '../mock.ts';
 import type { ScenarioContext } from '../report.ts';
 import { roundingFor, SHAPES, type Shape, shapeLabel } from '../shapes.ts';
 import { count, ratio, seconds } from '../table.ts';
+import { latencyFor, windowMsFor } from '../workload.ts';
+
+/**
+ * A scenario limited on input tokens alone: the mock (reserve accounting, answers `share` of
+ * max_tokens) and the ideal client's budget, at the window and latency of the run's mode.
+ */
+export function inputLimited(
+  ctx: ScenarioContext,
+  limit: number,
+  share: number,
+  concurrency: number,
+) {
+  const windowMs = windowMsFor(ctx.quick);
+  const latency = latencyFor(ctx.quick);
+  const mock: MockAnthropicOptions = {
+    ...ctx.counting,
+    windowMs,
+    limits: { inputTokens: limit },
+    outputAccounting: 'reserve',
+    latencyMs: latency.baseMs,
+    latencyPerOutputTokenMs: latency.perTokenMs,
+    outputShare: share,
+  };
+  const budget = {
+    limits: { input: limit },
+    windowMs,
+    concurrency,
+    accounting: 'reserve',
+  } as const;
+  return { windowMs, latency, mock, budget };
+}
 
 /** One llmq run against the mock in one shape. */
 export interface ShapeRun {
