@@ -13,11 +13,7 @@ import type {
 import { GLOBAL_SCOPE, type OutputAccounting, type Reservation, type Usage } from './types.ts';
 import type { WakeUps } from './wake.ts';
 
-/**
- * The longest an end with the provider's usage waits for others to share its command. The next
- * acquire takes what waits along (Redis runs it first); a waiter of this process asleep sends it
- * at once.
- */
+/** How long an end with usage waits for company (an acquire, or a waiter asleep here, sends it first). */
 export const SETTLE_WAIT_MS = 5;
 
 type Op =
@@ -28,58 +24,52 @@ type Op =
 
 type Answer = EndResult | number | undefined;
 
-/**
- * Gathers what calls tell the limiter (stamps, ends, pauses, readings) and sends what comes
- * together as one `record` run, which applies them in that order.
- */
+/** Gathers what calls tell the limiter and sends what comes together as one `record` run. */
 export class Recorder {
   private readonly batcher: Batcher<Op, Answer>;
   /** Whether a settle replaces the output reserved with the output used (not under `reserve`). */
   readonly settlesOutput: boolean;
 
   constructor(
-    scripts: LimiterScripts,
-    windowMs: number,
-    channel: string,
-    accounting: OutputAccounting,
+    private readonly scripts: LimiterScripts,
+    private readonly windowMs: number,
+    private readonly channel: string,
+    private readonly accounting: OutputAccounting,
     private readonly wakeUps: WakeUps,
   ) {
     this.settlesOutput = accounting !== 'reserve';
-    this.batcher = new Batcher<Op, Answer>(
-      async (ops) => {
-        const run = (b: Omit<RecordBatch, 'stamps' | 'ends' | 'readings'> & Partial<RecordBatch>) =>
-          scripts.record(
-            { stamps: [], ends: [], readings: [], ...b },
-            windowMs,
-            channel,
-            accounting,
-          );
-        // One pause per deployment (one key's 429 says nothing of another's): each goes in a
-        // run of its own, before the run with the ends whose budget it must hold back.
-        const [first, ...others] = pausesOf(ops);
-        const untils = new Map<string, number | undefined>();
-        for (const g of others)
-          untils.set(g.group, (await run({ pauseMs: g.ms, pauseScopes: g.scopes })).pausedUntil);
-        const ends = ops.flatMap((o) => (o.kind === 'end' ? [o.end] : []));
-        const r = await run({
-          stamps: ops.flatMap((o) => (o.kind === 'stamp' ? [o.id] : [])),
-          ends,
-          pauseMs: first?.ms,
-          pauseScopes: first?.scopes,
-          readings: ops.flatMap((o) => (o.kind === 'reading' ? [o.reading] : [])),
-          periods: ops.flatMap((o) => (o.kind === 'end' && o.periods ? [o.periods] : []))[0],
-        });
-        if (first) untils.set(first.group, r.pausedUntil);
-        let e = 0;
-        return ops.map((o) =>
-          o.kind === 'end'
-            ? r.ends[e++]
-            : o.kind === 'pause'
-              ? untils.get(pauseGroup(o.scopes))
-              : undefined,
-        );
-      },
-      { delayMs: SETTLE_WAIT_MS },
+    this.batcher = new Batcher<Op, Answer>((ops) => this.send(ops), { delayMs: SETTLE_WAIT_MS });
+  }
+
+  /**
+   * One run for what came together. One pause per deployment (one key's 429 says nothing of
+   * another's): a second deployment's goes first, in a run of its own.
+   */
+  private async send(ops: readonly Op[]): Promise<Answer[]> {
+    const of = <K extends Op['kind']>(k: K) =>
+      ops.filter((o): o is Extract<Op, { kind: K }> => o.kind === k);
+    const run = (b: Partial<RecordBatch>) =>
+      this.scripts.record(b, this.windowMs, this.channel, this.accounting);
+    const [first, ...others] = pausesOf(of('pause'));
+    const untils = new Map<string, number | undefined>();
+    for (const g of others)
+      untils.set(g.group, (await run({ pauseMs: g.ms, pauseScopes: g.scopes })).pausedUntil);
+    const ends = of('end');
+    const r = await run({
+      stamps: of('stamp').map((o) => o.id),
+      ends: ends.map((o) => o.end),
+      ...{ pauseMs: first?.ms, pauseScopes: first?.scopes },
+      readings: of('reading').map((o) => o.reading),
+      periods: ends.find((o) => o.periods)?.periods,
+    });
+    if (first) untils.set(first.group, r.pausedUntil);
+    let e = 0;
+    return ops.map((o) =>
+      o.kind === 'end'
+        ? r.ends[e++]
+        : o.kind === 'pause'
+          ? untils.get(pauseGroup(o.scopes))
+          : undefined,
     );
   }
 
@@ -102,10 +92,9 @@ export class Recorder {
 const pauseGroup = (scopes: readonly string[]) => deploymentScopeAmong(scopes) ?? '';
 
 /** The pauses asked for in one batch, the longest per pause. */
-function pausesOf(ops: readonly Op[]) {
+function pausesOf(ops: readonly Extract<Op, { kind: 'pause' }>[]) {
   const groups = new Map<string, { group: string; ms: number; scopes: readonly string[] }>();
   for (const o of ops) {
-    if (o.kind !== 'pause') continue;
     const group = pauseGroup(o.scopes);
     const ms = Math.max(o.ms, groups.get(group)?.ms ?? 0);
     groups.set(group, { group, ms, scopes: o.scopes });
@@ -115,10 +104,7 @@ function pausesOf(ops: readonly Op[]) {
 
 /** How a failed call ends: the pause a 429 asks for, and whether the provider may have charged it. */
 export interface CallFailure {
-  /**
-   * Pause every worker this long (a 429 with retry-after): the queue, or in a pool the call's
-   * deployment only; absent: no pause.
-   */
+  /** Pause this long (a 429's retry-after): the queue, or in a pool its deployment only. */
   readonly pauseMs?: number | undefined;
   /** The call may have reached the provider: its estimate stays charged; else it all comes back. */
   readonly charged: boolean;
@@ -139,15 +125,14 @@ export class CallHandle {
     private readonly scope: string = GLOBAL_SCOPE,
   ) {}
 
-  /** Whether the provider's response began (it admitted the call). */
+  /** Whether the provider's response began. */
   get started(): boolean {
     return this.begun;
   }
 
   /**
-   * The provider's response began: it admitted the call. Stamps it, and takes the reading its
-   * headers carry (`sentAgoMs`: how long ago the call was sent, so calls stamped since count as
-   * not yet seen by it). Resolves once recorded.
+   * The response began (the provider admitted the call): stamps it and takes its headers'
+   * reading (`sentAgoMs`: how long ago it was sent). Resolves once recorded.
    */
   async begin(headers?: HeaderSource, sentAgoMs = 0): Promise<void> {
     if (this.begun) return;
@@ -156,11 +141,7 @@ export class CallHandle {
     await Promise.all([stamp, this.read(headers, sentAgoMs)]);
   }
 
-  /**
-   * The provider answered with its usage: settles to it (money too, with `costMicros`). Usage
-   * Redis cannot count (not whole tokens) is refused with a TypeError, and the estimate stays
-   * charged instead; the calls recorded beside it are unharmed.
-   */
+  /** Settles to the provider's usage (money too); usage not in whole tokens throws, the estimate stays. */
   async succeeded(usage: Usage): Promise<EndResult> {
     const bad = usageError(usage);
     if (bad) {
@@ -170,10 +151,7 @@ export class CallHandle {
     return (await this.end('usage', usage)) as EndResult;
   }
 
-  /**
-   * The call failed: a 429's pause first, then its budget comes back (or stays charged when the
-   * provider may have counted it), then the reading its error carried.
-   */
+  /** Failed: a 429's pause, then its budget back (unless maybe charged), then its error's reading. */
   async failed(f: CallFailure, headers?: HeaderSource, sentAgoMs = 0): Promise<number | undefined> {
     const pause =
       f.pauseMs !== undefined

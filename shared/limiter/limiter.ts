@@ -39,9 +39,8 @@ const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency' } as const;
 
 /**
  * The shared budget of every worker process (docs/limiter.md): our own window of reservations
- * and the provider's projected view, per scope and dimension; a concurrency semaphore with
- * leases, a shared pause and a fair line of waiters. All in Redis, all decided by Lua scripts
- * on Redis's clock.
+ * and the provider's projected view per scope and dimension, leased slots, a shared pause and
+ * a fair line, all in Redis, decided by Lua scripts on Redis's clock.
  */
 export class Limiter {
   readonly windowMs: number;
@@ -66,13 +65,8 @@ export class Limiter {
     this.wakeUps = new WakeUps(o.subscriber, channel);
     this.keys = limiterKeys(o.names);
     this.scripts = new LimiterScripts(o.redis, this.keys, o.commandTimeoutMs, o.clock);
-    this.recorder = new Recorder(
-      this.scripts,
-      o.windowMs,
-      channel,
-      o.outputAccounting,
-      this.wakeUps,
-    );
+    const { windowMs, outputAccounting } = o;
+    this.recorder = new Recorder(this.scripts, windowMs, channel, outputAccounting, this.wakeUps);
   }
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */
@@ -95,14 +89,9 @@ export class Limiter {
     this.recorder.flush();
     const s = this.settings;
     const reply = await this.scripts.acquire({
-      windowMs: s.windowMs,
-      headroom: s.headroom,
-      ticket,
+      ...{ windowMs: s.windowMs, headroom: s.headroom, leaseMs: s.leaseMs, queue, ticket },
+      ...{ ticketTtlMs: Math.max(5_000, s.maxPollMs * 5), concurrency: s.concurrency },
       priority: r.priority,
-      queue,
-      leaseMs: s.leaseMs,
-      ticketTtlMs: Math.max(5_000, s.maxPollMs * 5),
-      concurrency: s.concurrency,
       cost: r.cost,
       scopes: scriptScopes(s, r.scopes),
       extras: more.map((m) => ({ ...m, scopes: m.cost.scopes && scriptScopes(s, m.cost.scopes) })),
@@ -163,10 +152,7 @@ export class Limiter {
     }
   }
 
-  /**
-   * One attempt that keeps no place in line: admitted now, or a denial saying how long to wait.
-   * Throws {@link CostExceedsLimitError} when the cost can never fit.
-   */
+  /** One attempt, keeping no place in line; throws {@link CostExceedsLimitError} if it never fits. */
   tryAcquire(
     cost: Charge,
     options: { scopes?: readonly string[]; priority?: number } = {},
@@ -200,10 +186,7 @@ export class Limiter {
     return waitInLine(line, options);
   }
 
-  /**
-   * A place in the fair line that its caller drives: attempt, then sleep for the denial's wait
-   * (or until woken), possibly with a new cost, and leave when it stops waiting.
-   */
+  /** A place in the fair line that its caller drives (see {@link Line}). */
   line(cost: Charge, options: Partial<LineRequest> = {}): Line {
     return new Line(
       {
@@ -218,18 +201,12 @@ export class Limiter {
     );
   }
 
-  /**
-   * The handle of an admitted call, through which the worker tells what the provider did (see
-   * {@link CallHandle}). `scope`: the scope the provider's readings describe (the model's).
-   */
+  /** An admitted call's handle ({@link CallHandle}); `scope`: the one its readings describe. */
   call(reservation: Reservation, scope: string = GLOBAL_SCOPE): CallHandle {
     return new CallHandle(this.recorder, reservation, scope);
   }
 
-  /**
-   * Lowers (or raises, at the caller's risk) an open reservation's cost without changing its
-   * stamp or slot: the worker got a job that costs no more than the one it reserved for.
-   */
+  /** Changes an open reservation's cost, not its stamp or slot (the job taken costs no more). */
   async adjust(reservation: Reservation, cost: Cost): Promise<Reservation> {
     checkCost(cost);
     await this.scripts.adjust(reservation.id, cost.inputTokens, cost.outputTokens);
@@ -246,10 +223,7 @@ export class Limiter {
     await this.call(reservation).abandoned();
   }
 
-  /**
-   * Sets the shared pause to at least `ms` from now (Redis time); resolves with its end. With a
-   * deployment's scope among `scopes`, the pause is that deployment's only.
-   */
+  /** Pauses for at least `ms` (a deployment's scope among `scopes`: it only); resolves with its end. */
   async pauseFor(ms: number, scopes: readonly string[] = []): Promise<number> {
     if (!(ms >= 0)) throw new TypeError(`pause must be a number of ms from 0 up, got ${ms}`);
     return Number(await this.recorder.push({ kind: 'pause', ms: Math.ceil(ms), scopes }));
@@ -261,9 +235,8 @@ export class Limiter {
   }
 
   /**
-   * Drops every reservation that has left the window and every lapsed lease (each script call
-   * drops at most 500, so it loops). Acquires prune as they go; an idle worker calls this so the
-   * limiter's keys shrink to nothing one window after the last call. Resolves with Redis time.
+   * Drops what left the window and lapsed leases (500 a run, so it loops): an idle worker's keys
+   * shrink to nothing a window after the last call. Resolves with Redis time.
    */
   async prune(): Promise<number> {
     for (let i = 0; ; i++) {
@@ -302,10 +275,7 @@ export class Limiter {
     });
   }
 
-  /**
-   * These scopes' use against their limits now, as {@link snapshot} shows them, in one
-   * read-only script (a pool orders its deployments by their room with it).
-   */
+  /** These scopes' use as {@link snapshot} shows it, in one read-only script (a pool's room). */
   async scopeUse(scopes: readonly string[]): Promise<ScopeSnapshot[]> {
     const view = await this.scripts.view(this.windowMs, scopes);
     return scopes.map((s) => scopeOf(s, view, this.settings.scopes[s] ?? {}));

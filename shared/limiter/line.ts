@@ -17,15 +17,11 @@ export interface LineRequest {
   readonly more: readonly Charge[];
 }
 
-/** One attempt's outcome: admitted (this call, then the first k of `more`), or a denial. */
+/** Admitted (this call, then the first k of `more`), or a denial. */
 export type LineAttempt =
   | { readonly ok: true; readonly reservations: Reservation[] }
-  | {
-      readonly ok: false;
-      readonly denial: Denial;
-      /** performance.now() at the denial: time spent since comes off the sleep. */
-      readonly deniedAt: number;
-    };
+  /** `deniedAt`: performance.now() at the denial (time since comes off the sleep). */
+  | { readonly ok: false; readonly denial: Denial; readonly deniedAt: number };
 
 /** The limiter's parts a line uses (its private attempt, wake-ups and cancel). */
 export interface LineDriver {
@@ -40,10 +36,8 @@ export interface LineDriver {
 }
 
 /**
- * A place in the fair line, driven by its caller:
- * `for (;;) { const a = await line.attempt(); if (a.ok) …; await line.sleep(a, signal); }`.
- * The caller may change what it asks for between attempts ({@link update}) and must
- * {@link leave} when it stops waiting without being admitted.
+ * A place in the fair line, driven by its caller: attempt, sleep on a denial, {@link update}
+ * what it asks for between attempts, {@link leave} when it stops waiting unadmitted.
  */
 export class Line {
   private readonly ticket = randomUUID();
@@ -61,7 +55,7 @@ export class Line {
     return this.request;
   }
 
-  /** Changes what the next attempt asks for (a new head job, other jobs behind it). */
+  /** Changes what the next attempt asks for (a new head job, other jobs behind). */
   update(change: Partial<LineRequest>): void {
     this.request = { ...this.request, ...change };
   }
@@ -74,14 +68,10 @@ export class Line {
     return { ok: false, denial: d, deniedAt: performance.now() };
   }
 
-  /**
-   * Sleeps until the next attempt is worth making: the denial's wait (less the time since it),
-   * at most the limiter's poll, or less when budget or a slot comes back anywhere.
-   */
+  /** Sleeps the denial's wait (less the time since), at most a poll, or until woken. */
   async sleep(a: LineAttempt & { ok: false }, signal?: AbortSignal): Promise<void> {
     const d = a.denial;
-    // Waiters behind the first in line wake just after it should have been admitted; a
-    // little jitter keeps several processes from arriving at the same instant.
+    // Waiters behind the first wake just after it should be admitted, jittered across processes.
     const jitter = d.reason === 'queued' ? 2 + Math.random() * 8 : 0;
     const spent = performance.now() - a.deniedAt;
     const wait = Math.min(Math.max(d.waitMs - spent, 1) + jitter, this.driver.maxPollMs);
@@ -95,10 +85,7 @@ export class Line {
   }
 }
 
-/**
- * Drives a line until admitted, for {@link Limiter.acquireMany}: tells `onDenied`, sleeps; leaves
- * the line when it stops waiting (an abort throws the signal's reason).
- */
+/** Drives a line until admitted ({@link Limiter.acquireMany}); leaves it when it stops waiting. */
 export async function waitInLine(line: Line, options: AcquireManyOptions): Promise<Reservation[]> {
   try {
     for (;;) {
@@ -112,8 +99,7 @@ export async function waitInLine(line: Line, options: AcquireManyOptions): Promi
     }
   } catch (err) {
     await line.leave().catch(() => {});
-    // Aborted while asleep, the timer throws its own AbortError: throw the signal's reason,
-    // as when aborted between two attempts.
+    // Aborted while asleep, the timer throws its own AbortError: throw the signal's reason.
     throw options.signal?.aborted ? options.signal.reason : err;
   }
 }

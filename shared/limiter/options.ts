@@ -97,55 +97,45 @@ export type LimiterSettings = Required<
 
 /** Defaults first, then every option checked, the bad value repeated in the error. */
 export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings {
-  const windowMs = options.windowMs ?? 60_000;
-  const leaseMs = options.leaseMs ?? 30_000;
-  const s: LimiterSettings = {
-    windowMs,
-    limits: {},
-    scopes: {},
-    concurrency: 0,
-    headroom: 0.01,
-    outputAccounting: 'reserve',
-    maxPollMs: 1_000,
-    commandTimeoutMs: 5_000,
-    ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
-    leaseMs,
+  const given = Object.entries(options).filter(([, v]) => v !== undefined);
+  const s = {
+    ...{ windowMs: 60_000, leaseMs: 30_000, limits: {}, scopes: {}, concurrency: 0 },
+    ...{ headroom: 0.01, outputAccounting: 'reserve', maxPollMs: 1_000, commandTimeoutMs: 5_000 },
+    ...Object.fromEntries(given),
     windowGiven: options.windowMs !== undefined,
   } as LimiterSettings;
-  if (!(s.windowMs >= 1)) throw new TypeError(`windowMs must be at least 1, got ${s.windowMs}`);
+  const bad = (what: string, v: unknown) => new TypeError(`${what}, got ${v}`);
+  if (!(s.windowMs >= 1)) throw bad('windowMs must be at least 1', s.windowMs);
   if (!(s.headroom >= 0 && s.headroom < 1))
-    throw new TypeError(`headroom must be from 0 to below 1, got ${s.headroom}`);
-  if (!(s.leaseMs >= 100)) throw new TypeError(`leaseMs must be at least 100, got ${s.leaseMs}`);
-  if (!Number.isInteger(s.concurrency) || s.concurrency < 0) {
-    throw new TypeError(`concurrency must be a whole number from 0 up, got ${s.concurrency}`);
-  }
+    throw bad('headroom must be from 0 to below 1', s.headroom);
+  if (!(s.leaseMs >= 100)) throw bad('leaseMs must be at least 100', s.leaseMs);
+  const c = wholeError('concurrency', s.concurrency, '');
+  if (c) throw c;
   for (const name of Object.keys(s.scopes)) checkScopeName(name);
   return s;
 }
 
+/** The error of a count that is not a whole number (of `unit`) from 0 up, if it is not. */
+function wholeError(name: string, v: unknown, unit: string, hint = ''): TypeError | undefined {
+  if (Number.isSafeInteger(v) && (v as number) >= 0) return undefined;
+  return new TypeError(`${name} must be a whole number${unit} from 0 up, got ${v}${hint}`);
+}
+
 /** A cost's every count is a whole number from 0 up. */
 export function checkCost(cost: Charge): void {
-  for (const k of ['requests', 'inputTokens', 'outputTokens'] as const) {
-    const v = cost[k];
-    if (!Number.isInteger(v) || v < 0)
-      throw new TypeError(`cost.${k} must be a whole number from 0 up, got ${v}`);
+  const { requests, inputTokens, outputTokens } = cost;
+  for (const [k, v] of Object.entries({ requests, inputTokens, outputTokens })) {
+    const e = wholeError(`cost.${k}`, v, '');
+    if (e) throw e;
   }
-  const m = cost.money;
-  if (m && !(Number.isSafeInteger(m.micros) && m.micros >= 0))
-    throw new TypeError(
-      `cost.money.micros must be a whole number of µ$ from 0 up, got ${m.micros}`,
-    );
+  const e = cost.money && wholeError('cost.money.micros', cost.money.micros, ' of µ$');
+  if (e) throw e;
   for (const s of cost.scopes ?? []) checkScopeName(s);
 }
 
 /** An attempt's costs and priority, checked before anything is sent. */
-export function checkAttempt(
-  cost: Charge,
-  more: readonly { readonly cost: Charge }[],
-  priority: number,
-): void {
-  checkCost(cost);
-  for (const m of more) checkCost(m.cost);
+export function checkAttempt(cost: Charge, more: readonly { cost: Charge }[], priority: number) {
+  for (const c of [cost, ...more.map((m) => m.cost)]) checkCost(c);
   if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
     throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
   }
@@ -153,20 +143,13 @@ export function checkAttempt(
 
 /** What is wrong with a settle's usage, if anything (a count Redis cannot add). */
 export function usageError(usage: Usage): TypeError | undefined {
+  const hint = "; pass the provider's usage, or call keep() when it is not known";
   const c = usage.costMicros;
-  if (c !== undefined && !(Number.isSafeInteger(c) && c >= 0))
-    return new TypeError(
-      `settle: usage.costMicros must be a whole number of µ$ from 0 up, got ${c}`,
-    );
-  for (const name of ['inputTokens', 'outputTokens'] as const) {
-    const v = usage[name];
-    if (!Number.isSafeInteger(v) || v < 0) {
-      return new TypeError(
-        `settle: usage.${name} must be a whole number of tokens from 0 up, got ${v}; pass the provider's usage, or call keep() when it is not known`,
-      );
-    }
-  }
-  return undefined;
+  return (
+    (c === undefined ? undefined : wholeError('settle: usage.costMicros', c, ' of µ$')) ??
+    wholeError('settle: usage.inputTokens', usage.inputTokens, ' of tokens', hint) ??
+    wholeError('settle: usage.outputTokens', usage.outputTokens, ' of tokens', hint)
+  );
 }
 
 /** Every scope a call is charged to, the global one first, each once (not twice when named twice). */

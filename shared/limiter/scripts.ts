@@ -231,19 +231,24 @@ export class LimiterScripts {
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run. */
-  async record(b: RecordBatch, windowMs: number, channel: string, accounting: OutputAccounting) {
-    const { pauseScopes, ...batch } = b;
+  async record(
+    b: Partial<RecordBatch>,
+    windowMs: number,
+    channel: string,
+    accounting: OutputAccounting,
+  ) {
+    const { pauseScopes, stamps = [], ends = [], readings = [], ...batch } = b;
     const r = (await this.run('record', this.recordKeys(pauseScopes), {
       now: this.now(),
       windowMs,
       bucketMs: HISTORY_BUCKET_MS,
       channel,
       split: accounting === 'produced',
-      ...batch,
+      ...{ stamps, ends, readings, ...batch },
     })) as number[];
     return {
       pausedUntil: Number(r[0]) || undefined,
-      ends: b.ends.map(
+      ends: ends.map(
         (_, i): EndResult => ({
           known: Number(r[1 + i * 3]) === 1,
           inputDelta: Number(r[2 + i * 3] ?? 0),

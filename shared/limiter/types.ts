@@ -9,22 +9,17 @@ export type DimensionLimits = { readonly [D in Dimension]?: number | undefined }
 
 export type { Dimension };
 
-/**
- * What an admission charges: tokens, and optionally money. A call queued behind the first (an
- * extra) may name its own scopes; otherwise it is charged to the first one's.
- */
+/** What an admission charges: tokens, money, and (a call queued behind) its own scopes. */
 export interface Charge extends Cost {
   readonly money?: MoneyClaim | undefined;
   readonly scopes?: readonly string[] | undefined;
 }
 
 /**
- * How the provider charges a call's output tokens, which llmq must match:
- * - `reserve`: max_tokens at admission, kept (llmq's settle keeps it too);
- * - `actual`: max_tokens at admission, the unused part given back when the call ends (the API's
- *   earlier documented rule);
- * - `produced`: the output as it is produced, actual tokens only (the API's current documented
- *   rule): a rate-limit reading has not counted the output still to come of calls in flight.
+ * How the provider charges output, which llmq must match: `reserve` max_tokens at admission,
+ * kept; `actual` max_tokens, the unused part given back at the end (the API's earlier rule);
+ * `produced` as it is produced (the API's current rule: a reading has not counted the output
+ * still to come of calls in flight).
  */
 export type OutputAccounting = 'reserve' | 'actual' | 'produced';
 
@@ -63,7 +58,7 @@ export interface Usage {
   /** Uncached input plus cache creation (cache reads do not count against ITPM). */
   readonly inputTokens: number;
   readonly outputTokens: number;
-  /** The call's actual cost in whole µ$, which its money hold settles to (absent: the worst case stays spent). */
+  /** Its cost in whole µ$, which its money hold settles to (absent: the worst case stays). */
   readonly costMicros?: number | undefined;
 }
 
@@ -74,10 +69,7 @@ export interface DimensionUse {
   readonly limit: number | undefined;
   /** The provider's limit, as its latest reading said; undefined before any. */
   readonly providerLimit: number | undefined;
-  /**
-   * The provider's room now, projected from its latest reading by its shape; undefined when no
-   * reading is fresher than a window. Below `providerLimit − used` by another client's spend.
-   */
+  /** The provider's room now, projected from a reading fresher than a window (else undefined). */
   readonly providerRoom: number | undefined;
 }
 

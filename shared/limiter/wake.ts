@@ -1,10 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from '../redis.ts';
 
-/**
- * Sleeps of waiters in line that end early when a settle, release or probe reading anywhere
- * publishes on the limiter's wake channel (heard on a subscriber connection, when given).
- */
+/** Waiters' sleeps, ended early when budget or a slot comes back anywhere (the wake channel). */
 export class WakeUps {
   private readonly sleepers = new Set<(at: 'now' | 'soon') => void>();
   private readonly onMessage = (channel: string) => {
@@ -33,8 +30,7 @@ export class WakeUps {
     const timer = new AbortController();
     const onAbort = () => timer.abort();
     signal?.addEventListener('abort', onAbort, { once: true });
-    // Several waiters of one process must not all hit Redis at the same instant when a wake-up
-    // arrives; a call of this process that ends wakes them at once (see wakeHere).
+    // A wake-up from Redis is spread over 5 ms; one from this process's own end is at once.
     const wake = (at: 'now' | 'soon') =>
       at === 'now' ? timer.abort() : setTimeout(() => timer.abort(), Math.random() * 5);
     this.sleepers.add(wake);
@@ -52,10 +48,7 @@ export class WakeUps {
     return this.subscriber !== undefined && this.sleepers.size > 0;
   }
 
-  /**
-   * Wakes this process's waiters at once, without the round trip of a wake-up through Redis: a
-   * call here ended, and their next attempt sends its end first (same connection).
-   */
+  /** Wakes this process's waiters at once: a call here ended (their attempt sends it first). */
   wakeHere(): void {
     for (const wake of this.sleepers) wake('now');
   }

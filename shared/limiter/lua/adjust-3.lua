@@ -1,13 +1,9 @@
 --[[
-  Changes the cost of an open reservation (the worker got another job than the one it reserved
-  for, and that job costs no more). Neither its stamp nor its slot change.
-
-  Input:
-    KEYS[1] res    HASH reservation id -> "req|in|out|flags|scopes"
-    KEYS[2] tot    HASH "scope|dim" -> spend inside the window
-    KEYS[3] stats  HASH counters
-    ARGV[1] msgpack map: dims, id (reservation id), input, output (the new token counts)
-
+  Changes an open reservation's tokens (the job taken costs no more), not its stamp or slot.
+  KEYS[1] res (KEYS as in acquire-12.lua)
+  KEYS[2] tot
+  KEYS[3] stats
+  ARGV[1] msgpack: dims, id, input, output (the new token counts)
   Output: 1 adjusted, 0 unknown reservation
 ]]
 --- @include "args"

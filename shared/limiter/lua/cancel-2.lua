@@ -1,11 +1,8 @@
 --[[
   Leaves the line without being admitted (the caller gave up or was aborted).
-
-  Input:
-    KEYS[1] waiters  ZSET ticket -> rank
-    KEYS[2] waitexp  ZSET ticket -> heartbeat expiry
-    ARGV[1] msgpack map: ticket
-
+  KEYS[1] waiters (as in acquire-12.lua)
+  KEYS[2] waitexp
+  ARGV[1] msgpack: ticket
   Output: 1 when the ticket was in line, else 0
 ]]
 --- @include "args"

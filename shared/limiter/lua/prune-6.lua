@@ -1,7 +1,5 @@
 --[[
-  Drops what has left the window and the leases that ran out (giving back the money they held),
-  so the limiter's keys shrink to nothing when nobody acquires.
-
+  Drops what left the window and lapsed leases (their money back): idle keys shrink to nothing.
   KEYS[1] log (as acquire-12.lua)
   KEYS[2] res
   KEYS[3] slots

@@ -1,13 +1,9 @@
 --[[
-  Extends the lease of a call in flight: its concurrency slot, and its open reservation's stamp
-  when the response has not begun yet.
-
-  Input:
-    KEYS[1] log    ZSET reservation id -> stamp ms
-    KEYS[2] res    HASH reservation id -> "req|in|out|flags|scopes"
-    KEYS[3] slots  ZSET reservation id -> lease expiry ms
-    ARGV[1] msgpack map: now (ms; absent for Redis TIME), id (reservation id), leaseMs
-
+  Extends a call's lease: its slot, and its open reservation's stamp until its response begins.
+  KEYS[1] log (KEYS as in acquire-12.lua)
+  KEYS[2] res
+  KEYS[3] slots
+  ARGV[1] msgpack: now (absent: TIME), id, leaseMs
   Output: the new lease expiry, or 0 when the lease was already lost
 ]]
 --- @include "args"

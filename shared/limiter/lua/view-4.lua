@@ -1,8 +1,6 @@
 --[[
-  Reads each scope's use and the provider's projected room now, writing nothing (what has left
-  the window but is not dropped yet is left out here). The projection is view.lua's, the one
-  acquire uses.
-
+  Reads each scope's use and the provider's projected room now (view.lua's, as acquire), writing
+  nothing: what left the window but is not dropped yet is left out here.
   KEYS[1] log (as acquire-12.lua)
   KEYS[2] res
   KEYS[3] tot

@@ -1,6 +1,5 @@
--- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run` (keys,
--- clock, scopes, caches; `totals`: what it admitted, written by finish_run). A cost may carry its
--- own scopes with limits (`c.limits`) and money (`c.money`). Needs "reservation", "money", "view".
+-- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run`. A cost
+-- may carry its own scopes (`c.limits`) and money. Needs "reservation", "money", "view".
 
 -- A model's scope with no limits configured and no answer yet (it takes one call).
 local function unanswered(run, s)
@@ -22,8 +21,7 @@ local function own_of(run, field)
   return tonumber(o[1] or '0') + (run.totals[field] or 0), tonumber(o[2] or '0')
 end
 
--- The fresh bucket reading that covers c in scope s, dimension d: s's own, else (s holds only a
--- configured cap) its model scope's; nil when there is none, or it reads a window.
+-- The fresh bucket reading covering c in s, d: s's own, else its model scope's; nil if none.
 local function bucket_of(run, s, d, c)
   local name = s.name
   if not view_of(run, name .. '|' .. d) then
@@ -33,9 +31,8 @@ local function bucket_of(run, s, d, c)
   if v and run.now < v.at + run.windowMs and shape_of(run, name, d) == 'b' then return v end
 end
 
--- What c lacks in scope s, dimension d now (≤ 0: it fits), its room's refill per ms (0: it
--- comes back as our entries leave), and when the reading behind it lapses (0: none). The own
--- window counts unless a bucket no smaller than the configured limit covers the call.
+-- What c lacks in s, d now (≤ 0: fits), the refill per ms (0: as our entries leave), the lapse
+-- of the reading behind it (0: none). Our window counts unless a bucket ≥ the cap covers c.
 local function lack_of(run, s, d, c)
   local lim, v, most = limit_of(run, s, d)
   if lim == 0 then return -1, 0, 0 end
@@ -49,8 +46,7 @@ local function lack_of(run, s, d, c)
   return need, r, lapse
 end
 
--- How long until `need` more is free: a bucket refills it, or our entries leave the window;
--- never past the lapse of the reading behind it.
+-- How long until `need` more is free (refilled, or our entries leave), at most until the lapse.
 local function wait_for(run, s, d, need, rate, lapse)
   local most = run.windowMs
   if lapse > 0 then most = math.max(1, math.min(most, lapse - run.now)) end
@@ -69,7 +65,7 @@ local function wait_for(run, s, d, need, rate, lapse)
   return most
 end
 
--- The first scope and dimension where c does not fit now, with what it lacks there; or nil.
+-- The first scope and dimension where c does not fit now, with what it lacks; or nil.
 local function short_of(run, c)
   for _, s in ipairs(c.limits or run.scopes) do
     for _, d in ipairs(DIMS) do

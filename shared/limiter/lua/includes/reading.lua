@@ -1,15 +1,12 @@
 -- Storing a provider's reading in the view (see view.lua). Needs "reservation".
-
-
 local function gcd(a, b)
   while b > 0 do a, b = b, a % b end
   return a
 end
 
--- What reading r (limit, remaining, reset ms or -1) says of the shape: 'b' when its reset is when
--- a bucket would be full and well before a window, 'w' when at a window or later (the call it
--- just admitted leaves a sliding window no sooner), nil when both or neither fit. `slack`: the
--- reset's resolution (a second), the rounding, the reading's age.
+-- What reading r says of the shape: 'b' when its reset is when a bucket would be full, well
+-- before a window; 'w' at a window or later; nil when both or neither fit. `slack`: the reset's
+-- resolution (a second), the rounding, the reading's age.
 local function shape_says(ctx, r, half, ageMs)
   if not r.reset or r.reset <= 0 or r.limit <= 0 then return nil end
   local slack = 1000 + 2 * half * ctx.windowMs / r.limit + ageMs
@@ -21,10 +18,8 @@ local function shape_says(ctx, r, half, ageMs)
   return nil
 end
 
--- Our spend in `scope` that a reading may not have counted: calls whose response has not begun
--- (open), and the output still to come of begun calls when the provider counts output as it is
--- produced (flags "b"). A begun call counts as counted: the provider admitted it before its
--- response began, most likely before the reading's call, and our window keeps it in any case.
+-- Our spend in `scope` a reading may not have counted: calls not begun, and begun calls' output
+-- still to come under 'produced' (flags "b"). A begun call was most likely counted.
 local function pending_of(ctx, scope)
   local p = { req = 0, ['in'] = 0, out = 0, tok = 0 }
   local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. ctx.now, '+inf', 'LIMIT', 0, 2000)
@@ -42,8 +37,8 @@ end
 local function store_reading(ctx, g)
   local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
   local pending = pending_of(ctx, scope)
-  -- The rounding step divides every rounded reading, a limit need not: `|rg` is the readings'
-  -- gcd, negative while one value was read (the limit then stands in for a second).
+  -- The rounding step divides every rounded reading (a limit need not): `|rg` is their gcd,
+  -- negative while one value was read (the limit stands in for a second).
   local rg, lim = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0'), 0
   for _, d in ipairs(DIMS) do
     local r = g.dims[d]

@@ -22,9 +22,9 @@ local function shape_of(ctx, scope, d)
   return ctx.shapes[scope][1], d == 'req' and 0 or ctx.shapes[scope][2]
 end
 
--- The provider's room in d by reading v (our window sum `used`, count `left`), its refill per ms
--- (0: a window); nil once v is a window old. A reading counts at the low end of its rounding, a
--- window's as ours while within a step of our own count (the dead band: rounding, our estimates).
+-- The provider's room in d by reading v (our `used`, `left`), its refill per ms (0: a window);
+-- nil once v is a window old. A reading counts at the low end of its rounding; a window's as
+-- ours while within a step of our own count (the dead band).
 local function projected(ctx, scope, d, v, used, left)
   if not v or ctx.now >= v.at + ctx.windowMs then return nil, 0 end
   local shape, half = shape_of(ctx, scope, d)
