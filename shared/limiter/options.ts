@@ -25,18 +25,11 @@ export interface LimiterOptions {
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
   /** Calls in flight across every process; 0 for no cap. @default 0 */
   readonly concurrency?: number;
-  /**
-   * Share of each limit kept free, in our window and in the provider's projected view, for what
-   * neither sees: another client's spend since the provider's latest reading. @default 0.01
-   */
+  /** Share of each limit kept free for what no reading shows yet (another client's). @default 0.01 */
   readonly headroom?: number;
   /** How long a slot and an open reservation live without renewal. @default 30_000 */
   readonly leaseMs?: number;
-  /**
-   * How the provider charges output ({@link OutputAccounting}). Under `actual` and `produced`
-   * the unused max_tokens come back at settle; under `produced` the output is stamped then (it is
-   * counted until the end). @default 'reserve'
-   */
+  /** How the provider charges output ({@link OutputAccounting}). @default 'reserve' */
   readonly outputAccounting?: OutputAccounting;
   /** Injected time in ms for tests; by default every script reads Redis's `TIME`. */
   readonly clock?: () => number;
@@ -45,9 +38,8 @@ export interface LimiterOptions {
   /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
   readonly commandTimeoutMs?: number;
   /**
-   * A connection of its own (it enters subscriber mode) on which the limiter hears every
-   * settle and release of any process, so a waiter wakes as soon as budget or a slot comes back
-   * instead of at its next poll. Not owned: close it after {@link Limiter.close}.
+   * A connection of its own (subscriber mode) on which waiters hear budget or a slot come back
+   * in any process, instead of at their next poll. Not owned: close it after {@link Limiter.close}.
    */
   readonly subscriber?: RedisClient;
 }
@@ -58,19 +50,15 @@ export interface AcquireOptions {
   /** 1 is the most urgent. @default 100 */
   readonly priority?: number;
   readonly signal?: AbortSignal;
-  /**
-   * Called after each denial, before sleeping. To stop waiting, abort the signal; a caller that
-   * decides per denial (a new cost, another priority) drives a {@link Limiter.line} instead.
-   */
+  /** Called after each denial, before sleeping (to decide per denial, drive a {@link Limiter.line}). */
   readonly onDenied?: (d: Decision & { ok: false }) => void;
 }
 
 /** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
 export interface AcquireManyOptions extends AcquireOptions {
   /**
-   * The costs of the calls queued behind this one, charged to the same scopes unless one names
-   * its own, each with its own money. Once this one is admitted, they are admitted in the same
-   * round trip, in order, while each fits at once and nobody else waits in line.
+   * The costs of the calls queued behind (its scopes unless one names its own): admitted in the
+   * same round trip, in order, while each fits at once and nobody else waits in line.
    */
   readonly more?: readonly Charge[];
 }
@@ -163,8 +151,8 @@ export function limitsOf(s: LimiterSettings, scope: string): DimensionLimits {
 }
 
 /**
- * Every scope charged, each with its configured limits by short dimension name (0: none); a
- * model's scope is `unknown` when no limit at all is configured, its own or the key's.
+ * Every scope charged, with its limits by short dimension name (0: none); a model's scope is
+ * `unknown` when no limit is configured, its own or the key's (one call until an answer).
  */
 export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): ScriptScope[] {
   const keyless = Object.values(s.limits).every((x) => !x);

@@ -11,6 +11,7 @@ import {
 } from '../lua-scripts.ts';
 import type { RedisClient } from '../redis.ts';
 import { type LimiterKeys, pauseKeyOf } from './limiter-keys.ts';
+import type { LimiterSettings } from './options.ts';
 import type { Charge, MoneyClaim, OutputAccounting } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -18,11 +19,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 /** The history's bucket length (the live view's per-10 s counters). */
 export const HISTORY_BUCKET_MS = 10_000;
 
-/**
- * Plain msgpack maps, which Lua's `cmsgpack.unpack` reads. Integers past 32 bits (ms
- * timestamps) go as float64, which holds them exactly up to 2^53; `undefined` goes as nil, so
- * Lua sees the field absent (`now` absent: Redis's TIME).
- */
+/** Plain msgpack maps for Lua's `cmsgpack.unpack`; `undefined` as nil (`now` absent: TIME). */
 const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
 
 /** Packs one script's structured argument (`ARGV[1]`); exported for the round-trip test. */
@@ -33,26 +30,21 @@ export function packArgs(value: unknown): Buffer {
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
 
-/**
- * A scope as acquire sees it: its configured limits by short dimension name, 0 for none;
- * `unknown` for a model's scope when no limit is configured, its own or the key's (one call at
- * a time until an answer).
- */
+/** A scope as acquire sees it: limits by short dimension name (0: none); `unknown`: see options. */
 export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
   readonly unknown?: true;
 }
 
-export interface AcquireArgs {
-  readonly windowMs: number;
-  readonly headroom: number;
+/** Acquire's argument (see acquire-12.lua's header). */
+export interface AcquireArgs
+  extends Pick<LimiterSettings, 'windowMs' | 'headroom' | 'leaseMs' | 'concurrency'> {
   readonly ticket: string;
   readonly priority: number;
+  /** Keep a place in line when denied. */
   readonly queue: boolean;
-  readonly leaseMs: number;
   readonly ticketTtlMs: number;
-  readonly concurrency: number;
   readonly cost: Charge;
   readonly scopes: readonly ScriptScope[];
   /** Calls queued behind; `scopes` when not the first one's. */
@@ -62,6 +54,9 @@ export interface AcquireArgs {
     readonly scopes?: readonly ScriptScope[] | undefined;
   }[];
 }
+
+/** An end's usage when none is known (see `EndRecord`). */
+export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
 
 /** One call's end for `record-10.lua` (see its header). */
 export interface EndRecord {
@@ -102,37 +97,21 @@ export interface EndResult {
   readonly outputDelta: number;
 }
 
-/** What `view-4.lua` reads of one scope and dimension. */
-export interface ViewDimension {
-  readonly used: number;
-  readonly left: number;
-  /** The provider's limit, as last read. */
-  readonly limit?: number;
-  /** The provider's room now, projected from its latest reading (absent: none fresh). */
-  readonly room?: number;
-  /** When that reading was taken (ms). */
-  readonly at?: number;
-}
-
+/** What `view-4.lua` reads (see its header): per scope, its shape, step and dimensions. */
 export interface ViewReply {
   readonly now: number;
   readonly scopes: Readonly<
-    Record<
-      string,
-      { shape: '' | 'b' | 'w'; step: number; dims: Readonly<Record<string, ViewDimension>> }
-    >
+    Record<string, { shape: '' | 'b' | 'w'; step: number; dims: ViewDims }>
   >;
 }
+type ViewDims = Readonly<
+  Record<string, { used: number; left: number; limit?: number; room?: number; at?: number }>
+>;
 
 /** A money claim as acquire reads it (see money.lua); absent without one. */
 function packMoney(m: MoneyClaim | undefined) {
   if (!m) return undefined;
-  const limits = m.limits.map((l) => ({
-    field: l.field,
-    budget: l.budget,
-    period: l.period,
-    limit: l.limitMicros,
-  }));
+  const limits = m.limits.map(({ limitMicros, ...l }) => ({ ...l, limit: limitMicros }));
   return { micros: m.micros, limits, fields: m.fields };
 }
 
@@ -149,10 +128,7 @@ function script(name: string): LuaScript {
   return s;
 }
 
-/**
- * One typed method per limiter script: each packs its structured argument, runs the script
- * failing closed ({@link LimiterUnavailableError}) and reads its reply.
- */
+/** One typed method per limiter script, failing closed ({@link LimiterUnavailableError}). */
 export class LimiterScripts {
   constructor(
     private readonly redis: RedisClient,
@@ -174,42 +150,21 @@ export class LimiterScripts {
       a.scopes.map((s) => s.name),
     );
     const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, pause, k.tot, k.view];
-    const reply = (await this.run(
-      'acquire',
-      [...keys, k.stats, k.spend, k.held],
-      {
-        now: this.now(),
-        windowMs: a.windowMs,
-        headroom: a.headroom,
-        ticket: a.ticket,
-        priority: a.priority,
-        queue: a.queue,
-        leaseMs: a.leaseMs,
-        ticketTtlMs: a.ticketTtlMs,
-        concurrency: a.concurrency,
-        cost: packCost(a.cost),
-        scopes: a.scopes,
-        extras: a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes })),
-      },
-      () => this.undoAcquire(a),
-    )) as (number | string)[];
-    return reply;
+    const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
+    const args = { ...a, now: this.now(), cost: packCost(a.cost), extras };
+    const undo = () => this.undoAcquire(a);
+    return (await this.run('acquire', [...keys, k.stats, k.spend, k.held], args, undo)) as (
+      | number
+      | string
+    )[];
   }
 
   /**
-   * Undoes an acquire whose answer never came (it may have run, or may still run when Redis
-   * answers again): sent behind it on the same connection, its admissions are released and its
-   * ticket leaves the line, where it would stand first until its heartbeat lapses.
+   * Undoes an acquire whose answer never came (it may have run, or run yet): sent behind it on
+   * its connection, its admissions are released and its ticket leaves the line.
    */
   private undoAcquire(a: AcquireArgs): Promise<unknown> {
-    const release = (id: string) => ({
-      id,
-      mode: 'release',
-      input: -1,
-      output: -1,
-      reported: -1,
-      micros: -1,
-    });
+    const release = (id: string) => ({ id, mode: 'release', ...UNKNOWN_USAGE });
     const ends = [a.ticket, ...a.extras.map((x) => x.ticket)].map(release);
     const batch = {
       now: this.now(),

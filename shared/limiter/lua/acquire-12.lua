@@ -33,7 +33,7 @@
 
 local waitersKey, waitexpKey = KEYS[4], KEYS[5]
 local now, ticket, queue = now_ms(args.now), args.ticket, args.queue
--- A call's cost as a reservation; `limits`: an extra's own scopes (another tenant's), else the head's.
+-- A call's cost as a reservation; `limits`: an extra's own scopes, else the head's.
 local function charge(x, limits)
   local names = {}
   for i, s in ipairs(limits or args.scopes) do names[i] = s.name end
@@ -61,7 +61,7 @@ if redis.call('HEXISTS', run.res, ticket) == 1 then
   return { 0, lease - args.leaseMs, lease, k }
 end
 
--- 2. A cost above a limit (configured or the provider's) less headroom never fits.
+-- 2. A cost above a limit less headroom never fits.
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
     local _, _, most = limit_of(run, s, d)
