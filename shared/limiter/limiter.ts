@@ -240,7 +240,7 @@ export class Limiter {
    */
   async prune(): Promise<number> {
     for (let i = 0; ; i++) {
-      const { now, dropped } = await this.scripts.prune(this.windowMs);
+      const { now, dropped } = await this.scripts.record({}, this.windowMs, '', 'reserve');
       if (dropped < 500 || i >= 1_000) return now;
     }
   }

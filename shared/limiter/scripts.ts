@@ -185,7 +185,7 @@ export class LimiterScripts {
     return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, pause];
   }
 
-  /** Stamps, ends, the pause and readings, in that order, in one run. */
+  /** Stamps, ends, the pause and readings, in that order, in one run (nothing: a prune). */
   async record(
     b: Partial<RecordBatch>,
     windowMs: number,
@@ -203,11 +203,13 @@ export class LimiterScripts {
     })) as number[];
     return {
       pausedUntil: Number(r[0]) || undefined,
+      now: Number(r[1]),
+      dropped: Number(r[2]),
       ends: ends.map(
         (_, i): EndResult => ({
-          known: Number(r[1 + i * 3]) === 1,
-          inputDelta: Number(r[2 + i * 3] ?? 0),
-          outputDelta: Number(r[3 + i * 3] ?? 0),
+          known: Number(r[3 + i * 3]) === 1,
+          inputDelta: Number(r[4 + i * 3] ?? 0),
+          outputDelta: Number(r[5 + i * 3] ?? 0),
         }),
       ),
     };
@@ -239,17 +241,6 @@ export class LimiterScripts {
     const k = this.keys;
     const args = { now: this.now(), id, leaseMs };
     return Number(await this.run('renew', [k.log, k.res, k.slots], args));
-  }
-
-  /** Drops at most 500 reservations that left the window, and lapsed leases (and their money). */
-  async prune(windowMs: number): Promise<{ now: number; dropped: number }> {
-    const k = this.keys;
-    const keys = [k.log, k.res, k.slots, k.tot, k.spend, k.held];
-    const [now, dropped] = (await this.run('prune', keys, { now: this.now(), windowMs })) as [
-      number,
-      number,
-    ];
-    return { now: Number(now), dropped: Number(dropped) };
   }
 
   /** Runs a script, failing closed ({@link runFailClosed}); `undo` reverses a lost answer. */

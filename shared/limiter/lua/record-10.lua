@@ -22,7 +22,8 @@
     'release', input, output (-1: keep the estimate), reported (output for the counters, -1
     unknown), micros (-1: the worst case stays) }), pauseMs (or absent), readings ({ scope, of,
     ageMs, dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
-  Output: { pausedUntil (0: none), then per end: known (0: already gone), inputDelta, outputDelta }
+  Output: { pausedUntil (0: none), now, dropped (left the window: at most 500 a run), then per
+    end: known (0: already gone), inputDelta, outputDelta }; with nothing to record, it prunes
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -41,7 +42,7 @@ local mk = { spend = KEYS[8], held = KEYS[9], periods = args.periods }
 local totals, stats, hist = {}, {}, {}
 local bucket = math.floor(now / args.bucketMs) * args.bucketMs
 local wake = expire_slots(KEYS[3], now, mk) > 0
-expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 
 local function count(t, f, n) t[f] = (t[f] or 0) + n end
 
@@ -133,7 +134,7 @@ local function finish(e)
 end
 
 for _, id in ipairs(args.stamps or {}) do stamp(id) end
-local out = { 0 }
+local out = { 0, now, dropped }
 for _, e in ipairs(args.ends or {}) do
   local known, dIn, dOut = finish(e)
   out[#out + 1], out[#out + 2], out[#out + 3] = known, dIn, dOut
