@@ -2,13 +2,13 @@ import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
 import { isModelScope } from '../models.ts';
 import type { RedisClient } from '../redis.ts';
-import type { ScriptScope } from './scripts.ts';
 import {
   type Charge,
   type Decision,
   type DimensionLimits,
   GLOBAL_SCOPE,
   type OutputAccounting,
+  type ScriptScope,
   type Usage,
 } from './types.ts';
 

@@ -12,7 +12,7 @@ import {
 import type { RedisClient } from '../redis.ts';
 import { type LimiterKeys, pauseKeyOf } from './limiter-keys.ts';
 import type { LimiterSettings } from './options.ts';
-import type { Charge, MoneyClaim, OutputAccounting } from './types.ts';
+import type { Charge, MoneyClaim, OutputAccounting, ScriptScope } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -29,13 +29,6 @@ export function packArgs(value: unknown): Buffer {
 
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
-
-/** A scope as acquire sees it: limits by short dimension name (0: none); `unknown`: see options. */
-export interface ScriptScope {
-  readonly name: string;
-  readonly limits: Readonly<Record<string, number>>;
-  readonly unknown?: true;
-}
 
 /** Acquire's argument (see acquire-12.lua's header). */
 export interface AcquireArgs

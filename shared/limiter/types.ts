@@ -23,6 +23,13 @@ export interface Charge extends Cost {
  */
 export type OutputAccounting = 'reserve' | 'actual' | 'produced';
 
+/** A scope as acquire sees it: limits by short dimension name (0: none); `unknown`: see options. */
+export interface ScriptScope {
+  readonly name: string;
+  readonly limits: Readonly<Record<string, number>>;
+  readonly unknown?: true;
+}
+
 /** The scope every call belongs to: the provider key. */
 export const GLOBAL_SCOPE = 'global';
 
