@@ -36,6 +36,9 @@ export interface UsagePoint {
   /** Uncached input plus cache writes: what input limits count. */
   readonly inputTokens: number;
   readonly outputTokens: number;
+  /** What the calls that succeeded reserved at admission (the estimate), input and output. */
+  readonly reservedInputTokens: number;
+  readonly reservedOutputTokens: number;
   readonly spendUsd: number;
   /** From enqueue (or the previous try) to the call, over every try. */
   readonly wait: Quantiles;
@@ -148,6 +151,8 @@ export function pointOf(at: number, f: BucketFields, backlog = f['q'], peak = f[
     failed: n('f'),
     inputTokens: n('i'),
     outputTokens: n('o'),
+    reservedInputTokens: n('ri'),
+    reservedOutputTokens: n('ro'),
     spendUsd: n('s') / 1e6,
     wait: quantiles(f, 'w', n('ws')),
     latency: quantiles(f, 'l', n('ls')),

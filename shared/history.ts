@@ -60,7 +60,8 @@ export function historyKeys(names: QueueNames): HistoryKeys {
 
 /**
  * A bucket's fields. Per call (every series): `c` calls that succeeded, `f` tries that failed
- * (429s included), `i` / `o` input (uncached plus cache writes) and output tokens, `s` spend in
+ * (429s included), `i` / `o` input (uncached plus cache writes) and output tokens, `ri` / `ro`
+ * what the calls that succeeded reserved at admission (the estimate), `s` spend in
  * µ$ at list price (the config's prices with budgets), `ws` / `ls` summed wait and latency ms,
  * `w<bin>` / `l<bin>` their distributions (see {@link binOf}), `wn` / `wx` and `ln` / `lx` their
  * least and greatest values, `d` calls that waited for llmq's
@@ -110,6 +111,9 @@ export interface HistoryCall {
   readonly cacheWriteTokens?: number | undefined;
   /** What the call cost, µ$. */
   readonly costMicros?: number | undefined;
+  /** Input and output tokens its reservation held at admission (the estimate). */
+  readonly reservedInputTokens?: number | undefined;
+  readonly reservedOutputTokens?: number | undefined;
   readonly gate?: GateWaitMs | undefined;
 }
 
@@ -148,6 +152,8 @@ export function callFields(c: HistoryCall, into: BucketFields = {}): BucketField
   }
   add(into, 'i', (c.inputTokens ?? 0) + (c.cacheWriteTokens ?? 0));
   add(into, 'o', c.outputTokens);
+  add(into, 'ri', c.reservedInputTokens);
+  add(into, 'ro', c.reservedOutputTokens);
   add(into, 's', c.costMicros);
   const g = c.gate;
   if (g) {

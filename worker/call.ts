@@ -263,7 +263,7 @@ async function succeededCall(
     // The whole prompt against the whole estimate: cache reads included.
     p.costs.record(data, actual.inputTokens + (usage.cache_read_input_tokens ?? 0)),
     t.target.breaker.success(),
-    reportSuccess(p, job, r.waits, t.startedAt, result, {
+    reportSuccess(p, job, r.waits, t.startedAt, result, r.reservation.cost, {
       provider_calls: 1,
       provider_ok: 1,
       completed: 1,

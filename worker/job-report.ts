@@ -1,5 +1,6 @@
 import type { Job } from 'bullmq';
 import { actualMicros, type BudgetLedger } from '../shared/budgets.ts';
+import type { Cost } from '../shared/estimate.ts';
 import type { GateWaitMs } from '../shared/history.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { JobObservation, MetricsWriter } from '../shared/metrics.ts';
@@ -68,13 +69,17 @@ function admittedLine(waitMs: number, waits: readonly WaitSegment[] | undefined)
   return `admitted after ${formatMs(waitMs)} in the queue${why}`;
 }
 
-/** A successful call: the outcome line, the job's log, the histograms and counters. */
+/**
+ * A successful call: the outcome line, the job's log, the histograms and counters; `reserved`:
+ * what its reservation held (the estimate), for the usage history.
+ */
 export function reportSuccess(
   p: ReportParts,
   job: Job<JobData, JobResult>,
   waits: readonly WaitSegment[] | undefined,
   startedAt: number,
   result: JobResult,
+  reserved: Cost,
   add: Parameters<MetricsWriter['observe']>[1],
 ): Promise<unknown> {
   const u = result.message.usage;
@@ -96,6 +101,8 @@ export function reportSuccess(
     outputTokens: u.output_tokens,
     cacheWriteTokens: u.cache_creation_input_tokens ?? undefined,
     costMicros: spendMicros(p, job.data.request.model, u),
+    reservedInputTokens: reserved.inputTokens,
+    reservedOutputTokens: reserved.outputTokens,
     gate: gateWaitMs(waits),
     ok: true,
   };
