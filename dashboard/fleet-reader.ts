@@ -97,11 +97,6 @@ export interface QueueView {
   readonly forecast: Forecast;
   /** Wait, call and token histograms by model and tenant (`telemetry/histograms.ts`). */
   readonly histograms: readonly HistogramSeries[];
-  /** The limiter's 10 s buckets of the last 15 minutes: settled calls, reserved and actual. */
-  readonly history: {
-    readonly bucketMs: number;
-    readonly points: LimiterSnapshot['history'];
-  };
 }
 
 /** One deployment of the pool as the dashboard shows it. */
@@ -126,7 +121,6 @@ export interface FleetReaderOptions {
   readonly headroom?: number;
 }
 
-const HISTORY_BUCKET_MS = 10_000;
 const DEPTH_STATES = ['prioritized', 'waiting', 'delayed'] as const;
 
 interface QueueHandles {
@@ -367,7 +361,6 @@ export class FleetReader {
         sampled: backlog.sampled,
       }),
       histograms: readHistograms(metrics),
-      history: { bucketMs: HISTORY_BUCKET_MS, points: snap.history },
     };
   }
 

@@ -71,18 +71,10 @@ const BODY = `
 const SCRIPT = `
 function seconds(v) { return v >= 10000 ? Math.round(v / 1000) + ' s' : (v / 1000).toFixed(1) + ' s'; }
 function settledChart(v) {
-  const step = v.history.bucketMs;
-  const n = Math.round(15 * 60000 / step);
-  const from = Math.floor(v.now / step) * step - (n - 1) * step;
-  const byAt = new Map(v.history.points.map((p) => [p.at, p]));
-  const at = (i) => byAt.get(from + i * step);
-  const reserved = [], actual = [];
-  for (let i = 0; i < n; i++) {
-    const p = at(i);
-    reserved.push(p ? p.reservedIn + p.reservedOut : 0);
-    actual.push(p ? p.actualIn + p.actualOut : 0);
-  }
-  chart('chart', { bucketMs: step, from: from, format: compact, series: [
+  const h = v.history;
+  const reserved = h.points.map((p) => p.reservedIn + p.reservedOut);
+  const actual = h.points.map((p) => p.actualIn + p.actualOut);
+  chart('chart', { bucketMs: h.bucketMs, from: h.from, format: compact, series: [
     { key: 'reserved', label: 'reserved at admission (the estimate)', cls: 'reserved', values: reserved },
     { key: 'actual', label: 'used (the provider\\'s usage)', cls: 's0', values: actual }] });
   $('chart').dataset.buckets = String(actual.filter((a, i) => a > 0 || reserved[i] > 0).length);

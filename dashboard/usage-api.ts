@@ -1,5 +1,6 @@
 /**
- * The JSON behind the pages: the queue's live view for the limiter page; for the overview and
+ * The JSON behind the pages: the queue's live view for the limiter page, with the fleet's last
+ * 15 minutes of estimate and usage for its chart; for the overview and
  * the tenant and model pages, the usage history of a range
  * (`shared/history-reader.ts`) with the queue's live view (`fleet-reader.ts`): backlog and
  * forecast, limits, spend against budgets, a tenant's jobs. Reads only.
@@ -7,7 +8,13 @@
 
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { SpendLine } from '../shared/budgets.ts';
-import { HISTORY_RANGES, type HistoryRange, modelSeries, tenantSeries } from '../shared/history.ts';
+import {
+  FLEET_SERIES,
+  HISTORY_RANGES,
+  type HistoryRange,
+  modelSeries,
+  tenantSeries,
+} from '../shared/history.ts';
 import { historyLabels, readUsageHistory, type UsageHistory } from '../shared/history-reader.ts';
 import type { ScopeSnapshot } from '../shared/limiter/types.ts';
 import { matchModel } from '../shared/models.ts';
@@ -87,6 +94,26 @@ function timesOf(view: QueueView, h: UsageHistory) {
   return { now: view.now, windowMs: view.windowMs, bucketMs: h.bucketMs, from: h.from, to: h.to };
 }
 
+/**
+ * The limiter page's view: the queue's live view, with what the fleet's calls that succeeded
+ * reserved at admission and used, per 10 s bucket of the last 15 minutes (the usage history).
+ */
+async function limiterView(o: PageApiOptions, queue: string) {
+  const { reader } = o;
+  const view = await reader.read(queue);
+  const names = { prefix: reader.prefix, queue };
+  const h = await readUsageHistory(reader.redis, names, '15m', view.now, [FLEET_SERIES]);
+  const points = h.series[0]!.points.map((p) => ({
+    at: p.at,
+    calls: p.calls,
+    reservedIn: p.reservedInputTokens,
+    reservedOut: p.reservedOutputTokens,
+    actualIn: p.inputTokens,
+    actualOut: p.outputTokens,
+  }));
+  return { ...view, history: { bucketMs: h.bucketMs, from: h.from, points } };
+}
+
 async function overview(o: PageApiOptions, queue: string, range: HistoryRange) {
   const { reader } = o;
   const view = await reader.read(queue);
@@ -155,7 +182,7 @@ async function usage(
 
 /**
  * Registers the pages' JSON on the dashboard's server: `GET /api/overview`, `GET /api/usage`
- * and `GET /api/limiter` (the queue's live view, `QueueView`).
+ * and `GET /api/limiter` (the queue's live view, `QueueView`, with its chart's `history`).
  */
 export function registerPageApi(app: FastifyInstance, o: PageApiOptions): void {
   const prefix = o.reader.prefix;
@@ -164,7 +191,7 @@ export function registerPageApi(app: FastifyInstance, o: PageApiOptions): void {
     const c = await chooseQueue(o, req.query.queue);
     const missing = queueMissing(reply, prefix, c);
     if (missing) return missing;
-    const view: QueueView | null = c.queue === undefined ? null : await o.reader.read(c.queue);
+    const view = c.queue === undefined ? null : await limiterView(o, c.queue);
     return { prefix, queues: c.queues, view };
   });
 

@@ -12,7 +12,6 @@ const PARTS = [
   'tot',
   'view',
   'stats',
-  'hist',
   'config',
 ] as const;
 

@@ -6,14 +6,10 @@ import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
   type DimensionLimits,
   GLOBAL_SCOPE,
-  type HistoryPoint,
   type LimiterSnapshot,
   type ProviderShape,
   type ScopeSnapshot,
 } from './types.ts';
-
-/** How much of the live history a snapshot shows. */
-const HISTORY_SPAN_MS = 15 * 60_000;
 
 const SHAPES: Record<string, ProviderShape> = { b: 'bucket', w: 'window' };
 
@@ -49,8 +45,8 @@ function rows<T>(result: [Error | null, unknown][] | null): T {
  */
 export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> {
   const k = s.keys;
-  const [config, totFields, pause, waiters, stats, hist] = rows<
-    [string | null, string[], string | null, number, Record<string, string>, Record<string, string>]
+  const [config, totFields, pause, waiters, stats] = rows<
+    [string | null, string[], string | null, number, Record<string, string>]
   >(
     await s.redis
       .multi()
@@ -59,7 +55,6 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       .get(k.pause)
       .zcard(k.waiters)
       .hgetall(k.stats)
-      .hgetall(k.hist)
       .exec(),
   );
   const published = config ? (JSON.parse(config) as PublishedConfig) : {};
@@ -97,7 +92,6 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       settledReservedIn: n('settled_reserved_in'),
       settledReservedOut: n('settled_reserved_out'),
     },
-    history: historyOf(hist, now),
   };
 }
 
@@ -121,26 +115,4 @@ export function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits)
     roundingStep: v?.step ?? 0,
     dimensions: dims,
   };
-}
-
-/** The history hash ("bucket|name" → count) as points, oldest first. */
-function historyOf(hist: Record<string, string>, now: number): HistoryPoint[] {
-  const buckets = new Map<number, Record<string, number>>();
-  for (const [f, v] of Object.entries(hist)) {
-    const [at, name] = f.split('|') as [string, string];
-    const b = buckets.get(Number(at)) ?? {};
-    b[name] = Number(v);
-    buckets.set(Number(at), b);
-  }
-  return [...buckets.entries()]
-    .filter(([at]) => at > now - HISTORY_SPAN_MS)
-    .sort(([a], [b]) => a - b)
-    .map(([at, b]) => ({
-      at,
-      calls: b['calls'] ?? 0,
-      reservedIn: b['reserved_in'] ?? 0,
-      reservedOut: b['reserved_out'] ?? 0,
-      actualIn: b['actual_in'] ?? 0,
-      actualOut: b['actual_out'] ?? 0,
-    }));
 }

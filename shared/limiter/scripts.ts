@@ -16,9 +16,6 @@ import type { Charge, MoneyClaim, OutputAccounting, ScriptScope } from './types.
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
-/** The history's bucket length (the live view's per-10 s counters). */
-export const HISTORY_BUCKET_MS = 10_000;
-
 /** Plain msgpack maps for Lua's `cmsgpack.unpack`; `undefined` as nil (`now` absent: TIME). */
 const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
 
@@ -51,7 +48,7 @@ export interface AcquireArgs
 /** An end's usage when none is known (see `EndRecord`). */
 export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
 
-/** One call's end for `record-10.lua` (see its header). */
+/** One call's end for `record-9.lua` (see its header). */
 export interface EndRecord {
   readonly id: string;
   readonly mode: 'usage' | 'keep' | 'release';
@@ -64,7 +61,7 @@ export interface EndRecord {
   readonly micros: number;
 }
 
-/** A provider's reading for `record-10.lua`: one scope, the dimensions it gave figures for. */
+/** A provider's reading for `record-9.lua`: one scope, the dimensions it gave figures for. */
 export interface ReadingRecord {
   readonly scope: string;
   /** How long ago the call that brought it was sent, ms. */
@@ -72,7 +69,7 @@ export interface ReadingRecord {
   readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;
 }
 
-/** What one `record-10.lua` run writes, in its order: stamps, ends, the pause, readings. */
+/** What one `record-9.lua` run writes, in its order: stamps, ends, the pause, readings. */
 export interface RecordBatch {
   readonly stamps: readonly string[];
   readonly ends: readonly EndRecord[];
@@ -162,7 +159,6 @@ export class LimiterScripts {
     const batch = {
       now: this.now(),
       windowMs: a.windowMs,
-      bucketMs: HISTORY_BUCKET_MS,
       channel: '',
     };
     return Promise.all([
@@ -175,7 +171,7 @@ export class LimiterScripts {
   private recordKeys(pauseScopes: readonly string[] = []): string[] {
     const k = this.keys;
     const pause = pauseKeyOf(k, pauseScopes);
-    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.hist, k.spend, k.held, pause];
+    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.spend, k.held, pause];
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run (nothing: a prune). */
@@ -189,7 +185,6 @@ export class LimiterScripts {
     const r = (await this.run('record', this.recordKeys(pauseScopes), {
       now: this.now(),
       windowMs,
-      bucketMs: HISTORY_BUCKET_MS,
       channel,
       split: accounting === 'produced',
       ...{ stamps, ends, readings, ...batch },

@@ -91,16 +91,6 @@ export interface ScopeSnapshot {
   readonly dimensions: Record<Dimension, DimensionUse>;
 }
 
-export interface HistoryPoint {
-  /** Start of the bucket (ms). */
-  readonly at: number;
-  readonly calls: number;
-  readonly reservedIn: number;
-  readonly reservedOut: number;
-  readonly actualIn: number;
-  readonly actualOut: number;
-}
-
 export interface LimiterSnapshot {
   readonly now: number;
   readonly windowMs: number;
@@ -123,5 +113,4 @@ export interface LimiterSnapshot {
     readonly settledReservedIn: number;
     readonly settledReservedOut: number;
   };
-  readonly history: readonly HistoryPoint[];
 }

@@ -5,17 +5,16 @@
   Several calls that began or ended together go in one run. Lapsed leases and what left the
   window go first; money holds settle with their calls.
 
-  KEYS[1] log (KEYS 1-6 and 8-10 as in acquire-12.lua)
+  KEYS[1] log (each key as in acquire-12.lua)
   KEYS[2] res
   KEYS[3] slots
   KEYS[4] tot
   KEYS[5] view
   KEYS[6] stats
-  KEYS[7] hist     HASH "bucket|name" -> counters of 10 s buckets (the live view)
-  KEYS[8] spend
-  KEYS[9] held
-  KEYS[10] pause
-  ARGV[1] msgpack: dims, now (absent: TIME), windowMs, bucketMs, channel (SPUBLISH when budget
+  KEYS[7] spend
+  KEYS[8] held
+  KEYS[9] pause
+  ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget
     or a slot comes back, or ''), split (the provider counts output as it is produced: a stamp
     keeps the output open until the call ends),
     periods (money periods kept, or absent), stamps (ids), ends ({ id, mode = 'usage' | 'keep' |
@@ -38,9 +37,8 @@ local function input_part(id) return id .. ':in' end
 local now = now_ms(args.now)
 local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
   windowMs = args.windowMs, views = {}, shapes = {} }
-local mk = { spend = KEYS[8], held = KEYS[9], periods = args.periods }
-local totals, stats, hist = {}, {}, {}
-local bucket = math.floor(now / args.bucketMs) * args.bucketMs
+local mk = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
+local totals, stats = {}, {}
 local wake = expire_slots(KEYS[3], now, mk) > 0
 local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 
@@ -125,8 +123,6 @@ local function finish(e)
   r.flags = 's'
   store(e.id, r)
   local reported = e.reported >= 0 and e.reported or r.out
-  for name, n in pairs({ calls = 1, reserved_in = inp, reserved_out = r.out - dOut, actual_in = inp + dIn,
-    actual_out = reported }) do count(hist, bucket .. '|' .. name, n) end
   for name, n in pairs({ settled = 1, actual_in = inp + dIn, actual_out = reported,
     settled_reserved_in = inp, settled_reserved_out = r.out - dOut }) do count(stats, name, n) end
   if dIn < 0 or dOut < 0 then wake = true end
@@ -141,18 +137,13 @@ for _, e in ipairs(args.ends or {}) do
 end
 flush(totals, KEYS[4])
 if args.pauseMs then
-  local untilMs = math.max(now + args.pauseMs, tonumber(redis.call('GET', KEYS[10]) or '0'))
+  local untilMs = math.max(now + args.pauseMs, tonumber(redis.call('GET', KEYS[9]) or '0'))
   -- The value decides; the expiry only collects the key, a minute after the pause ends.
-  redis.call('SET', KEYS[10], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
+  redis.call('SET', KEYS[9], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
   out[1] = untilMs
 end
 for _, g in ipairs(args.readings or {}) do store_reading(ctx, g) end
 if args.periods then money_keep(mk) end
 flush(stats, KEYS[6])
-flush(hist, KEYS[7])
--- Keep about 20 minutes of buckets: drop the one that just fell out.
-local old = bucket - 120 * args.bucketMs
-redis.call('HDEL', KEYS[7], old .. '|calls', old .. '|reserved_in', old .. '|reserved_out',
-  old .. '|actual_in', old .. '|actual_out')
 if wake and args.channel ~= '' then redis.call('SPUBLISH', args.channel, '1') end
 return out
