@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { MetricsWriter } from '../shared/metrics.ts';
 import { launchChromium, skipWithoutChromium } from './fixtures/chromium.ts';
 import { deleteKeys, newRedis, settle, testNames } from './helpers.ts';
 
@@ -40,6 +41,18 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
     if (!first.ok) throw new Error(`the first call was refused: ${JSON.stringify(first)}`);
     // The provider used 500 input tokens of the 600 estimated; output stays charged (reserve).
     await settle(limiter, first.reservation, { inputTokens: 500, outputTokens: 700 });
+    // The worker writes the call to the usage history: what its reservation held, what it used.
+    await new MetricsWriter(redis, names, { flushMs: 0 }).observe({
+      model: 'claude-sonnet-4-5',
+      tenant: undefined,
+      ok: true,
+      waitMs: 0,
+      callMs: 100,
+      inputTokens: 500,
+      outputTokens: 700,
+      reservedInputTokens: first.reservation.cost.inputTokens,
+      reservedOutputTokens: first.reservation.cost.outputTokens,
+    });
     dashboard = await startDashboard({
       redis,
       prefix: names.prefix,
@@ -127,7 +140,16 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
     expect(await text(page, 'depth-bound')).toBe('10,000');
     expect(await text(page, 'pause-state')).toBe('none');
     expect(await text(page, 'breaker-state')).toBe('closed');
-    expect(await page.getByTestId('chart').getAttribute('data-buckets')).toBe('1');
+    // The chart: one 10 s bucket, the estimate (600 + 1,000) beside the usage (500 + 700).
+    const chart = page.getByTestId('chart');
+    expect(await chart.getAttribute('data-buckets')).toBe('1');
+    const series = JSON.parse((await chart.getAttribute('data-series')) ?? '{}') as Record<
+      string,
+      number[]
+    >;
+    expect(series['reserved']!.filter((n) => n > 0)).toEqual([1_600]);
+    expect(series['actual']!.filter((n) => n > 0)).toEqual([1_200]);
+    expect(series['actual']).toHaveLength(90);
 
     // More spend, a shared pause and a refusal by llmq's own limit: the page follows without a reload.
     const more = await limiter.tryAcquire({ requests: 1, inputTokens: 200, outputTokens: 300 });

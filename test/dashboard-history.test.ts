@@ -32,6 +32,8 @@ const call = (over: Partial<Parameters<MetricsWriter['observe']>[0]> = {}) => ({
   inputTokens: 300,
   outputTokens: 40,
   costMicros: 1_500,
+  reservedInputTokens: 350,
+  reservedOutputTokens: 200,
   ok: true,
   ...over,
 });
@@ -52,12 +54,14 @@ describe('the usage history', () => {
   });
 
   it('records each call in every range, for the fleet, its tenant and its model', async () => {
+    // A failed try's reservation is not compared with a usage: the worker gives none.
+    const failed = { ok: false, reservedInputTokens: undefined, reservedOutputTokens: undefined };
     let now = T0;
     const metrics = new MetricsWriter(redis, names, { flushMs: 0, clock: () => now });
     await Promise.all([
       metrics.observe(call({ jobId: 'a1', waitMs: 100, callMs: 800 })),
       metrics.observe(call({ jobId: 'a2', waitMs: 3_000, callMs: 1_200, cacheWriteTokens: 50 })),
-      metrics.observe(call({ jobId: 'b1', tenant: 'globex', model: 'claude-b', ok: false })),
+      metrics.observe(call({ jobId: 'b1', tenant: 'globex', model: 'claude-b', ...failed })),
       metrics.add({ provider_429_retry_after: 1, dead_lettered: 1, deferred_by_scope: 2 }),
     ]);
     now += 20_000;
@@ -70,6 +74,9 @@ describe('the usage history', () => {
       expect(by['*']).toMatchObject({ calls: 3, failed: 1, outputTokens: 160, spendUsd: 0.006 });
       // Cache writes count toward input limits: they are input here.
       expect(by['*']!.inputTokens).toBe(1_250);
+      // What the calls that succeeded reserved at admission, beside what they used.
+      expect(by['*']).toMatchObject({ reservedInputTokens: 1_050, reservedOutputTokens: 600 });
+      expect(by['t:acme']).toMatchObject({ reservedInputTokens: 700, reservedOutputTokens: 400 });
       expect(by['*']).toMatchObject({ providerRateLimited: 1, deadLettered: 1, setBack: 2 });
       expect(by['t:acme']).toMatchObject({ calls: 2, failed: 0, spendUsd: 0.003 });
       expect(by['t:acme']!.providerRateLimited).toBe(0);
@@ -166,6 +173,8 @@ describe('the usage history', () => {
               inputTokens: 1e9,
               outputTokens: 1e9,
               costMicros: 1e9,
+              reservedInputTokens: 1e9,
+              reservedOutputTokens: 1e9,
               gate: { budget: 1e9, paused: 1e9, concurrency: 1e9, queued: 1e9 },
             });
             addCall(batch, c, from);

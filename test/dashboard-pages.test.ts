@@ -323,6 +323,20 @@ describe.skipIf(skip)('the dashboard a team watches', () => {
     const denied = Number(await pool.redis.hget(limiterKeys(pool.names).stats, 'denied_budget'));
     expect(await value(page, 'rejected-llmq')).toBe(denied || 0);
     expect(await page.locator('.tile h3').allTextContents()).toContain('Deferrals by llmq');
+    // The chart: what the successful calls reserved at admission (as the limiter settled them)
+    // beside what they used (as the provider reported it).
+    const stats = await pool.redis.hgetall(limiterKeys(pool.names).stats);
+    expect(Number(stats['settled'])).toBe(t.done.length);
+    const chart = await seriesOf(page, 'chart');
+    expect(sum(chart['reserved']!)).toBe(
+      Number(stats['settled_reserved_in']) + Number(stats['settled_reserved_out']),
+    );
+    const used = t.done.map((j) => {
+      const u = j.returnvalue.message.usage;
+      return u.input_tokens + (u.cache_creation_input_tokens ?? 0) + u.output_tokens;
+    });
+    expect(sum(chart['actual']!)).toBe(sum(used));
+    expect(sum(chart['reserved']!)).toBeGreaterThan(sum(used));
     await shot(page, 'limiter');
     await page.close();
   });

@@ -39,6 +39,8 @@ async function fill(step: number, n: number): Promise<void> {
               inputTokens: 2_000,
               outputTokens: 300,
               costMicros: 9_000,
+              reservedInputTokens: 2_200,
+              reservedOutputTokens: 1_000,
               gate: { budget: 500 * random(), paused: 0, concurrency: 0, queued: 10 },
             },
             at,
