@@ -263,16 +263,7 @@ export class Limiter {
 
   /** Each scope's use, the provider's projected view, the pause, slots and counters. Reads only. */
   snapshot(): Promise<LimiterSnapshot> {
-    const s = this.settings;
-    return readSnapshot({
-      redis: s.redis,
-      keys: this.keys,
-      scripts: this.scripts,
-      windowMs: s.windowGiven ? this.windowMs : undefined,
-      limits: s.limits,
-      scopeLimits: s.scopes,
-      concurrency: this.concurrency,
-    });
+    return readSnapshot(this.settings, this.keys, this.scripts);
   }
 
   /** These scopes' use as {@link snapshot} shows it, in one read-only script (a pool's room). */

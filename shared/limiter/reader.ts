@@ -1,7 +1,7 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
-import type { RedisClient } from '../redis.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
+import type { LimiterSettings } from './options.ts';
 import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
   type DimensionLimits,
@@ -12,18 +12,6 @@ import {
 } from './types.ts';
 
 const SHAPES: Record<string, ProviderShape> = { b: 'bucket', w: 'window' };
-
-/** What a reader knows of the limiter besides Redis: its own settings, when it has them. */
-export interface ReaderSettings {
-  readonly redis: RedisClient;
-  readonly keys: LimiterKeys;
-  readonly scripts: LimiterScripts;
-  /** Undefined: the window the workers published. */
-  readonly windowMs: number | undefined;
-  readonly limits: DimensionLimits;
-  readonly scopeLimits: Readonly<Record<string, DimensionLimits>>;
-  readonly concurrency: number;
-}
 
 interface PublishedConfig {
   windowMs?: number;
@@ -43,8 +31,11 @@ function rows<T>(result: [Error | null, unknown][] | null): T {
  * Reads the limiter's state without writing anything. Use and the provider's projected room come
  * from `view-4.lua`, which projects with the same Lua acquire admits by.
  */
-export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> {
-  const k = s.keys;
+export async function readSnapshot(
+  s: LimiterSettings,
+  k: LimiterKeys,
+  scripts: LimiterScripts,
+): Promise<LimiterSnapshot> {
   const [config, totFields, pause, waiters, stats] = rows<
     [string | null, string[], string | null, number, Record<string, string>]
   >(
@@ -58,10 +49,10 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       .exec(),
   );
   const published = config ? (JSON.parse(config) as PublishedConfig) : {};
-  const windowMs = s.windowMs ?? published.windowMs ?? 60_000;
-  const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopeLimits)]);
+  const windowMs = s.windowGiven ? s.windowMs : (published.windowMs ?? s.windowMs);
+  const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopes)]);
   for (const f of totFields) names.add(f.split('|')[0]!);
-  const view = await s.scripts.view(windowMs, [...names]);
+  const view = await scripts.view(windowMs, [...names]);
   const now = view.now;
   const inFlight = await s.redis.zcount(k.slots, `(${now}`, '+inf');
   const limitsOf = (scope: string): DimensionLimits =>
@@ -69,7 +60,7 @@ export async function readSnapshot(s: ReaderSettings): Promise<LimiterSnapshot> 
       ? Object.keys(s.limits).length > 0
         ? s.limits
         : (published.limits ?? {})
-      : (s.scopeLimits[scope] ?? published.scopes?.[scope] ?? {});
+      : (s.scopes[scope] ?? published.scopes?.[scope] ?? {});
   const n = (f: string) => Number(stats[f] ?? 0);
   return {
     now,
