@@ -209,7 +209,9 @@ export class Limiter {
   /** Changes an open reservation's cost, not its stamp or slot (the job taken costs no more). */
   async adjust(reservation: Reservation, cost: Cost): Promise<Reservation> {
     checkCost(cost);
-    await this.scripts.adjust(reservation.id, cost.inputTokens, cost.outputTokens);
+    const was = reservation.cost;
+    if (cost.inputTokens !== was.inputTokens || cost.outputTokens !== was.outputTokens)
+      await this.scripts.adjust(reservation.id, cost.inputTokens, cost.outputTokens);
     return { ...reservation, cost: { ...cost, requests: reservation.cost.requests } };
   }
 

@@ -20,13 +20,6 @@ interface PublishedConfig {
   concurrency?: number;
 }
 
-function rows<T>(result: [Error | null, unknown][] | null): T {
-  return (result ?? []).map(([err, v]) => {
-    if (err) throw new LimiterUnavailableError(err.message, { cause: err });
-    return v;
-  }) as T;
-}
-
 /**
  * Reads the limiter's state without writing anything. Use and the provider's projected room come
  * from `view-4.lua`, which projects with the same Lua acquire admits by.
@@ -36,18 +29,16 @@ export async function readSnapshot(
   k: LimiterKeys,
   scripts: LimiterScripts,
 ): Promise<LimiterSnapshot> {
-  const [config, totFields, pause, waiters, stats] = rows<
-    [string | null, string[], string | null, number, Record<string, string>]
-  >(
-    await s.redis
-      .multi()
-      .get(k.config)
-      .hkeys(k.tot)
-      .get(k.pause)
-      .zcard(k.waiters)
-      .hgetall(k.stats)
-      .exec(),
-  );
+  const r = s.redis;
+  const [config, totFields, pause, waiters, stats] = await Promise.all([
+    r.get(k.config),
+    r.hkeys(k.tot),
+    r.get(k.pause),
+    r.zcard(k.waiters),
+    r.hgetall(k.stats),
+  ]).catch((err: Error) => {
+    throw new LimiterUnavailableError(err.message, { cause: err });
+  });
   const published = config ? (JSON.parse(config) as PublishedConfig) : {};
   const windowMs = s.windowGiven ? s.windowMs : (published.windowMs ?? s.windowMs);
   const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopes)]);

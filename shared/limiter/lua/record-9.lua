@@ -1,9 +1,7 @@
 --[[
-  Records what calls did, in this order: stamps (a response began: the provider admitted the
-  call), ends (settled with the provider's usage, kept, or released), the shared pause (a 429),
-  and the provider's readings (after the ends they may include; see includes/reading.lua).
-  Several calls that began or ended together go in one run. Lapsed leases and what left the
-  window go first; money holds settle with their calls.
+  Records what calls did, in this order: stamps (a response began), ends (settled to the usage,
+  kept or released, with their money), the pause (a 429), the provider's readings (reading.lua).
+  Lapsed leases and what left the window go first.
 
   KEYS[1] log (each key as in acquire-12.lua)
   KEYS[2] res
@@ -14,13 +12,11 @@
   KEYS[7] spend
   KEYS[8] held
   KEYS[9] pause
-  ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget
-    or a slot comes back, or ''), split (the provider counts output as it is produced: a stamp
-    keeps the output open until the call ends),
-    periods (money periods kept, or absent), stamps (ids), ends ({ id, mode = 'usage' | 'keep' |
-    'release', input, output (-1: keep the estimate), reported (output for the counters, -1
-    unknown), micros (-1: the worst case stays) }), pauseMs (or absent), readings ({ scope, of,
-    ageMs, dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
+  ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
+    comes back, or ''), split (output counted as produced), periods (money periods kept),
+    stamps (ids), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
+    micros: -1 unknown }), pauseMs, readings ({ scope, ageMs, dims = { [dim] = { limit,
+    remaining, reset (ms, -1 unknown) } } })
   Output: { pausedUntil (0: none), now, dropped (left the window: at most 500 a run), then per
     end: known (0: already gone), inputDelta, outputDelta }; with nothing to record, it prunes
 ]]
@@ -72,8 +68,7 @@ local function stamp(id)
   store(id, r)
 end
 
--- The provider counts a call's input as it is, not as llmq estimated it: when a call a reading
--- had counted settles, its estimate's error moves that reading's count of our spend with it.
+-- When a call a reading had counted settles, its estimate's error moves that reading's count.
 local function recount(id, scopes, dIn)
   local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
   for _, s in ipairs(scopes) do
