@@ -3,12 +3,13 @@ import { deploymentScopeAmong } from '../deployment-scope.ts';
 import { DIMENSIONS } from '../dimensions.ts';
 import { type HeaderSource, readRateLimitHeaders } from '../provider-headers.ts';
 import { usageError } from './options.ts';
-import type {
-  EndRecord,
-  EndResult,
-  LimiterScripts,
-  ReadingRecord,
-  RecordBatch,
+import {
+  type EndRecord,
+  type EndResult,
+  type LimiterScripts,
+  type ReadingRecord,
+  type RecordBatch,
+  UNKNOWN_USAGE,
 } from './scripts.ts';
 import { GLOBAL_SCOPE, type OutputAccounting, type Reservation, type Usage } from './types.ts';
 import type { WakeUps } from './wake.ts';
@@ -153,14 +154,9 @@ export class CallHandle {
 
   /** Failed: a 429's pause, then its budget back (unless maybe charged), then its error's reading. */
   async failed(f: CallFailure, headers?: HeaderSource, sentAgoMs = 0): Promise<number | undefined> {
-    const pause =
-      f.pauseMs !== undefined
-        ? this.recorder.push({
-            kind: 'pause',
-            ms: Math.max(0, Math.ceil(f.pauseMs)),
-            scopes: this.reservation.scopes,
-          })
-        : undefined;
+    const { scopes } = this.reservation;
+    const ms = f.pauseMs === undefined ? undefined : Math.max(0, Math.ceil(f.pauseMs));
+    const pause = ms === undefined ? undefined : this.recorder.push({ kind: 'pause', ms, scopes });
     const ended = this.end(f.charged || this.begun ? 'keep' : 'release');
     await Promise.all([ended, this.read(headers, sentAgoMs)]);
     return (await pause) as number | undefined;
@@ -172,28 +168,21 @@ export class CallHandle {
   }
 
   private end(mode: EndRecord['mode'], usage?: Usage): Promise<unknown> {
-    const r = this.reservation;
-    return this.recorder.push({
-      kind: 'end',
-      end: {
-        id: r.id,
-        mode,
-        input: usage?.inputTokens ?? -1,
-        output: usage && this.recorder.settlesOutput ? usage.outputTokens : -1,
-        reported: usage?.outputTokens ?? -1,
-        micros: usage?.costMicros ?? -1,
-      },
-      periods: r.cost.money?.periods,
-    });
+    const { id, cost } = this.reservation;
+    const end = !usage
+      ? { id, mode, ...UNKNOWN_USAGE }
+      : {
+          ...{ id, mode, input: usage.inputTokens, reported: usage.outputTokens },
+          output: this.recorder.settlesOutput ? usage.outputTokens : -1,
+          micros: usage.costMicros ?? -1,
+        };
+    return this.recorder.push({ kind: 'end', end, periods: cost.money?.periods });
   }
 
   private async read(headers: HeaderSource | undefined, sentAgoMs: number): Promise<void> {
-    const reading = readingOf(headers);
-    if (!reading) return;
-    await this.recorder.push({
-      kind: 'reading',
-      reading: { scope: this.scope, ageMs: Math.round(sentAgoMs), dims: reading },
-    });
+    const dims = readingOf(headers);
+    const reading = dims && { scope: this.scope, ageMs: Math.round(sentAgoMs), dims };
+    if (reading) await this.recorder.push({ kind: 'reading', reading });
   }
 }
 

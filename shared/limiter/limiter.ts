@@ -108,13 +108,10 @@ export class Limiter {
   ): Decision & { more?: Reservation[] } {
     const s = this.settings;
     const dimension = (v: unknown) => dimensionOfLua(String(v)) ?? 'tokens';
-    const reservation = (id: string, cost: Charge, at: number): Reservation => ({
-      id,
-      cost,
-      scopes: scopeList(cost.scopes ?? r.scopes),
-      admittedAt: at,
-      leaseExpiresAt: at + s.leaseMs,
-    });
+    const reservation = (id: string, cost: Charge, at: number): Reservation => {
+      const scopes = scopeList(cost.scopes ?? r.scopes);
+      return { id, cost, scopes, admittedAt: at, leaseExpiresAt: at + s.leaseMs };
+    };
     switch (Number(code)) {
       case 0:
         return {
@@ -126,14 +123,10 @@ export class Limiter {
       case 2:
       case 4:
         return { ok: false, reason: DENIAL[Number(code) as 1 | 2 | 4], waitMs: Number(a) };
-      case 3:
-        return {
-          ok: false,
-          reason: 'budget',
-          waitMs: Number(a),
-          scope: String(b),
-          dimension: dimension(c),
-        };
+      case 3: {
+        const scope = String(b);
+        return { ok: false, reason: 'budget', waitMs: Number(a), scope, dimension: dimension(c) };
+      }
       case 5: {
         const limit = limitsOf(s, String(a))[dimension(b)] ?? Number(d);
         throw new CostExceedsLimitError(String(a), dimension(b), Number(c), limit);
@@ -178,12 +171,8 @@ export class Limiter {
    * first k of `more` admitted (possibly none).
    */
   acquireMany(cost: Charge, options: AcquireManyOptions = {}): Promise<Reservation[]> {
-    const line = this.line(cost, {
-      scopes: options.scopes ?? [],
-      priority: options.priority ?? 100,
-      more: options.more ?? [],
-    });
-    return waitInLine(line, options);
+    const { scopes = [], priority = 100, more = [] } = options;
+    return waitInLine(this.line(cost, { scopes, priority, more }), options);
   }
 
   /** A place in the fair line that its caller drives (see {@link Line}). */
@@ -192,9 +181,7 @@ export class Limiter {
       {
         attempt: (ticket, r, tickets) => this.attempt(ticket, r, true, tickets),
         sleepOrWake: (ms, wakeable, signal) => this.wakeUps.sleep(ms, wakeable, signal),
-        cancel: async (ticket) => {
-          await this.scripts.cancel(ticket);
-        },
+        cancel: (ticket) => this.scripts.cancel(ticket).then(() => {}),
         maxPollMs: this.settings.maxPollMs,
       },
       { cost, scopes: [], priority: 100, more: [], ...options },

@@ -94,9 +94,7 @@ export interface ViewReply {
     Record<string, { shape: '' | 'b' | 'w'; step: number; dims: ViewDims }>
   >;
 }
-type ViewDims = Readonly<
-  Record<string, { used: number; left: number; limit?: number; room?: number; at?: number }>
->;
+type ViewDims = Readonly<Record<string, { used: number; limit?: number; room?: number }>>;
 
 /** A money claim as acquire reads it (see money.lua); absent without one. */
 function packMoney(m: MoneyClaim | undefined) {
@@ -156,13 +154,9 @@ export class LimiterScripts {
   private undoAcquire(a: AcquireArgs): Promise<unknown> {
     const release = (id: string) => ({ id, mode: 'release', ...UNKNOWN_USAGE });
     const ends = [a.ticket, ...a.extras.map((x) => x.ticket)].map(release);
-    const batch = {
-      now: this.now(),
-      windowMs: a.windowMs,
-      channel: '',
-    };
+    const batch = { now: this.now(), windowMs: a.windowMs, channel: '', ends };
     return Promise.all([
-      this.call(script('record'), this.recordKeys(), { ...batch, stamps: [], ends, readings: [] }),
+      this.call(script('record'), this.recordKeys(), batch),
       this.call(script('cancel'), [this.keys.waiters, this.keys.waitexp], { ticket: a.ticket }),
     ]);
   }

@@ -6,8 +6,8 @@
   KEYS[3] tot
   KEYS[4] view
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, scopes (names)
-  Output: JSON { now, scopes = { [name] = { shape, step, dims = { [dim] = { used, left,
-    limit (the provider's, or absent), room (projected now, or absent), at (the reading's) } } } } }
+  Output: JSON { now, scopes = { [name] = { shape, step, dims = { [dim] = { used, limit (the
+    provider's, or absent), room (projected now, or absent) } } } } }
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -32,7 +32,7 @@ for _, scope in ipairs(args.scopes) do
     local left = tonumber(e[2] or '0') + (gone[f] or 0)
     local v = view_of(ctx, f)
     local room = projected(ctx, scope, d, v, used, left)
-    dims[d] = { used = used, left = left, limit = v and v.lim or nil, room = room, at = v and v.at or nil }
+    dims[d] = { used = used, limit = v and v.lim or nil, room = room }
   end
   local shape, half = shape_of(ctx, scope, 'tok')
   out.scopes[scope] = { shape = shape, step = half * 2, dims = dims }

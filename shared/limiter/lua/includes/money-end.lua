@@ -1,4 +1,4 @@
--- The end of money holds and of leases: the write path's (record, prune, abandon), not acquire's.
+-- The end of money holds and of leases: the write path's (record), not acquire's.
 -- Needs "money".
 
 -- Ends the hold of `id`: settled to `micros` (0 gives it all back; nil leaves the worst case).
