@@ -20,16 +20,12 @@ const PARTS = [
  * the money budgets' two, which admission writes with them: `spend` (µ$ by period and budget or
  * model) and `held` (the money each open reservation holds).
  */
-export type LimiterKeys = Readonly<Record<(typeof PARTS)[number] | 'spend' | 'held', string>>;
+export type LimiterKeys = Readonly<Record<Part | 'spend' | 'held', string>>;
+type Part = (typeof PARTS)[number];
 
 export function limiterKeys(names: QueueNames): LimiterKeys {
-  return {
-    ...(Object.fromEntries(PARTS.map((p) => [p, llmqKey(names, 'limiter', p)])) as Record<
-      (typeof PARTS)[number],
-      string
-    >),
-    ...moneyKeys(names),
-  };
+  const keys = Object.fromEntries(PARTS.map((p) => [p, llmqKey(names, 'limiter', p)]));
+  return { ...(keys as Record<Part, string>), ...moneyKeys(names) };
 }
 
 /** The money budgets' keys of a queue (see `LimiterKeys`). */

@@ -6,16 +6,10 @@ import type { Charge, Decision, Reservation } from './types.ts';
 /** A denial, as a value: how long to wait and why. */
 export type Denial = Decision & { ok: false };
 
-/** What one place in line asks for; the caller may change it between attempts. */
-export interface LineRequest {
-  readonly cost: Charge;
-  /** Nested scopes besides the global one. */
-  readonly scopes: readonly string[];
-  /** 1 is the most urgent. */
-  readonly priority: number;
-  /** The calls queued behind (see `AcquireManyOptions.more`). */
-  readonly more: readonly Charge[];
-}
+/** What one place in line asks for (as {@link AcquireManyOptions}); it may change between attempts. */
+export type LineRequest = { readonly cost: Charge } & Required<
+  Pick<AcquireManyOptions, 'scopes' | 'priority' | 'more'>
+>;
 
 /** Admitted (this call, then the first k of `more`), or a denial. */
 export type LineAttempt =

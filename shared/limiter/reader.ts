@@ -1,7 +1,7 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
-import type { LimiterSettings } from './options.ts';
+import { type LimiterSettings, limitsOf } from './options.ts';
 import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
   type DimensionLimits,
@@ -45,13 +45,9 @@ export async function readSnapshot(
   for (const f of totFields) names.add(f.split('|')[0]!);
   const view = await scripts.view(windowMs, [...names]);
   const now = view.now;
-  const inFlight = await s.redis.zcount(k.slots, `(${now}`, '+inf');
-  const limitsOf = (scope: string): DimensionLimits =>
-    scope === GLOBAL_SCOPE
-      ? Object.keys(s.limits).length > 0
-        ? s.limits
-        : (published.limits ?? {})
-      : (s.scopes[scope] ?? published.scopes?.[scope] ?? {});
+  const inFlight = await r.zcount(k.slots, `(${now}`, '+inf');
+  const limits = Object.keys(s.limits).length > 0 ? s.limits : (published.limits ?? {});
+  const known = { ...s, limits, scopes: { ...published.scopes, ...s.scopes } };
   const n = (f: string) => Number(stats[f] ?? 0);
   return {
     now,
@@ -60,7 +56,7 @@ export async function readSnapshot(
     inFlight,
     concurrency: s.concurrency || published.concurrency || undefined,
     waiters,
-    scopes: [...names].map((scope) => scopeOf(scope, view, limitsOf(scope))),
+    scopes: [...names].map((scope) => scopeOf(scope, view, limitsOf(known, scope))),
     counters: {
       admitted: n('admitted'),
       deniedBudget: n('denied_budget'),

@@ -2,12 +2,10 @@ import type { MoneyClaim, MoneyShortfall } from '../budgets.ts';
 import type { Dimension } from '../dimensions.ts';
 import type { Cost } from '../estimate.ts';
 
-export type { Cost, MoneyClaim, MoneyShortfall };
+export type { Cost, Dimension, MoneyClaim, MoneyShortfall };
 
 /** Limits of one scope, per window (tokens: input plus output). An absent one is unlimited. */
 export type DimensionLimits = { readonly [D in Dimension]?: number | undefined };
-
-export type { Dimension };
 
 /** What an admission charges: tokens, money, and (a call queued behind) its own scopes. */
 export interface Charge extends Cost {

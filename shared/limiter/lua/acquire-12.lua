@@ -47,10 +47,9 @@ local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view
   maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {} }
 
 local function drop(t) redis.call('ZREM', waitersKey, t); redis.call('ZREM', waitexpKey, t) end
-local function leave_line() drop(ticket) end
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])
-  if not queue then leave_line() end
+  if not queue then drop(ticket) end
   return finish_run(run, reply)
 end
 
@@ -65,7 +64,7 @@ end
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
     local _, _, most = limit_of(run, s, d)
-    if most > 0 and amount(cost, d) > most then leave_line(); return { 5, s.name, d, amount(cost, d), most } end
+    if most > 0 and amount(cost, d) > most then drop(ticket); return { 5, s.name, d, amount(cost, d), most } end
   end
 end
 
@@ -89,7 +88,7 @@ end
 -- 5. Money: a head whose budget has no room for its worst case leaves the line.
 local l, spent = money_short(run.money, cost.money or { limits = {} })
 if l then
-  leave_line()
+  drop(ticket)
   redis.call('HDEL', run.statsKey, 'head_retry_at')
   return { 7, l.budget, l.period, spent, l.limit }
 end
@@ -116,7 +115,7 @@ end
 
 -- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
-leave_line()
+drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
 local k = 0
 if redis.call('ZCARD', waitersKey) == 0 then

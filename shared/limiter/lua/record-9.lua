@@ -99,9 +99,7 @@ local function finish(e)
   if e.mode == 'release' then
     forget(e.id, r)
     if part then forget(input_part(e.id), part) end
-    count(stats, 'released', 1)
-    count(stats, 'reserved_in', -inp)
-    count(stats, 'reserved_out', -r.out)
+    for name, n in pairs({ released = 1, reserved_in = -inp, reserved_out = -r.out }) do count(stats, name, n) end
     wake = true
     return 1, -inp, -r.out
   end

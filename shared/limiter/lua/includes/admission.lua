@@ -81,9 +81,8 @@ local function admit(run, id, c)
   redis.call('ZADD', run.slots, run.leaseExpiry, id)
   redis.call('HSET', run.res, id, encode(c))
   add_spend(run.totals, c, 1)
-  run.stats.admitted = (run.stats.admitted or 0) + 1
-  run.stats.reserved_in = (run.stats.reserved_in or 0) + c.inp
-  run.stats.reserved_out = (run.stats.reserved_out or 0) + c.out
+  local st = run.stats
+  for f, n in pairs({ admitted = 1, reserved_in = c.inp, reserved_out = c.out }) do st[f] = (st[f] or 0) + n end
   if c.money then money_hold(run.money, id, c.money) end
 end
 
