@@ -17,6 +17,12 @@ import { chargeOf } from './money.ts';
 import type { DeploymentPool } from './pool.ts';
 import { attemptInPool } from './pool-admission.ts';
 
+/**
+ * A move's place in the limiter's line: the most urgent. The job was admitted once already, so
+ * its turn is not over: it goes before the jobs waiting for theirs (once per deployment).
+ */
+const MOVE_PRIORITY = 1;
+
 /** What a move needs of the worker's parts. */
 export interface MoveParts {
   readonly pool?: DeploymentPool | undefined;
@@ -57,7 +63,7 @@ function waited(waits: WaitSegment[], d: Denial, now = Date.now()): void {
 
 /**
  * Admits the job into a deployment of the pool not in `tried`, waiting in the limiter's line as
- * the gate does (a trial call is left to the gate); undefined when none may take it now (their
+ * the gate does, at its front (a trial call is left to the gate); undefined when none may take it now (their
  * breakers are open, its money budget is spent, it is too big for them, the worker stops).
  */
 export async function admitElsewhere(
@@ -71,7 +77,7 @@ export async function admitElsewhere(
   const charge = (h: HeadJob) => chargeOf(p.ledger, h);
   const line = p.limiter.line(charge(head), {
     scopes: head.scopes,
-    priority: head.priority,
+    priority: MOVE_PRIORITY,
     more: [],
   });
   const waits: WaitSegment[] = [];
