@@ -83,4 +83,31 @@ describe('a failed connection', () => {
     expect((await breaker.recordFailure(refused.unreachable === true)).opened).toBe(true);
     expect((await breaker.check()).allowed).toBe(false);
   });
+
+  it('dropped while a streamed answer was read: may have been charged, a transient failure', async () => {
+    // The answer begins, then the server goes away mid-stream.
+    const server = createServer((_, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('event: ping\ndata: {"type": "ping"}\n\n', () => res.socket?.destroy());
+    });
+    const port = await listening(server);
+    const client = new Anthropic({
+      apiKey: 'sk-test',
+      baseURL: `http://127.0.0.1:${port}`,
+      maxRetries: 0,
+    });
+    try {
+      const err = await (async () => {
+        for await (const _ of await client.messages.create({ ...ask, stream: true })) void _;
+      })().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const c = classifyProviderError(err);
+      expect(c).toMatchObject({ kind: 'retryable', maybeCharged: true, transient: true });
+      expect(c.reason).toMatch(/connection dropped during the response/);
+    } finally {
+      server.close();
+    }
+  });
 });

@@ -273,4 +273,36 @@ describe('the outcome of a failed call', () => {
     decide(providerError(500, 'api_error', 'boom'), { history });
     expect(history).toHaveLength(1);
   });
+
+  it.each([...transient, ['a 429 with retry-after', rateLimited()] as [string, unknown]])(
+    'in a pool, moves %s to another deployment at once, no attempt or retryFor spent',
+    (_, err) => {
+      // Four attempts spent, a clock running, retryFor used up: a move spends none of them.
+      const history = tried(4);
+      const clock = { since: NOW - TEN_MINUTES, outageMs: 0 };
+      const out = decide(err, { history, retrying: clock, elsewhere: true, deployment: 'a' });
+      expect(out.action).toBe('move');
+      expect(out).not.toHaveProperty('retrying');
+      expect(out.history).toHaveLength(5);
+      expect(out.history.at(-1)).toMatchObject({ deployment: 'a', counted: false });
+    },
+  );
+
+  it('in a pool, still counts a 429 moved elsewhere, and dead-letters past the bound', () => {
+    expect(decide(rateLimited(), { rateLimitReturns: 3, elsewhere: true })).toMatchObject({
+      action: 'move',
+      returns: 4,
+    });
+    expect(decide(rateLimited(), { rateLimitReturns: 20, elsewhere: true }).action).toBe(
+      'dead-letter',
+    );
+  });
+
+  it.each([
+    ['a 400', providerError(400, 'invalid_request_error', 'Bad request'), 'dead-letter'],
+    ['a 409', providerError(409, 'api_error', 'Conflict'), 'back-off'],
+    ['an unexpected error', new Error('boom'), 'back-off'],
+  ])("in a pool, does not move %s: it is the job's, not the deployment's", (_, err, action) => {
+    expect(decide(err, { elsewhere: true }).action).toBe(action);
+  });
 });

@@ -47,7 +47,7 @@ export interface HeadJob {
 }
 
 /** A peeked job from its id, options and (a format-1 job's) data; a `problem` when unreadable. */
-function headOf(id: string, optsJson: string, dataJson: string | undefined): HeadJob {
+export function headOf(id: string, optsJson: string, dataJson: string | undefined): HeadJob {
   const r = readTicket(optsJson, dataJson);
   const priority = r.ok ? r.priority : 100;
   if (!r.ok) {

@@ -11,6 +11,7 @@ import { type HeaderSource, header } from '../shared/provider-headers.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import { classifyProviderError } from './classify.ts';
 import { requestOf } from './combine.ts';
+import { admitElsewhere, mayMove } from './failover.ts';
 import type { WaitSegment } from './gate-waits.ts';
 import type { Handoff } from './handoff.ts';
 import type { JobHistory } from './job-history.ts';
@@ -34,8 +35,8 @@ export interface Running {
   readonly done: Promise<void>;
   /** The call has ended and the job only waits to be stored: its slot is free for the gate. */
   ended?: boolean;
-  /** What the gate waited for before it took this job. */
-  readonly waits?: readonly WaitSegment[] | undefined;
+  /** What the gate waited for before it took this job (a move: what the move waited for). */
+  waits?: readonly WaitSegment[] | undefined;
 }
 
 /** What a call needs, built once per worker. */
@@ -63,6 +64,8 @@ export interface CallParts {
   readonly caches: PromptCaches;
   /** The pool of deployments, when the worker has one: each call goes to its reservation's. */
   readonly pool?: DeploymentPool | undefined;
+  /** The worker stops. */
+  readonly stopped: AbortSignal;
 }
 
 /** Where a call goes: the caller, the breaker, the scope its readings describe, the model id. */
@@ -99,7 +102,12 @@ const STREAM_ABOVE_MAX_TOKENS = 16_000;
  * orders it: the stamp and the provider's reading once the response begins; then (success) the
  * settle and the completion, or (failure) a 429's shared pause before the budget comes back.
  */
-export async function runCall(p: CallParts, r: Running, trial: boolean): Promise<void> {
+export async function runCall(
+  p: CallParts,
+  r: Running,
+  trial: boolean,
+  tried: readonly string[] = [],
+): Promise<void> {
   const { job } = r;
   const data = job.data;
   const startedAt = Date.now();
@@ -151,7 +159,7 @@ export async function runCall(p: CallParts, r: Running, trial: boolean): Promise
     await begun;
     // A writer that failed before its prefix could be read: another job may write it.
     if (prefix && !answered) await p.caches.failed(prefix, job.id ?? '').catch(() => {});
-    return failedCall(p, r, call, err, { trial, startedAt, t0, jt, target });
+    return failedCall(p, r, call, err, { trial, startedAt, t0, jt, target, tried });
   }
   // Its use keeps the prefix readable (an answer not streamed tells it only now).
   if (prefix)
@@ -170,6 +178,8 @@ interface CallTimes {
   readonly trial: boolean;
   readonly jt: JobTrace | undefined;
   readonly target: Target;
+  /** The deployments this turn of the job failed on before (a move skips them). */
+  readonly tried: readonly string[];
 }
 
 /** A failed call: a 429's pause, its budget back (or kept), the outcome. */
@@ -207,7 +217,32 @@ async function failedCall(
     breaker: t.target.breaker,
     deployment: t.target.deployment,
     scopes: r.reservation.scopes,
+    moveElsewhere: moverOf(p, r, t),
   });
+}
+
+/**
+ * In a pool, a move of the job to a deployment it has not failed on this turn: admitted there,
+ * its history written (`admitted`), then its call. Undefined when no other may take it.
+ */
+function moverOf(p: CallParts, r: Running, t: CallTimes) {
+  const d = t.target.deployment;
+  const tried = d ? [...t.tried, d] : t.tried;
+  if (!d || !mayMove(p.pool, r.job, tried)) return undefined;
+  return async (admitted: () => Promise<void>): Promise<boolean> => {
+    const got = await admitElsewhere(p, r.job, tried);
+    if (!got) return false;
+    try {
+      await admitted();
+    } catch (err) {
+      await p.limiter.release(got.reservation).catch(() => {});
+      throw err;
+    }
+    r.reservation = got.reservation;
+    r.waits = got.waits;
+    await runCall(p, r, false, tried);
+    return true;
+  };
 }
 
 /**

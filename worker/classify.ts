@@ -76,12 +76,18 @@ function providerError(err: InstanceType<typeof Anthropic.APIError>): {
 /** Errors that stop a request before a byte is sent: nobody listening, no such host. */
 const UNSENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
 
-/** The code of the error behind a connection failure, when it means the request was never sent. */
-function neverSent(err: Error): string | undefined {
+/**
+ * Errors of a connection cut while the response was read: the SDK raises them as a plain
+ * AnthropicError (`terminated`), with the socket's error as its cause.
+ */
+const CUT_CODES = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
+
+/** The first code of `codes` in the error or its causes. */
+function codeAmong(err: unknown, codes: ReadonlySet<string>): string | undefined {
   let e: unknown = err;
   for (let depth = 0; e && depth < 5; depth++) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && UNSENT_CODES.has(code)) return code;
+    if (typeof code === 'string' && codes.has(code)) return code;
     e = (e as { cause?: unknown }).cause;
   }
   return undefined;
@@ -100,7 +106,7 @@ export function classifyProviderError(err: unknown): Classified {
     };
   }
   if (err instanceof Anthropic.APIConnectionError) {
-    const unsent = neverSent(err);
+    const unsent = codeAmong(err, UNSENT_CODES);
     return {
       kind: 'retryable',
       reason: `connection failed: ${unsent ? `${unsent}, the request was not sent` : err.message}`,
@@ -112,6 +118,16 @@ export function classifyProviderError(err: unknown): Classified {
   }
   if (err instanceof Anthropic.APIError) return classifyApiError(err, errorClass);
   const message = (err as Error)?.message ?? String(err);
+  const cut = codeAmong(err, CUT_CODES);
+  if (cut) {
+    return {
+      kind: 'retryable',
+      reason: `connection dropped during the response: ${cut}`,
+      errorClass,
+      maybeCharged: true,
+      transient: true,
+    };
+  }
   return {
     kind: 'retryable',
     reason: `unexpected error: ${message}`,

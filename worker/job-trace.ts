@@ -163,7 +163,7 @@ export class JobTrace {
 /** What happened to a job after a failed call, as a span of its trace. */
 export function traceOutcome(
   job: Job<JobData, JobResult>,
-  what: 'llmq.retry' | 'llmq.requeue' | 'llmq.dead_letter',
+  what: 'llmq.retry' | 'llmq.requeue' | 'llmq.move' | 'llmq.dead_letter',
   attrs: Record<string, string | number | undefined>,
 ): void {
   if (!job.data.trace) return;

@@ -23,6 +23,11 @@ export type Outcome =
   /** Back to wait at once, no attempt spent (a 429 with retry-after: every worker pauses). */
   | { readonly action: 'requeue'; readonly history: AttemptRecord[]; readonly returns: number }
   /**
+   * In a pool, to another deployment at once, no attempt spent: the failure was the
+   * deployment's (see {@link deploymentsFault}). `returns`: after a 429, the job's 429 count.
+   */
+  | { readonly action: 'move'; readonly history: AttemptRecord[]; readonly returns?: number }
+  /**
    * Tried again after `delayMs` (0 in an outage: the breaker holds the job back). `retrying` is
    * the job's clock of transient failures, when this one is.
    */
@@ -70,7 +75,16 @@ export interface OutcomeInput {
   readonly random?: () => number;
   /** The deployment of the pool the call went to, for the history's record. */
   readonly deployment?: string | undefined;
+  /** In a pool: another deployment, not yet tried for this job's turn, may take it. */
+  readonly elsewhere?: boolean | undefined;
 }
+
+/**
+ * A failure of the deployment, not of the job: a 429 with retry-after (or a platform's
+ * throttle), a 529 or 5xx, a timeout, a dropped or refused connection, an unknown host.
+ */
+export const deploymentsFault = (c: Classified): boolean =>
+  c.kind === 'rate_limited' || (c.kind === 'retryable' && c.transient === true);
 
 /** The policy after a failed call: a pure function of the failure and the job's history. */
 export function decideOutcome(input: OutcomeInput): Outcome {
@@ -92,10 +106,15 @@ export function decideOutcome(input: OutcomeInput): Outcome {
       const reason = `rate limited ${returns} times: ${c.reason}`;
       return { action: 'dead-letter', history, cause: { ...c, reason } };
     }
-    return { action: 'requeue', history, returns };
+    return { action: input.elsewhere ? 'move' : 'requeue', history, returns };
   }
   if (c.kind === 'final') {
     return { action: 'dead-letter', history: [...input.history, record('final', true)], cause: c };
+  }
+  // Another deployment takes it at once; the last one of the turn to fail decides below.
+  if (input.elsewhere && deploymentsFault(c)) {
+    const tried = { ...record('retryable', false), transient: true as const };
+    return { action: 'move', history: boundHistory([...input.history, tried]) };
   }
   if (c.transient === true && input.retryForMs > 0) return transientOutcome(input, record);
   const counts = input.healthy;
@@ -167,6 +186,11 @@ export interface FailedCall {
   readonly deployment?: string | undefined;
   /** The scopes it was charged to: a 429 in a pool pauses its deployment only. */
   readonly scopes?: readonly string[] | undefined;
+  /**
+   * In a pool, with another deployment left to try: admits the job there and makes its call,
+   * calling `admitted` first; false when none admits it now.
+   */
+  readonly moveElsewhere?: ((admitted: () => Promise<void>) => Promise<boolean>) | undefined;
 }
 
 /** Carries out the outcome of failed calls; the one path by which jobs reach the dead letters. */
@@ -271,14 +295,15 @@ export class Outcomes {
     });
   }
 
-  /** Counts a failed call and requeues, backs off or dead-letters its job. */
+  /**
+   * Counts a failed call and moves, requeues, backs off or dead-letters its job. A move that
+   * finds no other deployment taking the job is decided again as if it had none.
+   */
   async afterFailure(job: Job<JobData, JobResult>, token: string, call: FailedCall) {
-    const { metrics, log } = this.parts;
-    const c = call.failure;
     const { healthy, outageMs, now } = await this.count(job, call);
     const retryForMs = retryForOf(job.data.retryForMs, this.parts.retryForMs);
-    const outcome = decideOutcome({
-      failure: c,
+    const input: OutcomeInput = {
+      failure: call.failure,
       history: job.data.history ?? [],
       rateLimitReturns: job.data.rateLimitReturns ?? 0,
       attemptsAllowed: job.opts.attempts ?? 5,
@@ -292,7 +317,53 @@ export class Outcomes {
       latencyMs: call.latencyMs,
       backoff: this.parts.backoff,
       deployment: call.deployment,
+      elsewhere: call.moveElsewhere !== undefined,
+    };
+    let outcome = decideOutcome(input);
+    if (outcome.action === 'move') {
+      const move = outcome;
+      if (await call.moveElsewhere!(() => this.moved(job, move, call))) return;
+      outcome = decideOutcome({ ...input, elsewhere: false });
+    }
+    // Decided without another deployment, it is never a move.
+    if (outcome.action !== 'move')
+      await this.carryOut(job, token, outcome, call, { retryForMs, now, outageMs });
+  }
+
+  /** A move, once another deployment admitted the job: its history, before the call there. */
+  private async moved(
+    job: Job<JobData, JobResult>,
+    o: Extract<Outcome, { action: 'move' }>,
+    call: FailedCall,
+  ): Promise<void> {
+    const c = call.failure;
+    traceOutcome(job, 'llmq.move', { 'llmq.reason': c.reason });
+    this.parts.history
+      .write(job.id, `to another deployment at once: ${call.deployment} failed`)
+      .catch(() => {});
+    this.parts.log.info('job moved to another deployment', {
+      ...call.report,
+      reason: c.reason,
+      deployment: call.deployment,
     });
+    await this.parts.metrics.add({ retries: 1 });
+    await job.updateData({
+      ...job.data,
+      history: o.history,
+      ...(o.returns !== undefined ? { rateLimitReturns: o.returns } : {}),
+    });
+  }
+
+  /** Requeues, backs off or dead-letters the job. */
+  private async carryOut(
+    job: Job<JobData, JobResult>,
+    token: string,
+    outcome: Exclude<Outcome, { action: 'move' }>,
+    call: FailedCall,
+    clock: { retryForMs: number; now: number; outageMs: number },
+  ): Promise<void> {
+    const { metrics, log } = this.parts;
+    const c = call.failure;
     const report = { ...call.report, reason: c.reason };
     switch (outcome.action) {
       case 'dead-letter':
@@ -317,7 +388,7 @@ export class Outcomes {
           'llmq.reason': c.reason,
         });
         this.parts.history
-          .write(job.id, retryLine(outcome, retryForMs, now, outageMs))
+          .write(job.id, retryLine(outcome, clock.retryForMs, clock.now, clock.outageMs))
           .catch(() => {});
         log.info('job retried', { ...report, delayMs: outcome.delayMs });
         await metrics.add({ retries: 1 });

@@ -37,6 +37,8 @@ export interface PoolTry {
   readonly trialInFlight: (deployment: string) => boolean;
   /** The deployments' room, to try the roomiest of equal preference first. */
   readonly rooms?: DeploymentRooms | undefined;
+  /** Deployments not to try (a job moved after failing there). */
+  readonly skip?: ReadonlySet<string> | undefined;
 }
 
 /** A charge that names its own scopes names its deployment's too. */
@@ -79,7 +81,8 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
   let best: (Extract<LineAttempt, { ok: false }> & { inPool: true }) | undefined;
   let held = Number.POSITIVE_INFINITY;
   let tooBig: CostExceedsLimitError | undefined;
-  for (const d of await orderFor(t, choice.deployments)) {
+  const ds = choice.deployments.filter((d) => !t.skip?.has(d.name));
+  for (const d of await orderFor(t, ds)) {
     const b = await d.breaker.check();
     if (!b.allowed || (b.trial && t.trialInFlight(d.name))) {
       held = Math.min(held, b.allowed ? 50 : b.waitMs);

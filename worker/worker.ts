@@ -227,6 +227,7 @@ export class Worker implements WorkerHandle {
       ...p,
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       log: this.log,
+      stopped: this.stopper.signal,
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       feedback: options.feedback ?? true,

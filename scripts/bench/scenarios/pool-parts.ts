@@ -91,11 +91,17 @@ export async function jobEnds(queue: LlmqQueue, ids: readonly string[]): Promise
       const data = job?.data as JobData | undefined;
       const result = job?.returnvalue as JobResult | undefined;
       const input = result?.message.usage.input_tokens ?? 0;
+      // Set as the job went active: for llmq, once the gate admitted it, just before its call.
+      const active = job?.processedOn ?? Number.NaN;
       return {
         id,
         deployment: result?.deployment,
-        // Set as the job went active: for llmq, once the gate admitted it, just before its call.
-        admittedAt: result ? (job?.processedOn ?? Number.NaN) : Number.NaN,
+        // A job moved after a failed call stays active: its successful call began after it.
+        admittedAt: !result
+          ? Number.NaN
+          : data?.history?.length
+            ? Math.max(active, result.completedAt - result.latencyMs)
+            : active,
         charge: result ? input + (data?.request.max_tokens ?? 0) : 0,
         tries: data?.history ?? [],
       };
