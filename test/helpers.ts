@@ -25,19 +25,6 @@ export function deleteKeys(redis: RedisClient, prefix: string): Promise<number> 
   return deleteKeysMatching(redis, `${prefix}:*`);
 }
 
-/** Whether a worker of `names` sleeps on BullMQ's marker (its idle connection's CLIENT LIST flag `b`). */
-export async function idleGateBlocked(redis: RedisClient, names: QueueNames): Promise<boolean> {
-  const list = (await redis.call('CLIENT', 'LIST')) as string;
-  return list
-    .split('\n')
-    .some(
-      (l) =>
-        l.includes(` name=llmq:idle:${names.queue} `) &&
-        /\bflags=\w*b/.test(l) &&
-        l.includes(' cmd=bzpopmin '),
-    );
-}
-
 /**
  * Gives each test of the file a Redis connection and names of its own: `use` receives them
  * before the test; after it, the test's keys are deleted and the connection closed.

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { CircuitBreaker } from '../worker/breaker.ts';
-import { eachTestRedis, idleGateBlocked, until } from './helpers.ts';
+import { eachTestRedis, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -121,63 +121,5 @@ describe('a worker whose trial call waits for budget', () => {
       { state: 'half_open', alongside: 0 },
     ]);
     expect(starts[0]!.state).toBe('half_open');
-  });
-});
-
-describe('an idle worker whose breaker another process opened', () => {
-  it('calls no job while it is open: the first call is the trial', async () => {
-    const { Producer } = await import('../producer/producer.ts');
-    const { startWorker } = await import('../worker/worker.ts');
-    // Never trusted from memory: each round asks Redis, so the open breaker is seen.
-    const breaker = { threshold: 1, cooldownMs: 300, cacheMs: 0 };
-    const watcher = new CircuitBreaker(redis, names, breaker);
-    const states: string[] = [];
-    const worker = await startWorker({
-      redis: redis.duplicate(),
-      names,
-      limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
-      breaker,
-      // Once asleep, it wakes for a job only (not to look at the queue again).
-      idleCheckMs: 600_000,
-      provider: async (_req, o) => {
-        states.push((await watcher.state()).state);
-        await o.onStart?.(new Headers());
-        return {
-          message: {
-            id: 'msg',
-            model: 'm',
-            role: 'assistant',
-            content: [],
-            stop_reason: 'end_turn',
-            stop_sequence: null,
-            usage: {
-              input_tokens: 5,
-              output_tokens: 5,
-              cache_creation_input_tokens: null,
-              cache_read_input_tokens: null,
-            },
-          },
-          headers: new Headers(),
-          requestId: null,
-          latencyMs: 0,
-        };
-      },
-    });
-    const producer = new Producer({ redis, names });
-    const request = { model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] };
-    try {
-      // A first job while the breaker is closed; then the worker sleeps on the empty queue, its
-      // last look at the breaker having found it closed, with no failure.
-      await producer.enqueue(request);
-      await until(async () => states.length === 1);
-      await until(() => idleGateBlocked(redis, names));
-      await watcher.recordFailure(true);
-      await producer.enqueue(request);
-      await until(async () => states.length === 2, 10_000);
-    } finally {
-      await producer.close();
-      await worker.stop(1_000);
-    }
-    expect(states).toEqual(['closed', 'half_open']);
   });
 });

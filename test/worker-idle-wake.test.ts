@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
-import { idleGateBlocked, until } from './helpers.ts';
+import { until } from './helpers.ts';
 
 let pool: Pool | undefined;
 afterEach(async () => {
@@ -13,8 +13,18 @@ const NEVER_LOOKS = 600_000;
 
 const limiter = { windowMs: 5_000, limits: { tokens: 100_000 } };
 
-/** Whether the pool's idle worker is blocked on BullMQ's marker. */
-const idleWorkerBlocked = (p: Pool) => idleGateBlocked(p.redis, p.names);
+/** Whether the pool's idle worker is blocked on BullMQ's marker (CLIENT LIST flag `b`). */
+async function idleWorkerBlocked(p: Pool): Promise<boolean> {
+  const list = (await p.redis.call('CLIENT', 'LIST')) as string;
+  return list
+    .split('\n')
+    .some(
+      (l) =>
+        l.includes(` name=llmq:idle:${p.names.queue} `) &&
+        /\bflags=\w*b/.test(l) &&
+        l.includes(' cmd=bzpopmin '),
+    );
+}
 
 describe('an idle worker wakes when a job arrives', () => {
   it('starts a job enqueued while it sleeps, though its next look at the queue is far off', async () => {

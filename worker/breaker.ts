@@ -81,14 +81,6 @@ export class CircuitBreaker {
     return ok === 1 ? { allowed: true, trial: n === 1 } : { allowed: false, waitMs: n };
   }
 
-  /**
-   * Whether the last answer was closed with no failures, but is older than it may be trusted:
-   * a caller may go ahead as if still closed, with a {@link check} beside its next command.
-   */
-  closedWhenLastAsked(): boolean {
-    return !this.dirty && Date.now() >= this.closedUntil;
-  }
-
   /** Records a success; a round trip only when Redis may hold failures to clear. */
   async success(): Promise<void> {
     if (!this.dirty) return;

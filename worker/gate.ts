@@ -7,7 +7,6 @@ import type { MetricsWriter } from '../shared/metrics.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
-import { checkBreaker, stillClosed } from './gate-breaker.ts';
 import type { GateWaits } from './gate-waits.ts';
 import { HeadMoves } from './head-moves.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -119,7 +118,7 @@ export class Gate {
     await p.slots.waitForSlot();
     p.waits.hold('slots', slotAt);
     if (p.stopped.aborted) return;
-    const b = await checkBreaker(p);
+    const b = await this.checkBreaker();
     if (!b) return;
     this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
     const v = await this.look(b.trial, true);
@@ -129,7 +128,7 @@ export class Gate {
     this.idleMs = 5;
     if (head.problem) return this.moves.setAside(head.id, head.problem);
     const got = await this.admit(b.trial, v);
-    if (!got || !(await stillClosed(p, b, got.reservations))) return;
+    if (!got) return;
     let { wanted, reservations } = got;
     if (p.fair) {
       // The admitted jobs go where BullMQ hands out from next, in turn order (unless the head
@@ -150,6 +149,26 @@ export class Gate {
       p.handoff.completeAlone();
       await this.idle();
     }
+  }
+
+  /**
+   * The queue's breaker: whether calls may go out (a trial call goes alone); undefined after
+   * holding the round back. A pool's deployments have breakers of their own, checked as a job is
+   * admitted into one (pool-admission.ts).
+   */
+  private async checkBreaker(): Promise<{ trial: boolean } | undefined> {
+    const { p } = this;
+    if (p.pool) return { trial: false };
+    const b = await p.breaker.check();
+    // Not now, or a trial call, which goes alone: the jobs waiting to be stored do not wait.
+    if (!b.allowed || b.trial) p.handoff.completeAlone();
+    if (!b.allowed || (b.trial && p.slots.trialInFlight())) {
+      const heldAt = Date.now();
+      await sleep(b.allowed ? 50 : Math.min(b.waitMs, 1_000), undefined, { signal: p.stopped });
+      p.waits.hold('breaker', heldAt);
+      return undefined;
+    }
+    return { trial: b.trial };
   }
 
   /**
