@@ -3,6 +3,7 @@ import {
   type CallShape,
   fluidMinimumMs,
   idealSchedule,
+  meanWindowSum,
   uniformMinimumMs,
   utilization,
 } from '../scripts/bench/budget.ts';
@@ -174,6 +175,17 @@ describe('utilization', () => {
     const u = utilization(admissions, 4_000, 10_000);
     expect(u.windows).toEqual([0.75, 1]);
     expect(u.mean).toBeCloseTo(0.875);
+  });
+
+  it('averages the window sum over time: bursts a window apart read as full, wherever they fall', () => {
+    // A full limit admitted every 10 s, the bursts at 5 s past each window edge.
+    const bursts = [5_000, 15_000, 25_000, 35_000].map((at) => ({ at, charge: 4_000 }));
+    const span = { from: 0, to: 40_000 };
+    expect(meanWindowSum(bursts, span, 10_000, 100) / 4_000).toBeCloseTo(1, 2);
+    // Half as much, and nothing in a span shorter than a window.
+    const half = bursts.map((b) => ({ ...b, charge: 2_000 }));
+    expect(meanWindowSum(half, span, 10_000, 100) / 4_000).toBeCloseTo(0.5, 2);
+    expect(meanWindowSum(bursts, { from: 0, to: 9_000 }, 10_000)).toBeNaN();
   });
 });
 

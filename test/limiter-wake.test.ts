@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { limiterKeys, wakeChannel } from '../shared/limiter/limiter-keys.ts';
 import { connectRedis } from '../shared/redis.ts';
 import { startRedisServer } from './fixtures/limiter-support.ts';
 import { deleteKeys, newRedis, settle, testNames, until } from './helpers.ts';
@@ -88,5 +89,32 @@ describe('waking waiters', () => {
       deaf.disconnect();
       await elsewhere.stop();
     }
+  }, 30_000);
+
+  it("wakes the next in line when the first is admitted elsewhere, not at the first one's long wait", async () => {
+    // Two deployments' scopes: `a` spent for the window, `b` free. The head waits on `a`; the
+    // waiter behind it asks for `b`, and is told to wait for the head (its wait: a window).
+    const scopes = { 'deployment:a': { inputTokens: 100 }, 'deployment:b': { inputTokens: 100 } };
+    const options = { names, scopes, headroom: 0, windowMs: 60_000, maxPollMs: 60_000 };
+    const first = new Limiter({ redis: other, ...options });
+    const waiter = new Limiter({ redis, ...options, subscriber });
+    await first.acquire(
+      { requests: 1, inputTokens: 100, outputTokens: 0 },
+      { scopes: ['deployment:a'] },
+    );
+    const head = first.line(cost, { scopes: ['deployment:a'] });
+    expect((await head.attempt()).ok).toBe(false);
+    const admitted = waiter.acquire(cost, { scopes: ['deployment:b'] }).then(() => 'admitted');
+    const listening = async () =>
+      (await redis.call('PUBSUB', 'SHARDNUMSUB', wakeChannel(names)))?.toString() !==
+      `${wakeChannel(names)},0`;
+    await until(
+      async () => (await redis.zcard(limiterKeys(names).waiters)) === 2 && (await listening()),
+    );
+    head.update({ scopes: ['deployment:b'] });
+    expect((await head.attempt()).ok).toBe(true);
+    const late = new Promise<'late'>((r) => setTimeout(() => r('late'), 10_000).unref());
+    expect(await Promise.race([admitted, late])).toBe('admitted');
+    await waiter.close();
   }, 30_000);
 });

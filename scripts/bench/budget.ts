@@ -228,6 +228,25 @@ export function utilization(
 }
 
 /**
+ * The window sum (tokens admitted in the window ending at t) averaged over t from `from` plus a
+ * window to `to`, in steps of `stepMs`: a limiter's use of a limit, without the window edges
+ * that cut bursts a window apart into one more or one fewer. NaN when the span is under a window.
+ */
+export function meanWindowSum(
+  admissions: readonly { at: number; charge: number }[],
+  span: { from: number; to: number },
+  windowMs: number,
+  stepMs = 50,
+): number {
+  const sums: number[] = [];
+  for (let t = span.from + windowMs; t <= span.to; t += stepMs) {
+    const inWindow = admissions.filter((a) => a.at > t - windowMs && a.at <= t);
+    sums.push(inWindow.reduce((s, a) => s + a.charge, 0));
+  }
+  return sums.length > 0 ? sums.reduce((a, b) => a + b, 0) / sums.length : Number.NaN;
+}
+
+/**
  * The ideal client against a bucket: each call starts at the earliest instant at which the call
  * before it has started, fewer than C calls run, and every limited dimension's bucket holds its
  * full charge. A bucket starts full, refills at limit / window up to the limit, and under

@@ -35,6 +35,8 @@ export interface AcquireArgs
   /** Keep a place in line when denied. */
   readonly queue: boolean;
   readonly ticketTtlMs: number;
+  /** Woken when it is admitted with others in line. */
+  readonly channel: string;
   readonly cost: Charge;
   readonly scopes: readonly ScriptScope[];
   /** Calls queued behind; `scopes` when not the first one's. */
@@ -141,10 +143,8 @@ export class LimiterScripts {
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
     const args = { ...a, now: this.now(), cost: packCost(a.cost), extras };
     const undo = () => this.undoAcquire(a);
-    return (await this.run('acquire', [...keys, k.stats, k.spend, k.held], args, undo)) as (
-      | number
-      | string
-    )[];
+    const reply = await this.run('acquire', [...keys, k.stats, k.spend, k.held], args, undo);
+    return reply as (number | string)[];
   }
 
   /**

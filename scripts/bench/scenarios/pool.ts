@@ -4,7 +4,7 @@ import type { QueueNames } from '../../../shared/keys.ts';
 import { openDeadLetterQueue, openQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
 import type { MockAnthropicOptions, MockStats } from '../../../testing/mock-anthropic/index.ts';
-import { utilization } from '../budget.ts';
+import { meanWindowSum, utilization } from '../budget.ts';
 import { type BenchMock, startBenchMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
 import { withBenchScope } from '../redis-scope.ts';
@@ -192,16 +192,18 @@ function failoverFigures(
   const opened = changes.find((c) => c.state === 'open' && c.at >= killedAt);
   const closed = changes.find((c) => c.state === 'closed' && c.at >= backAt);
   const others = MEMBERS.filter((m) => m.name !== KILLED);
-  // Whole windows from the kill: admissions repeat with the window (a burst when room comes
-  // back), and a part window would count one burst more or less.
-  const windows = Math.max(1, Math.floor((backAt - killedAt) / windowMs));
-  const during = ends.filter(
-    (e) =>
-      e.deployment !== KILLED &&
-      e.admittedAt >= killedAt &&
-      e.admittedAt < killedAt + windows * windowMs,
-  );
-  const room = others.reduce((s, m) => s + m.limit, 0) * windows;
+  // The window sums averaged over the outage (its first window on): admissions come in bursts
+  // a window apart, which fixed windows would cut into one more or one fewer.
+  const during = ends.filter((e) => e.deployment !== KILLED);
+  const span = { from: killedAt, to: backAt };
+  const useOf = (m: PoolMember) =>
+    meanWindowSum(
+      during
+        .filter((e) => e.deployment === m.name)
+        .map((e) => ({ at: e.admittedAt, charge: e.charge })),
+      span,
+      windowMs,
+    ) / m.limit;
   const triesOn = (e: JobEnd) => e.tries.filter((t) => t.deployment === KILLED);
   // When each call on it failed: its start, and the time it took.
   const failedAt = (e: JobEnd) => triesOn(e).map((t) => t.at + (t.latencyMs ?? 0));
@@ -214,13 +216,9 @@ function failoverFigures(
   const rejoinAt = Math.min(...afterBack.map((e) => e.admittedAt));
   return {
     absorbMs: opened ? opened.at - killedAt : Number.NaN,
-    othersUse: during.reduce((s, e) => s + e.charge, 0) / room,
-    eachOther: others
-      .map((m) => {
-        const mine = during.filter((e) => e.deployment === m.name);
-        return `${m.name} ${percent(mine.reduce((s, e) => s + e.charge, 0) / (m.limit * windows))}`;
-      })
-      .join(', '),
+    othersUse:
+      others.reduce((s, m) => s + useOf(m) * m.limit, 0) / others.reduce((s, m) => s + m.limit, 0),
+    eachOther: others.map((m) => `${m.name} ${percent(useOf(m))}`).join(', '),
     callsWhileDown: ends.flatMap(triesOn).filter((t) => t.at >= killedAt && t.at < backAt).length,
     failedOnIt: failed.length,
     moved: moved.length,
@@ -365,7 +363,7 @@ function resultOf(
         // second of its failure, and the others at their limits while it is down.
         name: 'the others absorb its share within a second',
         met: b.moved === b.failedOnIt && b.movedWithinMs <= 1_000 && b.othersUse >= 0.95,
-        detail: `${b.failedOnIt} jobs failed on it, ${b.moved} admitted elsewhere${b.failedOnIt > 0 ? `, each within ${seconds(b.movedWithinMs)} of its failure` : ''}; the others at ${percent(b.othersUse)} of their limits in the whole windows it was down (${b.eachOther}); its breaker open ${seconds(b.absorbMs)} after the kill (${b.callsWhileDown} calls to it while down, trials included)`,
+        detail: `${b.failedOnIt} jobs failed on it, ${b.moved} admitted elsewhere${b.failedOnIt > 0 ? `, each within ${seconds(b.movedWithinMs)} of its failure` : ''}; the others at ${percent(b.othersUse)} of their limits its window sums averaged while it was down (${b.eachOther}); its breaker open ${seconds(b.absorbMs)} after the kill (${b.callsWhileDown} calls to it while down, trials included)`,
       },
       {
         name: 'it rejoins after its trial call',
