@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { CircuitBreaker } from '../worker/breaker.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
@@ -64,6 +65,28 @@ describe('an idle worker wakes when a job arrives', () => {
     await allCompleted(pool, [id]);
     const job = (await pool.job(id))!;
     expect(job.data.history?.length).toBeGreaterThanOrEqual(1);
+  });
+
+  it('sees a breaker another process opened while it slept: the job that wakes it waits for it', async () => {
+    pool = await openPool('idle-breaker');
+    // No cached "closed": the worker asks Redis each time, and the check must be of its waking.
+    const breaker = { cacheMs: 0, cooldownMs: 300 };
+    const waited = new Map<unknown, unknown>();
+    const logger = {
+      info: (_: string, f?: Record<string, unknown>) => waited.set(f?.['job'], f?.['gateWaitMs']),
+      warn() {},
+    };
+    await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS, breaker, logger });
+    await allCompleted(pool, [await pool.producer.enqueue(request('First.'))]);
+    await until(() => idleWorkerBlocked(pool!));
+    const elsewhere = new CircuitBreaker(pool.redis, pool.names, breaker);
+    expect((await elsewhere.recordFailure(true)).opened).toBe(true);
+    const second = await pool.producer.enqueue(request('Second.'));
+    await allCompleted(pool, [second]);
+    // It waited for the cool-down, went as the trial call, and its success closed the breaker.
+    expect(waited.get(second)).toBeGreaterThan(0);
+    expect(await pool.breakerState()).toBe('closed');
+    expect(pool.mock.stats().attempts).toBe(2);
   });
 
   it('stops at once while it sleeps', async () => {

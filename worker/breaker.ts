@@ -26,6 +26,9 @@ export interface BreakerOptions {
   readonly cacheMs?: number;
 }
 
+/** Whether a call may go out now (a trial call goes alone), or how long to wait. */
+export type BreakerCheck = { allowed: true; trial: boolean } | { allowed: false; waitMs: number };
+
 /** The circuit breaker shared by every worker of a queue (state in Redis, Redis time). */
 export class CircuitBreaker {
   readonly holder = randomUUID();
@@ -56,9 +59,10 @@ export class CircuitBreaker {
   private async op(
     op: 'check' | 'success' | 'failure' | 'abandon',
     threshold = this.threshold,
+    via: RedisClient = this.redis,
   ): Promise<[number, number, number, number, number]> {
     const r = (await runLua(
-      this.redis,
+      via,
       SCRIPTS['breaker']!,
       [this.key],
       ['', op, this.holder, threshold, this.cooldownMs, this.trialTtlMs],
@@ -67,10 +71,10 @@ export class CircuitBreaker {
     return [at(0), at(1), at(2), at(3), at(4)];
   }
 
-  /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait. */
-  async check(): Promise<{ allowed: true; trial: boolean } | { allowed: false; waitMs: number }> {
+  /** Whether a call may go out now: `{ allowed, trial }`, or how long to wait; `via`: a connection. */
+  async check(via?: RedisClient): Promise<BreakerCheck> {
     if (Date.now() < this.closedUntil) return { allowed: true, trial: false };
-    const [ok, n, failures] = await this.op('check');
+    const [ok, n, failures] = await this.op('check', this.threshold, via);
     if (ok === 1 && n === 0) {
       this.dirty = failures > 0;
       if (!this.dirty) this.closedUntil = Date.now() + this.cacheMs;

@@ -4,7 +4,8 @@ import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line } from '../shared/limiter/line.ts';
 import { type Charge, GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
-import type { CircuitBreaker } from './breaker.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import type { BreakerCheck, CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import type { GateWaits } from './gate-waits.ts';
@@ -95,6 +96,8 @@ export class Gate {
   private aheadPeek:
     | { readonly sentAt: number; readonly heads: Promise<HeadJob[] | undefined> }
     | undefined;
+  /** The breaker's check sent behind the idle wait's pop, for the round it woke. */
+  private aheadBreaker: Promise<BreakerCheck | undefined> | undefined;
   private readonly hooks = {
     onFetchesSent: () => this.sendAheadPeek(),
     onArrived: () => {
@@ -159,7 +162,9 @@ export class Gate {
   private async checkBreaker(): Promise<{ trial: boolean } | undefined> {
     const { p } = this;
     if (p.pool) return { trial: false };
-    const b = await p.breaker.check();
+    const ahead = this.aheadBreaker;
+    this.aheadBreaker = undefined;
+    const b = (await ahead) ?? (await p.breaker.check());
     // Not now, or a trial call, which goes alone: the jobs waiting to be stored do not wait.
     if (!b.allowed || b.trial) p.handoff.completeAlone();
     if (!b.allowed || (b.trial && p.slots.trialInFlight())) {
@@ -210,9 +215,18 @@ export class Gate {
     // As BullMQ's workers do; results meanwhile are stored at once.
     p.handoff.setGateIdle(true);
     try {
-      const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, p.slots.concurrency);
-      if (heads?.length)
+      // The queue's breaker is checked behind the pop too: a woken round needs no round trip for it.
+      let breaker: Promise<BreakerCheck | undefined> | undefined;
+      const behind = p.pool
+        ? undefined
+        : (conn: RedisClient) => {
+            breaker = p.breaker.check(conn).catch(() => undefined);
+          };
+      const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, p.slots.concurrency, behind);
+      if (heads?.length) {
         this.aheadPeek = { sentAt: performance.now(), heads: Promise.resolve(heads) };
+        this.aheadBreaker = breaker;
+      }
     } finally {
       p.handoff.setGateIdle(false);
     }

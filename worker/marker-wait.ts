@@ -43,9 +43,15 @@ export class MarkerWait {
   /**
    * Resolves once a job may be ready: a marker arrived, a delayed job fell due, `maxMs` passed
    * (a safety net for a marker another worker popped), or `signal` aborted. When a marker woke
-   * it, with the first `peek` jobs BullMQ would hand out next, as of that moment.
+   * it, with the first `peek` jobs BullMQ would hand out next, as of that moment. `behind` sends
+   * more behind each pop on its connection (Redis runs it as the pop returns).
    */
-  async wait(maxMs: number, signal: AbortSignal, peek = 1): Promise<HeadJob[] | undefined> {
+  async wait(
+    maxMs: number,
+    signal: AbortSignal,
+    peek = 1,
+    behind?: (conn: RedisClient) => void,
+  ): Promise<HeadJob[] | undefined> {
     const end = this.clock() + maxMs;
     for (;;) {
       const now = this.clock();
@@ -60,6 +66,7 @@ export class MarkerWait {
       try {
         const pop = this.pop(ms, signal);
         heads = this.peeker.peekMany(peek).catch(() => undefined);
+        behind?.(this.conn);
         popped = await pop;
       } catch {
         // The blocking connection failed: wait out the rest rather than spin.
