@@ -288,6 +288,27 @@ describe('the outcome of a failed call', () => {
     },
   );
 
+  it.each([
+    ['a 401', providerError(401, 'authentication_error', 'invalid x-api-key')],
+    ['a 403', providerError(403, 'permission_error', 'Your key lacks permission')],
+    [
+      "its key's spend limit",
+      providerError(429, 'rate_limit_error', 'You have reached your specified API usage limits.'),
+    ],
+  ])(
+    'in a pool, moves %s (the key is refused) and dead-letters it with no other deployment',
+    (_, err) => {
+      const out = decide(err, { elsewhere: true, deployment: 'a' });
+      expect(out.action).toBe('move');
+      expect(out.history.at(-1)).toMatchObject({
+        deployment: 'a',
+        outcome: 'final',
+        counted: false,
+      });
+      expect(decide(err).action).toBe('dead-letter');
+    },
+  );
+
   it('in a pool, still counts a 429 moved elsewhere, and dead-letters past the bound', () => {
     expect(decide(rateLimited(), { rateLimitReturns: 3, elsewhere: true })).toMatchObject({
       action: 'move',

@@ -72,4 +72,31 @@ describe('failover in a pool of deployments', () => {
       expect(mb.stats().responses).toEqual({ '200': ids.length });
     },
   );
+
+  it("a job refused by a deployment's key (its spend limit) completes on another; that deployment leaves the pool", async () => {
+    const [ma, mb] = await Promise.all([startMock({ latencyMs: 5 }), startMock({ latencyMs: 5 })]);
+    pool = await openPool('failover-key');
+    const a = onMock(ma, { name: 'a' });
+    const b = onMock(mb, { name: 'b' });
+    ma.setOptions({ spendCappedKeys: [a.key] });
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await pool.producer.enqueue(request(`Job ${i}.`, 100)));
+    await pool.worker({
+      concurrency: 1,
+      deployments: [a, b],
+      breaker: { cooldownMs: 60_000 },
+      limiter: {},
+    });
+    await allCompleted(pool, ids, 30_000);
+    for (const id of ids) expect((await pool.job(id))!.returnvalue.deployment).toBe('b');
+    const first = (await pool.job(ids[0]!))!;
+    expect(first.data.history?.[0]).toMatchObject({
+      deployment: 'a',
+      outcome: 'final',
+      status: 429,
+    });
+    expect(await pool.deadLetters()).toEqual([]);
+    // Its breaker opened at the first refusal: a was asked once, not once a job.
+    expect(ma.stats().responses).toEqual({ '429': 1 });
+  });
 });

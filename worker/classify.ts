@@ -32,6 +32,8 @@ export interface Classified {
   readonly transient?: boolean | undefined;
   /** Nothing answers at the address (refused, no such host): the breaker opens at once. */
   readonly unreachable?: boolean | undefined;
+  /** The key serves no call (401, 403, its spend limit): in a pool, its deployment's fault. */
+  readonly keyRefused?: boolean | undefined;
 }
 
 /** Error types of an `event: error` mid-stream that say the provider, not the request, failed. */
@@ -172,6 +174,7 @@ function classifyApiError(
     // A request the API refused (400, 401, 403, 404, 413…) is neither billed nor served: its
     // tokens and its money's worst case come back.
     maybeCharged: false,
+    ...(status === 401 || status === 403 ? { keyRefused: true } : {}),
   };
 }
 
@@ -194,6 +197,7 @@ function classifyRateLimit(
       kind: 'final',
       reason: `spend limit reached: ${message}`,
       maybeCharged: false,
+      keyRefused: true,
     };
   }
   // The provider says waiting cannot help (the call alone exceeds its limit): pausing every

@@ -80,11 +80,15 @@ export interface OutcomeInput {
 }
 
 /**
- * A failure of the deployment, not of the job: a 429 with retry-after (or a platform's
- * throttle), a 529 or 5xx, a timeout, a dropped or refused connection, an unknown host.
+ * A failure of the deployment, not of the job: a 429 (that pauses it, or one its key's limits
+ * give: its spend limit, `x-should-retry: false`), a 529 or 5xx, a timeout, a dropped or refused
+ * connection, an unknown host, a key refused (401, 403).
  */
 export const deploymentsFault = (c: Classified): boolean =>
-  c.kind === 'rate_limited' || (c.kind === 'retryable' && c.transient === true);
+  c.kind === 'rate_limited' ||
+  (c.kind === 'retryable' && c.transient === true) ||
+  c.keyRefused === true ||
+  (c.kind === 'final' && c.status === 429);
 
 /** The policy after a failed call: a pure function of the failure and the job's history. */
 export function decideOutcome(input: OutcomeInput): Outcome {
@@ -108,13 +112,16 @@ export function decideOutcome(input: OutcomeInput): Outcome {
     }
     return { action: input.elsewhere ? 'move' : 'requeue', history, returns };
   }
-  if (c.kind === 'final') {
-    return { action: 'dead-letter', history: [...input.history, record('final', true)], cause: c };
-  }
   // Another deployment takes it at once; the last one of the turn to fail decides below.
   if (input.elsewhere && deploymentsFault(c)) {
-    const tried = { ...record('retryable', false), transient: true as const };
+    const tried =
+      c.kind === 'final'
+        ? record('final', false)
+        : { ...record('retryable', false), transient: true as const };
     return { action: 'move', history: boundHistory([...input.history, tried]) };
+  }
+  if (c.kind === 'final') {
+    return { action: 'dead-letter', history: [...input.history, record('final', true)], cause: c };
   }
   if (c.transient === true && input.retryForMs > 0) return transientOutcome(input, record);
   const counts = input.healthy;
@@ -240,6 +247,8 @@ export class Outcomes {
         },
       );
     } else if (c.kind === 'final') {
+      // A pool's deployment whose key is refused leaves the pool until a trial call succeeds.
+      if (c.keyRefused && call.deployment) await breaker.recordFailure(true);
       await metrics.add(
         c.status === 429
           ? { provider_calls: 1, provider_429_final: 1 }
