@@ -91,9 +91,7 @@ export class Limiter {
     const reply = await this.scripts.acquire({
       ...{ windowMs: s.windowMs, headroom: s.headroom, leaseMs: s.leaseMs, queue, ticket },
       ...{ ticketTtlMs: Math.max(5_000, s.maxPollMs * 5), concurrency: s.concurrency },
-      channel: wakeChannel(s.names),
-      priority: r.priority,
-      cost: r.cost,
+      ...{ channel: wakeChannel(s.names), priority: r.priority, cost: r.cost },
       scopes: scriptScopes(s, r.scopes),
       extras: more.map((m) => ({ ...m, scopes: m.cost.scopes && scriptScopes(s, m.cost.scopes) })),
     });
