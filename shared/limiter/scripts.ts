@@ -35,6 +35,7 @@ export interface AcquireArgs
   /** Keep a place in line when denied. */
   readonly queue: boolean;
   readonly ticketTtlMs: number;
+  /** Woken when it is admitted with others in line. */
   readonly channel: string;
   readonly cost: Charge;
   readonly scopes: readonly ScriptScope[];

@@ -19,7 +19,7 @@
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
     concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits }, global first),
     extras ({ id, req, inp, out, money, scopes }: admitted with it while each fits, nobody waits),
-    channel (SPUBLISH when admitted with others in line told to wait for it: the next is first)
+    channel (SPUBLISH when it is admitted with others in line: the next is first now)
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
     there yet; {4, waitMs} no slot (or a first call out); {5, scope, dim, cost, limit} never fits;
@@ -117,7 +117,6 @@ end
 -- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
 drop(ticket)
-local told = tonumber(redis.call('HGET', run.statsKey, 'head_retry_at') or '0') > now
 redis.call('HDEL', run.statsKey, 'head_retry_at')
 local k = 0
 if redis.call('ZCARD', waitersKey) == 0 then
@@ -129,5 +128,5 @@ if redis.call('ZCARD', waitersKey) == 0 then
     admit(run, x.id, c)
     k = i
   end
-elseif told then redis.call('SPUBLISH', args.channel, '1') end
+elseif args.channel then redis.call('SPUBLISH', args.channel, '1') end
 return finish_run(run, { 0, now, run.leaseExpiry, k })
