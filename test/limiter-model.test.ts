@@ -96,6 +96,8 @@ class Model {
   readonly shape = new Map<string, string>();
   readonly step = new Map<string, number>();
   readonly readingsGcd = new Map<string, number>();
+  /** When the call whose reading the view holds was sent, per scope. */
+  readonly sent = new Map<string, number>();
 
   constructor(
     readonly cfg: Config,
@@ -216,7 +218,11 @@ class Model {
     this.slots.set(id, this.now + LEASE);
   }
 
-  begin(id: string, reading: { scope: string; dims: Partial<Record<Dim, ReadingDim>> } | null) {
+  begin(
+    id: string,
+    reading: { scope: string; dims: Partial<Record<Dim, ReadingDim>> } | null,
+    ageMs = 0,
+  ) {
     this.expire();
     const e = this.entries.get(id);
     if (e && e.flags === '') {
@@ -236,7 +242,7 @@ class Model {
         e.score = this.now;
       }
     }
-    if (reading) this.observe(reading.scope, reading.dims);
+    if (reading) this.observe(reading.scope, reading.dims, ageMs, id);
   }
 
   end(id: string, mode: 'usage' | 'keep' | 'release', use?: { in: number; out: number }) {
@@ -253,13 +259,21 @@ class Model {
     const holder = part ?? (e.flags !== 'b' ? e : undefined);
     const dIn = holder && mode === 'usage' ? use!.in - holder.a.in : 0;
     const dOut = mode === 'usage' && this.cfg.accounting !== 'reserve' ? use!.out - e.a.out : 0;
-    // A reading that counted the call counted its input as it was: the estimate's error moves
-    // that reading's count of our spend too.
-    if (holder && dIn !== 0 && holder.flags === 's')
+    // A reading that may have counted the call counted its input as it was: an estimate above it
+    // moves that reading's count of our spend too; the unused output goes back into its bucket.
+    const lower = Math.min(dIn, 0);
+    const refund = e.flags === 's' && dOut < 0 ? dOut : 0;
+    if (holder && (lower < 0 || refund < 0) && holder.flags === 's')
       for (const s of e.scopes)
-        for (const d of ['in', 'tok'] as const) {
+        for (const [d, n] of [
+          ['in', lower],
+          ['out', refund],
+          ['tok', lower + refund],
+        ] as const) {
           const v = this.views.get(`${s}|${d}`);
-          if (v && holder.score <= v.at) v.seen += dIn;
+          if (!v || holder.score > v.at) continue;
+          v.seen += n;
+          if (d !== 'in') v.rem -= refund;
         }
     if (holder) holder.a.in += dIn;
     e.a.out += dOut;
@@ -268,19 +282,33 @@ class Model {
     return { known: true, inputDelta: dIn, outputDelta: dOut };
   }
 
-  /** Ours the reading has not counted: calls not begun; with `produced`, output still to come. */
-  private pending(scope: string): Record<Dim, number> {
-    const p = { req: 0, in: 0, out: 0, tok: 0 };
+  /**
+   * Ours the reading of call `id` (sent at `since`) may not have counted: calls not begun (with
+   * `produced`, output still to come), and calls begun since (`late`). Its own call it counted.
+   */
+  private uncounted(scope: string, since: number, id: string) {
+    const pending = { req: 0, in: 0, out: 0, tok: 0 };
+    const late = { req: 0, in: 0, out: 0, tok: 0 };
     for (const e of this.entries.values()) {
-      if (e.score <= this.now || !e.scopes.includes(scope)) continue;
-      if (e.flags !== 's') for (const d of DIMS) p[d] += amount(e.a, d);
+      if (e.score < since || !e.scopes.includes(scope)) continue;
+      if ((e.id === id || e.id === `${id}:in`) && e.flags === 's') continue;
+      const t = e.flags === 's' ? late : pending;
+      for (const d of DIMS) t[d] += amount(e.a, d);
     }
-    return p;
+    return { pending, late };
   }
 
-  observe(scope: string, dims: Partial<Record<Dim, ReadingDim>>): void {
+  /**
+   * The reading of call `id`, sent `ageMs` ago; older news when the view holds the reading of a
+   * call sent later, which counted this call if it began since.
+   */
+  observe(scope: string, dims: Partial<Record<Dim, ReadingDim>>, ageMs: number, id: string) {
     this.expire();
-    const pending = this.pending(scope);
+    const age = Math.max(0, Math.min(ageMs, WINDOW));
+    const held = this.sent.get(scope) ?? -1;
+    if (this.now - age <= held) return;
+    this.sent.set(scope, this.now - age);
+    const { pending, late } = this.uncounted(scope, this.now - age, id);
     const gcd = (x: number, y: number): number => (y > 0 ? gcd(y, x % y) : x);
     // The readings' gcd, negative while one value was read: the limit then stands in.
     let rg = this.readingsGcd.get(scope) ?? 0;
@@ -300,11 +328,12 @@ class Model {
       const half = d !== 'req' ? Math.floor(step / 2) : 0;
       const f = `${scope}|${d}`;
       const left = this.left.get(f) ?? 0;
-      const seen = this.used(scope, d) + left - pending[d];
-      this.views.set(f, { lim: r.limit, rem: r.remaining, at: this.now, seen, gone: left });
+      const seen = this.used(scope, d) + left - pending[d] - late[d];
+      const gone = left - late[d];
+      this.views.set(f, { lim: r.limit, rem: r.remaining, at: this.now, seen, gone });
       if (r.reset > 0 && r.limit > 0) {
-        const slack = 1000 + (2 * half * WINDOW) / r.limit;
-        const untilReset = r.reset - this.now;
+        const slack = 1000 + (2 * half * WINDOW) / r.limit + age;
+        const untilReset = r.reset - (this.now - age);
         const full = ((r.limit - r.remaining) * WINDOW) / r.limit;
         const bucket = Math.abs(untilReset - full) <= slack;
         const window = untilReset >= WINDOW - slack;
@@ -349,7 +378,7 @@ const configArb = (accounting: OutputAccounting): fc.Arbitrary<Config> =>
 
 type Op =
   | { kind: 'acquire'; req: number; in: number; out: number; scopes: string[] }
-  | { kind: 'begin'; pick: number; reading: ReadingArb | null }
+  | { kind: 'begin'; pick: number; reading: ReadingArb | null; ageMs: number }
   | { kind: 'settle'; pick: number; inPct: number; outPct: number }
   | { kind: 'keep' | 'release'; pick: number }
   | { kind: 'advance'; ms: number }
@@ -396,6 +425,8 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       kind: fc.constant('begin' as const),
       pick,
       reading: fc.option(readingArb, { nil: null }),
+      // How long ago the call was sent: an answer that took long may bring older news.
+      ageMs: fc.constantFrom(0, 0, 1, 300, 4_000),
     }),
   },
   {
@@ -536,10 +567,11 @@ async function agreementScenario(cfg: Config, ops: readonly Op[]): Promise<void>
           if (!target || target.call.started) break;
           const reading = op.reading && headersOf(op.reading, t);
           target.call = lim.call(target.r, op.reading?.scope ?? 'global');
-          await target.call.begin(reading?.headers ?? undefined, 0);
+          await target.call.begin(reading?.headers ?? undefined, op.ageMs);
           model.begin(
             target.r.id,
             reading ? { scope: op.reading!.scope, dims: reading.dims } : null,
+            op.ageMs,
           );
           break;
         }
@@ -590,7 +622,7 @@ async function agreementScenario(cfg: Config, ops: readonly Op[]): Promise<void>
 async function safetyScenario(
   cfg: Config,
   shape: 'sliding' | 'bucket',
-  steps: readonly { in: number; out: number; outPct: number; ms: number }[],
+  steps: readonly { in: number; out: number; outPct: number; ms: number; lateMs: number }[],
 ): Promise<void> {
   const names = testNames('limsafe');
   let t = 1_800_000_000_000;
@@ -606,8 +638,23 @@ async function safetyScenario(
     WINDOW,
   );
   const lim = limiterFor({ ...cfg, limits: { global: limits } }, names, () => t);
-  const inFlight: { endsAt: number; call: CallHandle; ticket: LimitTicket; out: number }[] = [];
+  interface Sent {
+    sentAt: number;
+    /** Its headers reach llmq then (a slow process, a late packet): calls sent after go first. */
+    beginAt: number;
+    headers: Record<string, string> | undefined;
+    endsAt: number;
+    call: CallHandle;
+    ticket: LimitTicket;
+    out: number;
+  }
+  const inFlight: Sent[] = [];
   const trace: string[] = [];
+  const begin = async (f: Sent) => {
+    if (!f.headers) return;
+    await f.call.begin(f.headers, t - f.sentAt);
+    f.headers = undefined;
+  };
   try {
     for (const s of steps) {
       trace.push(`t+${t - 1_800_000_000_000} ${JSON.stringify(s)}`);
@@ -641,16 +688,21 @@ async function safetyScenario(
           const remaining = Math.round(st.remaining / round) * round;
           Object.assign(headers, rateHeaders(name, st.limit, remaining, st.resetAt - t, t));
         }
-        const call = lim.call(d.reservation);
-        await call.begin(headers, 0);
-        inFlight.push({
-          endsAt: t + 200,
-          call,
+        const f: Sent = {
+          sentAt: t,
+          beginAt: t + s.lateMs,
+          headers,
+          endsAt: t + Math.max(200, s.lateMs),
+          call: lim.call(d.reservation),
           ticket: a.ticket,
           out: Math.floor((s.out * s.outPct) / 100),
-        });
+        };
+        inFlight.push(f);
+        if (s.lateMs === 0) await begin(f);
       }
       t += s.ms;
+      const due = inFlight.filter((x) => x.headers && x.beginAt <= t);
+      for (const f of due.sort((x, y) => x.beginAt - y.beginAt)) await begin(f);
       for (const f of inFlight.filter((x) => x.endsAt <= t)) {
         if (cfg.accounting !== 'reserve')
           provider.refund(
@@ -694,6 +746,8 @@ describe('the limiter against a reference model', () => {
         out: fc.integer({ min: 1, max: 600 }),
         outPct: fc.integer({ min: 0, max: 100 }),
         ms: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 2_000 })),
+        // Its headers come late: calls sent after it may begin first.
+        lateMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 400 })),
       });
       const scenario = fc.record({
         cfg: fc.record({

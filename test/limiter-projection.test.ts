@@ -46,9 +46,9 @@ const windowReading = (remaining: number, limit = 4_000) =>
 const bucketReading = (remaining: number, limit = 4_000) =>
   rateHeaders('tokens', limit, remaining, ((limit - remaining) * W) / limit, t);
 
-async function tokensView(lim: Limiter) {
+async function tokensView(lim: Limiter, d: 'tokens' | 'outputTokens' = 'tokens') {
   const global = (await lim.snapshot()).scopes.find((s) => s.scope === 'global')!;
-  return { shape: global.shape, step: global.roundingStep, ...global.dimensions.tokens };
+  return { shape: global.shape, step: global.roundingStep, ...global.dimensions[d] };
 }
 
 describe('a window-shaped provider', () => {
@@ -117,6 +117,7 @@ describe('a window-shaped provider', () => {
     // Rounded to the nearest 100: 3,700 is within it of our 3,700 left; the step is learned.
     await start(lim, r, windowReading(3_700));
     expect(await tokensView(lim)).toMatchObject({ step: 100, providerRoom: 3_700 });
+    t += 1;
     const b = await admitted(lim, cost(300));
     // 3,400 of ours left, the provider says 3,000: another client's spend, and the reading
     // may be 50 above the truth: its low end counts.
@@ -185,10 +186,53 @@ describe('a bucket-shaped provider', () => {
     const lim = make({ limits: { tokens: 1_521 } });
     // Readings rounded to 38: 999 left reads 988, then 401 left reads 418.
     await start(lim, await admitted(lim, cost(522)), bucketReading(988, 1_521));
+    t += 1;
     await start(lim, await admitted(lim, cost(598)), bucketReading(418, 1_521));
     expect((await tokensView(lim)).step).toBe(38);
     // 418 may be 399 rounded up: 402 is more than the bucket may hold.
     expect((await lim.tryAcquire(cost(402))).ok).toBe(false);
+  });
+
+  it('takes no call begun after the reading’s call was sent as counted there', async () => {
+    const lim = make();
+    const a = await admitted(lim, cost(1_003));
+    t += 5;
+    const b = await admitted(lim, cost(1_000));
+    // b, sent after a, begins first; then a's answer, sent 10 ms ago, with 2,997 left.
+    await start(lim, b);
+    t += 5;
+    await start(lim, a, bucketReading(2_997), 10);
+    // The provider may have admitted b after a: it is taken from the 2,997.
+    expect((await tokensView(lim)).providerRoom).toBe(1_997);
+    expect((await lim.tryAcquire(cost(1_998))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(1_997))).ok).toBe(true);
+  });
+
+  it('keeps the reading of the call sent last when an older one comes after it', async () => {
+    const lim = make();
+    const a = await admitted(lim, cost(1_003));
+    t += 10;
+    const b = await admitted(lim, cost(1_000));
+    t += 10;
+    await start(lim, b, bucketReading(1_997), 10);
+    // a's answer comes later with what was left before b: older news, dropped. a, begun only
+    // now, counts against b's reading too (it cannot tell a was counted there).
+    t += 10;
+    await start(lim, a, bucketReading(2_997), 30);
+    expect((await tokensView(lim)).providerRoom).toBe(1_997 + 4 - 1_003);
+  });
+
+  it('puts unused output given back into the bucket, which holds no more than its limit', async () => {
+    const lim = make({ limits: { outputTokens: 4_000 }, outputAccounting: 'actual' });
+    const r = await admitted(lim, cost(0, 1_001));
+    await start(lim, r, rateHeaders('output-tokens', 4_000, 2_999, 2_503, t));
+    // 100 ms on, 900 of the 1,001 come back: 2,999 + 40 refilled + 900.
+    t += 100;
+    await settle(lim, r, { inputTokens: 0, outputTokens: 101 });
+    expect((await tokensView(lim, 'outputTokens')).providerRoom).toBe(3_939);
+    // Full 2.5 s later: what came back does not make it hold more.
+    t += 3_000;
+    expect((await tokensView(lim, 'outputTokens')).providerRoom).toBe(4_000);
   });
 
   it('keeps our window beside it when the configured limit is below the provider’s', async () => {

@@ -21,7 +21,7 @@ type Op =
   | { readonly kind: 'stamp'; readonly id: string }
   | { readonly kind: 'end'; readonly end: EndRecord; readonly periods?: readonly string[] }
   | { readonly kind: 'pause'; readonly ms: number; readonly scopes: readonly string[] }
-  | { readonly kind: 'reading'; readonly reading: ReadingRecord };
+  | { readonly kind: 'reading'; readonly reading: ReadingRecord; readonly at: number };
 
 type Answer = EndResult | number | undefined;
 
@@ -37,6 +37,8 @@ export class Recorder {
     private readonly channel: string,
     private readonly accounting: OutputAccounting,
     private readonly wakeUps: WakeUps,
+    /** The clock a reading's age runs on until it is sent (tests inject the limiter's). */
+    private readonly clock: () => number = () => performance.now(),
   ) {
     this.settlesOutput = accounting !== 'reserve';
     this.batcher = new Batcher<Op, Answer>((ops) => this.send(ops), { delayMs: SETTLE_WAIT_MS });
@@ -60,7 +62,11 @@ export class Recorder {
       stamps: of('stamp').map((o) => o.id),
       ends: ends.map((o) => o.end),
       ...{ pauseMs: first?.ms, pauseScopes: first?.scopes },
-      readings: of('reading').map((o) => o.reading),
+      // A reading's age as it goes: when its call was sent, against the others' (reading.lua).
+      readings: of('reading').map((o) => ({
+        ...o.reading,
+        ageMs: o.reading.ageMs + Math.ceil(this.clock() - o.at),
+      })),
       periods: ends.find((o) => o.periods)?.periods,
     });
     if (first) untils.set(first.group, r.pausedUntil);
@@ -72,6 +78,11 @@ export class Recorder {
           ? untils.get(pauseGroup(o.scopes))
           : undefined,
     );
+  }
+
+  /** Now, on the clock readings' ages run on. */
+  now(): number {
+    return this.clock();
   }
 
   /** Sends what is gathered now: a command sent after it on the same connection runs after it. */
@@ -181,8 +192,14 @@ export class CallHandle {
 
   private async read(headers: HeaderSource | undefined, sentAgoMs: number): Promise<void> {
     const dims = readingOf(headers);
-    const reading = dims && { scope: this.scope, ageMs: Math.round(sentAgoMs), dims };
-    if (reading) await this.recorder.push({ kind: 'reading', reading });
+    if (!dims) return;
+    const reading = {
+      scope: this.scope,
+      id: this.reservation.id,
+      ageMs: Math.round(sentAgoMs),
+      dims,
+    };
+    await this.recorder.push({ kind: 'reading', reading, at: this.recorder.now() });
   }
 }
 

@@ -66,7 +66,8 @@ export class Limiter {
     this.keys = limiterKeys(o.names);
     this.scripts = new LimiterScripts(o.redis, this.keys, o.commandTimeoutMs, o.clock);
     const { windowMs, outputAccounting } = o;
-    this.recorder = new Recorder(this.scripts, windowMs, channel, outputAccounting, this.wakeUps);
+    const { scripts, wakeUps } = this;
+    this.recorder = new Recorder(scripts, windowMs, channel, outputAccounting, wakeUps, o.clock);
   }
 
   /** Every key the limiter writes (for cleanup and for the cluster hash-tag test). */

@@ -66,7 +66,9 @@ export interface EndRecord {
 /** A provider's reading for `record-9.lua`: one scope, the dimensions it gave figures for. */
 export interface ReadingRecord {
   readonly scope: string;
-  /** How long ago the call that brought it was sent, ms. */
+  /** The call that brought it (its reservation's id). */
+  readonly id: string;
+  /** How long ago that call was sent, ms. */
   readonly ageMs: number;
   readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;
 }

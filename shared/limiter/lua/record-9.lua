@@ -68,13 +68,19 @@ local function stamp(id)
   store(id, r)
 end
 
--- When a call a reading had counted settles, its estimate's error moves that reading's count.
-local function recount(id, scopes, dIn)
+-- A call begun before the reading (it may have counted it) settles: the provider counts its input
+-- as it was, so an estimate above it is no room coming back (`dIn` < 0 moves the reading's
+-- count; above it, it stays charged), and gives its unused output (`refund` < 0) back into the
+-- reading's bucket, where the bucket's capacity caps it.
+local function recount(id, scopes, dIn, refund)
   local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
   for _, s in ipairs(scopes) do
-    for _, d in ipairs({ 'in', 'tok' }) do
-      local at = tonumber(redis.call('HGET', KEYS[5], s .. '|' .. d .. '|at') or '-inf')
-      if stamped <= at then redis.call('HINCRBY', KEYS[5], s .. '|' .. d .. '|seen', dIn) end
+    for d, n in pairs({ ['in'] = dIn, out = refund, tok = dIn + refund }) do
+      local f = s .. '|' .. d .. '|'
+      if stamped <= tonumber(redis.call('HGET', KEYS[5], f .. 'at') or '-inf') then
+        redis.call('HINCRBY', KEYS[5], f .. 'seen', n)
+        if d ~= 'in' and refund < 0 then redis.call('HINCRBY', KEYS[5], f .. 'rem', -refund) end
+      end
     end
   end
 end
@@ -108,7 +114,10 @@ local function finish(e)
   local dIn = (holder and e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
   local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
   add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
-  if dIn ~= 0 and holder.flags == 's' then recount(part and input_part(e.id) or e.id, r.scopes, dIn) end
+  local lower, refund = math.min(dIn, 0), (r.flags == 's' and dOut < 0) and dOut or 0
+  if (lower < 0 or refund < 0) and holder.flags == 's' then
+    recount(part and input_part(e.id) or e.id, r.scopes, lower, refund)
+  end
   if holder then holder.inp = holder.inp + dIn end
   r.out = r.out + dOut
   if part then store(input_part(e.id), part) end

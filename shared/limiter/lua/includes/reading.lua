@@ -18,25 +18,34 @@ local function shape_says(ctx, r, half, ageMs)
   return nil
 end
 
--- Our spend in `scope` a reading may not have counted: calls not begun, and begun calls' output
--- still to come under 'produced' (flags "b"). A begun call was most likely counted.
-local function pending_of(ctx, scope)
-  local p = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. ctx.now, '+inf', 'LIMIT', 0, 2000)
-  if #ids == 0 then return p end
-  for _, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
+-- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
+-- calls not begun (under 'produced', output still to come), and `late`, calls begun since it was
+-- sent (the provider may have admitted them after it). Its own call it counted.
+local function uncounted(ctx, scope, since, id)
+  local p, late = { req = 0, ['in'] = 0, out = 0, tok = 0 }, { req = 0, ['in'] = 0, out = 0, tok = 0 }
+  local ids = redis.call('ZRANGEBYSCORE', ctx.log, since, '+inf', 'LIMIT', 0, 2000)
+  if #ids == 0 then return p, late end
+  for i, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
     local r = enc and decode(enc)
-    if r and r.flags ~= 's' and in_scope(r, scope) then
-      for _, d in ipairs(DIMS) do p[d] = p[d] + amount(r, d) end
+    local own = ids[i] == id or ids[i] == id .. ':in'
+    if r and in_scope(r, scope) and not (own and r.flags == 's') then
+      local t = r.flags == 's' and late or p
+      for _, d in ipairs(DIMS) do t[d] = t[d] + amount(r, d) end
     end
   end
-  return p
+  return p, late
 end
 
--- Stores reading g = { scope, of, ageMs, dims = { [d] = { limit, remaining, reset } } }.
+-- Stores reading g = { scope, id, ageMs, dims = { [d] = { limit, remaining, reset } } } of call
+-- id, sent ageMs ago, unless the view holds one of a call sent later (newer news). `seen` leaves
+-- out the calls begun since it was sent (a bucket's projection must not take them as counted);
+-- `gone` is less them too, so that a window's count of ours (seen − gone) keeps them.
 local function store_reading(ctx, g)
   local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
-  local pending = pending_of(ctx, scope)
+  local sent = ctx.now - ageMs
+  if sent <= tonumber(redis.call('HGET', ctx.view, scope .. '|sent') or '-1') then return end
+  redis.call('HSET', ctx.view, scope .. '|sent', sent)
+  local pending, late = uncounted(ctx, scope, sent, g.id)
   -- The rounding step divides every rounded reading (a limit need not): `|rg` is their gcd,
   -- negative while one value was read (the limit stands in for a second).
   local rg, lim = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0'), 0
@@ -57,7 +66,8 @@ local function store_reading(ctx, g)
       local e = redis.call('HMGET', ctx.tot, field, field .. '|left')
       local used, left = tonumber(e[1] or '0'), tonumber(e[2] or '0')
       redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', r.remaining,
-        field .. '|at', ctx.now, field .. '|seen', used + left - pending[d], field .. '|gone', left)
+        field .. '|at', ctx.now, field .. '|seen', used + left - pending[d] - late[d],
+        field .. '|gone', left - late[d])
       ctx.views[field] = nil
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
