@@ -3,7 +3,8 @@ import type { Redis } from 'ioredis';
 import { afterEach, beforeEach } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import type { Reservation, Usage } from '../shared/limiter/types.ts';
+import { waitInLine } from '../shared/limiter/line.ts';
+import type { Charge, Reservation, Usage } from '../shared/limiter/types.ts';
 import { connectRedis, deleteKeysMatching, type RedisClient } from '../shared/redis.ts';
 
 /** The shared Redis every test talks to; never flushed, each test owns its own prefix. */
@@ -78,6 +79,20 @@ export async function keep(limiter: Limiter, r: Reservation): Promise<void> {
 }
 
 /** The provider's response began: stamps the reservation, and takes the headers' reading. */
+/**
+ * Waits in line for `cost` and, in the same round trip, as many of the calls queued behind it
+ * (`more`) as fit at once: its reservation first, then one for each of the first k of `more`.
+ */
+export function acquireMany(
+  limiter: Limiter,
+  cost: Charge,
+  o: { more?: readonly Charge[]; scopes?: string[]; priority?: number; signal?: AbortSignal } = {},
+): Promise<Reservation[]> {
+  const { more = [], scopes = [], priority = 100 } = o;
+  const line = limiter.line(cost, { more, scopes, priority });
+  return waitInLine(line, o);
+}
+
 export function start(
   limiter: Limiter,
   r: Reservation,

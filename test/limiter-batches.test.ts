@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { LimiterOptions } from '../shared/limiter/limiter.ts';
-import { eachTestRedis, nextTurn, settle, start, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestRedis, nextTurn, settle, start, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -36,7 +36,7 @@ const cost = (inputTokens: number, outputTokens: number) => ({
 describe('acquireMany: the jobs behind the head in one round trip', () => {
   it('admits those behind in order while they fit, and stops at the first that does not', async () => {
     const lim = make({ limits: { tokens: 1_000 } });
-    const got = await lim.acquireMany(cost(100, 100), {
+    const got = await acquireMany(lim, cost(100, 100), {
       more: [cost(100, 100), cost(100, 100), cost(300, 300), cost(10, 10)],
     });
     // 200 + 200 + 200 = 600; the fourth (600) would make 1,200; the fifth is not tried.
@@ -52,7 +52,7 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
 
   it('takes no more slots than the global concurrency leaves', async () => {
     const lim = make({ limits: { tokens: 100_000 }, concurrency: 3 });
-    const got = await lim.acquireMany(cost(10, 10), {
+    const got = await acquireMany(lim, cost(10, 10), {
       more: [cost(10, 10), cost(10, 10), cost(10, 10), cost(10, 10)],
     });
     expect(got).toHaveLength(3);
@@ -72,7 +72,7 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
     await new Promise((r) => setTimeout(r, 50));
     // A more urgent call goes first in line and fits (950); the one behind it (970) would fit
     // too, but it would overtake the waiter.
-    const got = await lim.acquireMany(cost(25, 25), { priority: 1, more: [cost(10, 10)] });
+    const got = await acquireMany(lim, cost(25, 25), { priority: 1, more: [cost(10, 10)] });
     expect(got).toHaveLength(1);
     waiting.abort();
     await waiter;
@@ -80,7 +80,7 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
 
   it('releases each reservation of a batch on its own', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
-    const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
+    const got = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
     expect(got).toHaveLength(3);
     for (const r of got) await lim.release(r);
     const snap = await lim.snapshot();
@@ -92,7 +92,7 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
 describe('settles, releases and stamps of calls that end together', () => {
   it('go in one command, each with its own answer', async () => {
     const lim = make({ limits: { tokens: 10_000 }, outputAccounting: 'actual' });
-    const [warm, a, b, c] = await lim.acquireMany(cost(100, 500), {
+    const [warm, a, b, c] = await acquireMany(lim, cost(100, 500), {
       more: [cost(100, 500), cost(100, 500), cost(100, 500)],
     });
     expect(c).toBeDefined();
@@ -143,7 +143,7 @@ describe('settles, releases and stamps of calls that end together', () => {
 
   it('a settle of an unknown reservation says so without spoiling the others', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
-    const [a] = await lim.acquireMany(cost(100, 100));
+    const [a] = await acquireMany(lim, cost(100, 100));
     const ghost = { ...a!, id: 'no-such-reservation' };
     const [ra, rg] = await Promise.all([
       settle(lim, a!, { inputTokens: 90, outputTokens: 100 }),
@@ -155,7 +155,7 @@ describe('settles, releases and stamps of calls that end together', () => {
 
   it('stamps several reservations at once', async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
-    const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    const got = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100)] });
     t += 1_000;
     await Promise.all(got.map((r) => start(lim, r)));
     // Stamped at t0 + 1 s, they leave the window at t0 + 11 s (not at their lease's end).
@@ -168,7 +168,7 @@ describe('settles, releases and stamps of calls that end together', () => {
 describe('what a call tells the limiter goes in order, in one command', () => {
   it('a call that begins and ends in the same turn is stamped, then settled, in one run', async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
-    const [a] = await lim.acquireMany(cost(300, 300));
+    const [a] = await acquireMany(lim, cost(300, 300));
     counter = await countRedisCommands();
     t += 1_000;
     const call = lim.call(a!);
@@ -183,7 +183,7 @@ describe('what a call tells the limiter goes in order, in one command', () => {
 
   it("a 429's pause is set before the call's budget comes back, in the same run", async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
-    const [a] = await lim.acquireMany(cost(400, 400));
+    const [a] = await acquireMany(lim, cost(400, 400));
     counter = await countRedisCommands();
     const pausedUntil = await lim.call(a!).failed({ pauseMs: 2_000, charged: false });
     expect(pausedUntil).toBe(t + 2_000);
@@ -196,7 +196,7 @@ describe('what a call tells the limiter goes in order, in one command', () => {
 
   it('a call given back before its response began leaves nothing behind', async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
-    const [a] = await lim.acquireMany(cost(400, 400));
+    const [a] = await acquireMany(lim, cost(400, 400));
     await lim.call(a!).abandoned();
     expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
     expect((await lim.snapshot()).counters.released).toBe(1);
@@ -206,7 +206,7 @@ describe('what a call tells the limiter goes in order, in one command', () => {
 describe('settles wait a moment for others', () => {
   it('settles of calls that end in different turns go in one command, sent after the wait', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
-    const got = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
+    const got = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100), cost(100, 100)] });
     counter = await countRedisCommands();
     const first = settle(lim, got[0]!, { inputTokens: 50, outputTokens: 100 });
     // The next turn of the event loop: without the wait, the first would have gone alone.
@@ -222,7 +222,7 @@ describe('settles wait a moment for others', () => {
 
   it('an acquire takes a waiting settle along, and Redis runs the settle first', async () => {
     const lim = make({ limits: { tokens: 10_000 }, concurrency: 2 });
-    const [a] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    const [a] = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100)] });
     counter = await countRedisCommands();
     const settled = settle(lim, a!, { inputTokens: 100, outputTokens: 100 });
     // Both slots are taken until that settle has run: the acquire finds one free.
@@ -235,7 +235,7 @@ describe('settles wait a moment for others', () => {
     const conn = redis.duplicate();
     try {
       const lim = testLimiter({ redis: conn, names, clock: () => t, limits: { tokens: 10_000 } });
-      const [a] = await lim.acquireMany(cost(100, 100));
+      const [a] = await acquireMany(lim, cost(100, 100));
       const settled = settle(lim, a!, { inputTokens: 50, outputTokens: 100 });
       await lim.close();
       await conn.quit();
@@ -250,7 +250,7 @@ describe('settles wait a moment for others', () => {
 
   it('a release goes at the end of its turn and takes a waiting settle along', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
-    const [a, b] = await lim.acquireMany(cost(100, 100), { more: [cost(100, 100)] });
+    const [a, b] = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100)] });
     counter = await countRedisCommands();
     const settled = settle(lim, a!, { inputTokens: 100, outputTokens: 100 });
     const released = lim.release(b!);

@@ -6,7 +6,16 @@ import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { costMicros } from '../shared/prices.ts';
 import { type LimiterChild, spawnLimiterChild } from './fixtures/limiter-support.ts';
-import { deleteKeys, keep, newRedis, REDIS_URL, settle, testNames, until } from './helpers.ts';
+import {
+  acquireMany,
+  deleteKeys,
+  keep,
+  newRedis,
+  REDIS_URL,
+  settle,
+  testNames,
+  until,
+} from './helpers.ts';
 
 /*
  * Money held with admission: the limiter's acquire admits tokens, slot and a call's worst-case
@@ -170,7 +179,7 @@ describe('money held with admission', () => {
       scopes: [`tenant:${tenant}`],
     });
     // a, b, a fit; the third a has no money left, so the b behind it waits for the next round.
-    const rs = await lim.acquireMany(of('a'), {
+    const rs = await acquireMany(lim, of('a'), {
       scopes: ['tenant:a'],
       more: [of('b'), of('a'), of('a'), of('b')],
     });

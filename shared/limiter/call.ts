@@ -28,26 +28,21 @@ type Answer = EndResult | number | undefined;
 /** Gathers what calls tell the limiter and sends what comes together as one `record` run. */
 export class Recorder {
   private readonly batcher: Batcher<Op, Answer>;
-  /** Whether a settle replaces the output reserved with the output used (not under `reserve`). */
-  readonly settlesOutput: boolean;
 
   constructor(
     private readonly scripts: LimiterScripts,
     private readonly windowMs: number,
     private readonly channel: string,
-    private readonly accounting: OutputAccounting,
+    /** Under `reserve` a settle keeps the output reserved; else it takes the output used. */
+    readonly accounting: OutputAccounting,
     private readonly wakeUps: WakeUps,
     /** The clock a reading's age runs on until it is sent (tests inject the limiter's). */
-    private readonly clock: () => number = () => performance.now(),
+    readonly clock: () => number = () => performance.now(),
   ) {
-    this.settlesOutput = accounting !== 'reserve';
     this.batcher = new Batcher<Op, Answer>((ops) => this.send(ops), { delayMs: SETTLE_WAIT_MS });
   }
 
-  /**
-   * One run for what came together. One pause per deployment (one key's 429 says nothing of
-   * another's): a second deployment's goes first, in a run of its own.
-   */
+  /** One run for what came together; a second deployment's pause goes first, in a run of its own. */
   private async send(ops: readonly Op[]): Promise<Answer[]> {
     const of = <K extends Op['kind']>(k: K) =>
       ops.filter((o): o is Extract<Op, { kind: K }> => o.kind === k);
@@ -78,11 +73,6 @@ export class Recorder {
           ? untils.get(pauseGroup(o.scopes))
           : undefined,
     );
-  }
-
-  /** Now, on the clock readings' ages run on. */
-  now(): number {
-    return this.clock();
   }
 
   /** Sends what is gathered now: a command sent after it on the same connection runs after it. */
@@ -142,10 +132,7 @@ export class CallHandle {
     return this.begun;
   }
 
-  /**
-   * The response began (the provider admitted the call): stamps it and takes its headers'
-   * reading (`sentAgoMs`: how long ago it was sent). Resolves once recorded.
-   */
+  /** The provider admitted it: its stamp, then its headers' reading (`sentAgoMs`: since sent). */
   async begin(headers?: HeaderSource, sentAgoMs = 0): Promise<void> {
     if (this.begun) return;
     this.begun = true;
@@ -184,7 +171,7 @@ export class CallHandle {
       ? { id, mode, ...UNKNOWN_USAGE }
       : {
           ...{ id, mode, input: usage.inputTokens, reported: usage.outputTokens },
-          output: this.recorder.settlesOutput ? usage.outputTokens : -1,
+          output: this.recorder.accounting !== 'reserve' ? usage.outputTokens : -1,
           micros: usage.costMicros ?? -1,
         };
     return this.recorder.push({ kind: 'end', end, periods: cost.money?.periods });
@@ -192,14 +179,9 @@ export class CallHandle {
 
   private async read(headers: HeaderSource | undefined, sentAgoMs: number): Promise<void> {
     const dims = readingOf(headers);
-    if (!dims) return;
-    const reading = {
-      scope: this.scope,
-      id: this.reservation.id,
-      ageMs: Math.round(sentAgoMs),
-      dims,
-    };
-    await this.recorder.push({ kind: 'reading', reading, at: this.recorder.now() });
+    const { scope, reservation, recorder } = this;
+    const reading = dims && { scope, id: reservation.id, ageMs: Math.ceil(sentAgoMs), dims };
+    if (reading) await recorder.push({ kind: 'reading', reading, at: recorder.clock() });
   }
 }
 

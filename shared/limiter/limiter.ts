@@ -7,7 +7,6 @@ import { CallHandle, Recorder } from './call.ts';
 import { type LimiterKeys, limiterKeys, pauseKeyOf, wakeChannel } from './limiter-keys.ts';
 import { Line, type LineRequest, waitInLine } from './line.ts';
 import {
-  type AcquireManyOptions,
   type AcquireOptions,
   checkAttempt,
   checkCost,
@@ -32,7 +31,7 @@ import {
 } from './types.ts';
 import { WakeUps } from './wake.ts';
 
-export type { AcquireManyOptions, AcquireOptions, LimiterOptions };
+export type { AcquireOptions, LimiterOptions };
 
 /** The reason of a denial that only says how long to wait, by acquire's code. */
 const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency' } as const;
@@ -161,18 +160,9 @@ export class Limiter {
    * cannot answer (nothing is reserved then), and the signal's reason when aborted.
    */
   async acquire(cost: Charge, options: AcquireOptions = {}): Promise<Reservation> {
-    const [first] = await this.acquireMany(cost, options);
+    const { scopes = [], priority = 100 } = options;
+    const [first] = await waitInLine(this.line(cost, { scopes, priority }), options);
     return first as Reservation;
-  }
-
-  /**
-   * {@link acquire}, and in the same round trip as many of the calls queued behind it
-   * (`options.more`) as fit at once: this call's reservation first, then one for each of the
-   * first k of `more` admitted (possibly none).
-   */
-  acquireMany(cost: Charge, options: AcquireManyOptions = {}): Promise<Reservation[]> {
-    const { scopes = [], priority = 100, more = [] } = options;
-    return waitInLine(this.line(cost, { scopes, priority, more }), options);
   }
 
   /** A place in the fair line that its caller drives (see {@link Line}). */
@@ -223,10 +213,7 @@ export class Limiter {
     return Number((await this.settings.redis.get(pauseKeyOf(this.keys, scopes))) ?? 0);
   }
 
-  /**
-   * Drops what left the window and lapsed leases (500 a run, so it loops): an idle worker's keys
-   * shrink to nothing a window after the last call. Resolves with Redis time.
-   */
+  /** Drops what left the window and lapsed leases (500 a run, looping); resolves with Redis time. */
   async prune(): Promise<number> {
     for (let i = 0; ; i++) {
       const { now, dropped } = await this.scripts.record({}, this.windowMs, '', 'reserve');

@@ -1,15 +1,21 @@
 import { randomUUID } from 'node:crypto';
 import { BudgetExhaustedError } from '../budgets.ts';
-import type { AcquireManyOptions } from './options.ts';
+import type { AcquireOptions } from './options.ts';
 import type { Charge, Decision, Reservation } from './types.ts';
 
 /** A denial, as a value: how long to wait and why. */
 export type Denial = Decision & { ok: false };
 
-/** What one place in line asks for (as {@link AcquireManyOptions}); it may change between attempts. */
+/** What one place in line asks for (as {@link AcquireOptions}); it may change between attempts. */
 export type LineRequest = { readonly cost: Charge } & Required<
-  Pick<AcquireManyOptions, 'scopes' | 'priority' | 'more'>
->;
+  Pick<AcquireOptions, 'scopes' | 'priority'>
+> & {
+    /**
+     * The costs of the calls queued behind (its scopes unless one names its own): admitted in the
+     * same round trip, in order, while each fits at once and nobody else waits in line.
+     */
+    readonly more: readonly Charge[];
+  };
 
 /** Admitted (this call, then the first k of `more`), or a denial. */
 export type LineAttempt =
@@ -44,11 +50,6 @@ export class Line {
     this.request = request;
   }
 
-  /** What the next attempt asks for. */
-  get current(): LineRequest {
-    return this.request;
-  }
-
   /** Changes what the next attempt asks for (a new head job, other jobs behind). */
   update(change: Partial<LineRequest>): void {
     this.request = { ...this.request, ...change };
@@ -79,8 +80,8 @@ export class Line {
   }
 }
 
-/** Drives a line until admitted ({@link Limiter.acquireMany}); leaves it when it stops waiting. */
-export async function waitInLine(line: Line, options: AcquireManyOptions): Promise<Reservation[]> {
+/** Drives a line until admitted (its call, then the first k of `more`); leaves it if it gives up. */
+export async function waitInLine(line: Line, options: AcquireOptions): Promise<Reservation[]> {
   try {
     for (;;) {
       options.signal?.throwIfAborted();

@@ -54,15 +54,6 @@ export interface AcquireOptions {
   readonly onDenied?: (d: Decision & { ok: false }) => void;
 }
 
-/** {@link Limiter.acquireMany}'s options: those of `acquire`, and the calls queued behind. */
-export interface AcquireManyOptions extends AcquireOptions {
-  /**
-   * The costs of the calls queued behind (its scopes unless one names its own): admitted in the
-   * same round trip, in order, while each fits at once and nobody else waits in line.
-   */
-  readonly more?: readonly Charge[];
-}
-
 /** A scope's name: no "|", "," or spaces (Lua keys totals and reservations by it). */
 export function checkScopeName(name: string): void {
   if (!/^[^|,\s]{1,200}$/.test(name)) {

@@ -20,10 +20,7 @@ interface PublishedConfig {
   concurrency?: number;
 }
 
-/**
- * Reads the limiter's state without writing anything. Use and the provider's projected room come
- * from `view-4.lua`, which projects with the same Lua acquire admits by.
- */
+/** The limiter's state, read only; use and projected room by `view-4.lua` (acquire's own Lua). */
 export async function readSnapshot(
   s: LimiterSettings,
   k: LimiterKeys,
