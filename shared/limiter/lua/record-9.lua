@@ -32,7 +32,7 @@ local function input_part(id) return id .. ':in' end
 
 local now = now_ms(args.now)
 local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
-  windowMs = args.windowMs, views = {}, shapes = {} }
+  windowMs = args.windowMs }
 local mk = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
 local totals, stats = {}, {}
 local wake = expire_slots(KEYS[3], now, mk) > 0

@@ -68,11 +68,9 @@ local function store_reading(ctx, g)
       redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', r.remaining,
         field .. '|at', ctx.now, field .. '|seen', used + left - pending[d] - late[d],
         field .. '|gone', left - late[d])
-      ctx.views[field] = nil
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
   end
   if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step, scope .. '|rg', rg) end
   if shape then redis.call('HSET', ctx.view, scope .. '|shape', shape) end
-  ctx.shapes[scope] = nil
 end
