@@ -96,8 +96,6 @@ class Model {
   readonly shape = new Map<string, string>();
   readonly step = new Map<string, number>();
   readonly readingsGcd = new Map<string, number>();
-  /** When the call whose reading the view holds was sent, per scope. */
-  readonly sent = new Map<string, number>();
 
   constructor(
     readonly cfg: Config,
@@ -260,20 +258,22 @@ class Model {
     const dIn = holder && mode === 'usage' ? use!.in - holder.a.in : 0;
     const dOut = mode === 'usage' && this.cfg.accounting !== 'reserve' ? use!.out - e.a.out : 0;
     // A reading that may have counted the call counted its input as it was: an estimate above it
-    // moves that reading's count of our spend too; the unused output goes back into its bucket.
-    const lower = Math.min(dIn, 0);
+    // moves its count of ours down; one below, a window's count (seen − gone) up, not a
+    // bucket's. The unused output goes back into its bucket.
+    const [up, down] = [Math.max(dIn, 0), Math.min(dIn, 0)];
     const refund = e.flags === 's' && dOut < 0 ? dOut : 0;
-    if (holder && (lower < 0 || refund < 0) && holder.flags === 's')
+    if (holder && (dIn !== 0 || refund < 0) && holder.flags === 's')
       for (const s of e.scopes)
-        for (const [d, n] of [
-          ['in', lower],
-          ['out', refund],
-          ['tok', lower + refund],
+        for (const [d, seen, gone, rem] of [
+          ['in', down, up, 0],
+          ['out', refund, 0, refund],
+          ['tok', down + refund, up, refund],
         ] as const) {
           const v = this.views.get(`${s}|${d}`);
           if (!v || holder.score > v.at) continue;
-          v.seen += n;
-          if (d !== 'in') v.rem -= refund;
+          v.seen += seen;
+          v.gone -= gone;
+          v.rem -= rem;
         }
     if (holder) holder.a.in += dIn;
     e.a.out += dOut;
@@ -298,16 +298,10 @@ class Model {
     return { pending, late };
   }
 
-  /**
-   * The reading of call `id`, sent `ageMs` ago; older news when the view holds the reading of a
-   * call sent later, which counted this call if it began since.
-   */
+  /** The reading of call `id`, sent `ageMs` ago. */
   observe(scope: string, dims: Partial<Record<Dim, ReadingDim>>, ageMs: number, id: string) {
     this.expire();
     const age = Math.max(0, Math.min(ageMs, WINDOW));
-    const held = this.sent.get(scope) ?? -1;
-    if (this.now - age <= held) return;
-    this.sent.set(scope, this.now - age);
     const { pending, late } = this.uncounted(scope, this.now - age, id);
     const gcd = (x: number, y: number): number => (y > 0 ? gcd(y, x % y) : x);
     // The readings' gcd, negative while one value was read: the limit then stands in.

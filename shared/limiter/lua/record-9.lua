@@ -68,18 +68,22 @@ local function stamp(id)
   store(id, r)
 end
 
--- A call begun before the reading (it may have counted it) settles: the provider counts its input
--- as it was, so an estimate above it is no room coming back (`dIn` < 0 moves the reading's
--- count; above it, it stays charged), and gives its unused output (`refund` < 0) back into the
--- reading's bucket, where the bucket's capacity caps it.
+-- A call begun before the reading settles. The provider had counted its input as it was: an
+-- estimate above it is no room coming back (the reading's count follows it down); one below it,
+-- a window's count of ours (seen − gone) follows up, a bucket's keeps charged (the call may be
+-- late, see reading.lua). Its unused output (`refund` < 0) goes back into the reading's bucket,
+-- which its capacity caps.
 local function recount(id, scopes, dIn, refund)
   local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
+  local up, down = math.max(dIn, 0), math.min(dIn, 0)
+  local by = { ['in'] = { down, up, 0 }, out = { refund, 0, refund }, tok = { down + refund, up, refund } }
   for _, s in ipairs(scopes) do
-    for d, n in pairs({ ['in'] = dIn, out = refund, tok = dIn + refund }) do
+    for d, c in pairs(by) do
       local f = s .. '|' .. d .. '|'
       if stamped <= tonumber(redis.call('HGET', KEYS[5], f .. 'at') or '-inf') then
-        redis.call('HINCRBY', KEYS[5], f .. 'seen', n)
-        if d ~= 'in' and refund < 0 then redis.call('HINCRBY', KEYS[5], f .. 'rem', -refund) end
+        for k, n in pairs({ seen = c[1], gone = -c[2], rem = -c[3] }) do
+          if n ~= 0 then redis.call('HINCRBY', KEYS[5], f .. k, n) end
+        end
       end
     end
   end
@@ -114,9 +118,9 @@ local function finish(e)
   local dIn = (holder and e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
   local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
   add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
-  local lower, refund = math.min(dIn, 0), (r.flags == 's' and dOut < 0) and dOut or 0
-  if (lower < 0 or refund < 0) and holder.flags == 's' then
-    recount(part and input_part(e.id) or e.id, r.scopes, lower, refund)
+  local refund = (r.flags == 's' and dOut < 0) and dOut or 0
+  if (dIn ~= 0 or refund < 0) and holder.flags == 's' then
+    recount(part and input_part(e.id) or e.id, r.scopes, dIn, refund)
   end
   if holder then holder.inp = holder.inp + dIn end
   r.out = r.out + dOut

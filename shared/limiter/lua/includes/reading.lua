@@ -37,15 +37,12 @@ local function uncounted(ctx, scope, since, id)
 end
 
 -- Stores reading g = { scope, id, ageMs, dims = { [d] = { limit, remaining, reset } } } of call
--- id, sent ageMs ago, unless the view holds one of a call sent later (newer news). `seen` leaves
--- out the calls begun since it was sent (a bucket's projection must not take them as counted);
--- `gone` is less them too, so that a window's count of ours (seen − gone) keeps them.
+-- id, sent ageMs ago. `seen` leaves out the calls begun since it was sent (a bucket's projection
+-- must not take them as counted); `gone` is less them too, so that a window's count of ours
+-- (seen − gone) keeps them.
 local function store_reading(ctx, g)
   local scope, ageMs = g.scope, math.max(0, math.min(g.ageMs or 0, ctx.windowMs))
-  local sent = ctx.now - ageMs
-  if sent <= tonumber(redis.call('HGET', ctx.view, scope .. '|sent') or '-1') then return end
-  redis.call('HSET', ctx.view, scope .. '|sent', sent)
-  local pending, late = uncounted(ctx, scope, sent, g.id)
+  local pending, late = uncounted(ctx, scope, ctx.now - ageMs, g.id)
   -- The rounding step divides every rounded reading (a limit need not): `|rg` is their gcd,
   -- negative while one value was read (the limit stands in for a second).
   local rg, lim = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0'), 0

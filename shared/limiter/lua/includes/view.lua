@@ -1,7 +1,6 @@
 -- The provider's view (docs/limiter.md), per "scope|dim": `|lim` its limit, `|rem` its remaining
 -- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending), `|gone`
--- our left then; per scope `|shape` ('b' bucket, 'w' window), `|step` (its rounding) and `|sent`
--- (when the call whose reading it holds was sent).
+-- our left then; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
 
 -- The stored reading of `field`, or false (read once a run).
 local function view_of(ctx, field)
