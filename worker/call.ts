@@ -141,11 +141,11 @@ export async function runCall(
       signal: r.abort.signal,
       headers: data.providerHeaders,
       onEvent: relay?.event,
-      onStart: async (headers) => {
+      onStart: async (headers, sentAgoMs) => {
         relay?.start(header(headers, 'request-id') ?? null);
         // Stamped now that the provider admitted it; the body is read meanwhile.
         begun = call
-          .begin(p.feedback ? headers : undefined, performance.now() - t0)
+          .begin(p.feedback ? headers : undefined, sentAgoMs ?? performance.now() - t0)
           .catch((err: unknown) =>
             p.log.warn('could not stamp the reservation', {
               job: job.id,

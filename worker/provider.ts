@@ -47,8 +47,11 @@ export interface ProviderCallOptions {
   readonly stream: boolean;
   readonly timeoutMs: number;
   readonly signal?: AbortSignal | undefined;
-  /** Called once the response has begun (headers in hand), before the body is read. */
-  readonly onStart?: ((headers: HeaderSource) => Promise<void>) | undefined;
+  /**
+   * Called once the response has begun (headers in hand), before the body is read, with how long
+   * ago the request was sent (a reading counts no call begun since; absent: since the job began).
+   */
+  readonly onStart?: ((headers: HeaderSource, sentAgoMs?: number) => Promise<void>) | undefined;
   /** Extra request headers (the caller's `anthropic-version`, `anthropic-beta`). */
   readonly headers?: Readonly<Record<string, string>> | undefined;
   /**
@@ -197,7 +200,7 @@ export async function callProvider(
       options.onEvent,
       options.onFirstToken,
     );
-    await options.onStart?.(headers);
+    await options.onStart?.(headers, performance.now() - started);
     let message: Anthropic.Message;
     try {
       message = await stream.finalMessage();
@@ -215,7 +218,7 @@ export async function callProvider(
   const { data, response, request_id } = await client.messages
     .create({ ...params, stream: false }, reqOptions)
     .withResponse();
-  await options.onStart?.(response.headers);
+  await options.onStart?.(response.headers, performance.now() - started);
   return {
     message: store(data),
     headers: response.headers,
