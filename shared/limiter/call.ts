@@ -57,7 +57,7 @@ export class Recorder {
       stamps: of('stamp').map((o) => o.id),
       ends: ends.map((o) => o.end),
       ...{ pauseMs: first?.ms, pauseScopes: first?.scopes },
-      // A reading's age as it goes: when its call was sent, against the others' (reading.lua).
+      // A reading's age as it goes: calls begun since its call was sent are late (reading.lua).
       readings: of('reading').map((o) => ({
         ...o.reading,
         ageMs: o.reading.ageMs + Math.ceil(this.clock() - o.at),
