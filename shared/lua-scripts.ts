@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.ts';
 
 /**
@@ -76,6 +77,13 @@ export function runLua(
   keys: readonly string[],
   args: readonly LuaArg[],
 ): Promise<unknown> {
+  defineLua(redis, script, keys);
+  const commands = redis as unknown as Record<string, ScriptRunner>;
+  return (commands[script.command] as ScriptRunner).call(redis, ...keys, ...args);
+}
+
+/** Defines a script on a connection (once), so it and transactions opened after may run it. */
+export function defineLua(redis: RedisClient, script: LuaScript, keys: readonly string[]): void {
   const commands = redis as unknown as Record<string, ScriptRunner | undefined>;
   if (typeof commands[script.command] !== 'function') {
     redis.defineCommand(script.command, { numberOfKeys: script.numberOfKeys, lua: script.lua });
@@ -83,5 +91,49 @@ export function runLua(
   if (keys.length !== script.numberOfKeys) {
     throw new Error(`script ${script.name} takes ${script.numberOfKeys} keys, got ${keys.length}`);
   }
-  return (commands[script.command] as ScriptRunner).call(redis, ...keys, ...args);
+}
+
+/** Queues a script on a transaction of `redis` (defined there with {@link defineLua} first). */
+export function queueLua(
+  tx: ChainableCommander,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly LuaArg[],
+): void {
+  (tx as unknown as Record<string, (...a: LuaArg[]) => unknown>)[script.command]!(...keys, ...args);
+}
+
+/** Commands sent behind a script in one transaction with it: one round trip for both. */
+export interface Behind {
+  /** Readies its scripts on the connection, before the transaction opens. */
+  prepare(redis: RedisClient): void;
+  queue(tx: ChainableCommander): void;
+  /** Its commands' replies in order (an error as its Error), or the error that lost them all. */
+  took(replies: readonly unknown[] | Error): void;
+}
+
+/** Runs a script, then `behind`'s commands, in one MULTI; resolves with the script's reply. */
+export async function runLuaWith(
+  redis: RedisClient,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly LuaArg[],
+  behind: Behind,
+): Promise<unknown> {
+  defineLua(redis, script, keys);
+  behind.prepare(redis);
+  const tx = redis.multi();
+  queueLua(tx, script, keys, args);
+  behind.queue(tx);
+  let replies: [Error | null, unknown][];
+  try {
+    replies = (await tx.exec()) ?? [];
+  } catch (err) {
+    behind.took(err as Error);
+    throw err;
+  }
+  behind.took(replies.slice(1).map(([e, r]) => e ?? r));
+  const [err, reply] = replies[0] ?? [new Error(`no reply from ${script.name}`)];
+  if (err) throw err;
+  return reply;
 }

@@ -3,14 +3,17 @@
  * front scripts), its delayed score, and the raw job a completion with `fetchNext` returns. They
  * are BullMQ's internals, not its API: {@link assertBullmqVersion} refuses another minor version.
  */
+
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
-import { type Job, Worker } from 'bullmq';
+import { type Job, raw2NextJobData, Worker } from 'bullmq';
+import { Packr } from 'msgpackr';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
 
@@ -189,7 +192,56 @@ export class GateWorker extends Worker<JobData, JobResult> {
   nextJob(token: string): Promise<Job<JobData, JobResult> | undefined> {
     return this.getNextJob(token, { block: false }) as Promise<Job<JobData, JobResult> | undefined>;
   }
+
+  /** BullMQ's `moveToActive` for `token`, as its worker sends it: the script, keys and args. */
+  moveToActiveCall(token: string): { keys: string[]; args: LuaArg[] } {
+    const k = this.keys;
+    const o = this.opts;
+    const opts = { token, lockDuration: o.lockDuration, limiter: o.limiter, name: o.name };
+    return {
+      keys: [
+        k.wait,
+        k.active,
+        k.prioritized,
+        k.events,
+        k.stalled,
+        k.limiter,
+        k.delayed,
+        k.paused,
+        k.meta,
+        k.pc,
+        k.marker,
+      ].map(String),
+      args: [String(k['']), Date.now(), bullPack(opts)],
+    };
+  }
+
+  /** A job from moveToActive's raw reply, as the worker's own fetch makes it. */
+  fromActive(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
+    const [data, id] = raw2NextJobData(raw as unknown[]);
+    return this.nextJobFromJobData(data, id, token) as Promise<Job<JobData, JobResult> | undefined>;
+  }
 }
+
+/** BullMQ's packing of moveToActive's options. */
+const bullPacker = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
+const bullPack = (v: unknown): Buffer => bullPacker.pack(v);
+
+/** BullMQ's own moveToActive script, run by llmq inside the gate's transaction. */
+export const MOVE_TO_ACTIVE: LuaScript = (() => {
+  const s = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/moveToActive-11.js')
+    .moveToActive as { content: string; keys: number };
+  const sha = createHash('sha1').update(s.content).digest('hex').slice(0, 10);
+  return {
+    name: 'moveToActive',
+    numberOfKeys: s.keys,
+    lua: s.content,
+    command: `llmq_bullmq_moveToActive_${sha}`,
+  };
+})();
+
+/** The cap around the gate's fetches (see lua/cap-3.lua). */
+export const CAP = SCRIPTS['cap']!;
 
 /** BullMQ's worker for llmq's gate: no processor, no run loop of its own (the gate pulls). */
 export function openGateWorker(

@@ -8,6 +8,7 @@ import type { RedisClient } from '../shared/redis.ts';
 import type { BreakerCheck, CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
+import { fetchAlong, type SentFetch } from './fetch-along.ts';
 import type { GateWaits } from './gate-waits.ts';
 import { HeadMoves } from './head-moves.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -69,6 +70,7 @@ interface Admitted {
   readonly reservations: Reservation[];
   readonly trial: boolean;
   readonly seen: readonly HeadJob[];
+  readonly sent?: readonly SentFetch[] | undefined;
 }
 
 /** The jobs behind the head that may share its round trip: those charged to its scopes. */
@@ -145,7 +147,7 @@ export class Gate {
       }
       await p.fair.charge(wanted);
     }
-    const n = await takeJobs(p, wanted, reservations, got.trial, this.hooks);
+    const n = await takeJobs(p, wanted, reservations, got.trial, this.hooks, got.sent);
     if (n === 0) {
       // Another worker took them, or BullMQ holds the queue: look again a little later rather
       // than reserving and releasing in a tight loop.
@@ -256,7 +258,8 @@ export class Gate {
         if (a.ok) {
           p.waits.admitted(head.id);
           const wanted = [head, ...a.behind.slice(0, a.reservations.length - 1)];
-          return { wanted, reservations: a.reservations, trial: a.trial, seen: v.seen };
+          const { reservations, trial: tr, sent } = a;
+          return { wanted, reservations, trial: tr, seen: v.seen, sent };
         }
         // Waiting: the jobs waiting to be stored do not wait with the gate.
         p.handoff.completeAlone();
@@ -316,8 +319,13 @@ export class Gate {
         rooms: this.rooms,
         trialInFlight: (d) => slots.trialInFlight(d),
       });
-    const a = await t.line.attempt();
-    return a.ok ? { ...a, behind: t.behind, trial: t.trial } : a;
+    const along = fetchAlong(this.p, t.behind.length + 1);
+    const a = await t.line.attempt(along?.along).catch((err: unknown) => {
+      along?.abandon();
+      throw err;
+    });
+    if (!a.ok) along?.abandon();
+    return a.ok ? { ...a, behind: t.behind, trial: t.trial, sent: along?.fetches } : a;
   }
 
   /**

@@ -68,6 +68,11 @@ export class Handoff {
     if (idle) this.completeAlone();
   }
 
+  /** Whether results wait for the gate's next fetch. */
+  get hasWaiting(): boolean {
+    return this.waiting.length > 0;
+  }
+
   /** Takes up to `n` waiting completions for the gate to fetch with. */
   claim(n: number): WaitingCompletion[] {
     const claimed = this.waiting.slice(0, n);

@@ -2,6 +2,7 @@ import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import type { HeadJob } from './bullmq-internals.ts';
+import type { SentFetch } from './fetch-along.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
 import type { DeploymentRooms } from './pool-room.ts';
 
@@ -17,6 +18,8 @@ export type GateAttempt =
       readonly behind: readonly HeadJob[];
       /** The breaker's trial call (it goes alone). */
       readonly trial: boolean;
+      /** The fetches sent with the acquire, when they were (fetch-along.ts). */
+      readonly sent?: readonly SentFetch[] | undefined;
     }
   /** Denied; `inPool`: by the room or pause of every deployment that may take the head. */
   | (Extract<LineAttempt, { ok: false }> & { readonly inPool?: true })

@@ -4,6 +4,7 @@ import { jobDataProblem } from '../shared/job-ticket.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import type { GateWorker, HeadJob } from './bullmq-internals.ts';
+import type { SentFetch } from './fetch-along.ts';
 import type { Handoff } from './handoff.ts';
 import type { LearnedCosts } from './learned-costs.ts';
 import type { Outcomes } from './outcome.ts';
@@ -53,22 +54,30 @@ export async function takeJobs(
   reservations: readonly Reservation[],
   trial: boolean,
   hooks: TakeHooks = {},
+  sent?: readonly SentFetch[],
 ): Promise<number> {
   const { limiter } = p;
   const spare: Spare = new Map();
   wanted.forEach((h, i) => {
     spare.set(h.id, { head: h, reservation: reservations[i]! });
   });
-  // Jobs waiting to be stored fetch first, each in its own completion's command.
-  const via = p.handoff.claim(wanted.length);
-  const tokens = wanted.map((_, i) => via[i]?.r.token ?? p.nextToken());
+  // Fetched with the acquire; else jobs waiting to be stored fetch first, each in its own
+  // completion's command; else one moveToActive each.
+  const via = sent ? [] : p.handoff.claim(wanted.length);
+  const fetches =
+    sent ??
+    wanted.map((_, i): SentFetch => {
+      const c = via[i];
+      const token = c?.r.token ?? p.nextToken();
+      return { token, job: c ? p.handoff.fetchVia(c) : p.bull.nextJob(token) };
+    });
   let failure: unknown;
   const fetched: { job: Job<JobData, JobResult>; token: string }[] = [];
   // Each fetched job is launched, dead-lettered or put back; each reservation is used or
   // released, whatever fails on the way (a job left active would wait for the stalled check).
   const handled = new Set<Job<JobData, JobResult>>();
-  const arrivals = tokens.map((t, i) =>
-    (via[i] ? p.handoff.fetchVia(via[i]) : p.bull.nextJob(t))
+  const arrivals = fetches.map(({ token: t, job: fetch }) =>
+    fetch
       .then((job) => {
         if (!job) return;
         fetched.push({ job, token: t });

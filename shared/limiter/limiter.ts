@@ -20,6 +20,7 @@ import {
 import { readSnapshot, scopeOf } from './reader.ts';
 import { LimiterScripts } from './scripts.ts';
 import {
+  type Along,
   type Charge,
   type Cost,
   type Decision,
@@ -82,19 +83,21 @@ export class Limiter {
     r: Pick<LineRequest, 'cost' | 'scopes' | 'priority' | 'more'>,
     queue: boolean,
     more: readonly { ticket: string; cost: Charge }[] = [],
+    along?: Along,
   ): Promise<Decision & { more?: Reservation[] }> {
     checkAttempt(r.cost, more, r.priority);
     // What calls told us in this turn goes first (same connection, so Redis runs it first): a
     // worker that reserves for its next job as the last one ends finds its budget and slot.
     this.recorder.flush();
     const s = this.settings;
-    const reply = await this.scripts.acquire({
+    const args = {
       ...{ windowMs: s.windowMs, headroom: s.headroom, leaseMs: s.leaseMs, queue, ticket },
       ...{ ticketTtlMs: Math.max(5_000, s.maxPollMs * 5), concurrency: s.concurrency },
       ...{ channel: wakeChannel(s.names), priority: r.priority, cost: r.cost },
       scopes: scriptScopes(s, r.scopes),
       extras: more.map((m) => ({ ...m, scopes: m.cost.scopes && scriptScopes(s, m.cost.scopes) })),
-    });
+    };
+    const reply = await this.scripts.acquire(args, along);
     return this.decide(reply, ticket, r, more);
   }
 
@@ -169,7 +172,7 @@ export class Limiter {
   line(cost: Charge, options: Partial<LineRequest> = {}): Line {
     return new Line(
       {
-        attempt: (ticket, r, tickets) => this.attempt(ticket, r, true, tickets),
+        attempt: (ticket, r, tickets, along) => this.attempt(ticket, r, true, tickets, along),
         sleepOrWake: (ms, wakeable, signal) => this.wakeUps.sleep(ms, wakeable, signal),
         cancel: (ticket) => this.scripts.cancel(ticket).then(() => {}),
         maxPollMs: this.settings.maxPollMs,

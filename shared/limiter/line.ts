@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { BudgetExhaustedError } from '../budgets.ts';
 import type { AcquireOptions } from './options.ts';
-import type { Charge, Decision, Reservation } from './types.ts';
+import type { Along, Charge, Decision, Reservation } from './types.ts';
 
 /** A denial, as a value: how long to wait and why. */
 export type Denial = Decision & { ok: false };
@@ -29,6 +29,7 @@ export interface LineDriver {
     ticket: string,
     request: LineRequest,
     tickets: readonly { ticket: string; cost: Charge }[],
+    along?: Along,
   ): Promise<{ ok: true; reservation: Reservation; more?: Reservation[] } | Denial>;
   sleepOrWake(ms: number, wakeable: boolean, signal: AbortSignal | undefined): Promise<void>;
   cancel(ticket: string): Promise<void>;
@@ -55,10 +56,10 @@ export class Line {
     this.request = { ...this.request, ...change };
   }
 
-  /** One attempt that keeps the place in line when denied. */
-  async attempt(): Promise<LineAttempt> {
+  /** One attempt that keeps the place in line when denied; `along` goes in its round trip. */
+  async attempt(along?: Along): Promise<LineAttempt> {
     const tickets = this.request.more.map((c) => ({ ticket: randomUUID(), cost: c }));
-    const d = await this.driver.attempt(this.ticket, this.request, tickets);
+    const d = await this.driver.attempt(this.ticket, this.request, tickets, along);
     if (d.ok) return { ok: true, reservations: [d.reservation, ...(d.more ?? [])] };
     return { ok: false, denial: d, deniedAt: performance.now() };
   }

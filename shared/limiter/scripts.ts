@@ -8,11 +8,12 @@ import {
   loadLuaScripts,
   runLua,
   runLuaReadOnly,
+  runLuaWith,
 } from '../lua-scripts.ts';
 import type { RedisClient } from '../redis.ts';
 import { type LimiterKeys, pauseKeyOf } from './limiter-keys.ts';
 import type { LimiterSettings } from './options.ts';
-import type { Charge, MoneyClaim, OutputAccounting, ScriptScope } from './types.ts';
+import type { Along, Charge, MoneyClaim, OutputAccounting, ScriptScope } from './types.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
@@ -26,6 +27,7 @@ export function packArgs(value: unknown): Buffer {
 
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
+const packed = (args: Record<string, unknown>): LuaArg => packArgs({ dims: DIMS, ...args });
 
 /** Acquire's argument (see acquire-12.lua's header). */
 export interface AcquireArgs
@@ -135,18 +137,18 @@ export class LimiterScripts {
   }
 
   /** Acquire's reply as Lua gives it (see acquire-12.lua's header: a code, then its values). */
-  async acquire(a: AcquireArgs): Promise<(number | string)[]> {
+  async acquire(a: AcquireArgs, along?: Along): Promise<(number | string)[]> {
     const k = this.keys;
-    const pause = pauseKeyOf(
-      k,
-      a.scopes.map((s) => s.name),
-    );
+    const names = a.scopes.map((s) => s.name);
+    const pause = pauseKeyOf(k, names);
     const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, pause, k.tot, k.view];
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
     const args = { ...a, now: this.now(), cost: packCost(a.cost), extras };
     const undo = () => this.undoAcquire(a);
-    const reply = await this.run('acquire', [...keys, k.stats, k.spend, k.held], args, undo);
-    return reply as (number | string)[];
+    const all = [...keys, k.stats, k.spend, k.held];
+    const own = along?.([a.ticket, ...a.extras.map((x) => x.ticket)], k.res);
+    const tx = own && (() => runLuaWith(this.redis, script('acquire'), all, [packed(args)], own));
+    return (await this.run('acquire', all, args, undo, tx)) as (number | string)[];
   }
 
   /**
@@ -185,39 +187,33 @@ export class LimiterScripts {
       split: accounting === 'produced',
       ...{ stamps, ends, readings, ...batch },
     })) as number[];
-    return {
-      pausedUntil: Number(r[0]) || undefined,
-      now: Number(r[1]),
-      dropped: Number(r[2]),
-      ends: ends.map(
-        (_, i): EndResult => ({
-          known: Number(r[3 + i * 3]) === 1,
-          inputDelta: Number(r[4 + i * 3] ?? 0),
-          outputDelta: Number(r[5 + i * 3] ?? 0),
-        }),
-      ),
-    };
+    const n = (i: number) => Number(r[i] ?? 0);
+    const end = (i: number): EndResult => ({
+      known: n(i) === 1,
+      inputDelta: n(i + 1),
+      outputDelta: n(i + 2),
+    });
+    const ended = ends.map((_, i) => end(3 + i * 3));
+    return { pausedUntil: n(0) || undefined, now: n(1), dropped: n(2), ends: ended };
   }
 
   /** Each scope's use and projected room, read only. */
   async view(windowMs: number, scopes: readonly string[]): Promise<ViewReply> {
-    const k = this.keys;
+    const { log, res, tot, view } = this.keys;
     const args = { now: this.now(), windowMs, scopes };
-    return JSON.parse(
-      String(await this.run('view', [k.log, k.res, k.tot, k.view], args)),
-    ) as ViewReply;
+    return JSON.parse(String(await this.run('view', [log, res, tot, view], args))) as ViewReply;
   }
 
   /** Changes an open reservation's tokens; false when it is unknown. */
   async adjust(id: string, input: number, output: number): Promise<boolean> {
-    const k = this.keys;
-    return Number(await this.run('adjust', [k.res, k.tot, k.stats], { id, input, output })) === 1;
+    const { res, tot, stats } = this.keys;
+    return Number(await this.run('adjust', [res, tot, stats], { id, input, output })) === 1;
   }
 
   /** Leaves the line; true when the ticket was in it. */
   async cancel(ticket: string): Promise<boolean> {
-    const k = this.keys;
-    return Number(await this.run('cancel', [k.waiters, k.waitexp], { ticket })) === 1;
+    const { waiters, waitexp } = this.keys;
+    return Number(await this.run('cancel', [waiters, waitexp], { ticket })) === 1;
   }
 
   /** The new lease expiry (ms), or 0 when the lease was already lost. */
@@ -233,19 +229,19 @@ export class LimiterScripts {
     keys: string[],
     args: Record<string, unknown>,
     undo?: () => Promise<unknown>,
+    send = () => this.call(script(name), keys, args),
   ): Promise<unknown> {
     return runFailClosed({
       redis: this.redis,
       key: keys[0] ?? '',
       timeoutMs: this.commandTimeoutMs,
-      send: () => this.call(script(name), keys, args),
+      send,
       ...(undo ? { undo } : {}),
     });
   }
 
   private call(s: LuaScript, keys: string[], args: Record<string, unknown>): Promise<unknown> {
-    const packed: LuaArg = packArgs({ dims: DIMS, ...args });
-    if (READ_ONLY.has(s.name)) return runLuaReadOnly(this.redis, s, keys, [packed]);
-    return runLua(this.redis, s, keys, [packed]);
+    if (READ_ONLY.has(s.name)) return runLuaReadOnly(this.redis, s, keys, [packed(args)]);
+    return runLua(this.redis, s, keys, [packed(args)]);
   }
 }

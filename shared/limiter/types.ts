@@ -1,6 +1,7 @@
 import type { MoneyClaim, MoneyShortfall } from '../budgets.ts';
 import type { Dimension } from '../dimensions.ts';
 import type { Cost } from '../estimate.ts';
+import type { Behind } from '../lua-scripts.ts';
 
 export type { Cost, Dimension, MoneyClaim, MoneyShortfall };
 
@@ -112,3 +113,6 @@ export interface LimiterSnapshot {
     readonly settledReservedOut: number;
   };
 }
+
+/** Sent behind an acquire in its transaction (the gate's fetches), given the ids it may admit. */
+export type Along = (ids: readonly string[], reservations: string) => Behind;

@@ -1,0 +1,87 @@
+import type { Job } from 'bullmq';
+import type { ChainableCommander } from 'ioredis';
+import type { JobData, JobResult } from '../shared/job.ts';
+import type { Along } from '../shared/limiter/types.ts';
+import { type Behind, defineLua, queueLua } from '../shared/lua-scripts.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import { CAP, type GateWorker, MOVE_TO_ACTIVE } from './bullmq-internals.ts';
+
+/** A fetch sent with the acquire: its lock token and the job it brought (undefined: none). */
+export interface SentFetch {
+  readonly token: string;
+  readonly job: Promise<Job<JobData, JobResult> | undefined>;
+}
+
+/**
+ * The gate's fetches, sent behind its acquire in one transaction (the limiter's `Along`): a
+ * free slot becomes an active job in one round trip. One BullMQ moveToActive per job the acquire
+ * may admit, between a cap (lua/cap-3.lua) that lets only the admitted ones hand out a job: a job
+ * is still never taken before its budget.
+ */
+export class FetchAlong implements Behind {
+  readonly fetches: SentFetch[];
+  /** For the limiter's attempt: the ids it may admit, and the hash of its reservations. */
+  readonly along: Along = (ids, reservations) => {
+    this.ids = ids;
+    this.capKeys = [...this.capKeys.slice(0, 2), reservations];
+    return this;
+  };
+  private ids: readonly string[] = [];
+  /** The cap's keys: BullMQ's meta and active, the limiter's reservations. */
+  private capKeys: string[];
+  private readonly settle: ((raw: unknown) => void)[] = [];
+
+  constructor(
+    private readonly bull: GateWorker,
+    n: number,
+    nextToken: () => string,
+  ) {
+    const { keys } = bull.moveToActiveCall('');
+    this.capKeys = [keys[8]!, keys[1]!, ''];
+    this.fetches = Array.from({ length: n }, () => {
+      const token = nextToken();
+      const job = new Promise<unknown>((r) => this.settle.push(r)).then((raw) =>
+        raw instanceof Error ? Promise.reject(raw) : this.bull.fromActive(raw, token),
+      );
+      job.catch(() => {});
+      return { token, job };
+    });
+  }
+
+  prepare(redis: RedisClient): void {
+    defineLua(redis, MOVE_TO_ACTIVE, this.bull.moveToActiveCall('').keys);
+    defineLua(redis, CAP, this.capKeys);
+  }
+
+  queue(tx: ChainableCommander): void {
+    queueLua(tx, CAP, this.capKeys, ['open', ...this.ids]);
+    for (const f of this.fetches) {
+      const call = this.bull.moveToActiveCall(f.token);
+      queueLua(tx, MOVE_TO_ACTIVE, call.keys, call.args);
+    }
+    queueLua(tx, CAP, this.capKeys, ['close']);
+  }
+
+  took(replies: readonly unknown[] | Error): void {
+    this.settle.forEach((settle, i) => {
+      settle(replies instanceof Error ? replies : (replies[i + 1] ?? null));
+    });
+  }
+
+  /** The round will not take these jobs (its attempt failed): any fetched go back to wait. */
+  abandon(): void {
+    for (const f of this.fetches) f.job.then((job) => job?.moveToWait(f.token)).catch(() => {});
+  }
+}
+
+/**
+ * The round's fetches to send with its acquire; none with fair share (it reorders the queue
+ * between the two) or with results waiting to fetch with their completions.
+ */
+export function fetchAlong(
+  p: { bull: GateWorker; handoff: { hasWaiting: boolean }; fair: unknown; nextToken(): string },
+  n: number,
+): FetchAlong | undefined {
+  if (p.fair || p.handoff.hasWaiting) return undefined;
+  return new FetchAlong(p.bull, n, () => p.nextToken());
+}
