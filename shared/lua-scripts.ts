@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { ChainableCommander } from 'ioredis';
+import { Packr } from 'msgpackr';
 import type { RedisClient } from './redis.ts';
 
 /**
@@ -31,16 +32,22 @@ export function loadLuaScripts(dir: string): Record<string, LuaScript> {
     const lua = readFileSync(join(dir, file), 'utf8').replace(INCLUDE, (_, inc: string) =>
       readFileSync(join(dir, 'includes', `${inc}.lua`), 'utf8'),
     );
-    out[name] = {
-      name,
-      numberOfKeys: Number(keys),
-      lua,
-      // Named after the folder that holds `lua/` (limiter, worker, producer), so scripts of
-      // different parts may share a name, and after the script's text.
-      command: `llmq_${basename(dirname(dir))}_${name}_${createHash('sha1').update(lua).digest('hex').slice(0, 10)}`,
-    };
+    // Named after the folder that holds `lua/` (limiter, worker, producer), so scripts of
+    // different parts may share a name.
+    out[name] = luaScript(basename(dirname(dir)), name, Number(keys), lua);
   }
   return out;
+}
+
+/** A script of `part`, its command named after its text. */
+export function luaScript(
+  part: string,
+  name: string,
+  numberOfKeys: number,
+  lua: string,
+): LuaScript {
+  const sha = createHash('sha1').update(lua).digest('hex').slice(0, 10);
+  return { name, numberOfKeys, lua, command: `llmq_${part}_${name}_${sha}` };
 }
 
 /**
@@ -62,7 +69,15 @@ export async function runLuaReadOnly(
   }
 }
 
-/** A script argument; a Buffer goes as is (msgpack, see shared/limiter/scripts.ts). */
+/** Plain msgpack maps for Lua's `cmsgpack.unpack` (BullMQ packs its options alike); `undefined` as nil. */
+const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
+
+/** Packs a structured script argument as msgpack. */
+export function packLuaArg(value: unknown): Buffer {
+  return packr.pack(value);
+}
+
+/** A script argument; a Buffer goes as is (msgpack, see {@link packLuaArg}). */
 export type LuaArg = string | number | Buffer;
 
 type ScriptRunner = (...args: LuaArg[]) => Promise<unknown>;

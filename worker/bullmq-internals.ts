@@ -3,17 +3,21 @@
  * front scripts), its delayed score, and the raw job a completion with `fetchNext` returns. They
  * are BullMQ's internals, not its API: {@link assertBullmqVersion} refuses another minor version.
  */
-
-import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { type Job, raw2NextJobData, Worker } from 'bullmq';
-import { Packr } from 'msgpackr';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { type LuaArg, type LuaScript, loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import {
+  type LuaArg,
+  type LuaScript,
+  loadLuaScripts,
+  luaScript,
+  packLuaArg,
+  runLua,
+} from '../shared/lua-scripts.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
 
@@ -193,27 +197,20 @@ export class GateWorker extends Worker<JobData, JobResult> {
     return this.getNextJob(token, { block: false }) as Promise<Job<JobData, JobResult> | undefined>;
   }
 
-  /** BullMQ's `moveToActive` for `token`, as its worker sends it: the script, keys and args. */
-  moveToActiveCall(token: string): { keys: string[]; args: LuaArg[] } {
+  /** The keys of BullMQ's `moveToActive`, in its order. */
+  get moveToActiveKeys(): string[] {
     const k = this.keys;
+    return [
+      ...[k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed, k.paused],
+      ...[k.meta, k.pc, k.marker],
+    ].map(String);
+  }
+
+  /** The arguments of BullMQ's `moveToActive` for `token`, as its worker sends them. */
+  moveToActiveArgs(token: string): LuaArg[] {
     const o = this.opts;
     const opts = { token, lockDuration: o.lockDuration, limiter: o.limiter, name: o.name };
-    return {
-      keys: [
-        k.wait,
-        k.active,
-        k.prioritized,
-        k.events,
-        k.stalled,
-        k.limiter,
-        k.delayed,
-        k.paused,
-        k.meta,
-        k.pc,
-        k.marker,
-      ].map(String),
-      args: [String(k['']), Date.now(), bullPack(opts)],
-    };
+    return [String(this.keys['']), Date.now(), packLuaArg(opts)];
   }
 
   /** A job from moveToActive's raw reply, as the worker's own fetch makes it. */
@@ -223,21 +220,11 @@ export class GateWorker extends Worker<JobData, JobResult> {
   }
 }
 
-/** BullMQ's packing of moveToActive's options. */
-const bullPacker = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
-const bullPack = (v: unknown): Buffer => bullPacker.pack(v);
-
 /** BullMQ's own moveToActive script, run by llmq inside the gate's transaction. */
 export const MOVE_TO_ACTIVE: LuaScript = (() => {
   const s = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/moveToActive-11.js')
     .moveToActive as { content: string; keys: number };
-  const sha = createHash('sha1').update(s.content).digest('hex').slice(0, 10);
-  return {
-    name: 'moveToActive',
-    numberOfKeys: s.keys,
-    lua: s.content,
-    command: `llmq_bullmq_moveToActive_${sha}`,
-  };
+  return luaScript('bullmq', 'moveToActive', s.keys, s.content);
 })();
 
 /** The cap around the gate's fetches (see lua/cap-3.lua). */

@@ -23,12 +23,12 @@ export class FetchAlong implements Behind {
   /** For the limiter's attempt: the ids it may admit, and the hash of its reservations. */
   readonly along: Along = (ids, reservations) => {
     this.ids = ids;
-    this.capKeys = [...this.capKeys.slice(0, 2), reservations];
+    this.reservations = reservations;
     return this;
   };
   private ids: readonly string[] = [];
-  /** The cap's keys: BullMQ's meta and active, the limiter's reservations. */
-  private capKeys: string[];
+  private reservations = '';
+  private readonly moveKeys: string[];
   private readonly settle: ((raw: unknown) => void)[] = [];
 
   constructor(
@@ -36,8 +36,7 @@ export class FetchAlong implements Behind {
     n: number,
     nextToken: () => string,
   ) {
-    const { keys } = bull.moveToActiveCall('');
-    this.capKeys = [keys[8]!, keys[1]!, ''];
+    this.moveKeys = bull.moveToActiveKeys;
     this.fetches = Array.from({ length: n }, () => {
       const token = nextToken();
       const job = new Promise<unknown>((r) => this.settle.push(r)).then((raw) =>
@@ -48,18 +47,23 @@ export class FetchAlong implements Behind {
     });
   }
 
+  /** The cap's keys: BullMQ's meta and active, the limiter's reservations. */
+  private get capKeys(): string[] {
+    return [this.moveKeys[8]!, this.moveKeys[1]!, this.reservations];
+  }
+
   prepare(redis: RedisClient): void {
-    defineLua(redis, MOVE_TO_ACTIVE, this.bull.moveToActiveCall('').keys);
+    defineLua(redis, MOVE_TO_ACTIVE, this.moveKeys);
     defineLua(redis, CAP, this.capKeys);
   }
 
   queue(tx: ChainableCommander): void {
-    queueLua(tx, CAP, this.capKeys, ['open', ...this.ids]);
+    const capKeys = this.capKeys;
+    queueLua(tx, CAP, capKeys, ['open', ...this.ids]);
     for (const f of this.fetches) {
-      const call = this.bull.moveToActiveCall(f.token);
-      queueLua(tx, MOVE_TO_ACTIVE, call.keys, call.args);
+      queueLua(tx, MOVE_TO_ACTIVE, this.moveKeys, this.bull.moveToActiveArgs(f.token));
     }
-    queueLua(tx, CAP, this.capKeys, ['close']);
+    queueLua(tx, CAP, capKeys, ['close']);
   }
 
   took(replies: readonly unknown[] | Error): void {

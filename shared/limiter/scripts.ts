@@ -1,4 +1,3 @@
-import { Packr } from 'msgpackr';
 import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import { runFailClosed } from '../fail-closed.ts';
@@ -6,6 +5,7 @@ import {
   type LuaArg,
   type LuaScript,
   loadLuaScripts,
+  packLuaArg,
   runLua,
   runLuaReadOnly,
   runLuaWith,
@@ -17,13 +17,8 @@ import type { Along, Charge, MoneyClaim, OutputAccounting, ScriptScope } from '.
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
-/** Plain msgpack maps for Lua's `cmsgpack.unpack`; `undefined` as nil (`now` absent: TIME). */
-const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true });
-
 /** Packs one script's structured argument (`ARGV[1]`); exported for the round-trip test. */
-export function packArgs(value: unknown): Buffer {
-  return packr.pack(value);
-}
+export const packArgs = packLuaArg;
 
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
