@@ -7,8 +7,7 @@ import {
   reserveRatio,
 } from './estimate-bands.ts';
 import { llmqKey, type QueueNames } from './keys.ts';
-import { packArgs } from './limiter/scripts.ts';
-import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import { loadLuaScripts, packLuaArg, runLua } from './lua-scripts.ts';
 import type { RedisClient } from './redis.ts';
 
 /**
@@ -177,7 +176,7 @@ export class EstimateLearning {
         );
     }
     if (settles.length === 0) return this.bands(model);
-    const arg = packArgs({
+    const arg = packLuaArg({
       ...this.options,
       settles: settles.map((s) => [bandOf(s.estimate), s.estimate, s.actual]),
     });

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { Unpackr } from 'msgpackr';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { packArgs } from '../shared/limiter/scripts.ts';
+import { packLuaArg } from '../shared/lua-scripts.ts';
 import { newRedis } from './helpers.ts';
 
 /** Unpacks what Lua echoes, then sends back what Lua computed with the numbers it read. */
@@ -37,7 +37,7 @@ describe("the limiter scripts' structured argument", () => {
       empty: [],
       limits: { req: 50, in: 30_000, out: 8_000, tok: 0 },
     };
-    const reply = (await redis.callBuffer('EVAL', ECHO, '0', packArgs(value))) as Buffer;
+    const reply = (await redis.callBuffer('EVAL', ECHO, '0', packLuaArg(value))) as Buffer;
     const back = unpackr.unpack(reply) as Record<string, unknown>;
     expect(back['echo']).toEqual(value);
     expect(back['sum']).toBe(1_812_345_738_951);
@@ -49,7 +49,7 @@ describe("the limiter scripts' structured argument", () => {
 
   it('leaves out a field that is undefined, so Lua reads it as absent (nil)', async () => {
     const lua = `local a = cmsgpack.unpack(ARGV[1]) return { a.now == nil and 1 or 0, a.id }`;
-    expect(await redis.call('EVAL', lua, '0', packArgs({ now: undefined, id: 'x' }))).toEqual([
+    expect(await redis.call('EVAL', lua, '0', packLuaArg({ now: undefined, id: 'x' }))).toEqual([
       1,
       'x',
     ]);

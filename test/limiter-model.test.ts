@@ -298,6 +298,19 @@ class Model {
     return { pending, late };
   }
 
+  /**
+   * Whether the stored reading stands against `fresh`: on a bucket, readings of calls in flight
+   * together (stored since fresh's call was sent) each bound the provider's room from below; the
+   * one that leaves more stands.
+   */
+  private stands(scope: string, d: Dim, fresh: View, since: number): boolean {
+    const v = this.views.get(`${scope}|${d}`);
+    if (!v || v.at < since || v.lim !== fresh.lim || this.shape.get(scope) !== 'b') return false;
+    const used = this.used(scope, d);
+    const old = this.projected(scope, d, v, used);
+    return old !== undefined && old.room > this.projected(scope, d, fresh, used)!.room;
+  }
+
   /** The reading of call `id`, sent `ageMs` ago. */
   observe(scope: string, dims: Partial<Record<Dim, ReadingDim>>, ageMs: number, id: string) {
     this.expire();
@@ -324,7 +337,8 @@ class Model {
       const left = this.left.get(f) ?? 0;
       const seen = this.used(scope, d) + left - pending[d] - late[d];
       const gone = left - late[d];
-      this.views.set(f, { lim: r.limit, rem: r.remaining, at: this.now, seen, gone });
+      const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone };
+      if (!this.stands(scope, d, fresh, this.now - age)) this.views.set(f, fresh);
       if (r.reset > 0 && r.limit > 0) {
         const slack = 1000 + (2 * half * WINDOW) / r.limit + age;
         const untilReset = r.reset - (this.now - age);
@@ -381,7 +395,13 @@ type Op =
 
 interface ReadingArb {
   scope: string;
-  dims: { dim: Dim; limit: number; remainingPct: number; resetIn: number | null; round: number }[];
+  dims: {
+    dim: Dim;
+    limit: number;
+    remainingPct: number;
+    resetIn: number | 'full' | null;
+    round: number;
+  }[];
 }
 
 const pick = fc.nat({ max: 1_000 });
@@ -396,7 +416,11 @@ const readingArb: fc.Arbitrary<ReadingArb> = fc.record({
       dim: fc.constantFrom(...DIMS),
       limit: fc.constantFrom(1_000, 2_000, 4_000, 3_977),
       remainingPct: fc.integer({ min: 0, max: 100 }),
-      resetIn: fc.option(fc.integer({ min: -2_000, max: 2 * WINDOW }), { nil: null }),
+      // 'full': when a bucket would be full again, as a token bucket says.
+      resetIn: fc.option(
+        fc.oneof(fc.integer({ min: -2_000, max: 2 * WINDOW }), fc.constant('full' as const)),
+        { nil: null },
+      ),
       round: fc.constantFrom(1, 1, 100),
     }),
     { selector: (x) => x.dim, minLength: 1, maxLength: 4 },
@@ -505,7 +529,14 @@ function headersOf(r: ReadingArb, now: number) {
   const dims: Partial<Record<Dim, ReadingDim>> = {};
   for (const { dim, limit, remainingPct, resetIn, round } of r.dims) {
     const remaining = Math.round((limit * remainingPct) / 100 / round) * round;
-    const h = rateHeaders(HEADER[dim], limit, remaining, resetIn ?? undefined, now);
+    const full = Math.ceil(((limit - remaining) * WINDOW) / limit);
+    const h = rateHeaders(
+      HEADER[dim],
+      limit,
+      remaining,
+      resetIn === 'full' ? full : (resetIn ?? undefined),
+      now,
+    );
     Object.assign(headers, h);
     const reset = h[`anthropic-ratelimit-${HEADER[dim]}-reset`];
     dims[dim] = { limit, remaining, reset: reset ? Date.parse(reset) : -1 };

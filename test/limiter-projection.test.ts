@@ -222,6 +222,20 @@ describe('a bucket-shaped provider', () => {
     expect((await tokensView(lim)).providerRoom).toBe(1_997);
   });
 
+  it('keeps, of the answers of calls in flight together, the one that leaves more room', async () => {
+    const lim = make();
+    // Both sent at once; the provider admits a, then b: 2,997 left after a, 1,994 after b.
+    const a = await admitted(lim, cost(1_003));
+    const b = await admitted(lim, cost(1_003));
+    t += 2;
+    await start(lim, a, bucketReading(2_997), 2);
+    // b's answer cannot tell whether a came before it: by itself it leaves 991 (1,994 less a).
+    await start(lim, b, bucketReading(1_994), 2);
+    expect((await tokensView(lim)).providerRoom).toBe(1_994);
+    expect((await lim.tryAcquire(cost(1_995))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(1_994))).ok).toBe(true);
+  });
+
   it('puts unused output given back into the bucket, which holds no more than its limit', async () => {
     const lim = make({ limits: { outputTokens: 4_000 }, outputAccounting: 'actual' });
     const r = await admitted(lim, cost(0, 1_001));

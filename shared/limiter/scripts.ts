@@ -17,12 +17,9 @@ import type { Along, Charge, MoneyClaim, OutputAccounting, ScriptScope } from '.
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
-/** Packs one script's structured argument (`ARGV[1]`); exported for the round-trip test. */
-export const packArgs = packLuaArg;
-
 /** The dimensions' short Lua names in their one order, sent with every call. */
 const DIMS = DIMENSIONS.map((d) => d.lua);
-const packed = (args: Record<string, unknown>): LuaArg => packArgs({ dims: DIMS, ...args });
+const packed = (args: Record<string, unknown>): LuaArg => packLuaArg({ dims: DIMS, ...args });
 
 /** Acquire's argument (see acquire-12.lua's header). */
 export interface AcquireArgs

@@ -25,6 +25,7 @@
 --- @include "money"
 --- @include "money-end"
 --- @include "expiry"
+--- @include "view"
 --- @include "reading"
 
 -- The entry holding a begun call's request and input (flags "b", see reservation.lua).

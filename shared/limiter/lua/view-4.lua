@@ -31,8 +31,7 @@ for _, scope in ipairs(args.scopes) do
     local used = tonumber(e[1] or '0') - (gone[f] or 0)
     local left = tonumber(e[2] or '0') + (gone[f] or 0)
     local v = view_of(ctx, f)
-    local room = projected(ctx, scope, d, v, used, left)
-    dims[d] = { used = used, limit = v and v.lim or nil, room = room }
+    dims[d] = { used = used, limit = v and v.lim or nil, room = projected(ctx, scope, d, v, used, left) }
   end
   local shape, half = shape_of(ctx, scope, 'tok')
   out.scopes[scope] = { shape = shape, step = half * 2, dims = dims }

@@ -1,8 +1,5 @@
--- Storing a provider's reading in the view (see view.lua). Needs "reservation".
-local function gcd(a, b)
-  while b > 0 do a, b = b, a % b end
-  return a
-end
+-- Storing a provider's reading in the view (see view.lua). Needs "reservation", "view".
+local function gcd(a, b) while b > 0 do a, b = b, a % b end return a end
 
 -- What reading r says of the shape: 'b' when its reset is when a bucket would be full, well
 -- before a window; 'w' at a window or later; nil when both or neither fit. `slack`: the reset's
@@ -13,9 +10,7 @@ local function shape_says(ctx, r, half, ageMs)
   local untilReset = r.reset - (ctx.now - ageMs)
   local bucket = math.abs(untilReset - (r.limit - r.remaining) * ctx.windowMs / r.limit) <= slack
   local window = untilReset >= ctx.windowMs - slack
-  if bucket and not window then return 'b' end
-  if window and not bucket then return 'w' end
-  return nil
+  if bucket ~= window then return bucket and 'b' or 'w' end
 end
 
 -- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
@@ -34,6 +29,15 @@ local function uncounted(ctx, scope, since, id)
     end
   end
   return p, late
+end
+
+-- Whether the stored reading of scope, d stands against `new`: on a bucket, readings of calls in
+-- flight together (stored since new's was sent) each bound the provider's room from below (it
+-- admitted them in an order we cannot see); the one that leaves more room stands.
+local function stands(ctx, scope, d, new, since, used, left)
+  local v = view_of(ctx, scope .. '|' .. d)
+  if not v or v.at < since or v.lim ~= new.lim or shape_of(ctx, scope, d) ~= 'b' then return false end
+  return (projected(ctx, scope, d, v, used, left) or -math.huge) > projected(ctx, scope, d, new, used, left)
 end
 
 -- Stores reading g = { scope, id, ageMs, dims = { [d] = { limit, remaining, reset } } } of call
@@ -55,6 +59,7 @@ local function store_reading(ctx, g)
   end
   local step = rg < 0 and gcd(lim, -rg) or rg
   local shape = nil
+  ctx.views, ctx.shapes = {}, {}
   for _, d in ipairs(DIMS) do
     local r = g.dims[d]
     if r then
@@ -62,9 +67,12 @@ local function store_reading(ctx, g)
       local half = d ~= 'req' and math.floor(step / 2) or 0
       local e = redis.call('HMGET', ctx.tot, field, field .. '|left')
       local used, left = tonumber(e[1] or '0'), tonumber(e[2] or '0')
-      redis.call('HSET', ctx.view, field .. '|lim', r.limit, field .. '|rem', r.remaining,
-        field .. '|at', ctx.now, field .. '|seen', used + left - pending[d] - late[d],
-        field .. '|gone', left - late[d])
+      local new = { lim = r.limit, rem = r.remaining, at = ctx.now,
+        seen = used + left - pending[d] - late[d], gone = left - late[d] }
+      if not stands(ctx, scope, d, new, ctx.now - ageMs, used, left) then
+        redis.call('HSET', ctx.view, field .. '|lim', new.lim, field .. '|rem', new.rem,
+          field .. '|at', new.at, field .. '|seen', new.seen, field .. '|gone', new.gone)
+      end
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
   end
