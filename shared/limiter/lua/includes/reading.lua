@@ -35,8 +35,8 @@ end
 -- flight together (stored since new's was sent) each bound the provider's room from below (it
 -- admitted them in an order we cannot see); the one that leaves more room stands.
 local function stands(ctx, scope, d, new, since, used, left)
-  local v = view_of(ctx, scope .. '|' .. d)
-  if not v or v.at < since or v.lim ~= new.lim or shape_of(ctx, scope, d) ~= 'b' then return false end
+  local v = shape_of(ctx, scope, d) == 'b' and view_of(ctx, scope .. '|' .. d)
+  if not v or v.at < since or v.lim ~= new.lim then return false end
   return (projected(ctx, scope, d, v, used, left) or -math.huge) > projected(ctx, scope, d, new, used, left)
 end
 
