@@ -17,10 +17,8 @@ import { chargeOf } from './money.ts';
 import { attemptInPool, type GateAttempt, othersGoElsewhere } from './pool-admission.ts';
 import { DeploymentRooms } from './pool-room.ts';
 import type { PromptCaches } from './prompt-caches.ts';
+import { RoundPeek } from './round-peek.ts';
 import { sameScopes, type TakeParts, takeJobs } from './take.ts';
-
-/** The oldest a peek sent behind the last round's fetches may be to stand for the next round's. */
-const AHEAD_PEEK_MAX_AGE_MS = 20;
 
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
@@ -91,20 +89,12 @@ function followers(heads: readonly HeadJob[]): HeadJob[] {
 export class Gate {
   private idleMs = 5;
   private lastPrune = 0;
-  /** When the last round had fetched its jobs, and whether this one began soon after. */
-  private lastTakeAt = Number.NEGATIVE_INFINITY;
-  private roundsFollowClosely = false;
-  /** The peek sent behind the last round's fetches, for the next round while it is fresh. */
-  private aheadPeek:
-    | { readonly sentAt: number; readonly heads: Promise<HeadJob[] | undefined> }
-    | undefined;
+  private readonly peeks: RoundPeek;
   /** The breaker's check sent behind the idle wait's pop, for the round it woke. */
   private aheadBreaker: Promise<BreakerCheck | undefined> | undefined;
   private readonly hooks = {
-    onFetchesSent: () => this.sendAheadPeek(),
-    onArrived: () => {
-      this.lastTakeAt = performance.now();
-    },
+    onFetchesSent: () => this.peeks.fetchesSent(this.p.stopped.aborted),
+    onArrived: () => this.peeks.arrived(),
   };
 
   private readonly moves: HeadMoves;
@@ -113,6 +103,7 @@ export class Gate {
 
   constructor(private readonly p: GateParts) {
     this.moves = new HeadMoves(p);
+    this.peeks = new RoundPeek(p.peeker, p.peekerBehindFetches, p.slots.concurrency);
     this.rooms = p.pool ? new DeploymentRooms(p.limiter) : undefined;
   }
 
@@ -123,10 +114,12 @@ export class Gate {
     await p.slots.waitForSlot();
     p.waits.hold('slots', slotAt);
     if (p.stopped.aborted) return;
+    // The peek travels with the breaker's check: one round trip for both.
+    const sent = p.fair ? undefined : this.peeks.send(this.free());
     const b = await this.checkBreaker();
     if (!b) return;
-    this.roundsFollowClosely = performance.now() - this.lastTakeAt < AHEAD_PEEK_MAX_AGE_MS;
-    const v = await this.look(b.trial, true);
+    this.peeks.began();
+    const v = await this.look(b.trial, sent);
     if (v.cacheWaitMs > 0) return this.waitForWriter(v.cacheWaitMs);
     const head = v.turn[0];
     if (!head) return this.whenIdle();
@@ -179,19 +172,19 @@ export class Gate {
   }
 
   /**
-   * The round's jobs in the order to admit them, as of a fresh peek (or, first, the early one):
+   * The round's jobs in the order to admit them, as of a fresh peek (or, first, the one `sent`):
    * with fair share, turn by turn by tenant (each charged to its own scopes); else the head and
    * the jobs behind it charged to its scopes. Every free slot at once, a trial call alone. With
    * prompt caching, each costs what the provider will count (prompt-caches.ts), and a head whose
    * prefix another job is writing waits for it (`cacheWaitMs`).
    */
-  private async look(trial: boolean, first: boolean): Promise<RoundView> {
+  private async look(trial: boolean, sent?: Promise<HeadJob[] | undefined>): Promise<RoundView> {
     const { p } = this;
     const { fair } = p;
     // How many jobs the round may take, as of this peek (the order must not ask for more of a
     // tenant than it gave of each).
-    const want = trial ? 1 : Math.max(1, p.slots.concurrency - p.slots.busy());
-    const early = first && !fair ? await this.nextPeek(want) : undefined;
+    const want = trial ? 1 : this.free();
+    const early = (await sent)?.slice(0, want);
     const seen = await p.costs.scale(
       early ??
         (fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want)),
@@ -226,7 +219,7 @@ export class Gate {
           };
       const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, p.slots.concurrency, behind);
       if (heads?.length) {
-        this.aheadPeek = { sentAt: performance.now(), heads: Promise.resolve(heads) };
+        this.peeks.woke(heads);
         this.aheadBreaker = breaker;
       }
     } finally {
@@ -266,7 +259,7 @@ export class Gate {
         if (await this.denied(line, a, head, v.seen)) return undefined;
         // Look again: the head may have changed (a more urgent job), and so may the jobs
         // behind it (some went ahead) and the slots free for them (a trial still goes alone).
-        v = await this.look(trial, false);
+        v = await this.look(trial);
         if (v.cacheWaitMs > 0) {
           await line.leave().catch(() => {});
           await this.waitForWriter(v.cacheWaitMs);
@@ -422,29 +415,8 @@ export class Gate {
     this.idleMs = Math.min(this.idleMs * 2, 200);
   }
 
-  /**
-   * When rounds follow each other closely, the next round's peek goes behind the fetches (in
-   * the next turn: BullMQ writes a command a few promise steps after it is asked for).
-   */
-  private sendAheadPeek(): void {
-    const { p } = this;
-    if (!this.roundsFollowClosely || p.stopped.aborted) return;
-    this.aheadPeek = {
-      sentAt: performance.now(),
-      heads: new Promise<void>((r) => setImmediate(r)).then(() =>
-        p.peekerBehindFetches.peekMany(p.slots.concurrency).catch(() => undefined),
-      ),
-    };
-  }
-
-  /** The early peek while it is fresh: the round's peek without a round trip of its own. */
-  private async nextPeek(n: number): Promise<HeadJob[] | undefined> {
-    const ahead = this.aheadPeek;
-    this.aheadPeek = undefined;
-    if (!ahead || performance.now() - ahead.sentAt > AHEAD_PEEK_MAX_AGE_MS) return undefined;
-    const heads = await ahead.heads;
-    // Empty is no answer: the queue may have filled since; look again.
-    if (!heads?.length) return undefined;
-    return heads.slice(0, n);
+  /** Slots free now (at least one: the round waited for it). */
+  private free(): number {
+    return Math.max(1, this.p.slots.concurrency - this.p.slots.busy());
   }
 }

@@ -1,0 +1,64 @@
+import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
+
+/** The oldest a peek sent ahead may be to stand for the next round's. */
+const AHEAD_MAX_AGE_MS = 20;
+
+/**
+ * The gate's peeks, sent as early as they can go: behind the last round's fetches when rounds
+ * follow closely, with the idle wait's pop, and else at the round's start beside the breaker's
+ * check; a round trip of their own in none of these.
+ */
+export class RoundPeek {
+  /** When the last round had fetched its jobs, and whether this one began soon after. */
+  private lastTakeAt = Number.NEGATIVE_INFINITY;
+  private followsClosely = false;
+  private ahead:
+    | { readonly sentAt: number; readonly heads: Promise<HeadJob[] | undefined> }
+    | undefined;
+
+  constructor(
+    private readonly peeker: HeadPeeker,
+    /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
+    private readonly behindFetches: HeadPeeker,
+    private readonly concurrency: number,
+  ) {}
+
+  /** A round begins (after its breaker's check): whether it follows the last take closely. */
+  began(): void {
+    this.followsClosely = performance.now() - this.lastTakeAt < AHEAD_MAX_AGE_MS;
+  }
+
+  /** The idle wait's pop brought these. */
+  woke(heads: HeadJob[]): void {
+    this.ahead = { sentAt: performance.now(), heads: Promise.resolve(heads) };
+  }
+
+  /**
+   * The take's fetches went out: when rounds follow closely, the next round's peek goes behind
+   * them (in the next turn: BullMQ writes a command a few promise steps after it is asked for).
+   */
+  fetchesSent(stopped: boolean): void {
+    if (!this.followsClosely || stopped) return;
+    const heads = new Promise<void>((r) => setImmediate(r)).then(() =>
+      this.behindFetches.peekMany(this.concurrency).catch(() => undefined),
+    );
+    this.ahead = { sentAt: performance.now(), heads };
+  }
+
+  /** The take's fetches came back. */
+  arrived(): void {
+    this.lastTakeAt = performance.now();
+  }
+
+  /**
+   * The round's first `n` jobs: the early peek while it is fresh (an empty one is no answer:
+   * the queue may have filled since), else one sent now. Undefined when it failed.
+   */
+  send(n: number): Promise<HeadJob[] | undefined> {
+    const ahead = this.ahead;
+    this.ahead = undefined;
+    const peek = () => this.peeker.peekMany(n).catch(() => undefined);
+    if (!ahead || performance.now() - ahead.sentAt > AHEAD_MAX_AGE_MS) return peek();
+    return ahead.heads.then((heads) => (heads?.length ? heads.slice(0, n) : peek()));
+  }
+}
