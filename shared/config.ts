@@ -283,7 +283,7 @@ const SETTINGS: Record<Key, Setting> = {
     env: 'LLMQ_HEADROOM',
     flag: 'headroom',
     schema: z.coerce.number().refine((n) => Number.isFinite(n) && n >= 0 && n <= 0.5),
-    default: 0.01,
+    default: 0,
     expect: 'a share from 0 to 0.5',
   },
   retryForMs: {

@@ -16,7 +16,7 @@ describe('resolveConfig', () => {
       outputAccounting: 'reserve',
       concurrency: 10,
       maxInFlight: undefined,
-      headroom: 0.01,
+      headroom: 0,
       maxDepth: 10_000,
     });
     expect(c.tpm).toBeUndefined();

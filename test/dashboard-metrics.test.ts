@@ -223,7 +223,7 @@ describe('/metrics', () => {
     const tooBig = await limiter.tryAcquire({
       requests: 1,
       inputTokens: 3_000,
-      outputTokens: 6_000,
+      outputTokens: 6_100,
     });
     expect(tooBig).toMatchObject({ ok: false, reason: 'budget' });
     const metrics = new MetricsWriter(redis, names);

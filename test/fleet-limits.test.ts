@@ -40,7 +40,7 @@ const stored = async () => (await readFleetLimits(pool!.redis, pool!.names))?.li
 describe("the fleet's limits, stored once for every process", () => {
   it('a worker stores its limits; enqueue, status and `llmq limits` know them without any flag', async () => {
     pool = await openPool('fleet');
-    await worker(['--tpm', '4000', '--window', '10']);
+    await worker(['--tpm', '4000', '--window', '10', '--headroom', '0.01']);
     expect(await stored()).toMatchObject({ tpm: 4_000, windowS: 10 });
 
     const shown = await runCli(['limits', 'show', '--json'], pool.cliEnv());

@@ -75,7 +75,7 @@ describe('a request no worker can ever admit', () => {
     expect(e.status).toBe(400);
     expect(e.type).toBe('invalid_request_error');
     expect((e.error as { error: { message: string } }).error.message).toMatch(
-      /^max_tokens: the request needs \d+ tokens but scope "global" allows only 99000 per window/,
+      /^max_tokens: the request needs \d+ tokens but scope "global" allows only 100000 per window/,
     );
     requestIdOf(e);
     // The job API refuses it the same way, in its own shape.

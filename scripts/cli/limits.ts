@@ -43,7 +43,7 @@ const LIMIT_FLAGS: [string, string][] = [
   ['--otpm <n>', 'output tokens per window (env LLMQ_OTPM)'],
   ['--window <seconds>', "the provider's window (env LLMQ_WINDOW_S, default 60)"],
   ['--max-in-flight <n>', 'calls in flight across every worker (env LLMQ_MAX_IN_FLIGHT)'],
-  ['--headroom <share>', 'share of each limit left unused (env LLMQ_HEADROOM, default 0.01)'],
+  ['--headroom <share>', 'share of each limit left unused (env LLMQ_HEADROOM, default 0)'],
 ];
 
 /** Adds `llmq limits [show|set|clear]`: the fleet's configured limits of a queue. */

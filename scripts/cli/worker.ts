@@ -73,7 +73,7 @@ export function registerWorkerCommand(program: Command): void {
       )
       .option(
         '--headroom <share>',
-        'share of each limit left unused (env LLMQ_HEADROOM, default 0.01)',
+        'share of each limit left unused (env LLMQ_HEADROOM, default 0)',
       )
       .addOption(
         new Option('--stream <mode>', 'stream every call, or only when needed')

@@ -25,7 +25,7 @@ export interface LimiterOptions {
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
   /** Calls in flight across every process; 0 for no cap. @default 0 */
   readonly concurrency?: number;
-  /** Share of each limit kept free for what no reading shows yet (another client's). @default 0.01 */
+  /** Share of each limit kept free (for clients llmq cannot see: see docs/limiter.md). @default 0 */
   readonly headroom?: number;
   /** How long a slot and an open reservation live without renewal. @default 30_000 */
   readonly leaseMs?: number;
@@ -79,7 +79,7 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
   const given = Object.entries(options).filter(([, v]) => v !== undefined);
   const s = {
     ...{ windowMs: 60_000, leaseMs: 30_000, limits: {}, scopes: {}, concurrency: 0 },
-    ...{ headroom: 0.01, outputAccounting: 'reserve', maxPollMs: 1_000, commandTimeoutMs: 5_000 },
+    ...{ headroom: 0, outputAccounting: 'reserve', maxPollMs: 1_000, commandTimeoutMs: 5_000 },
     ...Object.fromEntries(given),
     windowGiven: options.windowMs !== undefined,
   } as LimiterSettings;
