@@ -88,8 +88,10 @@ describe('the SDK pointed at llmq serve', () => {
 
   it('a stream cut by the provider ends with its error event', async () => {
     pool.mock.setFaults({ midStreamError: 1 });
+    let jobId = '';
     try {
       const stream = sdkFor(api).messages.stream(request('This stream breaks.', 200));
+      jobId = (await stream.withResponse()).response.headers.get('llmq-job-id') ?? '';
       const err = await stream.finalMessage().then(
         () => null,
         (e: unknown) => e,
@@ -100,6 +102,8 @@ describe('the SDK pointed at llmq serve', () => {
     } finally {
       pool.mock.setFaults({});
     }
+    // The job goes on: its retry completes (and closes the breaker its failure counted toward).
+    await until(async () => (await pool.queue.getJobState(jobId)) === 'completed', 30_000);
   });
 
   it('countTokens is forwarded to the provider with the workers key', async () => {
