@@ -118,7 +118,6 @@ export class Gate {
     const sent = p.fair ? undefined : this.peeks.send(this.free());
     const b = await this.checkBreaker();
     if (!b) return;
-    this.peeks.began();
     const v = await this.look(b.trial, sent);
     if (v.cacheWaitMs > 0) return this.waitForWriter(v.cacheWaitMs);
     const head = v.turn[0];

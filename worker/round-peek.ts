@@ -9,7 +9,7 @@ const AHEAD_MAX_AGE_MS = 20;
  * check; a round trip of their own in none of these.
  */
 export class RoundPeek {
-  /** When the last round had fetched its jobs, and whether this one began soon after. */
+  /** When the last round had fetched its jobs, and whether this one (its `send`) began soon after. */
   private lastTakeAt = Number.NEGATIVE_INFINITY;
   private followsClosely = false;
   private ahead:
@@ -22,11 +22,6 @@ export class RoundPeek {
     private readonly behindFetches: HeadPeeker,
     private readonly concurrency: number,
   ) {}
-
-  /** A round begins (after its breaker's check): whether it follows the last take closely. */
-  began(): void {
-    this.followsClosely = performance.now() - this.lastTakeAt < AHEAD_MAX_AGE_MS;
-  }
 
   /** The idle wait's pop brought these. */
   woke(heads: HeadJob[]): void {
@@ -55,10 +50,12 @@ export class RoundPeek {
    * the queue may have filled since), else one sent now. Undefined when it failed.
    */
   send(n: number): Promise<HeadJob[] | undefined> {
+    const now = performance.now();
+    this.followsClosely = now - this.lastTakeAt < AHEAD_MAX_AGE_MS;
     const ahead = this.ahead;
     this.ahead = undefined;
     const peek = () => this.peeker.peekMany(n).catch(() => undefined);
-    if (!ahead || performance.now() - ahead.sentAt > AHEAD_MAX_AGE_MS) return peek();
+    if (!ahead || now - ahead.sentAt > AHEAD_MAX_AGE_MS) return peek();
     return ahead.heads.then((heads) => (heads?.length ? heads.slice(0, n) : peek()));
   }
 }
