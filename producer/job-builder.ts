@@ -12,6 +12,7 @@ import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
 import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
 import { resolvePriority } from '../shared/priority.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
+import { requestDigest } from '../shared/request-digest.ts';
 import { checkIdempotencyKey } from './idempotency.ts';
 import type { EnqueueOptions, TokenCounter } from './producer-options.ts';
 
@@ -170,9 +171,11 @@ export class JobBuilder {
       );
       if (over) throw over;
     }
+    const request = stripStream(req);
     return {
       v: 1,
-      request: stripStream(req),
+      request,
+      digest: requestDigest(request),
       cost,
       priority,
       tenant,

@@ -44,6 +44,8 @@ export interface RetryClock {
 export interface JobData {
   readonly v: 1;
   readonly request: MessagesRequest;
+  /** The request's digest (shared/request-digest.ts); absent in jobs of older producers. */
+  readonly digest?: string | undefined;
   /** The estimate reserved before the call (the worker scales its input by what it learned). */
   readonly cost: Cost;
   /** The input was counted by the provider's count_tokens: exact, reserved as is. */
