@@ -57,7 +57,9 @@ describe('mock Anthropic faults', () => {
       overloaded: counts['529'],
       serverError: counts['500'],
       drop: counts['connection'],
+      hang: 0,
       midStreamError: 0,
+      stall: 0,
     });
     expect(stats.responses).toEqual({
       '200': counts['ok'],
@@ -154,6 +156,58 @@ describe('mock Anthropic faults', () => {
     expect(mock.stats()).toMatchObject({ responses: { dropped: 1 }, admitted: 0 });
   });
 
+  it('hangs: reads the request and sends nothing, not even headers, until the client gives up', async () => {
+    const mock = await start({ faults: { hang: 1 } });
+    const client = new Anthropic({ apiKey: 'k', baseURL: mock.url, maxRetries: 0, timeout: 300 });
+    for (const call of [
+      () => client.messages.create(params),
+      () => client.messages.stream(params).finalMessage(),
+    ])
+      await expect(call()).rejects.toBeInstanceOf(Anthropic.APIConnectionTimeoutError);
+    // Refused at the door, as a load balancer that never forwarded it: nothing charged.
+    expect(mock.stats()).toMatchObject({
+      attempts: 2,
+      admitted: 0,
+      responses: { hung: 2 },
+      faults: { hang: 2 },
+    });
+    mock.setFaults({});
+    await expect(sdk(mock).messages.create(params)).resolves.toMatchObject({ type: 'message' });
+  });
+
+  it('stalls a stream midway: half the deltas, then silence on an open connection', async () => {
+    // 64 tokens: one delta each, so the stall comes after 32.
+    const mock = await start({ faults: { stall: 1 }, outputShare: 1 });
+    const response = await fetch(`${mock.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': 'k', 'content-type': 'application/json' },
+      body: JSON.stringify({ ...params, stream: true }),
+    });
+    const reader = response.body!.getReader();
+    let text = '';
+    while ((text.match(/event: content_block_delta/g) ?? []).length < 32) {
+      const { value } = await reader.read();
+      text += new TextDecoder().decode(value);
+    }
+    // Closing the server is the only thing that ends it: no more deltas, no message_stop.
+    const [rest] = await Promise.all([
+      (async () => {
+        let more = '';
+        for (;;) {
+          const r = await reader.read().catch(() => ({ done: true, value: undefined }));
+          if (r.done) return more;
+          more += new TextDecoder().decode(r.value);
+        }
+      })(),
+      mock.close(),
+    ]);
+    const all = text + rest;
+    expect((all.match(/event: content_block_delta/g) ?? []).length).toBe(32);
+    expect(all).not.toContain('message_stop');
+    expect(all).not.toContain('event: error');
+    expect(mock.stats()).toMatchObject({ admitted: 1, faults: { stall: 1, midStreamError: 0 } });
+  });
+
   it('goes through an outage and recovers when the faults are switched off at runtime', async () => {
     const mock = await start();
     const client = sdk(mock);
@@ -164,7 +218,7 @@ describe('mock Anthropic faults', () => {
     mock.setFaults({});
     expect(tally(await sequentially(5, () => client.messages.create(params)))).toEqual({ ok: 5 });
     expect(() => mock.setFaults({ overloaded: 0.7, drop: 0.5 })).toThrow(
-      'faults.overloaded + faults.serverError + faults.drop must be at most 1, got 1.2',
+      'faults.overloaded + faults.serverError + faults.drop + faults.hang must be at most 1, got 1.2',
     );
   });
 });

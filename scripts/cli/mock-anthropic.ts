@@ -36,7 +36,9 @@ export interface MockAnthropicFlags {
   faultOverloaded?: string;
   fault500?: string;
   faultDrop?: string;
+  faultHang?: string;
   faultMidstream?: string;
+  faultStall?: string;
   spendCappedKey?: string[];
   seed?: string;
   roundReadings?: string;
@@ -75,7 +77,15 @@ export function registerMockAnthropicCommand(program: Command): void {
     .option('--fault-overloaded <rate>', 'rate of 529 overloaded_error answers')
     .option('--fault-500 <rate>', 'rate of 500 api_error answers')
     .option('--fault-drop <rate>', 'rate of connections dropped without an answer')
+    .option(
+      '--fault-hang <rate>',
+      'rate of requests read and never answered, the connection left open (no headers)',
+    )
     .option('--fault-midstream <rate>', 'rate of streams that fail midway with an error event')
+    .option(
+      '--fault-stall <rate>',
+      'rate of streams that go silent midway, the connection left open',
+    )
     .option(
       '--spend-capped-key <key>',
       'x-api-key that gets the spend-cap 429 (repeatable)',
@@ -162,7 +172,9 @@ export function resolveMockAnthropicFlags(flags: MockAnthropicFlags): MockAnthro
       overloaded: number('faults.overloaded', flags.faultOverloaded),
       serverError: number('faults.serverError', flags.fault500),
       drop: number('faults.drop', flags.faultDrop),
+      hang: number('faults.hang', flags.faultHang),
       midStreamError: number('faults.midStreamError', flags.faultMidstream),
+      stall: number('faults.stall', flags.faultStall),
     }),
     spendCappedKeys: flags.spendCappedKey,
     seed: number('seed', flags.seed),
@@ -193,7 +205,9 @@ const FLAG_NAMES: Record<string, string> = {
   'faults.overloaded': '--fault-overloaded',
   'faults.serverError': '--fault-500',
   'faults.drop': '--fault-drop',
+  'faults.hang': '--fault-hang',
   'faults.midStreamError': '--fault-midstream',
+  'faults.stall': '--fault-stall',
   spendCappedKeys: '--spend-capped-key',
   seed: '--seed',
   roundReadings: '--round-readings',

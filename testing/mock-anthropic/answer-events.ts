@@ -5,7 +5,8 @@
  */
 
 import { newMessageId } from './api-errors.ts';
-import { sleep } from './latency.ts';
+import type { MidwayFault } from './faults.ts';
+import { sleep, untilAborted } from './latency.ts';
 import { outputPieces, outputText, type PlannedOutput } from './output.ts';
 import type { CacheUse } from './prompt-cache.ts';
 import type { MessagesRequest } from './request-schema.ts';
@@ -67,13 +68,15 @@ export interface StreamProgress {
 
 /**
  * The events of a streamed answer: the opening events at once, the deltas after the latency
- * (base before the first, per-token spread over them), then the closing events. With
- * `failMidway`, an `error` event replaces everything after half the deltas. The text is made a
- * delta at a time. Ends early, quietly, when `signal` aborts; `progress.sent` counts what went.
+ * (base before the first, per-token spread over them), then the closing events. The text is made
+ * a delta at a time. With `midway` 'error', an `error` event replaces everything after half the
+ * deltas; with 'stall', nothing more comes after them until `signal` aborts (the client gave up
+ * or the server closes). Ends early, quietly, when `signal` aborts; `progress.sent` counts what
+ * went.
  */
 export async function* answerEvents(
   answer: Answer,
-  failMidway: boolean,
+  midway: MidwayFault,
   signal: AbortSignal,
   progress: StreamProgress,
 ): AsyncGenerator<AnswerEvent> {
@@ -95,7 +98,7 @@ export async function* answerEvents(
 
   const perDelta = Math.ceil(output.tokens / MAX_DELTAS);
   const deltas = Math.ceil(output.tokens / perDelta);
-  const failAfter = failMidway ? Math.ceil(deltas / 2) : Number.POSITIVE_INFINITY;
+  const failAfter = midway ? Math.ceil(deltas / 2) : Number.POSITIVE_INFINITY;
   const pieces = outputPieces(output);
   // Each delta is due at its moment from the start (latency + per-token time of what it ends
   // with): timers fire late, a millisecond at least, and sleeping a piece at a time would add
@@ -110,6 +113,11 @@ export async function* answerEvents(
     for (let n = 0; n < count; n++) text += pieces.next().value ?? '';
     yield event('content_block_delta', { index: 0, delta: { type: 'text_delta', text } });
     progress.sent += count;
+    if (i + 1 >= failAfter && midway === 'stall') {
+      // Silence, the connection open: only the client (or the server closing) ends it.
+      await untilAborted(signal);
+      return;
+    }
     if (i + 1 >= failAfter) {
       yield {
         event: 'error',

@@ -16,7 +16,7 @@ import { awsKeyOf } from './auth.ts';
 import { chunkMessage, exceptionMessage } from './aws-event-stream.ts';
 import { parseJson, readBody, sendJson, TOO_LARGE_MESSAGE, untilGone } from './http-io.ts';
 import { sleep } from './latency.ts';
-import { type Admitted, runCall } from './message-call.ts';
+import { type Admitted, playUnanswered, runCall } from './message-call.ts';
 import type { RouteContext } from './messages-handler.ts';
 
 const PATH = /^\/model\/([^/]+)\/(invoke|invoke-with-response-stream)$/;
@@ -102,10 +102,8 @@ async function serve(
     body: { ...(body as object), model },
     stream,
   });
-  if (outcome.kind === 'dropped') {
-    state.stats.response('dropped');
-    req.socket.destroy();
-  } else if (outcome.kind === 'refused') {
+  if (playUnanswered(state, req, outcome)) return;
+  if (outcome.kind === 'refused') {
     fail(...bedrockError(outcome.type, outcome.message));
   } else {
     state.stats.response(200);
@@ -162,7 +160,7 @@ async function answer(
     'x-amzn-requestid': requestId,
   });
   const progress: StreamProgress = { sent: 0 };
-  for await (const { event, data } of answerEvents(a, outcome.failMidway, signal, progress)) {
+  for await (const { event, data } of answerEvents(a, outcome.midway, signal, progress)) {
     if (res.destroyed) break;
     if (event === 'error') {
       res.write(

@@ -4,14 +4,15 @@
  * limits, ending in a refusal or an admitted answer for the route to write in its own shape.
  *
  * Order of checks (the first that fails decides): 400 bad field, image or PDF → 404 model not
- * Claude's → 400 `max_tokens` above the model's → 429 spend-capped key → fault draw (529, 500 or
- * dropped socket) → 429 rate limit → admitted. Only an admitted call is charged; it is charged
+ * Claude's → 400 `max_tokens` above the model's → 429 spend-capped key → fault draw (529, 500,
+ * dropped socket or no answer at all) → 429 rate limit → admitted. Only an admitted call is charged; it is charged
  * its uncached input plus what it writes to the cache, never what it reads.
  */
 
-import type { OutgoingHttpHeaders } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Answer } from './answer-events.ts';
 import type { ApiErrorType } from './api-errors.ts';
+import type { MidwayFault } from './faults.ts';
 import { MediaError } from './media-costs.ts';
 import { planOutput } from './output.ts';
 import { fnv1a32 } from './prng.ts';
@@ -55,13 +56,33 @@ export interface Admitted {
   readonly answer: Answer;
   /** The rate-limit readings the Claude API sends with the answer. */
   readonly headers: OutgoingHttpHeaders;
-  /** Whether the stream fails midway (a fault). */
-  readonly failMidway: boolean;
+  /** Whether the stream fails midway with an error event, or goes silent (a fault). */
+  readonly midway: MidwayFault;
   /** Gives back the unused output (`outputAccounting: 'actual'`) once `sent` tokens went out. */
   settle(sent: number): void;
 }
 
-export type CallOutcome = Refused | Admitted | { readonly kind: 'dropped' };
+/** Faulted at the door: the socket closed unanswered (`dropped`), or left open, silent (`hung`). */
+export interface Unanswered {
+  readonly kind: 'dropped' | 'hung';
+}
+
+export type CallOutcome = Refused | Admitted | Unanswered;
+
+/**
+ * Plays an unanswered outcome on the request's connection (closed, or left open without a byte
+ * until the client gives up or the server closes); false for any other outcome.
+ */
+export function playUnanswered(
+  state: MockState,
+  req: IncomingMessage,
+  outcome: CallOutcome,
+): outcome is Unanswered {
+  if (outcome.kind !== 'dropped' && outcome.kind !== 'hung') return false;
+  state.stats.response(outcome.kind);
+  if (outcome.kind === 'dropped') req.socket.destroy();
+  return true;
+}
 
 const refuse = (
   type: ApiErrorType,
@@ -135,6 +156,7 @@ function frontDoor(
   const fault = state.faults.beforeAdmission();
   if (fault) stats.fault(fault);
   if (fault === 'drop') return { kind: 'dropped' };
+  if (fault === 'hang') return { kind: 'hung' };
   if (fault === 'overloaded') return refuse('overloaded_error', 'Overloaded');
   if (fault === 'serverError') return refuse('api_error', 'Internal server error');
   return undefined;
@@ -194,7 +216,7 @@ function admit(
     latencyMs: state.latencyMs,
     perTokenMs: state.latencyPerOutputTokenMs,
   };
-  const failMidway = call.stream && state.faults.midStream();
-  if (failMidway) stats.fault('midStreamError');
-  return { kind: 'admitted', answer, headers, failMidway, settle };
+  const midway = call.stream ? state.faults.midStream() : null;
+  if (midway) stats.fault(midway === 'error' ? 'midStreamError' : 'stall');
+  return { kind: 'admitted', answer, headers, midway, settle };
 }

@@ -19,7 +19,7 @@ import {
   untilGone,
 } from './http-io.ts';
 import { sleep } from './latency.ts';
-import { type Admitted, runCall } from './message-call.ts';
+import { type Admitted, playUnanswered, runCall } from './message-call.ts';
 import type { MockState } from './state.ts';
 
 /** What every route handler gets besides the request and response. */
@@ -60,11 +60,7 @@ export async function handleMessages(
   if (!body) return fail('invalid_request_error', NOT_JSON_MESSAGE);
   const stream = (body.value as { stream?: unknown } | null)?.stream === true;
   const outcome = await runCall(state, { apiKey, raw, body: body.value, stream });
-  if (outcome.kind === 'dropped') {
-    stats.response('dropped');
-    req.socket.destroy();
-    return;
-  }
+  if (playUnanswered(state, req, outcome)) return;
   if (outcome.kind === 'refused') {
     return fail(outcome.type, outcome.message, outcome.headers, outcome.details);
   }
@@ -96,7 +92,7 @@ export async function streamAnswer(
   const progress: StreamProgress = { sent: 0 };
   for await (const { event, data } of answerEvents(
     outcome.answer,
-    outcome.failMidway,
+    outcome.midway,
     signal,
     progress,
   )) {

@@ -5,6 +5,7 @@
 
 import type { z } from 'zod';
 import { ConfigError } from '../../shared/errors.ts';
+import { FAULT_GROUPS } from './faults.ts';
 import { faultRatesSchema, mockAnthropicOptionsSchema } from './options-schema.ts';
 
 /**
@@ -44,11 +45,12 @@ export function toConfigError(
   const optionPath = firstIndex >= 0 ? issue.path.slice(0, firstIndex) : issue.path;
   const path = optionPath.map(String).join('.');
   if (path === 'faults' && issue.code === 'custom') {
-    const name = ['faults.overloaded', 'faults.serverError', 'faults.drop']
-      .map((key) => labels[key]?.name ?? key)
+    const group = FAULT_GROUPS[(issue.params as { group?: number } | undefined)?.group ?? 0]!;
+    const name = group
+      .map((kind) => labels[`faults.${kind}`]?.name ?? `faults.${kind}`)
       .join(' + ');
     const faults = (valueAt(input, ['faults']) ?? {}) as Record<string, unknown>;
-    const sum = ['overloaded', 'serverError', 'drop'].reduce((total, key) => {
+    const sum = group.reduce((total, key) => {
       const rate = faults[key];
       return total + (typeof rate === 'number' ? rate : 0);
     }, 0);

@@ -4,6 +4,7 @@
  */
 
 import { z } from 'zod';
+import { FAULT_GROUPS } from './faults.ts';
 
 const positiveInteger = () =>
   z
@@ -28,7 +29,9 @@ export const faultRatesSchema = z.strictObject({
   overloaded: rate().optional(),
   serverError: rate().optional(),
   drop: rate().optional(),
+  hang: rate().optional(),
   midStreamError: rate().optional(),
+  stall: rate().optional(),
 });
 
 const share = () => z.number({ error: SHARE }).min(0, { error: SHARE }).max(1, { error: SHARE });
@@ -116,13 +119,16 @@ export const mockAnthropicOptionsSchema = z
     }
     const faults = ctx.value.faults;
     if (!faults) return;
-    const front = (faults.overloaded ?? 0) + (faults.serverError ?? 0) + (faults.drop ?? 0);
-    if (front > 1) {
-      ctx.issues.push({
-        code: 'custom',
-        input: faults,
-        path: ['faults'],
-        message: 'rates whose sum (overloaded + serverError + drop) is at most 1',
-      });
-    }
+    // Rates drawn together share one draw: their sum is at most 1.
+    FAULT_GROUPS.forEach((group, index) => {
+      const sum = group.reduce((total, kind) => total + (faults[kind] ?? 0), 0);
+      if (sum > 1)
+        ctx.issues.push({
+          code: 'custom',
+          input: faults,
+          path: ['faults'],
+          params: { group: index },
+          message: `rates whose sum (${group.join(' + ')}) is at most 1`,
+        });
+    });
   });

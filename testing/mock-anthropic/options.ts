@@ -85,7 +85,11 @@ export interface MockAnthropicOptions {
    */
   readonly outputShare?: OutputShare;
   /**
-   * Fault rates in [0, 1] (absent = 0). `overloaded` + `serverError` + `drop` must be at most 1.
+   * Fault rates in [0, 1] (absent = 0): `overloaded` (529), `serverError` (500), `drop` (the
+   * socket closed unanswered), `hang` (read and never answered, the connection left open);
+   * for an admitted stream, `midStreamError` (an `error` event after some deltas) and `stall`
+   * (silence after some deltas, the connection left open). `overloaded` + `serverError` +
+   * `drop` + `hang` must be at most 1, and so must `midStreamError` + `stall`.
    * @default all 0
    */
   readonly faults?: Partial<FaultRates>;
@@ -201,7 +205,9 @@ export function resolveFaults(faults: Partial<FaultRates> | undefined): FaultRat
     overloaded: faults?.overloaded ?? 0,
     serverError: faults?.serverError ?? 0,
     drop: faults?.drop ?? 0,
+    hang: faults?.hang ?? 0,
     midStreamError: faults?.midStreamError ?? 0,
+    stall: faults?.stall ?? 0,
   };
 }
 

@@ -34,7 +34,10 @@ export interface MockStats {
   attempts: number;
   /** Requests that passed the limits (and were charged). */
   admitted: number;
-  /** Responses by HTTP status as a string (`"200"`, `"429"`); dropped connections as `"dropped"`. */
+  /**
+   * Responses by HTTP status as a string (`"200"`, `"429"`); dropped connections as
+   * `"dropped"`, requests left unanswered (the `hang` fault) as `"hung"`.
+   */
   responses: Record<string, number>;
   /** 429s by the limit that refused. */
   rateLimited: Record<Dimension | 'spend_cap', number>;
@@ -49,7 +52,7 @@ export interface MockStats {
   worstWindow: Charge;
   /** `POST /v1/messages/count_tokens` calls received. */
   countTokensCalls: number;
-  /** Injected faults by kind (a mid-stream error also counts as a 200 in `responses`). */
+  /** Injected faults by kind (a mid-stream error or stall also counts as a 200 in `responses`). */
   faults: Record<FaultKind, number>;
   /** First and last admission times, ms epoch. */
   firstAdmissionAt: number | null;
@@ -84,7 +87,7 @@ export interface StatsConfig {
 
 export interface StatsRecorder {
   attempt(): void;
-  response(status: number | 'dropped'): void;
+  response(status: number | 'dropped' | 'hung'): void;
   rateLimited(by: Dimension | 'spend_cap'): void;
   fault(kind: FaultKind): void;
   countTokensCall(): void;
@@ -108,7 +111,9 @@ export function createStatsRecorder(config: StatsConfig): StatsRecorder {
     overloaded: 0,
     serverError: 0,
     drop: 0,
+    hang: 0,
     midStreamError: 0,
+    stall: 0,
   };
   const spent = zeroCharge();
   const cache: CacheStats = { writes: 0, reads: 0, creationInputTokens: 0, readInputTokens: 0 };

@@ -23,7 +23,7 @@ import {
   untilGone,
 } from './http-io.ts';
 import { sleep } from './latency.ts';
-import { runCall } from './message-call.ts';
+import { playUnanswered, runCall } from './message-call.ts';
 import { type RouteContext, streamAnswer } from './messages-handler.ts';
 import { countTokensAnswer } from './request-tokens.ts';
 
@@ -102,11 +102,7 @@ async function serve(
   const request = { ...(body.value as object), model: call.model };
   const stream = call.stream || (body.value as { stream?: unknown }).stream === true;
   const outcome = await runCall(state, { apiKey, raw, body: request, stream });
-  if (outcome.kind === 'dropped') {
-    state.stats.response('dropped');
-    req.socket.destroy();
-    return;
-  }
+  if (playUnanswered(state, req, outcome)) return;
   if (outcome.kind === 'refused') {
     if (outcome.type === 'not_found_error') {
       const name = `projects/${call.project}/locations/${call.location}/publishers/anthropic/models/${call.model}`;
