@@ -57,6 +57,16 @@ export interface DeploymentConfig {
   readonly preference?: number | undefined;
   /** Whether it takes Message Batches. @default true for anthropic, false otherwise */
   readonly batches?: boolean | undefined;
+  /**
+   * Its wait for a call's first byte, for a small request (a large input adds to it), in ms;
+   * `"40s"` in the config. @default the worker's (`--first-byte-timeout`)
+   */
+  readonly firstByteTimeoutMs?: number | undefined;
+  /**
+   * The longest silence between two reads of its answers, in ms; `"30s"` in the config.
+   * @default the worker's (`--idle-timeout`)
+   */
+  readonly idleTimeoutMs?: number | undefined;
 }
 
 export { deploymentScope } from './deployment-scope.ts';

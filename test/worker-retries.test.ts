@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FaultRates } from '../testing/mock-anthropic/index.ts';
+import type { WorkerOptions } from '../worker/worker-options.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
@@ -16,22 +17,56 @@ const fast = {
   limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
 };
 
-const faults: { kind: keyof FaultRates; status: number | undefined; errorClass: string }[] = [
+/** Short bounds on a silent provider: the calls of `hang` and `stall` are aborted at them. */
+const silent = { firstByteTimeoutMs: 200, idleTimeoutMs: 200 };
+
+const faults: {
+  kind: keyof FaultRates;
+  status: number | undefined;
+  errorClass: string;
+  label?: string;
+  options?: Partial<WorkerOptions>;
+  reason?: RegExp;
+}[] = [
   { kind: 'overloaded', status: 529, errorClass: 'OverloadedError' },
   { kind: 'serverError', status: 500, errorClass: 'InternalServerError' },
   { kind: 'drop', status: undefined, errorClass: 'APIConnectionError' },
   { kind: 'midStreamError', status: undefined, errorClass: 'APIError' },
+  {
+    kind: 'hang',
+    label: 'hang (a stream whose first byte never comes)',
+    status: undefined,
+    errorClass: 'ResponseTimeoutError',
+    options: silent,
+    reason: /^no first byte within 2\d\dms/,
+  },
+  {
+    kind: 'hang',
+    label: 'hang (a plain call whose headers never come)',
+    status: undefined,
+    errorClass: 'ResponseTimeoutError',
+    options: { ...silent, stream: 'auto' },
+    reason: /^no first byte within \d/,
+  },
+  {
+    kind: 'stall',
+    label: 'stall (a stream that goes silent midway)',
+    status: undefined,
+    errorClass: 'ResponseTimeoutError',
+    options: silent,
+    reason: /^the answer went silent for 200ms midway/,
+  },
 ];
 
 describe('retryable failures back off and retry', () => {
   for (const f of faults) {
-    it(`${f.kind}: retried with backoff, no attempt spent, completed once the fault clears`, async () => {
+    it(`${f.label ?? f.kind}: retried with backoff, no attempt spent, completed once the fault clears`, async () => {
       pool = await openPool(`retry-${f.kind}`, { faults: { [f.kind]: 1 } });
       const ids = [
         await pool.producer.enqueue(request('First job.'), { attempts: 2 }),
         await pool.producer.enqueue(request('Second job.'), { attempts: 2 }),
       ];
-      await pool.worker(fast);
+      const worker = await pool.worker({ ...fast, ...f.options });
       await until(() => pool!.mock.stats().faults[f.kind] >= 4, 15_000);
       pool.mock.setFaults({});
       await allCompleted(pool, ids, 15_000);
@@ -48,6 +83,7 @@ describe('retryable failures back off and retry', () => {
             errorClass: f.errorClass,
           });
           expect(h.status).toBe(f.status);
+          if (f.reason) expect(h.message).toMatch(f.reason);
         }
         failures += history.length;
         // Transient: more failures than its attempts would allow, none of them spending one.
@@ -55,6 +91,11 @@ describe('retryable failures back off and retry', () => {
       }
       expect(failures).toBe(pool.mock.stats().faults[f.kind]);
       expect(await pool.deadLetters()).toEqual([]);
+      // No call holds its slot past the bound: none is left in flight.
+      await until(
+        async () => worker.inFlight() === 0 && (await worker.limiter.snapshot()).inFlight === 0,
+        5_000,
+      );
     });
   }
 

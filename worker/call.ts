@@ -24,6 +24,7 @@ import { attemptsUsed, type Outcomes } from './outcome.ts';
 import { type DeploymentPool, platformModelOf } from './pool.ts';
 import type { CacheUsage, PromptCaches } from './prompt-caches.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
+import { boundsFor, type ResponseTimeouts } from './response-bounds.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
 
 /** One launch of a job: a job fetched again while its earlier entry still finishes is another. */
@@ -52,6 +53,8 @@ export interface CallParts {
   readonly stream: 'always' | 'auto';
   /** Per-call timeout when the job sets none. */
   readonly timeoutMs: number;
+  /** How long the provider may stay silent (a pool's deployment may set its own). */
+  readonly timeouts: ResponseTimeouts;
   /** Feed the provider's rate-limit headers to the limiter. */
   readonly feedback: boolean;
   /** Publishes stream events of jobs whose caller reads them (the gateway's streams). */
@@ -74,6 +77,8 @@ interface Target {
   readonly breaker: CircuitBreaker;
   readonly readings: string;
   readonly model: string;
+  /** How long it may stay silent. */
+  readonly timeouts: ResponseTimeouts;
   /** The deployment's name, in a pool. */
   readonly deployment?: string | undefined;
 }
@@ -88,10 +93,22 @@ function targetOf(p: CallParts, r: Running): Target {
   const d = p.pool?.of(r.reservation);
   if (!d) {
     const readings = modelScopeAmong(data.scopes) ?? GLOBAL_SCOPE;
-    return { call: p.call, breaker: p.breaker, readings, model: data.request.model };
+    const model = data.request.model;
+    return { call: p.call, breaker: p.breaker, readings, model, timeouts: p.timeouts };
   }
   const model = platformModelOf(d.config, data.request.model) ?? data.request.model;
-  return { call: d.call, breaker: d.breaker, readings: d.scope, model, deployment: d.name };
+  const timeouts = {
+    firstByteMs: d.config.firstByteTimeoutMs ?? p.timeouts.firstByteMs,
+    idleMs: d.config.idleTimeoutMs ?? p.timeouts.idleMs,
+  };
+  return {
+    call: d.call,
+    breaker: d.breaker,
+    readings: d.scope,
+    model,
+    timeouts,
+    deployment: d.name,
+  };
 }
 
 /** Non-streaming calls above this max_tokens are refused by the SDK without a long timeout. */
@@ -138,6 +155,11 @@ export async function runCall(
       onFirstToken,
       stream,
       timeoutMs: data.timeoutMs ?? p.timeoutMs,
+      bounds: boundsFor(target.timeouts, {
+        inputTokens: r.reservation.cost.inputTokens,
+        maxTokens: data.request.max_tokens,
+        stream,
+      }),
       signal: r.abort.signal,
       headers: data.providerHeaders,
       onEvent: relay?.event,

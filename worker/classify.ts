@@ -1,5 +1,6 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { header, retryAfterMs } from '../shared/provider-headers.ts';
+import { ResponseTimeoutError } from './response-bounds.ts';
 
 /**
  * What to do after a failed provider call.
@@ -98,6 +99,16 @@ function codeAmong(err: unknown, codes: ReadonlySet<string>): string | undefined
 /** Classifies an error thrown by `@anthropic-ai/sdk` (or by the call around it). */
 export function classifyProviderError(err: unknown): Classified {
   const errorClass = (err as Error)?.constructor?.name ?? 'Error';
+  if (err instanceof ResponseTimeoutError) {
+    // A silent provider: as a dropped connection, it may have admitted (and charged) the call.
+    return {
+      kind: 'retryable',
+      reason: err.message,
+      errorClass,
+      maybeCharged: true,
+      transient: true,
+    };
+  }
   if (err instanceof Anthropic.APIConnectionTimeoutError) {
     return {
       kind: 'retryable',

@@ -5,6 +5,7 @@ import { MessageStream } from '@anthropic-ai/sdk/lib/MessageStream';
 import type { StoredMessage } from '../shared/job.ts';
 import type { HeaderSource } from '../shared/provider-headers.ts';
 import type { MessagesRequest } from '../shared/request.ts';
+import { type CallBounds, ResponseWatch } from './response-bounds.ts';
 
 /**
  * Builds the SDK client a worker calls the provider with: the SDK's own retries are off (llmq
@@ -47,6 +48,11 @@ export interface ProviderCallOptions {
   readonly stream: boolean;
   readonly timeoutMs: number;
   readonly signal?: AbortSignal | undefined;
+  /**
+   * How long the provider may stay silent: until the first byte, then between two reads. A call
+   * past a bound is aborted with a `ResponseTimeoutError`. Absent: only `timeoutMs` bounds it.
+   */
+  readonly bounds?: CallBounds | undefined;
   /**
    * Called once the response has begun (headers in hand), before the body is read, with how long
    * ago the request was sent (a reading counts no call begun since; absent: since the job began).
@@ -179,16 +185,37 @@ function watchFirstToken(
   });
 }
 
-/** One call of the Messages API through the SDK; errors are the SDK's, for classification. */
+/**
+ * One call of the Messages API through the SDK; errors are the SDK's, for classification, or a
+ * `ResponseTimeoutError` when the provider stayed silent past a bound.
+ */
 export async function callProvider(
   client: MessagesClient,
   request: MessagesRequest,
   options: ProviderCallOptions,
 ): Promise<ProviderCallResult> {
+  const watch = options.bounds && new ResponseWatch(options.bounds, options.signal);
+  try {
+    return await callOnce(client, request, options, watch);
+  } catch (err) {
+    throw watch ? watch.errorOf(err) : err;
+  } finally {
+    watch?.end();
+  }
+}
+
+async function callOnce(
+  client: MessagesClient,
+  request: MessagesRequest,
+  options: ProviderCallOptions,
+  watch: ResponseWatch | undefined,
+): Promise<ProviderCallResult> {
   const started = performance.now();
+  const signal = watch?.signal ?? options.signal;
   const reqOptions = {
     timeout: options.timeoutMs,
-    ...(options.signal ? { signal: options.signal } : {}),
+    ...(signal ? { signal } : {}),
+    ...(watch ? { middleware: [watch.middleware] } : {}),
     ...(options.headers ? { headers: { ...options.headers } } : {}),
   };
   const params = request as unknown as Anthropic.MessageCreateParamsNonStreaming;

@@ -89,6 +89,19 @@ export interface WorkerOptions {
   /** Per-call timeout when the job sets none. @default 600_000 */
   readonly timeoutMs?: number;
   /**
+   * The wait for a call's first byte (a stream's first event, a plain call's headers), for a
+   * small request: a large input adds a second per 4,000 tokens, and a plain call's `max_tokens`
+   * its time to be written. Past it the call is aborted, counts toward its breaker and its job is
+   * retried by time (in a pool, moved at once), spending no attempt. A pool's deployment may set
+   * its own (`firstByteTimeoutMs`). @default 20_000
+   */
+  readonly firstByteTimeoutMs?: number;
+  /**
+   * The longest silence between two reads of an answer that began (a stream sends `ping` events
+   * while it works); past it, as past the first byte's. @default 30_000
+   */
+  readonly idleTimeoutMs?: number;
+  /**
    * Backoff between retries: full jitter under `capMs`; a transient failure's exponent is its
    * number of transient tries. @default { baseMs: 1_000, capMs: 60_000 }
    */

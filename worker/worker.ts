@@ -125,6 +125,8 @@ export class Worker implements WorkerHandle {
     checkCount('concurrency', options.concurrency);
     checkCount('maxInFlight', options.maxInFlight);
     checkCount('idleCheckMs', options.idleCheckMs);
+    checkCount('firstByteTimeoutMs', options.firstByteTimeoutMs);
+    checkCount('idleTimeoutMs', options.idleTimeoutMs);
     const r = options.retryForMs;
     if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS))
       throw new TypeError(
@@ -230,6 +232,7 @@ export class Worker implements WorkerHandle {
       stopped: this.stopper.signal,
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
+      timeouts: { firstByteMs: options.firstByteTimeoutMs, idleMs: options.idleTimeoutMs },
       feedback: options.feedback ?? true,
       events: new StreamEventPublisher(this.metricsRedis, options.names),
     };
