@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { jsonOf } from './config-schemas.ts';
 import type { DeploymentConfig, DeploymentCredentials, DeploymentKind } from './deployments.ts';
+import { durationMs } from './duration.ts';
 import { MODEL_PATTERN } from './models.ts';
 
 const KINDS = ['anthropic', 'bedrock', 'vertex'] as const;
@@ -84,6 +85,22 @@ const modelsSchema = z.record(
   { error: 'must be an object of model pattern to the id the platform calls it' },
 );
 
+/** A deployment's bound on a silent provider, in ms: a duration (`"40s"`) or a number of ms. */
+const msOf = (v: number | string) => (typeof v === 'number' ? v : (durationMs(v) ?? Number.NaN));
+const TIMEOUT = 'must be a duration from 100ms to 1h, such as "40s"';
+const timeoutSchema = z
+  .union([z.number(), z.string()], { error: (iss) => `${TIMEOUT}, got ${show(iss.input)}` })
+  .check((ctx) => {
+    const ms = msOf(ctx.value);
+    if (!(Number.isInteger(ms) && ms >= 100 && ms <= 3_600_000))
+      ctx.issues.push({
+        code: 'custom',
+        input: ctx.value,
+        message: `${TIMEOUT}, got ${show(ctx.value)}`,
+      });
+  })
+  .transform(msOf);
+
 const deploymentSchema = z.strictObject(
   {
     name: z.string().regex(/^[A-Za-z0-9_-]{1,40}$/, {
@@ -134,6 +151,13 @@ const deploymentSchema = z.strictObject(
       .finite({ error: 'must be a finite number (lower goes first)' })
       .optional(),
     batches: z.boolean({ error: 'must be true or false' }).optional(),
+    firstByteTimeoutMs: timeoutSchema.optional(),
+    idleTimeoutMs: timeoutSchema.optional(),
+    slotShare: z
+      .number({ error: 'must be a share of the slots above 0, at most 1, such as 0.5' })
+      .gt(0, { error: 'must be a share of the slots above 0, at most 1, such as 0.5' })
+      .max(1, { error: 'must be a share of the slots above 0, at most 1, such as 0.5' })
+      .optional(),
   },
   { error: 'must be an object with a name and a kind' },
 );

@@ -18,6 +18,7 @@ import { ConfigError } from './errors.ts';
 import { DEFAULT_RETRY_FOR_MS } from './job.ts';
 import type { OutputAccounting } from './limiter/types.ts';
 import { type ModelPrice, pricesSchema } from './prices.ts';
+import { DEFAULT_FIRST_BYTE_MS, DEFAULT_IDLE_MS } from './response-timeouts.ts';
 
 /**
  * Every setting of llmq, resolved once at the edge (CLI, server start) and passed inward as a
@@ -83,6 +84,20 @@ export interface Config {
    * LLMQ_RECOVER_AFTER: a duration such as 10s or 1m)
    */
   readonly recoverAfterMs: number;
+  /**
+   * How long a worker waits for a call's first byte (a stream's first event, a plain call's
+   * headers) for a small request; a large input adds a second per 4,000 tokens. Past it the call
+   * is aborted, counts toward its deployment's breaker and its job is retried by time (in a pool,
+   * moved at once), spending no attempt. A deployment may set its own. @default 20000 (flag
+   * --first-byte-timeout, env LLMQ_FIRST_BYTE_TIMEOUT: a duration such as 20s)
+   */
+  readonly firstByteTimeoutMs: number;
+  /**
+   * The longest silence between two reads of an answer that began (a stream sends `ping` events
+   * while it works); past it, as past the first byte's bound. A deployment may set its own.
+   * @default 30000 (flag --idle-timeout, env LLMQ_IDLE_TIMEOUT: a duration such as 30s)
+   */
+  readonly idleTimeoutMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
   /** Bytes of waiting requests' JSON in the queue; 0 is unbounded. @default 1gb (LLMQ_MAX_DEPTH_BYTES) */
@@ -300,6 +315,20 @@ const SETTINGS: Record<Key, Setting> = {
     schema: durationSchema(2_000, 600_000),
     default: 30_000,
     expect: 'a duration from 2s to 10m, such as 10s or 1m',
+  },
+  firstByteTimeoutMs: {
+    env: 'LLMQ_FIRST_BYTE_TIMEOUT',
+    flag: 'firstByteTimeout',
+    schema: durationSchema(100, 3_600_000),
+    default: DEFAULT_FIRST_BYTE_MS,
+    expect: 'a duration from 100ms to 1h, such as 20s',
+  },
+  idleTimeoutMs: {
+    env: 'LLMQ_IDLE_TIMEOUT',
+    flag: 'idleTimeout',
+    schema: durationSchema(100, 3_600_000),
+    default: DEFAULT_IDLE_MS,
+    expect: 'a duration from 100ms to 1h, such as 30s',
   },
   maxDepth: {
     env: 'LLMQ_MAX_DEPTH',

@@ -67,6 +67,13 @@ export interface DeploymentConfig {
    * @default the worker's (`--idle-timeout`)
    */
   readonly idleTimeoutMs?: number | undefined;
+  /**
+   * The share of the slots its calls may hold while they wait for their first byte: of each
+   * worker's `--concurrency`, and of the fleet's `--max-in-flight` when set. Below 1, a
+   * deployment that accepts calls and never answers cannot take every slot before its breaker
+   * opens. @default 0.5 in a pool of two or more, 1 alone
+   */
+  readonly slotShare?: number | undefined;
 }
 
 export { deploymentScope } from './deployment-scope.ts';

@@ -84,6 +84,27 @@ describe('deployments in the config', () => {
     );
   });
 
+  it("reads a deployment's own bounds on a silent provider and its slot share, and refuses bad ones", () => {
+    const [eu] = fromEnv([
+      { ...EU, firstByteTimeoutMs: '45s', idleTimeoutMs: 12_000, slotShare: 0.25 },
+    ]);
+    expect(eu).toMatchObject({
+      firstByteTimeoutMs: 45_000,
+      idleTimeoutMs: 12_000,
+      slotShare: 0.25,
+    });
+    expect(refusal([{ ...EU, firstByteTimeoutMs: 'soon' }])).toBe(
+      'LLMQ_DEPLOYMENTS[0].firstByteTimeoutMs must be a duration from 100ms to 1h, such as "40s", got "soon"',
+    );
+    expect(refusal([{ ...EU, idleTimeoutMs: '2h' }])).toBe(
+      'LLMQ_DEPLOYMENTS[0].idleTimeoutMs must be a duration from 100ms to 1h, such as "40s", got "2h"',
+    );
+    for (const slotShare of [0, 1.5, 'half'])
+      expect(refusal([{ ...EU, slotShare }])).toBe(
+        'LLMQ_DEPLOYMENTS[0].slotShare must be a share of the slots above 0, at most 1, such as 0.5',
+      );
+  });
+
   it('refuses a secret where its variable name belongs, and never repeats it', () => {
     const secrets = {
       apiKeyEnv: ['sk-ant-api03-abcdefghijklmnop', 'an Anthropic API key', EU],

@@ -18,6 +18,8 @@ describe('resolveConfig', () => {
       maxInFlight: undefined,
       headroom: 0,
       maxDepth: 10_000,
+      firstByteTimeoutMs: 20_000,
+      idleTimeoutMs: 30_000,
     });
     expect(c.tpm).toBeUndefined();
     expect(c.anthropicApiKey).toBeUndefined();
@@ -104,6 +106,21 @@ describe('resolveConfig', () => {
     );
     expect(() => resolveConfig({ flags: { retryFor: '8d' }, env: {} })).toThrow(
       /^--retry-for must be a duration .* got "8d"$/,
+    );
+  });
+
+  it('bounds a silent provider: 20 s to the first byte, 30 s of silence, as durations', () => {
+    const c = resolveConfig({
+      flags: { firstByteTimeout: '45s' },
+      env: { LLMQ_FIRST_BYTE_TIMEOUT: '5s', LLMQ_IDLE_TIMEOUT: '1m' },
+    });
+    expect(c).toMatchObject({ firstByteTimeoutMs: 45_000, idleTimeoutMs: 60_000 });
+    expect(resolveConfig({ env: {}, file: { idleTimeoutMs: '10s' } }).idleTimeoutMs).toBe(10_000);
+    expect(() => resolveConfig({ env: { LLMQ_IDLE_TIMEOUT: '30' } })).toThrow(
+      'LLMQ_IDLE_TIMEOUT must be a duration from 100ms to 1h, such as 30s, got "30"',
+    );
+    expect(() => resolveConfig({ flags: { firstByteTimeout: '2h' }, env: {} })).toThrow(
+      '--first-byte-timeout must be a duration from 100ms to 1h, such as 20s, got "2h"',
     );
   });
 

@@ -1,33 +1,19 @@
 /**
  * Bounds on a provider's silences (docs/deployments.md, "A provider that goes silent"): the wait
- * for a call's first byte, and the silence between two reads once its answer began. The API
- * answers within seconds, longer for a very large input, and a stream sends `ping` events while
- * it works: a silence past these bounds is a provider (or a load balancer) that hangs, and the
- * call is aborted rather than left holding its slot until the per-call timeout.
+ * for a call's first byte, and the silence between two reads once its answer began (settings in
+ * shared/response-timeouts.ts). A silence past them is a provider (or a load balancer) that
+ * hangs: the call is aborted rather than left holding its slot until the per-call timeout.
  */
 import type { Middleware } from '@anthropic-ai/sdk/core/middleware';
 import { formatSpan } from '../shared/duration.ts';
+import {
+  DEFAULT_FIRST_BYTE_MS,
+  DEFAULT_IDLE_MS,
+  PREFILL_TOKENS_PER_S,
+  type ResponseTimeouts,
+} from '../shared/response-timeouts.ts';
 
-/**
- * How long a call may stay silent, for a worker or one deployment of its pool.
- * @inline
- */
-export interface ResponseTimeouts {
-  /**
-   * The wait for a call's first byte, for a small request: a stream's first event, a plain
-   * call's headers (which come with its whole answer, so its `max_tokens` adds to it). A large
-   * input adds a second per {@link PREFILL_TOKENS_PER_S} tokens. @default 20_000
-   */
-  readonly firstByteMs?: number | undefined;
-  /** The longest silence between two reads of an answer that began. @default 30_000 */
-  readonly idleMs?: number | undefined;
-}
-
-export const DEFAULT_FIRST_BYTE_MS = 20_000;
-export const DEFAULT_IDLE_MS = 30_000;
-
-/** Input tokens a second the provider reads at the least before it answers (its prefill). */
-export const PREFILL_TOKENS_PER_S = 4_000;
+export type { ResponseTimeouts };
 
 /**
  * Output tokens a second a plain call's answer is produced at, at the least: the SDK's own

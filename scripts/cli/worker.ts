@@ -85,6 +85,14 @@ export function registerWorkerCommand(program: Command): void {
         'how long transient failures (529, 5xx, timeouts, dropped connections) are retried, from the first; 0 makes them spend attempts (env LLMQ_RETRY_FOR, default 10m)',
       )
       .option(
+        '--first-byte-timeout <duration>',
+        'how long a call waits for its first byte, for a small request (a large input adds a second per 4,000 tokens); past it the call is aborted and its job retried by time, or moved in a pool (env LLMQ_FIRST_BYTE_TIMEOUT, default 20s)',
+      )
+      .option(
+        '--idle-timeout <duration>',
+        'the longest silence between two reads of an answer, as past the first byte (env LLMQ_IDLE_TIMEOUT, default 30s)',
+      )
+      .option(
         '--replace-limits',
         "store this worker's limits as the fleet's even when they differ from the stored ones (`llmq limits show`)",
       )
@@ -134,6 +142,8 @@ export function registerWorkerCommand(program: Command): void {
       },
       concurrency: config.concurrency,
       retryForMs: config.retryForMs,
+      firstByteTimeoutMs: config.firstByteTimeoutMs,
+      idleTimeoutMs: config.idleTimeoutMs,
       lockDurationMs: config.recoverAfterMs,
       stalledIntervalMs: Math.round(config.recoverAfterMs / 2),
       budgets: budgetSettingsOf(config),
