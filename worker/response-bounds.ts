@@ -130,8 +130,10 @@ export class ResponseWatch {
   /** A bound's timer fired: the call is aborted, unless it was heard from since it was armed. */
   private check(phase: SilencePhase, ms: number): void {
     const silentMs = this.lastHeard === undefined ? ms : performance.now() - this.lastHeard;
-    if (phase === 'idle' && silentMs < this.bounds.idleMs)
-      return this.arm(this.bounds.idleMs - silentMs, 'idle');
+    if (phase === 'idle' && silentMs < this.bounds.idleMs) {
+      this.arm(this.bounds.idleMs - silentMs, 'idle');
+      return;
+    }
     if (phase === 'first_byte' && this.lastHeard !== undefined) return;
     this.passed = new ResponseTimeoutError(phase, phase === 'idle' ? this.bounds.idleMs : ms);
     this.controller.abort(this.passed);
