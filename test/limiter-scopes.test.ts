@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import type { LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Dimension, LimiterSnapshot } from '../shared/limiter/types.ts';
-import { eachTestRedis, settle, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestRedis, settle, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -126,5 +126,52 @@ describe('nested scopes', () => {
     if (d.ok) await lim.release(d.reservation);
     const after = await lim.snapshot();
     expect([used(after, 'global'), used(after, 'tenant:a')]).toEqual([0, 0]);
+  });
+});
+
+describe("a scope's share of the slots (a pool's deployment)", () => {
+  it('admits no more of its calls while as many as its slots wait for their first answer; an answer frees one', async () => {
+    const lim = make({ concurrency: 4, scopeSlots: { 'deployment:a': 2 } });
+    const a = { scopes: ['deployment:a'] };
+    const first = await lim.tryAcquire(cost(10, 10), a);
+    const second = await lim.tryAcquire(cost(10, 10), a);
+    expect([first.ok, second.ok]).toEqual([true, true]);
+    // Two of its calls wait for their first answer: a third is held, naming the scope…
+    expect(await lim.tryAcquire(cost(10, 10), a)).toMatchObject({
+      ok: false,
+      reason: 'concurrency',
+      scope: 'deployment:a',
+    });
+    // …while the fleet's other slots go to calls of another deployment.
+    expect(await lim.tryAcquire(cost(10, 10), { scopes: ['deployment:b'] })).toMatchObject({
+      ok: true,
+    });
+    // One answers (its response began): it no longer waits on the provider, a third may go.
+    if (first.ok) await lim.call(first.reservation).begin();
+    expect(await lim.tryAcquire(cost(10, 10), a)).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(10, 10), a)).toMatchObject({
+      ok: false,
+      reason: 'concurrency',
+    });
+  });
+
+  it('counts the calls admitted with the head in one acquire', async () => {
+    const lim = make({ scopeSlots: { 'deployment:a': 2 } });
+    const scopes = ['deployment:a'];
+    const got = await acquireMany(
+      lim,
+      { ...cost(10, 10), scopes },
+      {
+        scopes,
+        more: [1, 2, 3].map(() => ({ ...cost(10, 10), scopes })),
+      },
+    );
+    expect(got).toHaveLength(2);
+  });
+
+  it('refuses a share that is not a whole number of slots', () => {
+    expect(() => make({ scopeSlots: { 'deployment:a': 1.5 } })).toThrow(
+      'scopeSlots["deployment:a"] must be a whole number from 0 up, got 1.5',
+    );
   });
 });

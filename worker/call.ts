@@ -21,7 +21,7 @@ import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
 import { costMicrosOf } from './money.ts';
 import { attemptsUsed, type Outcomes } from './outcome.ts';
-import { type DeploymentPool, platformModelOf } from './pool.ts';
+import { type Deployment, type DeploymentPool, platformModelOf } from './pool.ts';
 import type { CacheUsage, PromptCaches } from './prompt-caches.ts';
 import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { boundsFor, type ResponseTimeouts } from './response-bounds.ts';
@@ -36,6 +36,8 @@ export interface Running {
   readonly done: Promise<void>;
   /** The call has ended and the job only waits to be stored: its slot is free for the gate. */
   ended?: boolean;
+  /** Its current call's response began (headers in hand): it no longer waits on the provider. */
+  answered?: boolean;
   /** What the gate waited for before it took this job (a move: what the move waited for). */
   waits?: readonly WaitSegment[] | undefined;
 }
@@ -67,6 +69,8 @@ export interface CallParts {
   readonly caches: PromptCaches;
   /** The pool of deployments, when the worker has one: each call goes to its reservation's. */
   readonly pool?: DeploymentPool | undefined;
+  /** How many more calls may start on a deployment before it holds its share of the slots. */
+  readonly shareRoom?: ((d: Deployment) => number) | undefined;
   /** The worker stops. */
   readonly stopped: AbortSignal;
 }
@@ -130,6 +134,7 @@ export async function runCall(
   const startedAt = Date.now();
   const t0 = performance.now();
   const target = targetOf(p, r);
+  r.answered = false;
   const call = p.limiter.call(r.reservation, target.readings);
   const stream =
     p.stream === 'always' ||
@@ -164,6 +169,7 @@ export async function runCall(
       headers: data.providerHeaders,
       onEvent: relay?.event,
       onStart: async (headers, sentAgoMs) => {
+        r.answered = true;
         relay?.start(header(headers, 'request-id') ?? null);
         // Stamped now that the provider admitted it; the body is read meanwhile.
         begun = call

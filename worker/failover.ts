@@ -14,7 +14,7 @@ import { type HeadJob, headOf } from './bullmq-internals.ts';
 import type { WaitSegment } from './gate-waits.ts';
 import type { LearnedCosts } from './learned-costs.ts';
 import { chargeOf } from './money.ts';
-import type { DeploymentPool } from './pool.ts';
+import type { Deployment, DeploymentPool } from './pool.ts';
 import { attemptInPool } from './pool-admission.ts';
 
 /**
@@ -31,6 +31,8 @@ export interface MoveParts {
   readonly ledger?: BudgetLedger | undefined;
   /** The worker stops: a move waits no more (the job goes back to the queue). */
   readonly stopped: AbortSignal;
+  /** How many more calls may start on a deployment before it holds its share of the slots. */
+  readonly shareRoom?: ((d: Deployment) => number) | undefined;
 }
 
 /** Whether a deployment of the pool not in `tried` may take the job. */
@@ -93,6 +95,7 @@ export async function admitElsewhere(
         charge,
         skip,
         trialInFlight: () => true,
+        shareRoom: p.shareRoom,
       });
       if (a.ok) return { reservation: a.reservations[0]!, waits };
       if ('problem' in a || 'held' in a || a.denial.money) break;

@@ -14,6 +14,7 @@ import { HeadMoves } from './head-moves.ts';
 import type { WorkerLogger } from './logger.ts';
 import type { MarkerWait } from './marker-wait.ts';
 import { chargeOf } from './money.ts';
+import type { Deployment } from './pool.ts';
 import { attemptInPool, type GateAttempt, othersGoElsewhere } from './pool-admission.ts';
 import { DeploymentRooms } from './pool-room.ts';
 import type { PromptCaches } from './prompt-caches.ts';
@@ -28,6 +29,8 @@ export interface GateSlots {
   busy(): number;
   /** Whether the breaker's trial call (of a pool's deployment, by name) is under way here. */
   trialInFlight(deployment?: string): boolean;
+  /** How many more calls may start on a pool's deployment before it holds its share of them. */
+  shareRoom(d: Deployment): number;
   /** Resolves once a slot is free, or the worker stops. */
   waitForSlot(): Promise<void>;
 }
@@ -310,6 +313,7 @@ export class Gate {
         pool,
         rooms: this.rooms,
         trialInFlight: (d) => slots.trialInFlight(d),
+        shareRoom: (d) => slots.shareRoom(d),
       });
     const along = fetchAlong(this.p, t.behind.length + 1);
     const a = await t.line.attempt(along?.along).catch((err: unknown) => {

@@ -23,7 +23,10 @@ export type GateAttempt =
     }
   /** Denied; `inPool`: by the room or pause of every deployment that may take the head. */
   | (Extract<LineAttempt, { ok: false }> & { readonly inPool?: true })
-  /** Every deployment that may take the head has its breaker open (or its trial under way here). */
+  /**
+   * Every deployment that may take the head has its breaker open (or its trial under way here),
+   * or its calls waiting for their first answer hold its share of this process's slots.
+   */
   | { readonly ok: false; readonly held: number }
   /** No deployment may ever take the head (its model is served by none, or its pin is unknown). */
   | { readonly ok: false; readonly problem: string };
@@ -42,7 +45,15 @@ export interface PoolTry {
   readonly rooms?: DeploymentRooms | undefined;
   /** Deployments not to try (a job moved after failing there). */
   readonly skip?: ReadonlySet<string> | undefined;
+  /**
+   * How many more calls this process may start on a deployment before its calls waiting for
+   * their first answer hold its share of the slots (absent: no bound).
+   */
+  readonly shareRoom?: ((d: Deployment) => number) | undefined;
 }
+
+/** How soon a head held back by deployments' shares of the slots looks again (ms). */
+const SHARE_HELD_MS = 100;
 
 /** A charge that names its own scopes names its deployment's too. */
 const into = (c: Charge, d: Deployment): Charge =>
@@ -66,9 +77,14 @@ async function orderFor(t: PoolTry, ds: readonly Deployment[]): Promise<readonly
   return first ? [first, ...order.filter((d) => d !== first)] : order;
 }
 
-/** Whether a denial is the deployment's own (its room or its pause): another may admit. */
+/**
+ * Whether a denial is the deployment's own (its room, its pause, its share of the fleet's slots
+ * held by calls waiting for their first answer): another may admit.
+ */
 const heldByDeployment = (a: Extract<LineAttempt, { ok: false }>, d: Deployment): boolean =>
-  a.denial.reason === 'paused' || (a.denial.reason === 'budget' && a.denial.scope === d.scope);
+  a.denial.reason === 'paused' ||
+  ((a.denial.reason === 'budget' || a.denial.reason === 'concurrency') &&
+    a.denial.scope === d.scope);
 
 /**
  * Admits the head into the first deployment that may take it and has room, in the order of
@@ -91,7 +107,12 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
       held = Math.min(held, b.allowed ? 50 : b.waitMs);
       continue;
     }
-    const behind = b.trial ? [] : samePrefix(pool, head, t.behind);
+    const room = t.shareRoom?.(d) ?? Number.POSITIVE_INFINITY;
+    if (room < 1) {
+      held = Math.min(held, SHARE_HELD_MS);
+      continue;
+    }
+    const behind = b.trial ? [] : samePrefix(pool, head, t.behind).slice(0, room - 1);
     const charges = [head, ...behind].map((h) => into(t.charge(on(h, d)), d));
     line.update({ cost: charges[0]!, scopes: [...head.scopes, d.scope], more: charges.slice(1) });
     const a = await line.attempt().catch((err: unknown) => {

@@ -43,6 +43,8 @@ export interface Deployment {
   readonly breaker: CircuitBreaker;
   /** Whether it takes Message Batches. */
   readonly batches: boolean;
+  /** The share of the slots its calls may hold while they wait for their first answer. */
+  readonly slotShare: number;
 }
 
 /** Which deployments may take a job, best first; or why none may. */
@@ -62,6 +64,12 @@ export interface PoolAsk {
 }
 
 const NAME = /^[A-Za-z0-9_-]{1,40}$/;
+
+/**
+ * A deployment's share of the slots in a pool of two or more, unless it sets its own: one that
+ * accepts calls and never answers holds half of them until its breaker opens, the others the rest.
+ */
+export const DEFAULT_SLOT_SHARE = 0.5;
 
 /** Throws unless the deployments can form a pool: names valid and unique, at least one. */
 function checkEntries(entries: readonly PoolEntry[]): void {
@@ -83,6 +91,13 @@ function checkEntries(entries: readonly PoolEntry[]): void {
 
 /** Whether a deployment takes Message Batches (one rule, shared with the producers). */
 export { takesBatches };
+
+/**
+ * How many of `total` slots (a worker's concurrency, the fleet's cap) a deployment's calls may
+ * hold while they wait for their first answer: its share, one at least.
+ */
+export const slotsOf = (d: Pick<Deployment, 'slotShare'>, total: number): number =>
+  d.slotShare >= 1 ? total : Math.max(1, Math.floor(d.slotShare * total));
 
 /** The id the deployment's platform calls a model; undefined when it does not serve it. */
 export function platformModelOf(config: DeploymentConfig, model: string): string | undefined {
@@ -115,6 +130,7 @@ export class DeploymentPool {
       call: e.call,
       breaker: new CircuitBreaker(redis, names, breaker, e.config.name),
       batches: takesBatches(e.config),
+      slotShare: e.config.slotShare ?? (entries.length > 1 ? DEFAULT_SLOT_SHARE : 1),
     }));
     this.byName = new Map(this.list.map((d) => [d.name, d]));
   }
@@ -124,6 +140,19 @@ export class DeploymentPool {
     return Object.fromEntries(
       this.list.map((d) => [d.scope, d.config.limits ? toDimensionLimits(d.config.limits) : {}]),
     );
+  }
+
+  /**
+   * Each deployment's bound on its calls waiting for their first answer, fleet-wide: its share of
+   * the fleet's `maxInFlight` (none without one, or at a share of 1), as limiter scopes.
+   */
+  scopeSlots(maxInFlight: number): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const d of this.list) {
+      const n = slotsOf(d, maxInFlight);
+      if (n < maxInFlight) out[d.scope] = n;
+    }
+    return out;
   }
 
   /** The deployments that may take a job, best first (a pinned job: its own only). */

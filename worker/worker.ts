@@ -37,7 +37,7 @@ import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
-import { DeploymentPool } from './pool.ts';
+import { type Deployment, DeploymentPool, slotsOf } from './pool.ts';
 import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
@@ -163,6 +163,7 @@ export class Worker implements WorkerHandle {
       ...options.limiter,
       // Each deployment of a pool is a scope with its limits (and its readings, its pause).
       ...(pool ? { scopes: { ...options.limiter.scopes, ...pool.scopeLimits() } } : {}),
+      ...(pool ? { scopeSlots: pool.scopeSlots(options.maxInFlight ?? 0) } : {}),
       concurrency: options.maxInFlight ?? 0,
     });
     this.limiter = limiter;
@@ -230,6 +231,7 @@ export class Worker implements WorkerHandle {
       call: options.provider ?? ((request, o) => callProvider(client as Anthropic, request, o)),
       log: this.log,
       stopped: this.stopper.signal,
+      shareRoom: (d) => this.shareRoom(d),
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       timeouts: { firstByteMs: options.firstByteTimeoutMs, idleMs: options.idleTimeoutMs },
@@ -259,6 +261,7 @@ export class Worker implements WorkerHandle {
         concurrency: this.concurrency,
         busy: () => this.inFlight(),
         trialInFlight: (deployment) => this.trials.has(deployment ?? ''),
+        shareRoom: (d) => this.shareRoom(d),
         waitForSlot: () => this.waitForSlot(),
       },
     });
@@ -300,6 +303,17 @@ export class Worker implements WorkerHandle {
     let n = 0;
     for (const r of this.running) if (!r.ended) n++;
     return n;
+  }
+
+  /**
+   * How many more calls this process may start on a deployment of its pool before its calls
+   * waiting for their first answer hold its share of the slots (pool.ts, `slotsOf`).
+   */
+  private shareRoom(d: Deployment): number {
+    let waiting = 0;
+    for (const r of this.running)
+      if (!r.ended && !r.answered && this.pool?.of(r.reservation) === d) waiting++;
+    return slotsOf(d, this.concurrency) - waiting;
   }
 
   /** Gate rounds until the worker stops; a failed round is logged and retried after a pause. */

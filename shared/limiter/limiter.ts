@@ -123,8 +123,16 @@ export class Limiter {
         };
       case 1:
       case 2:
-      case 4:
-        return { ok: false, reason: DENIAL[Number(code) as 1 | 2 | 4], waitMs: Number(a) };
+      case 4: {
+        // A 4 with a scope: that scope's calls waiting for their first answer hold its slots.
+        const scope = b === undefined || b === null ? {} : { scope: String(b) };
+        return {
+          ok: false,
+          reason: DENIAL[Number(code) as 1 | 2 | 4],
+          waitMs: Number(a),
+          ...scope,
+        };
+      }
       case 3: {
         const scope = String(b);
         return { ok: false, reason: 'budget', waitMs: Number(a), scope, dimension: dimension(c) };

@@ -25,6 +25,12 @@ export interface LimiterOptions {
   readonly scopes?: Readonly<Record<string, DimensionLimits>>;
   /** Calls in flight across every process; 0 for no cap. @default 0 */
   readonly concurrency?: number;
+  /**
+   * Calls of a scope that may wait for their first answer at once, across every process, by
+   * scope name (a pool's deployment: its share of `concurrency`, so that one that never answers
+   * cannot hold every slot). @default {}
+   */
+  readonly scopeSlots?: Readonly<Record<string, number>>;
   /** Share of each limit kept free (for clients llmq cannot see: see docs/limiter.md). @default 0 */
   readonly headroom?: number;
   /** How long a slot and an open reservation live without renewal. @default 30_000 */
@@ -65,11 +71,12 @@ export function checkScopeName(name: string): void {
 
 /** {@link LimiterOptions} with every default filled in and checked. */
 export type LimiterSettings = Required<
-  Omit<LimiterOptions, 'clock' | 'subscriber' | 'limits' | 'scopes'>
+  Omit<LimiterOptions, 'clock' | 'subscriber' | 'limits' | 'scopes' | 'scopeSlots'>
 > &
   Pick<LimiterOptions, 'clock' | 'subscriber'> & {
     readonly limits: DimensionLimits;
     readonly scopes: Readonly<Record<string, DimensionLimits>>;
+    readonly scopeSlots: Readonly<Record<string, number>>;
     /** Whether the window was given; when not, snapshots use the window workers published. */
     readonly windowGiven: boolean;
   };
@@ -78,7 +85,14 @@ export type LimiterSettings = Required<
 export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings {
   const given = Object.entries(options).filter(([, v]) => v !== undefined);
   const s = {
-    ...{ windowMs: 60_000, leaseMs: 30_000, limits: {}, scopes: {}, concurrency: 0 },
+    ...{
+      windowMs: 60_000,
+      leaseMs: 30_000,
+      limits: {},
+      scopes: {},
+      concurrency: 0,
+      scopeSlots: {},
+    },
     ...{ headroom: 0, outputAccounting: 'reserve', maxPollMs: 1_000, commandTimeoutMs: 5_000 },
     ...Object.fromEntries(given),
     windowGiven: options.windowMs !== undefined,
@@ -91,6 +105,11 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
   const c = wholeError('concurrency', s.concurrency, '');
   if (c) throw c;
   for (const name of Object.keys(s.scopes)) checkScopeName(name);
+  for (const [name, n] of Object.entries(s.scopeSlots)) {
+    checkScopeName(name);
+    const e = wholeError(`scopeSlots[${JSON.stringify(name)}]`, n, '');
+    if (e) throw e;
+  }
   return s;
 }
 
@@ -153,6 +172,12 @@ export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): Scr
     const limits: Record<string, number> = {};
     for (const d of DIMENSIONS) limits[d.lua] = l[d.name] ?? 0;
     const none = keyless && isModelScope(name) && Object.values(limits).every((x) => x === 0);
-    return none ? { name, limits, unknown: true as const } : { name, limits };
+    const slots = s.scopeSlots[name];
+    return {
+      name,
+      limits,
+      ...(none ? { unknown: true as const } : {}),
+      ...(slots ? { slots } : {}),
+    };
   });
 }

@@ -27,6 +27,8 @@ export interface ScriptScope {
   readonly name: string;
   readonly limits: Readonly<Record<string, number>>;
   readonly unknown?: true;
+  /** How many of its calls may wait for their first answer at once (absent: no bound). */
+  readonly slots?: number;
 }
 
 /** The scope every call belongs to: the provider key. */

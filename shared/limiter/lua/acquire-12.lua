@@ -17,12 +17,14 @@
   KEYS[12] held     HASH id -> the money it holds
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
-    concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits }, global first),
+    concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits, slots }, global
+    first; slots: how many of its calls may wait for their first answer at once, 0 none),
     extras ({ id, req, inp, out, money, scopes }: admitted with it while each fits, nobody waits),
     channel (SPUBLISH when it is admitted with others in line: the next is first now)
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
-    there yet; {4, waitMs} no slot (or a first call out); {5, scope, dim, cost, limit} never fits;
+    there yet; {4, waitMs} no slot (or a first call out); {4, waitMs, scope} that scope's calls
+    waiting for their first answer hold its slots; {5, scope, dim, cost, limit} never fits;
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line)
 ]]
 --- @include "args"
@@ -45,7 +47,10 @@ local cost = charge(args.cost)
 local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view = KEYS[9],
   statsKey = KEYS[10], money = { spend = KEYS[11], held = KEYS[12] }, now = now,
   windowMs = args.windowMs, headroom = args.headroom, leaseExpiry = now + args.leaseMs,
-  maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {} }
+  maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {},
+  unanswered = {} }
+-- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
+local SHARE_RETRY_MS = 250
 
 local function drop(t) redis.call('ZREM', waitersKey, t); redis.call('ZREM', waitexpKey, t) end
 local function wait_as_head(reply)
@@ -106,16 +111,22 @@ if s then
   return wait_as_head({ 3, wait_for(run, s, d, need, rate, lapse), s.name, d })
 end
 
--- 8. A slot.
+-- 8. A slot; and room in each scope's share of calls waiting for their first answer.
 local busy = redis.call('ZCOUNT', run.slots, '(' .. now, '+inf')
 if run.maxSlots > 0 and busy >= run.maxSlots then
   local first = redis.call('ZRANGEBYSCORE', run.slots, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   run.stats.denied_slots = 1
   return wait_as_head({ 4, math.max(tonumber(first[2] or now) - now, 1) })
 end
+local held = share_full(run, cost)
+if held then
+  run.stats.denied_slots = 1
+  return wait_as_head({ 4, SHARE_RETRY_MS, held.name })
+end
 
 -- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
+count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
 local k = 0
@@ -123,9 +134,10 @@ if redis.call('ZCARD', waitersKey) == 0 then
   for i, x in ipairs(args.extras) do
     local c = charge(x, x.scopes)
     local full = run.maxSlots > 0 and busy + i >= run.maxSlots
-    if full or redis.call('HEXISTS', run.res, x.id) == 1 or short_of(run, c)
+    if full or redis.call('HEXISTS', run.res, x.id) == 1 or short_of(run, c) or share_full(run, c)
       or (c.money and money_short(run.money, c.money)) then break end
     admit(run, x.id, c)
+    count_unanswered(run, c)
     k = i
   end
 elseif args.channel then redis.call('SPUBLISH', args.channel, '1') end

@@ -75,6 +75,39 @@ local function short_of(run, c)
   end
 end
 
+-- Calls in flight in scope `name` whose answer has not begun (open reservations, lease live),
+-- counted once a run; `count_unanswered` adds the ones the run admits.
+local function unanswered_in(run, name)
+  local n = run.unanswered[name]
+  if n then return n end
+  n = 0
+  local ids = redis.call('ZRANGEBYSCORE', run.slots, '(' .. run.now, '+inf')
+  for from = 1, #ids, 500 do
+    local encs = redis.call('HMGET', run.res, unpack(ids, from, math.min(from + 499, #ids)))
+    for _, enc in ipairs(encs) do
+      if enc then
+        local r = decode(enc)
+        if r.flags == '' and in_scope(r, name) then n = n + 1 end
+      end
+    end
+  end
+  run.unanswered[name] = n
+  return n
+end
+
+-- The first scope of c whose unanswered calls hold all the slots it may (`slots`), or nil.
+local function share_full(run, c)
+  for _, s in ipairs(c.limits or run.scopes) do
+    if (s.slots or 0) > 0 and unanswered_in(run, s.name) >= s.slots then return s end
+  end
+end
+
+local function count_unanswered(run, c)
+  for _, s in ipairs(c.limits or run.scopes) do
+    if (s.slots or 0) > 0 then run.unanswered[s.name] = unanswered_in(run, s.name) + 1 end
+  end
+end
+
 -- An open reservation, stamped at its lease's end until the call starts or settles.
 local function admit(run, id, c)
   redis.call('ZADD', run.log, run.leaseExpiry, id)
