@@ -84,6 +84,8 @@ export interface QueueView {
     readonly retries: number;
     readonly deadLettered: number;
     readonly completed: number;
+    /** Calls whose job another worker had taken meanwhile (a worker stalled past its lock). */
+    readonly duplicateCalls: number;
     readonly tokensIn: number;
     readonly tokensOut: number;
     readonly latency: {
@@ -180,6 +182,7 @@ function providerOf(m: (field: string) => number): QueueView['provider'] {
     retries: m('retries'),
     deadLettered: m('dead_lettered'),
     completed: m('completed'),
+    duplicateCalls: m('duplicate_calls'),
     tokensIn: m('tokens_in'),
     tokensOut: m('tokens_out'),
     latency: {

@@ -174,6 +174,11 @@ export class PrometheusExporter {
       'queue',
     ]),
     completed: this.counter('llmq_completed_total', 'Jobs completed by workers.', ['queue']),
+    duplicateCalls: this.counter(
+      'llmq_duplicate_calls_total',
+      'Calls made twice: a worker stalled past its lock found another had taken its job (paid twice).',
+      ['queue'],
+    ),
     breaker: this.gauge(
       'llmq_breaker_state',
       "The circuit breaker's state (1 for the current one).",
@@ -299,6 +304,7 @@ export class PrometheusExporter {
     total(m.retries, { queue }, p.retries);
     total(m.deadLettered, { queue }, p.deadLettered);
     total(m.completed, { queue }, p.completed);
+    total(m.duplicateCalls, { queue }, p.duplicateCalls);
     for (const state of BREAKER_STATES)
       m.breaker.set({ queue, state }, v.breaker.state === state ? 1 : 0);
     m.breakerFailures.set({ queue }, v.breaker.failures);

@@ -36,6 +36,8 @@ export type MetricField =
   | 'backfilled'
   | 'dead_lettered'
   | 'completed'
+  /** Calls made twice: a worker resumed past its lock found another had taken its job. */
+  | 'duplicate_calls'
   | 'latency_sum_ms'
   | 'latency_count'
   | 'tokens_in'

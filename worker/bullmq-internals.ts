@@ -1,7 +1,8 @@
 /**
- * What llmq's worker relies on inside BullMQ, in one place: its key layout (read by the peek and
- * front scripts), its delayed score, and the raw job a completion with `fetchNext` returns. They
- * are BullMQ's internals, not its API: {@link assertBullmqVersion} refuses another minor version.
+ * What llmq's worker relies on inside BullMQ, in one place: its key layout (read by the peek,
+ * front and reclaim scripts), its delayed score, the raw job a completion with `fetchNext`
+ * returns, and its completion's own arguments (sent behind a reclaim). They are BullMQ's
+ * internals, not its API: {@link assertBullmqVersion} refuses another minor version.
  */
 import { createRequire } from 'node:module';
 import { type Job, raw2NextJobData, Worker } from 'bullmq';
@@ -11,12 +12,15 @@ import type { JobData, JobResult } from '../shared/job.ts';
 import { readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
+  defineLua,
   type LuaArg,
   type LuaScript,
   loadLuaScripts,
   luaScript,
   packLuaArg,
+  queueLua,
   runLua,
+  runLuaWith,
 } from '../shared/lua-scripts.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
@@ -213,6 +217,48 @@ export class GateWorker extends Worker<JobData, JobResult> {
     return [String(this.keys['']), Date.now(), packLuaArg(opts)];
   }
 
+  /**
+   * Stores a successful job's result after its lock lapsed (lua/reclaim-7.lua, then BullMQ's own
+   * moveToFinished with the arguments its completion sends, in one transaction): when no other
+   * worker took the job, it takes the lock back under `token` and completes it.
+   */
+  async completeLate(
+    job: Job<JobData, JobResult>,
+    result: JobResult,
+    token: string,
+  ): Promise<LateCompletion> {
+    const redis = this.opts.connection as RedisClient;
+    const id = job.id ?? '';
+    const k = this.keys;
+    const reclaimKeys = [this.toKey(id), `${this.toKey(id)}:lock`, k.active, k.wait];
+    const keys = [...reclaimKeys, k.prioritized, k.delayed, k.events].map(String);
+    const backend = this.backend as unknown as { moveToCompletedArgs: CompletedArgs };
+    const args = backend
+      .moveToCompletedArgs(job, JSON.stringify(result), job.opts.removeOnComplete, token)
+      .filter((a) => a !== undefined)
+      .map((a) => (typeof a === 'boolean' ? Number(a) : a));
+    const finishedKeys = args.slice(0, MOVE_TO_FINISHED.numberOfKeys).map(String);
+    const finishedArgs = args.slice(MOVE_TO_FINISHED.numberOfKeys);
+    let finished: unknown;
+    const holder = await runLuaWith(
+      redis,
+      SCRIPTS['reclaim']!,
+      keys,
+      [id, token, this.opts.lockDuration ?? 30_000],
+      {
+        prepare: (conn) => defineLua(conn, MOVE_TO_FINISHED, finishedKeys),
+        queue: (tx) => queueLua(tx, MOVE_TO_FINISHED, finishedKeys, finishedArgs),
+        took: (replies) => {
+          finished = replies instanceof Error ? replies : replies[0];
+        },
+      },
+    );
+    if (finished instanceof Error) throw finished;
+    if (typeof finished === 'number' && finished < 0)
+      return { stored: false, holder: typeof holder === 'string' ? holder : null };
+    return { stored: true };
+  }
+
   /** A job from moveToActive's raw reply, as the worker's own fetch makes it. */
   fromActive(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
     const [data, id] = raw2NextJobData(raw as unknown[]);
@@ -220,12 +266,37 @@ export class GateWorker extends Worker<JobData, JobResult> {
   }
 }
 
+/** BullMQ's own script `name` (`moveToActive-11`), to run in llmq's transactions. */
+function bullmqScript(file: string, name: string): LuaScript {
+  const s = createRequire(import.meta.url)(`bullmq/dist/cjs/scripts/${file}.js`)[name] as {
+    content: string;
+    keys: number;
+  };
+  return luaScript('bullmq', name, s.keys, s.content);
+}
+
 /** BullMQ's own moveToActive script, run by llmq inside the gate's transaction. */
-export const MOVE_TO_ACTIVE: LuaScript = (() => {
-  const s = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/moveToActive-11.js')
-    .moveToActive as { content: string; keys: number };
-  return luaScript('bullmq', 'moveToActive', s.keys, s.content);
-})();
+export const MOVE_TO_ACTIVE: LuaScript = bullmqScript('moveToActive-11', 'moveToActive');
+
+/** BullMQ's own moveToFinished script, sent behind a reclaim (`completeLate`). */
+const MOVE_TO_FINISHED: LuaScript = bullmqScript('moveToFinished-14', 'moveToFinished');
+
+/** BullMQ's builder of its completion's arguments (its 14 keys, then its ARGV). */
+type CompletedArgs = (
+  job: Job<JobData, JobResult>,
+  returnvalue: string,
+  removeOnComplete: unknown,
+  token: string,
+  fetchNext?: boolean,
+) => (string | number | boolean | Buffer | undefined)[];
+
+/**
+ * What a late completion found: the result stored, or not (another worker holds the job's lock:
+ * `holder`, its token; or the job is finished or gone: null).
+ */
+export type LateCompletion =
+  | { readonly stored: true }
+  | { readonly stored: false; readonly holder: string | null };
 
 /** The cap around the gate's fetches (see lua/cap-3.lua). */
 export const CAP = SCRIPTS['cap']!;

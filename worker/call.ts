@@ -13,9 +13,9 @@ import { classifyProviderError } from './classify.ts';
 import { requestOf } from './combine.ts';
 import { admitElsewhere, mayMove } from './failover.ts';
 import type { WaitSegment } from './gate-waits.ts';
-import type { Handoff } from './handoff.ts';
+import { type Handoff, lockLost } from './handoff.ts';
 import type { JobHistory } from './job-history.ts';
-import { reportFailure, reportSuccess } from './job-report.ts';
+import { logCompleted, reportFailure, reportSuccess } from './job-report.ts';
 import { JobTrace } from './job-trace.ts';
 import type { LearnedCosts } from './learned-costs.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -27,10 +27,14 @@ import type { ProviderCaller, ProviderCallResult } from './provider.ts';
 import { boundsFor, type ResponseTimeouts } from './response-bounds.ts';
 import { relayedError, type StreamEventPublisher } from './stream-events.ts';
 
-/** One launch of a job: a job fetched again while its earlier entry still finishes is another. */
+/**
+ * One launch of a job. A job this worker fetches again while its call still runs (its lock
+ * lapsed: the process was stopped past it) is not launched again: the running one takes the new
+ * lock's token.
+ */
 export interface Running {
   readonly job: Job<JobData, JobResult>;
-  readonly token: string;
+  token: string;
   reservation: Reservation;
   readonly abort: AbortController;
   readonly done: Promise<void>;
@@ -73,6 +77,8 @@ export interface CallParts {
   readonly shareRoom?: ((d: Deployment) => number) | undefined;
   /** The worker stops. */
   readonly stopped: AbortSignal;
+  /** Whether a lock token is one of this worker's. */
+  readonly ownsToken: (token: string) => boolean;
 }
 
 /** Where a call goes: the caller, the breaker, the scope its readings describe, the model id. */
@@ -334,8 +340,9 @@ async function succeededCall(
       tokens_out: usage.output_tokens,
     }),
   ]);
+  let stored: boolean;
   try {
-    await p.handoff.complete(r, result);
+    stored = await storeResult(p, r, result);
   } finally {
     for (const a of await bookkeeping) {
       if (a.status === 'rejected')
@@ -345,4 +352,27 @@ async function succeededCall(
         });
     }
   }
+  if (stored) logCompleted(p, job, r.waits, t.startedAt, result);
+}
+
+/**
+ * Stores a successful call's result; false when another worker took its job while its lock had
+ * lapsed (this call was made twice, and paid twice: counted, logged, and its result dropped).
+ */
+async function storeResult(p: CallParts, r: Running, result: JobResult): Promise<boolean> {
+  try {
+    await p.handoff.complete(r, result);
+    return true;
+  } catch (err) {
+    if (!lockLost(err)) throw err;
+  }
+  const late = await p.handoff.completeLate(r, result, p.ownsToken);
+  if (late.stored) return true;
+  await p.metrics.add({ duplicate_calls: 1 }).catch(() => {});
+  p.log.warn('job called twice: its lock lapsed while the call ran and another worker took it', {
+    job: r.job.id,
+    anotherWorker: late.holder === null ? 'finished it' : 'holds it',
+    deployment: result.deployment ?? null,
+  });
+  return false;
 }

@@ -1,13 +1,28 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Job } from 'bullmq';
 import type { JobData, JobResult } from '../shared/job.ts';
-import type { GateWorker } from './bullmq-internals.ts';
+import type { GateWorker, LateCompletion } from './bullmq-internals.ts';
 
-/** A job whose call has ended; `ended` frees its slot while its result waits to be stored. */
+/**
+ * A job whose call has ended; `ended` frees its slot while its result waits to be stored. Its
+ * `token` is its lock's: a job this worker took again (its lock had lapsed) keeps its one call,
+ * under the new lock.
+ */
 export interface Finishing {
   readonly job: Job<JobData, JobResult>;
-  readonly token: string;
+  token: string;
   ended?: boolean;
 }
+
+/** BullMQ's answers to a completion whose lock lapsed: no lock, another's, not active. */
+const LOCK_LOST: ReadonlySet<unknown> = new Set([-2, -3, -6]);
+
+/** Whether a completion failed because the job's lock had lapsed. */
+export const lockLost = (err: unknown): boolean =>
+  LOCK_LOST.has((err as { code?: unknown } | undefined)?.code);
+
+/** How long, at most, a late completion waits for this worker's own fetch of its job to land. */
+const OWN_FETCH_WAIT_MS = 2_000;
 
 /**
  * A job whose call succeeded, waiting for the gate to reserve budget for the next job so that its
@@ -92,6 +107,26 @@ export class Handoff {
         () => c.done(),
         (err: unknown) => c.done(err),
       );
+    }
+  }
+
+  /**
+   * Stores a result whose lock lapsed while its call ran (the process was stopped or its event
+   * loop stalled): takes the lock back when no other worker took the job, and completes it in
+   * the same transaction. When this worker's own gate fetched it meanwhile (`ownsToken`), the
+   * launch of that fetch hands its token over to `r`; the store is tried again with it.
+   */
+  async completeLate(
+    r: Finishing,
+    result: JobResult,
+    ownsToken: (token: string) => boolean,
+  ): Promise<LateCompletion> {
+    const deadline = performance.now() + OWN_FETCH_WAIT_MS;
+    for (;;) {
+      const late = await this.bull.completeLate(r.job, result, r.token);
+      if (late.stored || late.holder === null || !ownsToken(late.holder)) return late;
+      if (performance.now() > deadline) return late;
+      await sleep(20);
     }
   }
 

@@ -70,8 +70,9 @@ function admittedLine(waitMs: number, waits: readonly WaitSegment[] | undefined)
 }
 
 /**
- * A successful call: the outcome line, the job's log, the histograms and counters; `reserved`:
- * what its reservation held (the estimate), for the usage history.
+ * A successful call: the job's log, the histograms and counters; `reserved`: what its
+ * reservation held (the estimate), for the usage history. Its line is logged once its result is
+ * stored ({@link logCompleted}).
  */
 export function reportSuccess(
   p: ReportParts,
@@ -84,13 +85,6 @@ export function reportSuccess(
 ): Promise<unknown> {
   const u = result.message.usage;
   const f = outcomeFields(job, waits, startedAt, result.latencyMs);
-  p.log.info('job completed', {
-    ...f,
-    inputTokens: u.input_tokens,
-    outputTokens: u.output_tokens,
-    attempts: result.attempts,
-    requestId: result.requestId,
-  });
   const o: JobObservation = {
     jobId: job.id,
     model: job.data.request.model,
@@ -114,6 +108,24 @@ export function reportSuccess(
       `call ok in ${formatMs(result.latencyMs)}: ${u.input_tokens} input, ${u.output_tokens} output tokens (request ${result.requestId ?? 'unknown'})`,
     ),
   ]);
+}
+
+/** The line of a job whose result was stored. */
+export function logCompleted(
+  p: Pick<ReportParts, 'log'>,
+  job: Job<JobData, JobResult>,
+  waits: readonly WaitSegment[] | undefined,
+  startedAt: number,
+  result: JobResult,
+): void {
+  const u = result.message.usage;
+  p.log.info('job completed', {
+    ...outcomeFields(job, waits, startedAt, result.latencyMs),
+    inputTokens: u.input_tokens,
+    outputTokens: u.output_tokens,
+    attempts: result.attempts,
+    requestId: result.requestId,
+  });
 }
 
 /** A failed call: its history lines and histograms; the outcome logs its own line. */

@@ -44,6 +44,14 @@ export function boundsFor(t: ResponseTimeouts, call: CallSize): CallBounds {
   };
 }
 
+/**
+ * A bound's timer that fires this much later than it was due says this process, not the
+ * provider, was silent (stopped, or its event loop stalled): what the provider sent meanwhile
+ * waits in the socket, so the call gets {@link LATE_GRACE_MS} to read it before it is judged.
+ */
+const LATE_MS = 1_000;
+const LATE_GRACE_MS = 200;
+
 /** Which bound a silent call passed. */
 export type SilencePhase = 'first_byte' | 'idle';
 
@@ -75,6 +83,8 @@ export class ResponseWatch {
   readonly signal: AbortSignal;
   private readonly controller = new AbortController();
   private timer: NodeJS.Timeout | undefined;
+  /** When the armed timer is due (performance.now()). */
+  private due = 0;
   /** When the call was last heard from (performance.now()), once its first byte came. */
   private lastHeard: number | undefined;
   private passed: ResponseTimeoutError | undefined;
@@ -123,12 +133,20 @@ export class ResponseWatch {
 
   private arm(ms: number, phase: SilencePhase): void {
     clearTimeout(this.timer);
+    this.due = performance.now() + ms;
     this.timer = setTimeout(() => this.check(phase, ms), ms);
     this.timer.unref();
   }
 
   /** A bound's timer fired: the call is aborted, unless it was heard from since it was armed. */
   private check(phase: SilencePhase, ms: number): void {
+    if (performance.now() - this.due > LATE_MS) {
+      // The process was stalled: read what came meanwhile first (the idle bound re-checks).
+      this.timer = setTimeout(() => this.check(phase, ms), LATE_GRACE_MS);
+      this.due = performance.now() + LATE_GRACE_MS;
+      this.timer.unref();
+      return;
+    }
     const silentMs = this.lastHeard === undefined ? ms : performance.now() - this.lastHeard;
     if (phase === 'idle' && silentMs < this.bounds.idleMs) {
       this.arm(this.bounds.idleMs - silentMs, 'idle');

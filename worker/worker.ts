@@ -232,6 +232,7 @@ export class Worker implements WorkerHandle {
       log: this.log,
       stopped: this.stopper.signal,
       shareRoom: (d) => this.shareRoom(d),
+      ownsToken: (token) => token.startsWith(`${this.id}:`),
       stream: options.stream ?? 'always',
       timeoutMs: options.timeoutMs ?? 600_000,
       timeouts: { firstByteMs: options.firstByteTimeoutMs, idleMs: options.idleTimeoutMs },
@@ -353,6 +354,7 @@ export class Worker implements WorkerHandle {
   ): void {
     const abort = new AbortController();
     const waits = this.waits.take(job.id!);
+    if (this.takenAgain(job, token, reservation, trial)) return;
     const entry = { job, token, reservation, abort, waits } as Running;
     const trialOf = this.pool?.of(reservation)?.name ?? '';
     if (trial) this.trials.add(trialOf);
@@ -369,6 +371,31 @@ export class Worker implements WorkerHandle {
         this.slotFreed?.();
       });
     this.running.add(entry);
+  }
+
+  /**
+   * A job fetched again while its call still runs here: its lock lapsed (the process was stopped
+   * or its event loop stalled past it) and, back in the queue, the gate took it. The call under
+   * way carries on under the new lock; no second call is made, and the new admission goes back.
+   */
+  private takenAgain(
+    job: Job<JobData, JobResult>,
+    token: string,
+    reservation: Reservation,
+    trial: boolean,
+  ): boolean {
+    const earlier = [...this.running].find((r) => r.job.id === job.id);
+    if (!earlier) return false;
+    earlier.token = token;
+    this.limiter.release(reservation).catch(() => {});
+    if (trial) {
+      const breaker = this.pool?.of(reservation)?.breaker ?? this.breaker;
+      breaker.abandonTrial().catch(() => {});
+    }
+    this.log.warn('job taken again while its call ran: its lock had lapsed; the call carries on', {
+      job: job.id,
+    });
+    return true;
   }
 
   private async waitForSlot(): Promise<void> {
