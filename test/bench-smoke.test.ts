@@ -116,7 +116,7 @@ describe('llmq bench', () => {
     expect(printed.join('\n')).toContain('serve peak RSS');
   }, 120_000);
 
-  it('runs the pool scenario: three platforms, one killed and back, every job completed once', async () => {
+  it('runs the pool scenario: three platforms, one killed and back, one silent; every job completed once', async () => {
     const report = await runBench({
       scenarios: ['pool'],
       smoke: true,
@@ -126,18 +126,30 @@ describe('llmq bench', () => {
     });
     const [scenario] = report.scenarios;
     expect(scenario?.name).toBe('pool');
-    expect(scenario!.rows.map((r) => `${r[0]} ${r[1]}`)).toEqual(
-      ['throughput', 'failover'].flatMap((p) =>
+    expect(scenario!.rows.map((r) => `${r[0]} ${r[1]}`)).toEqual([
+      ...['throughput', 'failover'].flatMap((p) =>
         ['claude', 'bedrock', 'vertex', 'pool'].map((d) => `${p} ${d}`),
       ),
-    );
-    const [{ throughput }, { failover }] = scenario!.figures as [
+      'hang steady',
+      'hang silent',
+      'hang alone default',
+    ]);
+    type Ends = { jobs: number; completedOnce: number; dead: number; failed: number };
+    const [{ throughput }, { failover }, { hang }, { hangAlone }] = scenario!.figures as [
       { throughput: { failed: number } },
-      { failover: { jobs: number; completedOnce: number; dead: number; failed: number } },
+      { failover: Ends },
+      { hang: Ends & { silentCalls: number } },
+      { hangAlone: Ends & { silentTries: number; attemptsSpent: number } },
     ];
     expect(throughput.failed).toBe(0);
-    expect(failover.completedOnce).toBe(failover.jobs);
-    expect([failover.dead, failover.failed]).toEqual([0, 0]);
+    for (const phase of [failover, hang, hangAlone]) {
+      expect(phase.completedOnce).toBe(phase.jobs);
+      expect([phase.dead, phase.failed]).toEqual([0, 0]);
+    }
+    // The silent provider was called, and its calls were aborted and retried, no attempt spent.
+    expect(hang.silentCalls).toBeGreaterThan(0);
+    expect(hangAlone.silentTries).toBeGreaterThan(0);
+    expect(hangAlone.attemptsSpent).toBe(0);
     expect(scenario!.targets.map((t) => t.name)).toContain('it rejoins after its trial call');
   }, 180_000);
 

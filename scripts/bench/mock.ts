@@ -1,7 +1,11 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
-import type { MockAnthropicOptions, MockStats } from '../../testing/mock-anthropic/index.ts';
+import type {
+  FaultRates,
+  MockAnthropicOptions,
+  MockStats,
+} from '../../testing/mock-anthropic/index.ts';
 import { benchChildEntry, trackChild } from './processes.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -14,6 +18,8 @@ export interface BenchMock {
   stats(): Promise<MockStats>;
   /** Clears stats and limit state: the next client starts on an empty window. */
   reset(): Promise<void>;
+  /** Replaces its fault rates (absent ones 0): `{ hang: 1 }` makes it silent, `{}` heals it. */
+  setFaults(faults: Partial<FaultRates>): Promise<void>;
   close(): Promise<void>;
   /** Kills its process at once (SIGKILL), as a provider going away: connections drop. */
   kill(): Promise<void>;
@@ -56,8 +62,11 @@ export async function startBenchMock(
     child.kill('SIGKILL');
     throw err;
   });
-  const call = async (method: 'GET' | 'POST', path: string) => {
-    const res = await fetch(`${url}${path}`, { method });
+  const call = async (method: 'GET' | 'POST', path: string, body?: unknown) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
     if (!res.ok) throw new Error(`mock ${method} ${path}: ${res.status} ${await res.text()}`);
     return res;
   };
@@ -68,6 +77,9 @@ export async function startBenchMock(
     stats: async () => (await (await call('GET', '/__stats')).json()) as MockStats,
     reset: async () => {
       await call('POST', '/__reset');
+    },
+    setFaults: async (faults) => {
+      await call('POST', '/__faults', faults);
     },
     close() {
       closed ??= (async () => {

@@ -36,6 +36,8 @@ export interface WorkerProcessConfig {
   readonly limiter?: WorkerOptions['limiter'];
   /** Calls in flight across every worker (`llmq` mode). @default no cap */
   readonly maxInFlight?: number | undefined;
+  /** The wait for a call's first byte (`llmq` mode). @default the worker's (20 s) */
+  readonly firstByteTimeoutMs?: number | undefined;
   /** Feed the provider's headers to the limiter (`llmq` mode). @default true */
   readonly feedback?: boolean;
   /** What the call recorder keeps. @default 'counts' */

@@ -3,13 +3,15 @@
  * AI's), their configs as `llmq worker` reads them, what each job did (from its history), and a
  * watch of a deployment's breaker.
  */
+
+import type { Producer } from '../../../producer/producer.ts';
 import type { DeploymentConfig, DeploymentKind } from '../../../shared/deployments.ts';
 import type { AttemptRecord, JobData, JobResult } from '../../../shared/job.ts';
 import { breakerKey, bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import type { LlmqQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
 import type { MockStats } from '../../../testing/mock-anthropic/index.ts';
-import { MODEL } from '../workload.ts';
+import { type BenchRequest, MODEL, prng, sizedCall } from '../workload.ts';
 
 /** One deployment of the scenario: its name, platform and tokens per window. */
 export interface PoolMember {
@@ -165,3 +167,26 @@ export const rateLimitedOf = (s: MockStats): number => s.responses['429'] ?? 0;
 /** 200s a mock answered, less an earlier snapshot's. */
 export const answeredSince = (s: MockStats, before?: MockStats): number =>
   (s.responses['200'] ?? 0) - (before?.responses['200'] ?? 0);
+
+/** Jobs of 400 to 800 tokens, ids from `from`, drawn from a fixed seed. */
+export function poolCalls(n: number, from: number): BenchRequest[] {
+  const next = prng(from + 11);
+  return Array.from({ length: n }, (_, i) => sizedCall(from + i, Math.round(400 + 400 * next())));
+}
+
+/** Enqueues the requests; resolves once each has completed or failed, with how many failed. */
+export async function runJobs(
+  run: { readonly producer: Producer },
+  requests: readonly BenchRequest[],
+) {
+  const ids = await run.producer.enqueueMany(requests);
+  let failed = 0;
+  const done = Promise.all(
+    ids.map((id) =>
+      run.producer.waitForResult(id, { timeout: 600_000 }).catch(() => {
+        failed++;
+      }),
+    ),
+  ).then(() => failed);
+  return { ids, done };
+}

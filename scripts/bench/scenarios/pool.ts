@@ -11,7 +11,17 @@ import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
 import { roundingFor } from '../shapes.ts';
 import { count, percent, seconds } from '../table.ts';
-import { type BenchRequest, latencyFor, prng, sizedCall, windowMsFor } from '../workload.ts';
+import { latencyFor, windowMsFor } from '../workload.ts';
+import {
+  type AloneHang,
+  aloneHangPhase,
+  boundFor,
+  HANG_LIMIT,
+  hangRows,
+  hangTargets,
+  type PoolHang,
+  poolHangPhase,
+} from './pool-hang.ts';
 import {
   answeredSince,
   type BreakerChange,
@@ -22,7 +32,9 @@ import {
   MEMBERS,
   POOL_ENV,
   type PoolMember,
+  poolCalls,
   rateLimitedOf,
+  runJobs,
   watchBreaker,
 } from './pool-parts.ts';
 
@@ -45,26 +57,6 @@ interface PoolRun {
   readonly producer: Producer;
   readonly mocks: Map<string, BenchMock>;
   readonly windowMs: number;
-}
-
-/** Jobs of 400 to 800 tokens, ids from `from`, drawn from a fixed seed. */
-function poolCalls(n: number, from: number): BenchRequest[] {
-  const next = prng(from + 11);
-  return Array.from({ length: n }, (_, i) => sizedCall(from + i, Math.round(400 + 400 * next())));
-}
-
-/** Enqueues the requests; resolves once each has completed or failed, with how many failed. */
-async function runJobs(run: PoolRun, requests: readonly BenchRequest[]) {
-  const ids = await run.producer.enqueueMany(requests);
-  let failed = 0;
-  const done = Promise.all(
-    ids.map((id) =>
-      run.producer.waitForResult(id, { timeout: 600_000 }).catch(() => {
-        failed++;
-      }),
-    ),
-  ).then(() => failed);
-  return { ids, done };
 }
 
 /** Each member's and the pool's use of their limits, from the jobs' successful calls. */
@@ -324,7 +316,15 @@ export async function poolScenario(ctx: ScenarioContext): Promise<ScenarioResult
     const { a, b } = await withBenchScope(ctx.redisUrl, 'pool', (redis, names) =>
       runPhases(ctx, { redis, names, mocks, windowMs }, optionsOf),
     );
-    return resultOf(a, b, windowMs, optionsOf(MEMBERS[0]!));
+    const hang = {
+      ctx,
+      windowMs,
+      boundMs: boundFor(ctx.quick),
+      options: optionsOf({ name: 'steady', kind: 'anthropic', limit: HANG_LIMIT }),
+    };
+    const silent = await poolHangPhase(hang);
+    const alone = await aloneHangPhase(hang);
+    return resultOf(a, b, { pool: silent, alone }, windowMs, optionsOf(MEMBERS[0]!));
   } finally {
     await Promise.all([...mocks.values()].map((m) => m.close()));
   }
@@ -333,6 +333,7 @@ export async function poolScenario(ctx: ScenarioContext): Promise<ScenarioResult
 function resultOf(
   a: Throughput,
   b: Failover,
+  hang: { pool: PoolHang; alone: AloneHang },
   windowMs: number,
   mock: MockAnthropicOptions,
 ): ScenarioResult {
@@ -342,11 +343,11 @@ function resultOf(
   const down = `${KILLED} killed after ${KILL_AFTER * W} s, back ${DOWN * W} s later`;
   return {
     name: 'pool',
-    title: `three deployments (Claude API, Bedrock, Vertex AI paths) of ${MEMBERS.map((m) => count(m.limit)).join(' / ')} tokens per ${W} s, ${PROCESSES} worker processes × ${CONCURRENCY}; then ${down}`,
+    title: `three deployments (Claude API, Bedrock, Vertex AI paths) of ${MEMBERS.map((m) => count(m.limit)).join(' / ')} tokens per ${W} s, ${PROCESSES} worker processes × ${CONCURRENCY}; then ${down}; then a silent provider (accepts, never answers), one of two equal deployments of ${count(HANG_LIMIT)}, and alone`,
     settings: { mock, members: MEMBERS, processes: PROCESSES, concurrency: CONCURRENCY, windowMs },
     headers: HEADERS,
-    rows: [...a.rows, ...b.rows].map(cells),
-    figures: [{ throughput: a }, { failover: b }],
+    rows: [...[...a.rows, ...b.rows].map(cells), ...hangRows(hang.pool, hang.alone)],
+    figures: [{ throughput: a }, { failover: b }, { hang: hang.pool }, { hangAlone: hang.alone }],
     targets: [
       {
         name: 'throughput ≥ 0.95× the sum of the limits, 0 429s',
@@ -370,11 +371,13 @@ function resultOf(
         met: Number.isFinite(b.rejoinMs) && Number.isFinite(b.closedMs) && b.jobsAfterBack > 0,
         detail: `first call answered ${seconds(b.rejoinMs)} after it was back, breaker closed at ${seconds(b.closedMs)}; ${b.jobsAfterBack} jobs on it after; breaker: ${b.breaker}`,
       },
+      ...hangTargets(hang.pool, hang.alone, windowMs),
     ],
     notes: [
       `jobs of 400 to 800 tokens (input + max_tokens, fixed seed), answers half of max_tokens, reserve accounting; use: tokens admitted per full window over the limit, from the first admission (the pool's row against the sum)`,
       `the Claude API deployment's limits come from the mock's headers; Bedrock's and Vertex AI's are configured (tpm), as those platforms send no rate headers; breakers cool down for one window (the default 10 s, ÷ 10 under --quick)`,
       `failover: ${KILLED}'s mock SIGKILLed and started again on its port; its 429s before the kill from the last stats read before it; the others answered ${count(b.answeredByOthers)} calls`,
+      `hang: the silent mock (fault hang: reads each request, never answers) and a steady one, equal preference, limits from the steady one's headers; the workers' default first-byte bound (20 s, ÷ 10 under --quick) and slot share (half); hang alone: the queue's one mock silent for 2.5 bounds, then healed; use: the steady deployment's full windows`,
     ],
   };
 }
