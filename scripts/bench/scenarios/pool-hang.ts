@@ -19,7 +19,7 @@ import type { RedisClient } from '../../../shared/redis.ts';
 import { DEFAULT_FIRST_BYTE_MS } from '../../../shared/response-timeouts.ts';
 import type { MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
 import { meanWindowSum, utilization } from '../budget.ts';
-import { type BenchMock, startBenchMock } from '../mock.ts';
+import { startBenchMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
 import { withBenchScope } from '../redis-scope.ts';
 import type { ScenarioContext } from '../report.ts';
