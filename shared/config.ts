@@ -85,18 +85,13 @@ export interface Config {
    */
   readonly recoverAfterMs: number;
   /**
-   * How long a worker waits for a call's first byte (a stream's first event, a plain call's
-   * headers) for a small request; a large input adds a second per 4,000 tokens. Past it the call
-   * is aborted, counts toward its deployment's breaker and its job is retried by time (in a pool,
-   * moved at once), spending no attempt. A deployment may set its own. @default 20000 (flag
+   * The wait for a call's first byte, for a small request (a large input adds a second per 4,000
+   * tokens); past it, or past `idleTimeoutMs` of silence midway, the call is aborted and its job
+   * retried by time, or moved in a pool (docs/deployments.md). @default 20000 (flag
    * --first-byte-timeout, env LLMQ_FIRST_BYTE_TIMEOUT: a duration such as 20s)
    */
   readonly firstByteTimeoutMs: number;
-  /**
-   * The longest silence between two reads of an answer that began (a stream sends `ping` events
-   * while it works); past it, as past the first byte's bound. A deployment may set its own.
-   * @default 30000 (flag --idle-timeout, env LLMQ_IDLE_TIMEOUT: a duration such as 30s)
-   */
+  /** The longest silence midway. @default 30000 (flag --idle-timeout, env LLMQ_IDLE_TIMEOUT) */
   readonly idleTimeoutMs: number;
   /** Waiting jobs allowed in the queue; 0 means unbounded. @default 10000 (env LLMQ_MAX_DEPTH) */
   readonly maxDepth: number;
@@ -201,6 +196,12 @@ interface Setting {
   /** The error message of a refused value, when it says more than `expect` (and hides secrets). */
   readonly explain?: (error: z.ZodError, from: string) => string;
 }
+
+/** A bound on a silent provider: a duration from 100 ms to an hour. */
+const silence = (env: string, flag: string, ms: number): Setting => ({
+  ...{ env, flag, schema: durationSchema(100, 3_600_000), default: ms },
+  expect: `a duration from 100ms to 1h, such as ${ms / 1000}s`,
+});
 
 const SETTINGS: Record<Key, Setting> = {
   redisUrl: {
@@ -316,20 +317,8 @@ const SETTINGS: Record<Key, Setting> = {
     default: 30_000,
     expect: 'a duration from 2s to 10m, such as 10s or 1m',
   },
-  firstByteTimeoutMs: {
-    env: 'LLMQ_FIRST_BYTE_TIMEOUT',
-    flag: 'firstByteTimeout',
-    schema: durationSchema(100, 3_600_000),
-    default: DEFAULT_FIRST_BYTE_MS,
-    expect: 'a duration from 100ms to 1h, such as 20s',
-  },
-  idleTimeoutMs: {
-    env: 'LLMQ_IDLE_TIMEOUT',
-    flag: 'idleTimeout',
-    schema: durationSchema(100, 3_600_000),
-    default: DEFAULT_IDLE_MS,
-    expect: 'a duration from 100ms to 1h, such as 30s',
-  },
+  firstByteTimeoutMs: silence('LLMQ_FIRST_BYTE_TIMEOUT', 'firstByteTimeout', DEFAULT_FIRST_BYTE_MS),
+  idleTimeoutMs: silence('LLMQ_IDLE_TIMEOUT', 'idleTimeout', DEFAULT_IDLE_MS),
   maxDepth: {
     env: 'LLMQ_MAX_DEPTH',
     flag: 'maxDepth',

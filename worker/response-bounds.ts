@@ -21,7 +21,10 @@ export type { ResponseTimeouts };
  */
 const PLAIN_OUTPUT_TOKENS_PER_S = 128_000 / 3_600;
 
-/** One call's bounds, in ms. */
+/**
+ * One call's bounds on the provider's silence, in ms: until its first byte, then between reads.
+ * @inline
+ */
 export interface CallBounds {
   readonly firstByteMs: number;
   readonly idleMs: number;

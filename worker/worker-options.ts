@@ -1,6 +1,7 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { BudgetSettings } from '../shared/budgets.ts';
 import type { EstimateLearningOptions } from '../shared/estimate-learning.ts';
+import { MAX_RETRY_FOR_MS } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { RedisClient } from '../shared/redis.ts';
@@ -190,4 +191,28 @@ export interface WorkerHandle {
    * (their jobs go back to wait) and closes. Safe to call twice.
    */
   stop(graceMs?: number): Promise<void>;
+}
+
+/** Throws unless `value` is a whole number from 1 up (or undefined). */
+function checkCount(name: string, value: number | undefined): void {
+  if (value === undefined || (Number.isInteger(value) && value >= 1)) return;
+  throw new TypeError(`Expected \`${name}\` to be a whole number from 1 up, got \`${value}\``);
+}
+
+/** Throws a TypeError naming the first option that is missing or out of range, with its value. */
+export function checkWorkerOptions(options: WorkerOptions): void {
+  if (!options.client && !options.provider && !options.deployments?.length)
+    throw new TypeError(
+      'startWorker needs a provider client (`client`), a `provider` function or `deployments`',
+    );
+  checkCount('concurrency', options.concurrency);
+  checkCount('maxInFlight', options.maxInFlight);
+  checkCount('idleCheckMs', options.idleCheckMs);
+  checkCount('firstByteTimeoutMs', options.firstByteTimeoutMs);
+  checkCount('idleTimeoutMs', options.idleTimeoutMs);
+  const r = options.retryForMs;
+  if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS))
+    throw new TypeError(
+      `Expected \`retryForMs\` to be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days), got \`${r}\``,
+    );
 }

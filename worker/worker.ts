@@ -5,12 +5,7 @@ import type { Job } from 'bullmq';
 import { BudgetLedger } from '../shared/budgets.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
-import {
-  DEFAULT_RETRY_FOR_MS,
-  type JobData,
-  type JobResult,
-  MAX_RETRY_FOR_MS,
-} from '../shared/job.ts';
+import { DEFAULT_RETRY_FOR_MS, type JobData, type JobResult } from '../shared/job.ts';
 import { FleetLayout } from '../shared/layout.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
@@ -41,16 +36,10 @@ import { type Deployment, DeploymentPool, slotsOf } from './pool.ts';
 import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
-import type { WorkerHandle, WorkerOptions } from './worker-options.ts';
+import { checkWorkerOptions, type WorkerHandle, type WorkerOptions } from './worker-options.ts';
 
 export type { WorkerLogger } from './logger.ts';
 export type { WorkerHandle, WorkerOptions } from './worker-options.ts';
-
-/** Throws unless `value` is a whole number from 1 up (or undefined). */
-function checkCount(name: string, value: number | undefined): void {
-  if (value === undefined || (Number.isInteger(value) && value >= 1)) return;
-  throw new TypeError(`Expected \`${name}\` to be a whole number from 1 up, got \`${value}\``);
-}
 
 /** The parts a worker's calls and its gate share. */
 interface WorkerParts {
@@ -118,20 +107,7 @@ export class Worker implements WorkerHandle {
   /** Starts a worker; see {@link WorkerOptions}. */
   static async start(options: WorkerOptions): Promise<Worker> {
     assertBullmqVersion();
-    if (!options.client && !options.provider && !options.deployments?.length)
-      throw new TypeError(
-        'startWorker needs a provider client (`client`), a `provider` function or `deployments`',
-      );
-    checkCount('concurrency', options.concurrency);
-    checkCount('maxInFlight', options.maxInFlight);
-    checkCount('idleCheckMs', options.idleCheckMs);
-    checkCount('firstByteTimeoutMs', options.firstByteTimeoutMs);
-    checkCount('idleTimeoutMs', options.idleTimeoutMs);
-    const r = options.retryForMs;
-    if (r !== undefined && !(Number.isInteger(r) && r >= 0 && r <= MAX_RETRY_FOR_MS))
-      throw new TypeError(
-        `Expected \`retryForMs\` to be a whole number of ms from 0 to ${MAX_RETRY_FOR_MS} (7 days), got \`${r}\``,
-      );
+    checkWorkerOptions(options);
     const worker = new Worker(options);
     try {
       await worker.open(options);
