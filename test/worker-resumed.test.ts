@@ -87,21 +87,25 @@ async function settled(p: Pool): Promise<void> {
   await until(async () => (await limiter.snapshot()).inFlight === 0, 20_000);
 }
 
+/** Every job completed once, each called once at the mock, its completion logged once stored. */
+async function oneCallEach(p: Pool, ids: readonly string[], worker: Proc): Promise<void> {
+  await allCompleted(p, ids, 30_000);
+  await settled(p);
+  expect(p.mock.stats().attempts).toBe(ids.length);
+  const events = await completedEvents(p);
+  for (const id of ids) expect(events.get(id)).toBe(1);
+  const log = worker.stderr();
+  expect(log.match(/job completed/g)).toHaveLength(ids.length);
+  expect(log).not.toMatch(/Missing lock|handling failed|called twice/);
+  expect((await readMetrics(p.redis, p.names))['duplicate_calls'] ?? 0).toBe(0);
+}
+
 describe('a worker resumed past its lock', () => {
   it('takes back the jobs the stalled check put back in wait and stores its results: one call each', async () => {
     const { p, ids, worker } = await stoppedMidCall('resume-wait');
     await backToWait(p, ids);
     resume(worker);
-    await allCompleted(p, ids, 30_000);
-    await settled(p);
-
-    expect(p.mock.stats().attempts).toBe(2);
-    const events = await completedEvents(p);
-    for (const id of ids) expect(events.get(id)).toBe(1);
-    const log = worker.stderr();
-    expect(log.match(/job completed/g)).toHaveLength(2);
-    expect(log).not.toMatch(/Missing lock|handling failed|called twice/);
-    expect((await readMetrics(p.redis, p.names))['duplicate_calls'] ?? 0).toBe(0);
+    await oneCallEach(p, ids, worker);
   }, 90_000);
 
   it('takes back the jobs still active under its lapsed lock and stores its results: one call each', async () => {
@@ -111,15 +115,7 @@ describe('a worker resumed past its lock', () => {
       'active',
     ]);
     resume(worker);
-    await allCompleted(p, ids, 30_000);
-    await settled(p);
-
-    expect(p.mock.stats().attempts).toBe(2);
-    const events = await completedEvents(p);
-    for (const id of ids) expect(events.get(id)).toBe(1);
-    const log = worker.stderr();
-    expect(log.match(/job completed/g)).toHaveLength(2);
-    expect(log).not.toMatch(/Missing lock|handling failed|called twice/);
+    await oneCallEach(p, ids, worker);
   }, 90_000);
 
   it('counts and logs the second call when another worker took the job meanwhile; each completes once', async () => {

@@ -169,6 +169,28 @@ function triesOf(ends: readonly { tries: readonly AttemptRecord[] }[]) {
   };
 }
 
+/** A phase's figures from what became of its `n` jobs. */
+function figuresOf(
+  ph: Phase,
+  n: number,
+  run: Awaited<ReturnType<typeof runPhase>>,
+  rows: readonly HangRow[],
+): HangFigures {
+  const { completedOnce, dead, failed, longestMs, attemptsSpent } = run;
+  const tries = triesOf(run.ends);
+  return {
+    jobs: n,
+    completedOnce,
+    dead,
+    failed,
+    longestMs,
+    boundMs: ph.boundMs,
+    ...tries,
+    attemptsSpent,
+    rows,
+  };
+}
+
 /** A deployment's row: its jobs, their tokens, its 429s and its use of its limit. */
 function rowOf(
   deployment: string,
@@ -213,21 +235,10 @@ export async function poolHangPhase(ph: Phase) {
     );
     const firstAt = Math.min(...run.ends.map((e) => e.admittedAt));
     const openedAt = changes.find((c) => c.state === 'open')?.at;
-    const s = await steady.stats();
-    const figures: HangFigures = {
-      jobs: n,
-      completedOnce: run.completedOnce,
-      dead: run.dead,
-      failed: run.failed,
-      longestMs: run.longestMs,
-      boundMs: ph.boundMs,
-      attemptsSpent: run.attemptsSpent,
-      ...triesOf(run.ends),
-      rows: [
-        rowOf('steady', run.ends, rateLimitedOf(s), ph.windowMs),
-        rowOf('silent', run.ends, 0, ph.windowMs),
-      ],
-    };
+    const figures = figuresOf(ph, n, run, [
+      rowOf('steady', run.ends, rateLimitedOf(await steady.stats()), ph.windowMs),
+      rowOf('silent', run.ends, 0, ph.windowMs),
+    ]);
     // The steady one's window sums while the silent one held its share, until its breaker opened.
     const steadyAdmissions = run.ends
       .filter((e) => e.deployment === 'steady')
@@ -269,17 +280,9 @@ export async function aloneHangPhase(ph: Phase) {
       },
     );
     const lastDone = Math.max(...run.ends.map((e) => e.admittedAt));
-    const figures: HangFigures = {
-      jobs: n,
-      completedOnce: run.completedOnce,
-      dead: run.dead,
-      failed: run.failed,
-      longestMs: run.longestMs,
-      boundMs: ph.boundMs,
-      attemptsSpent: run.attemptsSpent,
-      ...triesOf(run.ends),
-      rows: [rowOf('default', run.ends, rateLimitedOf(await mock.stats()), ph.windowMs)],
-    };
+    const figures = figuresOf(ph, n, run, [
+      rowOf('default', run.ends, rateLimitedOf(await mock.stats()), ph.windowMs),
+    ]);
     return {
       ...figures,
       silentMs,
