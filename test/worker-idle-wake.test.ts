@@ -83,6 +83,8 @@ describe('an idle worker wakes when a job arrives', () => {
     expect((await elsewhere.recordFailure(true)).opened).toBe(true);
     const second = await pool.producer.enqueue(request('Second.'));
     await allCompleted(pool, [second]);
+    // Its line is logged once its result is stored, a moment after.
+    await until(() => waited.has(second));
     // It waited for the cool-down, went as the trial call, and its success closed the breaker.
     expect(waited.get(second)).toBeGreaterThan(0);
     expect(await pool.breakerState()).toBe('closed');
