@@ -1,11 +1,13 @@
 /**
  * The Node 20 promise: every installed package admits the oldest Node the project says it runs on,
  * so a clean `npm ci` on it prints no EBADENGINE warning. Read from node_modules, no network.
+ * (A dependent's install, which the repo's settings do not reach, is test/package.test.ts's.)
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import semver from 'semver';
 import { describe, expect, it } from 'vitest';
+import { NODE_LINES } from './fixtures/node-lines.ts';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 
@@ -44,6 +46,13 @@ describe('the engines of what npm installs', () => {
   it('the oldest Node the project admits is a Node 20', () => {
     const range = readManifest(join(ROOT, 'package.json')).engines as { node: string };
     expect(semver.minVersion(range.node)?.major).toBe(20);
+  });
+
+  it('engines.node admits every Node line the package is tested on, from the oldest it admits', () => {
+    const range = (readManifest(join(ROOT, 'package.json')).engines as { node: string }).node;
+    expect(NODE_LINES[0]).toBe(semver.minVersion(range)?.major);
+    for (const line of NODE_LINES)
+      expect(semver.satisfies(`${line}.99.0`, range), `${line}`).toBe(true);
   });
 
   it("every installed package's engines.node admits that Node", () => {

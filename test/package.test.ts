@@ -1,8 +1,10 @@
 /**
  * The package as a user gets it: `npm pack` (which builds) in a copy of the project, the tarball
- * installed into an empty folder, then used from there with plain Node, tsc and npx.
+ * installed into an empty folder, then used from there with plain Node, tsc and npx. On every
+ * Node line users run (test/fixtures/node-lines.ts), npm installs it with no warning, the
+ * README's examples run as written, and `llmq worker` from the bin completes a job.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
@@ -17,19 +19,25 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+import { Producer } from '../producer/producer.ts';
+import { type MockAnthropicHandle, startMockAnthropic } from '../testing/index.ts';
+import { programsIn } from './fixtures/doc-examples.ts';
+import { envWithNode, NODE_LINES, nodeBinary, npmCli, THIS_LINE } from './fixtures/node-lines.ts';
+import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const TSC = join(ROOT, 'node_modules/.bin/tsc');
 
-function run(cmd: string, args: string[], cwd: string) {
-  const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', env: { ...process.env, REDIS_URL } });
+function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env) {
+  const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', env: { ...env, REDIS_URL } });
   return { code: r.status, out: `${r.stdout}${r.stderr}`.trim() };
 }
 
 let tmp: string;
 let copy: string;
 let app: string;
+/** What npm printed installing the tarball on this process's Node line. */
+let thisLineOutput: string;
 let tarball: string;
 let shipped: string[];
 let redis: Redis;
@@ -63,16 +71,45 @@ beforeAll(() => {
   tarball = join(tmp, packed[0]!.filename);
   shipped = packed[0]!.files.map((f) => f.path);
 
-  app = join(tmp, 'app');
-  mkdirSync(app);
-  writeFileSync(join(app, 'package.json'), '{ "name": "app", "private": true }\n');
-  execFileSync(
-    'npm',
-    ['install', tarball, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'],
-    { cwd: app, stdio: 'pipe' },
-  );
+  const installed = installApp();
+  app = installed.app;
+  thisLineOutput = installed.npmOutput;
   redis = newRedis();
 }, 300_000);
+
+/**
+ * A new project for the tarball, approving the two install scripts npm 11.16+ lists, as the
+ * README says: msgpackr-extract's, and llmq's own `prepare`, which npm lists only for a package
+ * installed from a file (a registry install runs no prepare).
+ */
+function newProject(dir: string): void {
+  mkdirSync(dir);
+  const allowScripts = { 'msgpackr-extract': true, [`file:${tarball}`]: true };
+  writeFileSync(
+    join(dir, 'package.json'),
+    `${JSON.stringify({ name: 'app', private: true, allowScripts }, null, 2)}\n`,
+  );
+}
+
+/** npm, run by that line's node, installing the tarball into `dir`: its output. */
+function npmInstall(line: number, dir: string, extra: string[] = []): string {
+  const node = nodeBinary(line);
+  const r = spawnSync(
+    node,
+    [npmCli(), 'install', tarball, '--prefer-offline', '--no-audit', '--no-fund', ...extra],
+    { cwd: dir, encoding: 'utf8', env: envWithNode(node, process.env) },
+  );
+  const out = `${r.stdout}${r.stderr}`;
+  if (r.status !== 0) throw new Error(`npm install on Node ${line} failed:\n${out}`);
+  return out;
+}
+
+/** The project installed for real (once, by this process's Node): every line runs from it. */
+function installApp(): { app: string; npmOutput: string } {
+  const dir = join(tmp, 'app');
+  newProject(dir);
+  return { app: dir, npmOutput: npmInstall(THIS_LINE, dir) };
+}
 
 afterAll(async () => {
   if (redis) {
@@ -235,4 +272,109 @@ describe('the npm package', () => {
     expect(r.out).toMatch(/^llmq: \S+dist\/scripts\/cli\/main\.js is missing: run npm run build/);
     expect(r.out.split('\n')).toHaveLength(1);
   });
+});
+
+/** A child process's exit, and its output so far. */
+function started(node: string, args: string[], cwd: string, env: NodeJS.ProcessEnv) {
+  const child = spawn(node, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const exit = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
+  return { child, exit, out: () => out };
+}
+
+/**
+ * Each line: npm running on that line's node resolves the whole tree of a fresh project (a dry
+ * run judges every package's engines, as the install does, without unpacking 300 packages
+ * again); the README's examples and the worker then run on that node from the installed tree
+ * (the same tree on every line: pure JavaScript, msgpackr-extract's N-API prebuilds).
+ */
+describe.each(NODE_LINES)('the package on Node %i', (line) => {
+  let node: string;
+  let npmOutput: string;
+  let mock: MockAnthropicHandle;
+  const prefixes: string[] = [];
+
+  beforeAll(async () => {
+    node = nodeBinary(line);
+    if (line === THIS_LINE) npmOutput = thisLineOutput;
+    else {
+      const dir = join(tmp, `dry-run-node${line}`);
+      newProject(dir);
+      npmOutput = npmInstall(line, dir, ['--dry-run']);
+    }
+    mock = await startMockAnthropic({});
+  }, 300_000);
+
+  afterAll(async () => {
+    await mock?.close();
+    for (const p of prefixes) await deleteKeys(redis, p);
+  });
+
+  /** The env of a run on a queue of its own, calling the mock, with this line's node first. */
+  function lineEnv(): NodeJS.ProcessEnv {
+    const names = testNames(`pkg${line}`);
+    prefixes.push(names.prefix);
+    return envWithNode(node, {
+      ...process.env,
+      REDIS_URL,
+      LLMQ_PREFIX: names.prefix,
+      LLMQ_QUEUE: names.queue,
+      ANTHROPIC_API_KEY: 'sk-test',
+      ANTHROPIC_BASE_URL: mock.url,
+    });
+  }
+
+  it('npm installs the packed tarball with no warning (no EBADENGINE)', () => {
+    expect(run(node, ['--version'], app).out).toMatch(new RegExp(`^v${line}\\.`));
+    expect(npmOutput).toMatch(/added \d+ packages|add llmq/);
+    const warnings = npmOutput.split('\n').filter((l) => /^npm (warn|error)|EBADENGINE/i.test(l));
+    expect(warnings).toEqual([]);
+  });
+
+  it("runs the README's JavaScript examples as written, as .mjs files", async () => {
+    const programs = programsIn('README.md').filter((e) => e.language === 'js');
+    expect(programs.length).toBeGreaterThanOrEqual(2);
+    for (const [i, e] of programs.entries()) {
+      const file = `readme-${i}.mjs`;
+      writeFileSync(join(app, file), `${e.code}\n`);
+      const p = started(node, [file], app, lineEnv());
+      const code = await p.exit;
+      expect(code, `${e.where} on Node ${line}:\n${p.out()}`).toBe(0);
+    }
+  }, 120_000);
+
+  it('llmq worker from the bin completes a job, and exits 0 on SIGTERM', async () => {
+    const env = lineEnv();
+    const bin = join(app, 'node_modules/.bin/llmq');
+    const worker = started(node, [bin, 'worker', '--concurrency', '2'], app, env);
+    try {
+      await Promise.race([
+        until(() => /limits \w+: /.test(worker.out()), 60_000, 50),
+        worker.exit.then((code) => {
+          throw new Error(`llmq worker exited (${code}) on Node ${line}: ${worker.out()}`);
+        }),
+      ]);
+      const names = { prefix: env['LLMQ_PREFIX']!, queue: env['LLMQ_QUEUE']! };
+      const producer = new Producer({ redis, names });
+      try {
+        const id = await producer.enqueue({
+          model: 'claude-test-1',
+          max_tokens: 20,
+          messages: [{ role: 'user', content: `Hello from Node ${line}.` }],
+        });
+        const result = await producer.waitForResult(id, { timeout: 30_000 });
+        expect(result.message.stop_reason).toBe('end_turn');
+      } finally {
+        await producer.close();
+      }
+      worker.child.kill('SIGTERM');
+      expect(await worker.exit, worker.out()).toBe(0);
+    } finally {
+      worker.child.kill('SIGKILL');
+    }
+  }, 120_000);
 });
