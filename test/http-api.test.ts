@@ -64,11 +64,19 @@ interface Answer {
 async function call(
   method: string,
   path: string,
-  o: { key?: string | null; body?: unknown; raw?: string; type?: string } = {},
+  o: {
+    key?: string | null;
+    body?: unknown;
+    raw?: string;
+    type?: string;
+    /** How the key is sent. @default 'bearer' */
+    as?: 'bearer' | 'x-api-key';
+  } = {},
 ): Promise<Answer> {
   const headers: Record<string, string> = {};
   const key = o.key === undefined ? ACME_KEY : o.key;
-  if (key !== null) headers['authorization'] = `Bearer ${key}`;
+  if (key !== null && o.as === 'x-api-key') headers['x-api-key'] = key;
+  else if (key !== null) headers['authorization'] = `Bearer ${key}`;
   let body: string | undefined;
   if (o.raw !== undefined || o.body !== undefined) {
     headers['content-type'] = o.type ?? 'application/json';
@@ -124,6 +132,20 @@ describe('HTTP API: auth', () => {
     expect(wrong.status).toBe(401);
     expect((await call('GET', '/v1/jobs/abc', { key: 'nope' })).status).toBe(401);
     expect((await call('GET', '/v1/jobs/abc', { key: null })).status).toBe(401);
+  });
+
+  it('takes the key as x-api-key, as the Anthropic SDK sends it, on every route; a wrong one is 401 naming both headers', async () => {
+    const sent = await call('POST', '/v1/jobs', { body: { request: message() }, as: 'x-api-key' });
+    expect(sent.status).toBe(202);
+    const got = await call('GET', `/v1/jobs/${sent.body.id}`, { as: 'x-api-key' });
+    expect(got.status).toBe(200);
+    expect(got.body.id).toBe(sent.body.id);
+    const wrong = await call('GET', `/v1/jobs/${sent.body.id}`, { key: 'nope', as: 'x-api-key' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.error.message).toMatch(/x-api-key.*Authorization: Bearer/);
+    expect((await call('DELETE', `/v1/jobs/${sent.body.id}`, { as: 'x-api-key' })).status).toBe(
+      200,
+    );
   });
 
   it("hides another tenant's jobs (404) and scopes idempotency keys by tenant", async () => {

@@ -133,7 +133,7 @@ export function toErrorResponse(err: unknown): HandlerResponse {
 const UNAUTHORIZED = errorResponse(
   401,
   'unauthorized',
-  'a valid API key is required: send Authorization: Bearer <key>',
+  'a valid API key is required: send it as x-api-key: <key> or Authorization: Bearer <key>',
   { headers: { 'www-authenticate': 'Bearer' } },
 );
 
@@ -156,9 +156,10 @@ const CONFLICTING = errorResponse(
 );
 
 /**
- * Bearer API keys, with failed attempts counted per address when a throttle is given (shared
- * with the gateway's and every other server's): an address refused by it gets 429
- * `too_many_auth_failures`, whatever key it sends.
+ * API keys, sent as `x-api-key` (as the Anthropic SDK sends them) or `Authorization: Bearer`,
+ * with failed attempts counted per address when a throttle is given (shared with the gateway's
+ * and every other server's): an address refused by it gets 429 `too_many_auth_failures`,
+ * whatever key it sends.
  */
 export function apiKeyAuth(keys: ApiKeyStore, throttle?: RedisAuthThrottle): Authenticate {
   return async ({ headers, address }) => {
@@ -166,7 +167,7 @@ export function apiKeyAuth(keys: ApiKeyStore, throttle?: RedisAuthThrottle): Aut
     if (verdict && !verdict.ok) return throttled(verdict.retryAfterMs);
     const presented = presentedKey(headers);
     if (presented && 'conflict' in presented) return CONFLICTING;
-    const entry = keys.bearerEntry(headers['authorization']);
+    const entry = presented ? keys.entryOf(presented.key) : undefined;
     if (entry === undefined) {
       // A request without credentials is not a guess; a wrong or malformed one is.
       if (headers['authorization'] !== undefined || headers['x-api-key'] !== undefined)

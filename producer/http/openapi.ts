@@ -25,10 +25,11 @@ export const OPENAPI = {
     version: '1',
     description:
       'Enqueue Anthropic Messages requests into an llmq queue and collect their results. Every call but ' +
-      '/openapi.json needs `Authorization: Bearer <key>`; the key decides the tenant. Errors are ' +
+      '/openapi.json needs an API key, as `x-api-key: <key>` or `Authorization: Bearer <key>`; the key decides the tenant. Errors are ' +
       '`{ "error": { "code", "message", "field"? } }` with stable codes.',
   },
-  security: [{ bearer: [] }],
+  // Either scheme: OpenAPI lists alternatives as separate requirement objects.
+  security: [{ bearer: [] }, { apiKey: [] }],
   paths: {
     '/v1/jobs': {
       post: {
@@ -195,6 +196,12 @@ export const OPENAPI = {
   components: {
     securitySchemes: {
       bearer: { type: 'http', scheme: 'bearer', description: 'An API key mapped to a tenant.' },
+      apiKey: {
+        type: 'apiKey',
+        in: 'header',
+        name: 'x-api-key',
+        description: 'The same key, as the Anthropic SDK sends it.',
+      },
     },
     schemas: {
       CreateJob: {
