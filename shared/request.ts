@@ -46,7 +46,8 @@ export function toFieldIssues(error: z.ZodError, input: unknown): FieldIssue[] {
   });
 }
 
-function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+/** The value at a path of a parsed body (undefined where it is missing). */
+export function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
   let v: unknown = input;
   for (const p of path) {
     if (v === null || typeof v !== 'object') return undefined;

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { fleetLimitsOf, writeFleetLimits } from '../shared/fleet-limits.ts';
-import { sdkFor, startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
+import { API_VERSION, sdkFor, startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
 import { sendRaw } from './fixtures/raw-http.ts';
 import {
   openPool,
@@ -178,7 +178,11 @@ describe('the gateway of a fleet with per-model limits', () => {
   it('relays the provider’s ping events in a stream', async () => {
     const res = await fetch(`${api.url}/v1/messages`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-api-key': TENANT_KEYS.acme },
+      headers: {
+        'content-type': 'application/json',
+        'x-api-key': TENANT_KEYS.acme,
+        ...API_VERSION,
+      },
       body: JSON.stringify({ ...request('Stream a few words.', 40), stream: true }),
     });
     expect(res.status).toBe(200);
@@ -220,7 +224,7 @@ describe('a 529 from the gateway', () => {
       { host: '127.0.0.1', port: Number(new URL(api.url).port) },
       'POST',
       '/v1/messages',
-      { 'content-type': 'application/json', 'x-api-key': TENANT_KEYS.acme },
+      { 'content-type': 'application/json', 'x-api-key': TENANT_KEYS.acme, ...API_VERSION },
       JSON.stringify(request('Anyone there?', 20)),
     );
 

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HttpApi } from '../producer/http/server.ts';
 import { API_ERROR_STATUS } from '../shared/api-error-types.ts';
-import { startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
+import { API_VERSION, startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
 import { mutatedJson, sendRaw } from './fixtures/raw-http.ts';
 import { API_KEY, openPool, type Pool } from './fixtures/worker-harness.ts';
 
@@ -124,7 +124,8 @@ const fuzzRequest = fc.record(
     idempotency: fc.oneof(fc.uuid(), fc.string({ unit: 'grapheme-ascii', maxLength: 300 })),
     body,
   },
-  { requiredKeys: ['method', 'path', 'contentType', 'body'] },
+  // Mostly with the version header every SDK sends (without it the API answers 400).
+  { requiredKeys: ['method', 'path', 'contentType', 'version', 'body'] },
 );
 
 const API_TYPES = new Set(Object.keys(API_ERROR_STATUS));
@@ -183,7 +184,7 @@ describe('the Messages gateway under fuzzing', () => {
     const ok = await send(
       'POST',
       '/v1/messages',
-      { 'x-api-key': TENANT_KEYS.acme, 'content-type': 'application/json' },
+      { 'x-api-key': TENANT_KEYS.acme, 'content-type': 'application/json', ...API_VERSION },
       JSON.stringify(valid),
     );
     expect(ok.status).toBe(200);

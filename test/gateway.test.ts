@@ -32,10 +32,11 @@ afterAll(async () => {
   await pool?.cleanup();
 });
 
+/** A POST with the headers every SDK sends (JSON, `anthropic-version`), then `headers`. */
 const post = (path: string, body: string, headers: Record<string, string> = {}, to = api) =>
   fetch(`${to.url}${path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
+    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...headers },
     body,
   });
 
@@ -212,6 +213,63 @@ describe('bad input gets the API error and enqueues nothing', () => {
       const e = err as InstanceType<typeof Anthropic.BadRequestError>;
       expect(e.type).toBe('invalid_request_error');
       expect((e.error as { error: { message: string } }).error.message).toMatch(message);
+    }
+  });
+
+  it("a request without anthropic-version gets the API's 400, on every route", async () => {
+    for (const [method, path] of [
+      ['POST', '/v1/messages'],
+      ['POST', '/v1/messages/count_tokens'],
+      ['GET', '/v1/models'],
+    ] as const) {
+      const res = await nothingQueued(() =>
+        fetch(`${api.url}${path}`, {
+          method,
+          headers: { 'content-type': 'application/json', 'x-api-key': TENANT_KEYS.acme },
+          ...(method === 'POST' ? { body: JSON.stringify(request()) } : {}),
+        }),
+      );
+      expect(res.status, path).toBe(400);
+      expect(await res.json()).toEqual({
+        type: 'error',
+        error: { type: 'invalid_request_error', message: 'anthropic-version: header is required' },
+        request_id: res.headers.get('request-id'),
+      });
+    }
+    // A wrong key is still refused first, as the API does.
+    const unknown = await post('/v1/messages', JSON.stringify(request()), {
+      'x-api-key': 'sk-not-a-tenant',
+      'anthropic-version': '',
+    });
+    expect(unknown.status).toBe(401);
+  });
+
+  it("a body's missing or mistyped fields are said in the API's words", async () => {
+    const { messages: _m, ...noMessages } = request();
+    const { max_tokens: _t, ...noMaxTokens } = request();
+    const cases: [object, string][] = [
+      [noMessages, 'messages: Field required'],
+      [noMaxTokens, 'max_tokens: Field required'],
+      [{ ...request(), max_tokens: 'ten' }, 'max_tokens: Input should be a valid integer'],
+      [{ ...request(), messages: 'Hi' }, 'messages: Input should be a valid list'],
+      [{ ...request(), messages: [] }, 'messages: at least one message is required'],
+      [
+        { ...request(), messages: [{ role: 'system', content: 'Hi' }] },
+        "messages.0.role: Input should be 'user' or 'assistant'",
+      ],
+      [{ ...request(), messages: [{ role: 'user' }] }, 'messages.0.content: Field required'],
+      [{ ...request(), model: 7 }, 'model: Input should be a valid string'],
+      [{ ...request(), temperature: 3 }, 'temperature: Input should be less than or equal to 1'],
+    ];
+    for (const [body, message] of cases) {
+      const res = await nothingQueued(() =>
+        post('/v1/messages', JSON.stringify(body), { 'x-api-key': TENANT_KEYS.acme }),
+      );
+      expect(res.status, message).toBe(400);
+      expect(await res.json()).toMatchObject({
+        type: 'error',
+        error: { type: 'invalid_request_error', message },
+      });
     }
   });
 

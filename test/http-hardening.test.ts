@@ -7,6 +7,7 @@ import { resolveConfig } from '../shared/config.ts';
 import { RequestValidationError } from '../shared/errors.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
+import { API_VERSION } from './fixtures/gateway.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
 
 const ACME = 'sk-harden-acme-0123456789';
@@ -67,7 +68,7 @@ async function post(path: string, body: string, headers: Record<string, string>)
 const job = (body: unknown, key = ACME) =>
   post('/v1/jobs', JSON.stringify(body), { authorization: `Bearer ${key}` });
 const gateway = (body: unknown, headers: Record<string, string> = {}, key = ACME) =>
-  post('/v1/messages', JSON.stringify(body), { 'x-api-key': key, ...headers });
+  post('/v1/messages', JSON.stringify(body), { 'x-api-key': key, ...API_VERSION, ...headers });
 const jobCount = async () =>
   Object.values(await api.producer.queue.getJobCounts()).reduce((a, b) => a + b, 0);
 
@@ -83,7 +84,7 @@ describe('input bounds', () => {
     });
     expect(viaJobs.body.error.message).toMatch(/nested more than 64 levels deep/);
     for (const path of ['/v1/messages', '/v1/messages/count_tokens']) {
-      const res = await post(path, nested(10_000), { 'x-api-key': ACME });
+      const res = await post(path, nested(10_000), { 'x-api-key': ACME, ...API_VERSION });
       expect(res.status, path).toBe(400);
       expect(res.body.error).toMatchObject({ type: 'invalid_request_error' });
       expect(res.body.error.message).toMatch(/^a\.a\.a.*nested more than 64 levels deep/);
@@ -189,9 +190,7 @@ describe('per-tenant limits from the keys file', () => {
       post(
         '/v1/messages/count_tokens',
         JSON.stringify({ model: 'claude-test', messages: message().messages }),
-        {
-          'x-api-key': key,
-        },
+        { 'x-api-key': key, ...API_VERSION },
       );
     expect((await count(ACME)).status).toBe(200);
     expect((await count(ACME)).status).toBe(200);

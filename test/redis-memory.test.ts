@@ -8,7 +8,7 @@ import { startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { type PrivateRedis, startPrivateRedis } from '../shared/private-redis.ts';
 import { connectRedis } from '../shared/redis.ts';
-import { sdkFor, startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
+import { API_VERSION, sdkFor, startGateway, TENANT_KEYS } from './fixtures/gateway.ts';
 import { openPool, type Pool, ROOT } from './fixtures/worker-harness.ts';
 import { llmqFromSource, testNames, until } from './helpers.ts';
 
@@ -94,7 +94,10 @@ describe('Redis out of memory', () => {
       expect(error.code).toBe('redis_out_of_memory');
       expect(error.message).toMatch(/out of memory .*maxmemory.*nothing was written/);
     }
-    const viaGateway = await post('/v1/messages', message('during'), { 'x-api-key': KEY });
+    const viaGateway = await post('/v1/messages', message('during'), {
+      'x-api-key': KEY,
+      ...API_VERSION,
+    });
     expect(viaGateway.status).toBe(503);
     expect(((await viaGateway.json()) as { error: { type: string } }).error.type).toBe(
       'overloaded_error',

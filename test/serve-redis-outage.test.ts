@@ -4,6 +4,7 @@ import { startHttpApi } from '../producer/http/server.ts';
 import type { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { RedisUnavailableError } from '../shared/errors.ts';
+import { API_VERSION } from './fixtures/gateway.ts';
 import { type AofRedis, startAofRedis } from './fixtures/redis-servers.ts';
 import { testNames, until } from './helpers.ts';
 
@@ -63,7 +64,7 @@ describe('llmq serve while its Redis goes down', () => {
     // The drop-in Messages API answers as the provider does when it is overloaded.
     const gateway = await fetch(`${api.url}/v1/messages`, {
       method: 'POST',
-      headers: { 'x-api-key': KEY, 'content-type': 'application/json' },
+      headers: { 'x-api-key': KEY, 'content-type': 'application/json', ...API_VERSION },
       body: JSON.stringify(message('during')),
     });
     expect(gateway.status).toBe(529);

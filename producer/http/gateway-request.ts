@@ -37,6 +37,16 @@ export function header(req: FastifyRequest, name: string): string | undefined {
   return Array.isArray(v) ? v.join(',') : v;
 }
 
+/**
+ * The API's 400 for a request without `anthropic-version` (every request to the API must say
+ * which version it speaks; the SDKs always do); undefined when it has one.
+ */
+export function versionMissing(req: FastifyRequest): ApiErrorAnswer | undefined {
+  const version = header(req, 'anthropic-version');
+  if (version !== undefined && version.trim() !== '') return undefined;
+  return apiError('invalid_request_error', 'anthropic-version: header is required');
+}
+
 /** What a call asks: the request, whether it streams, and how to enqueue it. */
 export interface GatewayCall {
   readonly body: object;

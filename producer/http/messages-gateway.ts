@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ModelNotServedError, RequestValidationError } from '../../shared/errors.ts';
 import { closeAfterAnswer } from '../../shared/http-limits.ts';
 import { breakerKey, type QueueNames } from '../../shared/keys.ts';
 import type { RedisClient } from '../../shared/redis.ts';
@@ -15,10 +16,11 @@ import {
   toApiError,
 } from './anthropic-errors.ts';
 import type { ApiKeyEntry, ApiKeyStore } from './api-keys.ts';
+import { apiValidationError } from './api-validation.ts';
 import type { CountTokensForwarder } from './count-tokens.ts';
 import { INVALID_JSON, JSON_TOO_DEEP } from './fastify-adapter.ts';
 import { gatewayCaller } from './gateway-auth.ts';
-import { header, readCall } from './gateway-request.ts';
+import { header, readCall, versionMissing } from './gateway-request.ts';
 import { listModels, patternsOf, retrieveModel } from './models-route.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
 
@@ -57,6 +59,11 @@ function send(reply: FastifyReply, a: ApiErrorAnswer): FastifyReply {
     .headers(a.headers)
     .type('application/json')
     .send({ ...a.body, request_id: requestIdOf(reply) });
+}
+
+/** A refusal of the request's shape (not of its model, which the fleet may not serve). */
+function isShapeRefusal(err: unknown): boolean {
+  return err instanceof RequestValidationError && !(err instanceof ModelNotServedError);
 }
 
 /** The API's answer to what fastify refuses before a handler runs. */
@@ -217,7 +224,9 @@ class MessagesGateway {
       if (open) return send(reply, open);
       job = await this.o.producer.enqueueJob(call.body, call.options);
     } catch (err) {
-      const a = toApiError(err);
+      // A body the producer refuses is answered in the API's words where llmq knows them.
+      const reworded = isShapeRefusal(err) ? apiValidationError(call.body) : undefined;
+      const a = reworded ?? toApiError(err);
       const message = a.body.error.message.replace(/^idempotencyKey:/, 'idempotency-key:');
       return send(reply, { ...a, body: { ...a.body, error: { ...a.body.error, message } } });
     }
@@ -316,12 +325,14 @@ export function mountMessagesGateway(
     // Every answer carries a request-id, as the API's do (the provider's own where it gave one).
     // A request without a valid key is refused from its headers, before its body is read, and
     // its connection closed.
+    // A request without anthropic-version is refused next, as the API refuses it.
     scope.addHook('onRequest', async (req, reply) => {
       reply.header('request-id', newRequestId());
       const who = await gateway.authenticate(req);
-      if (!('status' in who)) return;
+      const refused = 'status' in who ? who : versionMissing(req);
+      if (!refused) return;
       closeAfterAnswer(req, reply);
-      return send(reply, who);
+      return send(reply, refused);
     });
     scope.setErrorHandler((err: Error, _req, reply) => send(reply, frameworkError(err)));
     scope.post('/v1/messages', (req, reply) => gateway.messages(req, reply));
