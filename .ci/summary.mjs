@@ -5,7 +5,8 @@
 // Counted as failures, each named on a line above the closing one: failed tests; suites that
 // failed on their own (an import, a beforeAll or afterAll that threw: their tests read
 // "skipped"); unhandled errors and crashed test workers (vitest prints them, the JSON report
-// does not have them and says success); a missing report; a non-zero exit with none of these.
+// does not have them and says success); processes the tests left running (test/global-setup.ts
+// names them); a missing report; a non-zero exit with none of these.
 // Exits 1 when anything failed.
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -30,7 +31,9 @@ function fromLog(text) {
   const caught = Number(/Vitest caught (\d+) unhandled errors?/.exec(plain)?.[1] ?? 0);
   // Each crash is also one of the unhandled errors vitest counts.
   const crashed = (plain.match(/Worker exited unexpectedly/g) ?? []).length;
-  return { caught, crashed };
+  // test/global-setup.ts: processes the tests started and left running, named in its error.
+  const leftover = Number(/(\d+) process\(es\) the tests started were still running/.exec(plain)?.[1] ?? 0);
+  return { caught, crashed, leftover };
 }
 
 function summarize(args) {
@@ -60,6 +63,10 @@ function summarize(args) {
   const errors = log ? Math.max(log.caught, log.crashed) : 0;
   if (errors > 0) lines.push(`unhandled errors: ${errors} (see "Unhandled Errors" in the output)`);
   failed += errors;
+  if (log && log.leftover > 0) {
+    lines.push(`leftover processes: ${log.leftover} (started by the tests, still running after them; named in the output)`);
+    failed += 1;
+  }
   if (exit !== 0 && failed === 0) {
     lines.push(`vitest exited ${exit} though nothing above failed: counted as one failure`);
     failed = 1;

@@ -16,10 +16,10 @@ interface Run {
 }
 
 /** Runs vitest on `files` in a folder of their own, as .ci/run does: report, output, status. */
-function vitestRun(files: Record<string, string>): Run {
+function vitestRun(files: Record<string, string>, config = "{ pool: 'forks' }"): Run {
   const root = mkdtempSync(join(dir, 'run-'));
   for (const [name, text] of Object.entries(files)) writeFileSync(join(root, name), text);
-  writeFileSync(join(root, 'vitest.config.mjs'), "export default { test: { pool: 'forks' } };\n");
+  writeFileSync(join(root, 'vitest.config.mjs'), `export default { test: ${config} };\n`);
   const report = join(root, 'report.json');
   const run = spawnSync(
     process.execPath,
@@ -54,6 +54,15 @@ const reportSays = (run: Run) =>
   JSON.parse(readFileSync(run.report, 'utf8')) as { success: boolean };
 
 const OK = "import { it } from 'vitest';\nit('passes', () => {});\n";
+
+/** Whether a process runs (a zombie, dead but not yet reaped, does not). */
+function isRunning(pid: number): boolean {
+  try {
+    return !/^\S+ \(.*\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
 
 describe('the CI closing line', () => {
   it('counts a file whose beforeAll or import failed as a failure, not as skipped tests', () => {
@@ -126,6 +135,31 @@ describe('the CI closing line', () => {
     expect(out.lines.at(-1)).toBe('1 passed, 1 failed');
     expect(out.lines).toContain(
       "crashed test workers: 1 (a test file's process died; its tests did not finish)",
+    );
+  });
+
+  it('fails the run when a test leaves a process running: it is named, and killed', () => {
+    const globalSetup = JSON.stringify(join(ROOT, 'test/global-setup.ts'));
+    const run = vitestRun(
+      {
+        'ok.test.ts': OK,
+        'leak.test.ts':
+          "import { spawn } from 'node:child_process';\nimport { it } from 'vitest';\n" +
+          "it('starts a sleeper and forgets it', () => {\n" +
+          "  spawn('sleep', ['300'], { stdio: 'ignore', detached: true }).unref();\n});\n",
+      },
+      `{ pool: 'forks', globalSetup: [${globalSetup}] }`,
+    );
+    expect(reportSays(run).success).toBe(true);
+    expect(run.exit).toBe(1);
+    const output = readFileSync(run.log, 'utf8');
+    const pid = Number(/pid (\d+): sleep 300/.exec(output)?.[1]);
+    expect(pid).toBeGreaterThan(0);
+    expect(isRunning(pid)).toBe(false);
+    const out = summaryOf(run);
+    expect(out.lines.at(-1)).toBe('2 passed, 1 failed');
+    expect(out.lines).toContain(
+      'leftover processes: 1 (started by the tests, still running after them; named in the output)',
     );
   });
 

@@ -17,7 +17,6 @@ import {
   type Proc,
   request,
   runCli,
-  startCli,
 } from './fixtures/worker-harness.ts';
 import { REDIS_URL, until } from './helpers.ts';
 
@@ -72,7 +71,7 @@ async function cliWorker(
   args: string[],
   ready = /limits \w+: /,
 ): Promise<Proc> {
-  const w = startCli(['worker', ...args], p.cliEnv({ ...SECRETS, ...env }));
+  const w = p.startCli(['worker', ...args], p.cliEnv({ ...SECRETS, ...env }));
   await Promise.race([
     until(() => ready.test(w.stderr()), 60_000, 20),
     w.exited().then((code) => {

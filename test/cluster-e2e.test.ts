@@ -5,7 +5,7 @@ import {
   TOKENS,
   WINDOW_MS,
 } from './fixtures/failover-run.ts';
-import { startCluster, type TestCluster } from './fixtures/redis-servers.ts';
+import { CLUSTER_START_MS, startCluster, type TestCluster } from './fixtures/redis-servers.ts';
 import {
   allCompleted,
   openPool,
@@ -23,7 +23,7 @@ const closers: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
   cluster = await startCluster(3);
-}, 90_000);
+}, CLUSTER_START_MS);
 
 afterEach(async () => {
   await Promise.all(procs.map((p) => p.kill('SIGKILL')));

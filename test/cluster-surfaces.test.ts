@@ -9,7 +9,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import type { QueueStatus } from '../shared/status.ts';
 import type { DeadLetterSummary } from '../worker/dead-letters.ts';
-import { onPort, startCluster, type TestCluster } from './fixtures/redis-servers.ts';
+import {
+  CLUSTER_START_MS,
+  onPort,
+  startCluster,
+  type TestCluster,
+} from './fixtures/redis-servers.ts';
 import {
   allCompleted,
   openPool,
@@ -55,7 +60,7 @@ beforeAll(async () => {
   served = await openPool('cl-surf', {}, {}, on(a));
   dying = await openPool('cl-surf', { faults: { overloaded: 1 } }, {}, on(b));
   idle = await openPool('cl-surf', {}, {}, on(c));
-}, 120_000);
+}, CLUSTER_START_MS);
 
 afterAll(async () => {
   await Promise.all(procs.map((p) => p.kill('SIGKILL')));

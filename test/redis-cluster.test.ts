@@ -15,7 +15,7 @@ import {
   isCluster,
   type RedisClient,
 } from '../shared/redis.ts';
-import { startCluster, type TestCluster } from './fixtures/redis-servers.ts';
+import { CLUSTER_START_MS, startCluster, type TestCluster } from './fixtures/redis-servers.ts';
 import { keep, settle, until } from './helpers.ts';
 
 const PAIR = `
@@ -43,7 +43,7 @@ describe('on a 3-master, 3-replica Redis Cluster', () => {
       masters.add(master);
       spread.push({ names: { prefix, queue }, master });
     }
-  }, 60_000);
+  }, CLUSTER_START_MS);
 
   afterAll(async () => {
     client?.disconnect();

@@ -194,6 +194,12 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
+/**
+ * The longest {@link startCluster} may take: the sum of its steps' bounds, which hold on a loaded
+ * 2-core machine (six servers starting beside a test suite); a test's hook waits this long.
+ */
+export const CLUSTER_START_MS = 240_000;
+
 /** Starts `masters` masters with one replica each and joins them into a cluster. */
 export async function startCluster(masters = 3): Promise<TestCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'llmq-cluster-'));
@@ -224,19 +230,17 @@ export async function startCluster(masters = 3): Promise<TestCluster> {
       );
     }
     // As for one server (see above): on a loaded machine six of them take a while to answer.
-    for (const n of nodes) await until(() => answers(n.port), 30_000, 50);
+    // Each step has its own bound; together they stay within CLUSTER_START_MS.
+    await Promise.all(nodes.map((n) => until(() => answers(n.port), 60_000, 50)));
     const addrs = nodes.map((n) => `127.0.0.1:${n.port}`);
-    await run('redis-cli', [
-      '--cluster',
-      'create',
-      ...addrs,
-      '--cluster-replicas',
-      '1',
-      '--cluster-yes',
-    ]);
-    await until(() => clusterHealthy(nodes, masters * 2), 20_000, 100);
+    await run(
+      'redis-cli',
+      ['--cluster', 'create', ...addrs, '--cluster-replicas', '1', '--cluster-yes'],
+      { timeout: 60_000 },
+    );
+    await until(() => clusterHealthy(nodes, masters * 2), 45_000, 100);
     // A replica that has not synced yet would be promoted empty.
-    await until(async () => (await syncedReplicas(nodes)) === masters, 20_000, 100);
+    await until(async () => (await syncedReplicas(nodes)) === masters, 45_000, 100);
     const live = () => nodes.find((n) => n.alive)!.port;
     const masterOfSlot = (slot: number) =>
       onPort(live(), async (r) => {
