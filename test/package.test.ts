@@ -347,13 +347,14 @@ describe.each(NODE_LINES)('the package on Node %i', (line) => {
     }
   }, 120_000);
 
-  it('llmq worker from the bin completes a job, and exits 0 on SIGTERM', async () => {
+  it('llmq worker from the bin completes a job, answers its probes, and exits 0 on SIGTERM', async () => {
     const env = lineEnv();
     const bin = join(app, 'node_modules/.bin/llmq');
-    const worker = started(node, [bin, 'worker', '--concurrency', '2'], app, env);
+    const args = [bin, 'worker', '--concurrency', '2', '--health-port', '0'];
+    const worker = started(node, args, app, env);
     try {
       await Promise.race([
-        until(() => /limits \w+: /.test(worker.out()), 60_000, 50),
+        until(() => /health probes at /.test(worker.out()), 60_000, 50),
         worker.exit.then((code) => {
           throw new Error(`llmq worker exited (${code}) on Node ${line}: ${worker.out()}`);
         }),
@@ -371,6 +372,12 @@ describe.each(NODE_LINES)('the package on Node %i', (line) => {
       } finally {
         await producer.close();
       }
+      const probes = /health probes at (\S+) /.exec(worker.out())![1]!;
+      for (const path of ['/healthz', '/readyz'])
+        expect((await fetch(`${probes}${path}`)).status, `${path} on Node ${line}`).toBe(200);
+      expect(await (await fetch(`${probes}/metrics`)).text()).toMatch(
+        /^llmq_worker_calls_started_total\{.*\} 1$/m,
+      );
       worker.child.kill('SIGTERM');
       expect(await worker.exit, worker.out()).toBe(0);
     } finally {

@@ -160,6 +160,27 @@ export interface WorkerOptions {
 }
 
 /**
+ * What a probe reads of a worker: whether it is stopping, and whether its gate loop turns.
+ * @inline
+ */
+export interface WorkerHealth {
+  /** Stopping (SIGTERM, `stop()`): it takes no more jobs and lets its calls finish. */
+  readonly draining: boolean;
+  /**
+   * How long the gate has been in its current step (looking at the queue, waiting for budget or
+   * for a job, taking one), ms; 0 while every slot is busy with a call (those end by their own
+   * timeout) or while draining.
+   */
+  readonly stepMs: number;
+  /** Calls in flight in this process, and the most it runs at once. */
+  readonly inFlight: number;
+  readonly concurrency: number;
+  /** Gate rounds and calls this process has started since the worker started. */
+  readonly rounds: number;
+  readonly calls: number;
+}
+
+/**
  * A running worker: what `startWorker` resolves with. Stop it before closing its Redis
  * connection.
  *
@@ -186,6 +207,8 @@ export interface WorkerHandle {
   readonly breaker: CircuitBreaker;
   /** Calls in flight in this process. */
   inFlight(): number;
+  /** How this worker's loop is doing, for liveness and readiness probes (`llmq worker --health-port`). */
+  health(): WorkerHealth;
   /**
    * Stops pulling, lets the calls in flight finish within `graceMs`, then aborts the rest
    * (their jobs go back to wait) and closes. Safe to call twice.

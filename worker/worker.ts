@@ -36,10 +36,15 @@ import { type Deployment, DeploymentPool, slotsOf } from './pool.ts';
 import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
 import { StreamEventPublisher } from './stream-events.ts';
-import { checkWorkerOptions, type WorkerHandle, type WorkerOptions } from './worker-options.ts';
+import {
+  checkWorkerOptions,
+  type WorkerHandle,
+  type WorkerHealth,
+  type WorkerOptions,
+} from './worker-options.ts';
 
 export type { WorkerLogger } from './logger.ts';
-export type { WorkerHandle, WorkerOptions } from './worker-options.ts';
+export type { WorkerHandle, WorkerHealth, WorkerOptions } from './worker-options.ts';
 
 /** The parts a worker's calls and its gate share. */
 interface WorkerParts {
@@ -97,6 +102,11 @@ export class Worker implements WorkerHandle {
   private readonly trials = new Set<string>();
   private readonly pool: DeploymentPool | undefined;
   private tokenCounter = 0;
+  /** The gate loop's progress, for health(): when its current step began, rounds, calls. */
+  private stepSince = Date.now();
+  private waitingForSlot = false;
+  private rounds = 0;
+  private calls = 0;
   private renewer: NodeJS.Timeout | undefined;
   private unwatchRedis: (() => void) | undefined;
   private loop: Promise<void> = Promise.resolve();
@@ -299,6 +309,8 @@ export class Worker implements WorkerHandle {
     let failedSince: number | undefined;
     while (!signal.aborted) {
       try {
+        this.stepSince = Date.now();
+        this.rounds++;
         await this.gate.round();
         if (failedSince !== undefined) {
           this.log.info('Redis answers again; the worker carries on', {
@@ -332,6 +344,7 @@ export class Worker implements WorkerHandle {
     const waits = this.waits.take(job.id!);
     if (this.takenAgain(job, token, reservation, trial)) return;
     const entry = { job, token, reservation, abort, waits } as Running;
+    this.calls++;
     const trialOf = this.pool?.of(reservation)?.name ?? '';
     if (trial) this.trials.add(trialOf);
     (entry as { done: Promise<void> }).done = runCall(this.callParts, entry, trial)
@@ -374,7 +387,30 @@ export class Worker implements WorkerHandle {
     return true;
   }
 
+  health(): WorkerHealth {
+    const draining = this.stopper.signal.aborted;
+    const resting = draining || this.waitingForSlot;
+    return {
+      draining,
+      stepMs: resting ? 0 : Date.now() - this.stepSince,
+      inFlight: this.inFlight(),
+      concurrency: this.concurrency,
+      rounds: this.rounds,
+      calls: this.calls,
+    };
+  }
+
   private async waitForSlot(): Promise<void> {
+    this.waitingForSlot = true;
+    try {
+      await this.slotFree();
+    } finally {
+      this.waitingForSlot = false;
+      this.stepSince = Date.now();
+    }
+  }
+
+  private async slotFree(): Promise<void> {
     const signal = this.stopper.signal;
     while (this.inFlight() >= this.concurrency && !signal.aborted) {
       await new Promise<void>((resolve) => {

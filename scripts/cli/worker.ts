@@ -16,6 +16,7 @@ import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
 import { errorEventLog } from '../../shared/telemetry/throttled-warning.ts';
 import { createPoolEntries } from '../../worker/deployment-clients.ts';
+import { startHealthServer } from '../../worker/health-server.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
@@ -43,6 +44,23 @@ async function fleetLimitsFor(
     redis.disconnect();
     throw err;
   }
+}
+
+/** `--health-port`: a port number, or undefined when the probes are not asked for. */
+function healthPortOf(raw: unknown): number | undefined {
+  if (raw === undefined) return undefined;
+  const port = Number(raw);
+  if (
+    typeof raw === 'string' &&
+    raw.trim() !== '' &&
+    Number.isInteger(port) &&
+    port >= 0 &&
+    port <= 65_535
+  )
+    return port;
+  throw new ConfigError(
+    `--health-port must be a whole number from 0 to 65535, got ${JSON.stringify(raw)}`,
+  );
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -96,7 +114,16 @@ export function registerWorkerCommand(program: Command): void {
         '--replace-limits',
         "store this worker's limits as the fleet's even when they differ from the stored ones (`llmq limits show`)",
       )
-      .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30'),
+      .option('--grace <seconds>', 'on SIGTERM, how long calls in flight may take to finish', '30')
+      .option(
+        '--health-port <n>',
+        'serve /healthz, /readyz and /metrics of this process on this port (0 picks a free one)',
+      )
+      .option(
+        '--health-host <addr>',
+        'address the probes bind (0.0.0.0 for Kubernetes probes)',
+        '127.0.0.1',
+      ),
   ).action(async (flags: Record<string, unknown>) => {
     const config = configFrom(flags);
     // pino JSON lines on stderr (LLMQ_LOG_LEVEL); traces when OTEL_* configures an exporter.
@@ -117,6 +144,7 @@ export function registerWorkerCommand(program: Command): void {
       throw new ConfigError(
         `--grace must be a number of seconds from 0 up, got ${JSON.stringify(flags['grace'])}`,
       );
+    const healthPort = healthPortOf(flags['healthPort']);
     await assertRedis(config.redisUrl);
     const redis = connectRedis(config.redisUrl);
     redis.on('error', errorEventLog(stderrLogger, 'redis error'));
@@ -153,6 +181,23 @@ export function registerWorkerCommand(program: Command): void {
       logger: stderrLogger,
     });
     stderrLogger.info(`limits ${action}: ${describeLimits(fleet)}`, { limits: action });
+    const probes =
+      healthPort === undefined
+        ? undefined
+        : await startHealthServer({
+            worker: handle,
+            redis,
+            names: namesOf(config),
+            limits: fleet,
+            port: healthPort,
+            host: String(flags['healthHost']),
+            // No step of a sound gate outlasts a few of the provider's windows.
+            stallMs: Math.max(600_000, 3 * fleet.windowS * 1000),
+          });
+    if (probes)
+      stderrLogger.info(`health probes at ${probes.url} (/healthz, /readyz, /metrics)`, {
+        health: probes.url,
+      });
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
         stderrLogger.info(`${signal}: draining calls in flight`, {
@@ -164,7 +209,9 @@ export function registerWorkerCommand(program: Command): void {
       process.once('SIGTERM', () => stop('SIGTERM'));
       process.once('SIGINT', () => stop('SIGINT'));
     });
+    // The probes answer through the drain (/readyz: draining), and close with the worker.
     await handle.stop(grace * 1000);
+    await probes?.close();
     await redis.quit().catch(() => redis.disconnect());
     stderrLogger.info('worker stopped');
     await stopTracing?.();
