@@ -8,6 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { AuthThrottle } from '../shared/auth-throttle.ts';
 import { closeAfterAnswer } from '../shared/http-limits.ts';
 import type { AccessGuard } from './auth.ts';
+import { PROBE_PATHS } from './probe-routes.ts';
 import { writeRefusal } from './write-guard.ts';
 
 /**
@@ -67,6 +68,8 @@ export function guardRequests(
       .header('referrer-policy', 'no-referrer')
       .header('x-frame-options', 'DENY');
     const url = new URL(req.url, 'http://dashboard');
+    // Probes carry no credentials (a kubelet has none); they answer nothing but up or down.
+    if (PROBE_PATHS.has(url.pathname) && (req.method === 'GET' || req.method === 'HEAD')) return;
     const localPort = req.socket.localPort;
     const refused = throttle.check(req.ip);
     if (!refused.ok) {

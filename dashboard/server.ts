@@ -17,6 +17,7 @@ import { AccessGuard, type DashboardAuth } from './auth.ts';
 import { type Board, mountBoard } from './board.ts';
 import { FleetReader } from './fleet-reader.ts';
 import { registerPages } from './page-routes.ts';
+import { registerProbes } from './probe-routes.ts';
 import { PrometheusExporter } from './prometheus.ts';
 import { guardRequests } from './request-guard.ts';
 import { registerPageApi } from './usage-api.ts';
@@ -212,6 +213,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     registerPageApi(app, { reader, board, queue: options.queue });
 
     registerMetrics(app, board, reader);
+    registerProbes(app, redis);
 
     await app.listen({ host, port });
     timer = setInterval(() => void board.refresh(true).catch(() => {}), rescanMs);

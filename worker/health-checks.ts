@@ -6,15 +6,10 @@
  */
 import { type FleetLimits, limitDifferences, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { type ProbeVerdict, redisSilence, verdict } from '../shared/probes.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { formatMs } from './gate-waits.ts';
 import type { WorkerHealth } from './worker-options.ts';
-
-/** A probe's verdict: ok, or the reasons it is not, each a sentence an operator can act on. */
-export interface ProbeVerdict {
-  readonly ok: boolean;
-  readonly reasons: readonly string[];
-}
 
 /** What the readiness probe reads besides the worker. */
 export interface ReadinessParts {
@@ -26,8 +21,6 @@ export interface ReadinessParts {
   readonly redisTimeoutMs: number;
 }
 
-const verdict = (reasons: string[]): ProbeVerdict => ({ ok: reasons.length === 0, reasons });
-
 /**
  * Alive unless the gate has been in one step longer than `stallMs`: no step of a sound loop
  * lasts that long (a wait for budget ends within the provider's window, a wait for a job within
@@ -38,15 +31,6 @@ export function liveness(health: WorkerHealth, stallMs: number): ProbeVerdict {
   return verdict([
     `the gate has been in one step for ${formatMs(health.stepMs)} (the bound is ${formatMs(stallMs)}): its loop does not turn; restart the worker`,
   ]);
-}
-
-/** Resolves with PING's answer, or rejects once `ms` have passed without one. */
-function pingWithin(redis: RedisClient, ms: number): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([redis.ping(), late]).finally(() => clearTimeout(timer));
 }
 
 /** Why the fleet's stored limits are not this worker's: empty when they are (or none are stored). */
@@ -64,12 +48,8 @@ export async function readiness(health: WorkerHealth, p: ReadinessParts): Promis
   const reasons: string[] = [];
   if (health.draining)
     reasons.push('draining: it takes no more jobs and lets its calls in flight finish');
-  try {
-    await pingWithin(p.redis, p.redisTimeoutMs);
-  } catch (err) {
-    reasons.push(`Redis did not answer PING (${(err as Error).message})`);
-    return verdict(reasons);
-  }
+  const silence = await redisSilence(p.redis, p.redisTimeoutMs);
+  if (silence) return verdict([...reasons, silence]);
   try {
     reasons.push(...(await limitsApart(p)));
   } catch (err) {

@@ -8,8 +8,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import type { FleetLimits } from '../shared/fleet-limits.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { type ProbeVerdict, probeAnswer } from '../shared/probes.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import { liveness, type ProbeVerdict, readiness } from './health-checks.ts';
+import { liveness, readiness } from './health-checks.ts';
 import { workerProcessMetrics } from './process-metrics.ts';
 import type { WorkerHandle } from './worker-options.ts';
 
@@ -41,8 +42,8 @@ function reply(res: ServerResponse, status: number, type: string, body: string):
 }
 
 function probe(res: ServerResponse, v: ProbeVerdict, ok: string, failing: string): void {
-  const body = v.ok ? { status: ok } : { status: failing, reasons: v.reasons };
-  reply(res, v.ok ? 200 : 503, 'application/json', `${JSON.stringify(body)}\n`);
+  const a = probeAnswer(v, { ok, failing });
+  reply(res, a.status, 'application/json', `${JSON.stringify(a.body)}\n`);
 }
 
 /** Starts the probes' server; resolves once it listens. */

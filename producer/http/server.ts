@@ -15,6 +15,7 @@ import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
 import { type ApiErrorCode, apiKeyAuth, errorResponse } from './handlers.ts';
+import { healthRoutes } from './health-routes.ts';
 import { createRoutes } from './job-routes.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
 
@@ -191,11 +192,14 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   const authenticate = apiKeyAuth(keys, throttle);
   mountRoutes(
     app,
-    createRoutes({
-      producer,
-      authenticate,
-      ...(options.maxWaitMs !== undefined ? { maxWaitMs: options.maxWaitMs } : {}),
-    }),
+    [
+      ...createRoutes({
+        producer,
+        authenticate,
+        ...(options.maxWaitMs !== undefined ? { maxWaitMs: options.maxWaitMs } : {}),
+      }),
+      ...healthRoutes({ redis: gatewayRedis, shutdown: shutdown.signal }),
+    ],
     { shutdown: shutdown.signal, authenticate },
   );
   const g = options.gateway ?? {};
