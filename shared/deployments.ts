@@ -78,6 +78,19 @@ export interface DeploymentConfig {
 
 export { deploymentScope } from './deployment-scope.ts';
 
+/**
+ * A deployment in a few words, for the worker's start line: `eu (bedrock eu-west-1; tpm 3000)`,
+ * `main (anthropic; limits from its headers)`. Never its credentials.
+ */
+export function describeDeployment(config: DeploymentConfig): string {
+  const where = [config.kind, config.region].filter(Boolean).join(' ');
+  const limits = Object.entries(config.limits ?? {})
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+  return `${config.name} (${where}; ${limits || 'limits from its headers'})`;
+}
+
 /** Whether a deployment takes Message Batches: as configured, else the Claude API's only. */
 export const takesBatches = (config: DeploymentConfig): boolean =>
   config.batches ?? config.kind === 'anthropic';

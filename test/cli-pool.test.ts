@@ -58,6 +58,15 @@ function deployments(a: MockAnthropicHandle, b: MockAnthropicHandle, tpm = [1_50
   ];
 }
 
+/** The worker's JSON log lines whose message is `msg`. */
+function logLines(stderr: string, msg: string): Record<string, unknown>[] {
+  return stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l['msg'] === msg);
+}
+
 /** Jobs waiting, by priority or not. */
 const waiting = async (p: Pool) => {
   const c = await p.counts();
@@ -108,6 +117,29 @@ describe('a pool from the config', () => {
     const events = await completedEvents(pool);
     for (const id of ids) expect(events.get(id)).toBe(1);
     for (const secret of Object.values(SECRETS)) expect(w.stderr()).not.toContain(secret);
+    // The log names the pool at start, and each call's deployment.
+    expect(logLines(w.stderr(), 'worker started')[0]!['deployments']).toEqual([
+      'a (anthropic; tpm 1500)',
+      'b (bedrock us-east-1; tpm 3000)',
+    ]);
+    const logged = new Map(
+      logLines(w.stderr(), 'job completed').map((l) => [l['job'], l['deployment']]),
+    );
+    expect(ids.map((id) => logged.get(id))).toEqual(where);
+  });
+
+  it("a failed call's line names the deployment it failed on", async () => {
+    const [ma, mb] = await Promise.all([startMock({ faults: { overloaded: 1 } }), startMock()]);
+    pool = await openPool('clipool-fail');
+    const onlyA = JSON.stringify(deployments(ma, mb, [100_000, 100_000]).slice(0, 1));
+    const w = await cliWorker(pool, { LLMQ_DEPLOYMENTS: onlyA }, ['--concurrency', '1']);
+    const id = await pool.producer.enqueue(request('Overloaded, then retried.'));
+    await until(() => logLines(w.stderr(), 'job retried').length > 0, 30_000);
+    expect(logLines(w.stderr(), 'job retried')[0]).toMatchObject({
+      job: id,
+      deployment: 'a',
+      reason: expect.stringMatching(/529/),
+    });
   });
 
   it('llmq worker without a list calls the one key, as before a pool', async () => {

@@ -235,7 +235,8 @@ async function failedCall(
   const c = classifyProviderError(err);
   const headers = (err as { headers?: HeaderSource }).headers;
   t.jt?.failed({ ...c, requestId: (err as { requestID?: string | null }).requestID });
-  const report = reportFailure(p, job, r.waits, t.startedAt, latencyMs, c.reason);
+  const where = t.target.deployment;
+  const report = reportFailure(p, job, r.waits, t.startedAt, latencyMs, c.reason, where);
   // A 429 pauses every worker before this call's budget comes back (which wakes the waiters).
   const pauseMs = c.kind === 'rate_limited' ? (c.retryAfterMs ?? 1_000) : undefined;
   const pausedUntil = await call

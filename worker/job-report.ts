@@ -45,18 +45,23 @@ export function queuedMs(data: JobData, startedAt: number): number {
   return Math.max(0, startedAt - from);
 }
 
-/** The fields of a job's outcome line: id, tenant, model, wait and call time (tokens when known). */
+/**
+ * The fields of a job's outcome line: id, tenant, model, the pool's deployment that took the call
+ * (in a pool), wait and call time (tokens when known).
+ */
 export function outcomeFields(
   job: Job<JobData, JobResult>,
   waits: readonly WaitSegment[] | undefined,
   startedAt: number,
   callMs: number,
+  deployment?: string | undefined,
 ): Record<string, unknown> {
   const d = job.data;
   return {
     job: job.id,
     tenant: d.tenant ?? null,
     model: d.request.model,
+    ...(deployment !== undefined ? { deployment } : {}),
     waitMs: queuedMs(d, startedAt),
     gateWaitMs: totalWaitMs(waits),
     callMs: Math.round(callMs),
@@ -120,7 +125,7 @@ export function logCompleted(
 ): void {
   const u = result.message.usage;
   p.log.info('job completed', {
-    ...outcomeFields(job, waits, startedAt, result.latencyMs),
+    ...outcomeFields(job, waits, startedAt, result.latencyMs, result.deployment),
     inputTokens: u.input_tokens,
     outputTokens: u.output_tokens,
     attempts: result.attempts,
@@ -128,7 +133,10 @@ export function logCompleted(
   });
 }
 
-/** A failed call: its history lines and histograms; the outcome logs its own line. */
+/**
+ * A failed call (on `deployment`, in a pool): its history lines and histograms; the outcome
+ * logs its own line, with these fields.
+ */
 export function reportFailure(
   p: ReportParts,
   job: Job<JobData, JobResult>,
@@ -136,8 +144,9 @@ export function reportFailure(
   startedAt: number,
   latencyMs: number,
   reason: string,
+  deployment?: string | undefined,
 ): Record<string, unknown> {
-  const f = outcomeFields(job, waits, startedAt, latencyMs);
+  const f = outcomeFields(job, waits, startedAt, latencyMs, deployment);
   const waitMs = f['waitMs'] as number;
   p.metrics
     .observe({

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Job } from 'bullmq';
 import { BudgetLedger } from '../shared/budgets.ts';
+import { describeDeployment } from '../shared/deployments.ts';
 import { LimiterUnavailableError } from '../shared/errors.ts';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { DEFAULT_RETRY_FOR_MS, type JobData, type JobResult } from '../shared/job.ts';
@@ -282,6 +283,10 @@ export class Worker implements WorkerHandle {
       concurrency: this.concurrency,
       maxInFlight: options.maxInFlight ?? null,
       stream: this.callParts.stream,
+      // A pool's deployments, best first: each call's line names the one that took it.
+      ...(this.pool
+        ? { deployments: this.pool.list.map((d) => describeDeployment(d.config)) }
+        : {}),
     });
   }
 
