@@ -33,12 +33,37 @@ export interface DemoReport {
 }
 
 /**
+ * The demo's last lines: the first line of each summary it made (placeholder text from the mock),
+ * then what to try next, written as `llmq` is run here (`command`).
+ */
+function closingLines(report: DemoReport, command: string): string[] {
+  const source =
+    report.provider === 'mock'
+      ? 'the mock writes placeholder text; with ANTHROPIC_API_KEY set, Claude writes them'
+      : 'written by Claude';
+  const next: [string, string][] = [
+    ['status', 'jobs per state, the budget in use, pauses and breakers (--queue NAME)'],
+    ['dashboard', 'the overview, the live budget and Bull Board, in a browser'],
+    ['serve', 'the HTTP job API and the drop-in Messages API (set LLMQ_API_KEYS)'],
+  ];
+  const width = Math.max(...next.map(([c]) => `${command} ${c}`.length));
+  return [
+    `first lines of the summaries (${source}):`,
+    ...report.summaries.map((s) => `  ${s.file}: ${s.firstLine}`),
+    'try next:',
+    ...next.map(([c, what]) => `  ${`${command} ${c}`.padEnd(width)}  ${what}`),
+  ];
+}
+
+/**
  * Summarizes the bundled sample documents through the real path: enqueue → gated worker →
- * provider (the mock when no ANTHROPIC_API_KEY is set) → stored result.
+ * provider (the mock when no ANTHROPIC_API_KEY is set) → stored result. `command` is how the
+ * person runs llmq (`node scripts/llmq.mjs`, `npx llmq`), for the next steps it suggests.
  */
 export async function runDemo(
   env: Record<string, string | undefined> = process.env,
   out: (line: string) => void = console.log,
+  command = 'llmq',
 ): Promise<DemoReport> {
   const config = resolveConfig({ env });
   let privateRedis: PrivateRedis | undefined;
@@ -140,7 +165,6 @@ export async function runDemo(
           : (text?.split('\n')[0] ?? '').slice(0, 100),
       };
     });
-    for (const s of summaries) out(`  ${s.file}: ${s.firstLine}`);
     const ok = results.filter((r) => r.result);
     const report: DemoReport = {
       documents: files.length,
@@ -159,6 +183,7 @@ export async function runDemo(
         `${report.provider429s ?? 'n/a'} provider 429s, ${report.inputTokens} input + ${report.outputTokens} output tokens ` +
         `in ${report.seconds.toFixed(1)} s (${report.provider} provider)`,
     );
+    for (const line of closingLines(report, command)) out(line);
     return report;
   } finally {
     await worker.stop(5_000);

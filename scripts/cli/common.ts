@@ -1,3 +1,4 @@
+import { basename, isAbsolute, relative, sep } from 'node:path';
 import type { Command } from 'commander';
 import { type Config, resolveConfig } from '../../shared/config.ts';
 import { durationMs } from '../../shared/duration.ts';
@@ -50,4 +51,18 @@ export function parseDuration(text: string, flag: string): number {
     );
   }
   return ms;
+}
+
+/**
+ * How the person who started this process runs llmq, for commands a command suggests:
+ * `node scripts/llmq.mjs` in a clone, `npx llmq` from a project's node_modules, else `llmq`.
+ */
+export function invokedAs(script: string | undefined, cwd = process.cwd()): string {
+  if (!script) return 'llmq';
+  if (basename(script) === 'llmq')
+    return script.includes(`node_modules${sep}.bin`) ? 'npx llmq' : 'llmq';
+  const inHere = relative(cwd, script);
+  if (basename(script) === 'llmq.mjs' && !inHere.startsWith('..') && !isAbsolute(inHere))
+    return `node ${inHere}`;
+  return 'llmq';
 }
