@@ -263,6 +263,19 @@ describe('the npm package', () => {
       expect(r.out).toMatch(new RegExp(`^ {2}${command}\\b`, 'm'));
   });
 
+  it('package.json is as npm publishes it: npm pkg fix changes nothing (it once dropped the bin)', () => {
+    const before = readFileSync(join(copy, 'package.json'), 'utf8');
+    const fix = run('npm', ['pkg', 'fix'], copy);
+    expect(fix.code, fix.out).toBe(0);
+    expect(JSON.parse(readFileSync(join(copy, 'package.json'), 'utf8'))).toEqual(
+      JSON.parse(before),
+    );
+    const pkg = JSON.parse(before);
+    expect(pkg.private).toBeUndefined();
+    expect(pkg.bin).toEqual({ llmq: 'scripts/llmq.mjs' });
+    expect(pkg.publishConfig).toMatchObject({ access: 'public' });
+  });
+
   it('the bin runs compiled code only: without dist/ it says to build and exits 1', () => {
     const built = run(process.execPath, ['scripts/llmq.mjs', '--version'], copy);
     expect(built.code).toBe(0);
