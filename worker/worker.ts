@@ -31,6 +31,7 @@ import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
 import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
+import { LoopProgress } from './loop-progress.ts';
 import { MarkerWait } from './marker-wait.ts';
 import { Outcomes } from './outcome.ts';
 import { type Deployment, DeploymentPool, slotsOf } from './pool.ts';
@@ -103,11 +104,7 @@ export class Worker implements WorkerHandle {
   private readonly trials = new Set<string>();
   private readonly pool: DeploymentPool | undefined;
   private tokenCounter = 0;
-  /** The gate loop's progress, for health(): when its current step began, rounds, calls. */
-  private stepSince = Date.now();
-  private waitingForSlot = false;
-  private rounds = 0;
-  private calls = 0;
+  private readonly progress = new LoopProgress();
   private renewer: NodeJS.Timeout | undefined;
   private unwatchRedis: (() => void) | undefined;
   private loop: Promise<void> = Promise.resolve();
@@ -314,8 +311,7 @@ export class Worker implements WorkerHandle {
     let failedSince: number | undefined;
     while (!signal.aborted) {
       try {
-        this.stepSince = Date.now();
-        this.rounds++;
+        this.progress.round();
         await this.gate.round();
         if (failedSince !== undefined) {
           this.log.info('Redis answers again; the worker carries on', {
@@ -349,7 +345,7 @@ export class Worker implements WorkerHandle {
     const waits = this.waits.take(job.id!);
     if (this.takenAgain(job, token, reservation, trial)) return;
     const entry = { job, token, reservation, abort, waits } as Running;
-    this.calls++;
+    this.progress.called();
     const trialOf = this.pool?.of(reservation)?.name ?? '';
     if (trial) this.trials.add(trialOf);
     (entry as { done: Promise<void> }).done = runCall(this.callParts, entry, trial)
@@ -394,25 +390,12 @@ export class Worker implements WorkerHandle {
 
   health(): WorkerHealth {
     const draining = this.stopper.signal.aborted;
-    const resting = draining || this.waitingForSlot;
-    return {
-      draining,
-      stepMs: resting ? 0 : Date.now() - this.stepSince,
-      inFlight: this.inFlight(),
-      concurrency: this.concurrency,
-      rounds: this.rounds,
-      calls: this.calls,
-    };
+    const { concurrency } = this;
+    return { draining, inFlight: this.inFlight(), concurrency, ...this.progress.read(draining) };
   }
 
-  private async waitForSlot(): Promise<void> {
-    this.waitingForSlot = true;
-    try {
-      await this.slotFree();
-    } finally {
-      this.waitingForSlot = false;
-      this.stepSince = Date.now();
-    }
+  private waitForSlot(): Promise<void> {
+    return this.progress.rest(() => this.slotFree());
   }
 
   private async slotFree(): Promise<void> {
