@@ -37,16 +37,12 @@ import { Outcomes } from './outcome.ts';
 import { type Deployment, DeploymentPool, slotsOf } from './pool.ts';
 import { PromptCaches } from './prompt-caches.ts';
 import { callProvider } from './provider.ts';
+import { SlotWait } from './slot-wait.ts';
 import { StreamEventPublisher } from './stream-events.ts';
-import {
-  checkWorkerOptions,
-  type WorkerHandle,
-  type WorkerHealth,
-  type WorkerOptions,
-} from './worker-options.ts';
+import { checkWorkerOptions, type WorkerHandle, type WorkerOptions } from './worker-options.ts';
 
 export type { WorkerLogger } from './logger.ts';
-export type { WorkerHandle, WorkerHealth, WorkerOptions } from './worker-options.ts';
+export type { WorkerHandle, WorkerOptions } from './worker-options.ts';
 
 /** The parts a worker's calls and its gate share. */
 interface WorkerParts {
@@ -99,7 +95,11 @@ export class Worker implements WorkerHandle {
   private readonly waits = new GateWaits();
   private readonly running = new Set<Running>();
   private readonly stopper = new AbortController();
-  private slotFreed: (() => void) | undefined;
+  private readonly slots = new SlotWait({
+    concurrency: () => this.concurrency,
+    busy: () => this.inFlight(),
+    stopped: this.stopper.signal,
+  });
   /** The breaker trials under way here: '' for the queue's, else by deployment. */
   private readonly trials = new Set<string>();
   private readonly pool: DeploymentPool | undefined;
@@ -170,7 +170,7 @@ export class Worker implements WorkerHandle {
     const handoff = new Handoff(
       bull,
       options.handoffWaitMs ?? 25,
-      () => this.slotFreed?.(),
+      () => this.slots.freed(),
       signal,
     );
     this.handoff = handoff;
@@ -247,7 +247,8 @@ export class Worker implements WorkerHandle {
         busy: () => this.inFlight(),
         trialInFlight: (deployment) => this.trials.has(deployment ?? ''),
         shareRoom: (d) => this.shareRoom(d),
-        waitForSlot: () => this.waitForSlot(),
+        // Waiting for a slot is no step of the loop: the calls holding them end on their own.
+        waitForSlot: () => this.progress.rest(() => this.slots.wait()),
       },
     });
   }
@@ -281,9 +282,7 @@ export class Worker implements WorkerHandle {
       maxInFlight: options.maxInFlight ?? null,
       stream: this.callParts.stream,
       // A pool's deployments, best first: each call's line names the one that took it.
-      ...(this.pool
-        ? { deployments: this.pool.list.map((d) => describeDeployment(d.config)) }
-        : {}),
+      deployments: this.pool?.list.map((d) => describeDeployment(d.config)),
     });
   }
 
@@ -358,7 +357,7 @@ export class Worker implements WorkerHandle {
       .finally(() => {
         this.running.delete(entry);
         if (trial) this.trials.delete(trialOf);
-        this.slotFreed?.();
+        this.slots.freed();
       });
     this.running.add(entry);
   }
@@ -388,31 +387,10 @@ export class Worker implements WorkerHandle {
     return true;
   }
 
-  health(): WorkerHealth {
+  health(): ReturnType<WorkerHandle['health']> {
     const draining = this.stopper.signal.aborted;
     const { concurrency } = this;
     return { draining, inFlight: this.inFlight(), concurrency, ...this.progress.read(draining) };
-  }
-
-  private waitForSlot(): Promise<void> {
-    return this.progress.rest(() => this.slotFree());
-  }
-
-  private async slotFree(): Promise<void> {
-    const signal = this.stopper.signal;
-    while (this.inFlight() >= this.concurrency && !signal.aborted) {
-      await new Promise<void>((resolve) => {
-        // One listener at a time: the pool waits here every time it is full, for as long as
-        // the process lives.
-        const wake = () => {
-          signal.removeEventListener('abort', wake);
-          this.slotFreed = undefined;
-          resolve();
-        };
-        this.slotFreed = wake;
-        signal.addEventListener('abort', wake, { once: true });
-      });
-    }
   }
 
   stop(graceMs = 30_000): Promise<void> {
