@@ -122,6 +122,8 @@ describe('a pool from the config', () => {
       'a (anthropic; tpm 1500)',
       'b (bedrock us-east-1; tpm 3000)',
     ]);
+    // Each completion's line comes once its result is stored, just after the job completes.
+    await until(() => logLines(w.stderr(), 'job completed').length === ids.length, 10_000);
     const logged = new Map(
       logLines(w.stderr(), 'job completed').map((l) => [l['job'], l['deployment']]),
     );
