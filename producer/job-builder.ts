@@ -5,11 +5,13 @@ import {
   PriorityNotAllowedError,
   RequestValidationError,
 } from '../shared/errors.ts';
-import { type Cost, estimateCost } from '../shared/estimate.ts';
+import { type Cost, estimateCost, estimateInput } from '../shared/estimate.ts';
 import { capLimitSet, type FleetLimits, type LimitSet } from '../shared/fleet-limits.ts';
-import { type JobData, MAX_RETRY_FOR_MS } from '../shared/job.ts';
+import { type JobData, MAX_RETRY_FOR_MS, type PdfPages } from '../shared/job.ts';
 import { type DimensionLimits, GLOBAL_SCOPE } from '../shared/limiter/types.ts';
 import { contextTokensOf, isModelScope, modelScopeOf, patternOfScope } from '../shared/models.ts';
+import { PDF_PAGE_TOKENS } from '../shared/media-estimate.ts';
+import type { PageCosts } from '../shared/page-costs.ts';
 import { resolvePriority } from '../shared/priority.ts';
 import { type MessagesRequest, parseMessagesRequest } from '../shared/request.ts';
 import { requestDigest } from '../shared/request-digest.ts';
@@ -29,6 +31,8 @@ export interface JobBuilderOptions {
   readonly deployments?: readonly string[] | undefined;
   /** Those of them taking Message Batches, when known: a batch job going elsewhere is refused. */
   readonly batchDeployments?: readonly string[] | undefined;
+  /** What PDF pages cost, as learned (read by the caller before it builds: see `cached`). */
+  readonly pageCosts?: PageCosts | undefined;
 }
 
 /**
@@ -44,6 +48,7 @@ export class JobBuilder {
   private readonly ledger: BudgetLedger | undefined;
   private readonly tokenCounter: TokenCounter | undefined;
   private readonly pool: KnownPool;
+  private readonly pageCosts: PageCosts | undefined;
 
   constructor(options: JobBuilderOptions) {
     const headroom = options.headroom ?? 0;
@@ -61,6 +66,7 @@ export class JobBuilder {
     this.ledger = options.ledger;
     this.tokenCounter = options.tokenCounter;
     this.pool = { names: options.deployments, batches: options.batchDeployments };
+    this.pageCosts = options.pageCosts;
   }
 
   /** Caps the given limits with the fleet's stored ones (none: the given limits alone). */
@@ -97,22 +103,25 @@ export class JobBuilder {
 
   /** The job's data from the estimate, or a typed error. */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
-    const req = parseMessagesRequest(request);
-    return this.build(req, options, estimateCost(stripStream(req)));
+    return this.estimated(parseMessagesRequest(request), options);
   }
 
   /** Like {@link prepare}, counting input tokens with the provider when `exactCount` is set. */
   async prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
     const req = parseMessagesRequest(request);
-    if (!options.exactCount) return this.build(req, options, estimateCost(stripStream(req)));
+    if (!options.exactCount) return this.estimated(req, options);
     return {
       ...this.build(req, options, estimateCost(stripStream(req), await this.countInputTokens(req))),
       inputCounted: true,
     };
   }
 
-  /** The job's data for a parsed request at a given cost. */
-  build(req: MessagesRequest, options: EnqueueOptions, cost: Cost): JobData {
+  /**
+   * The job's data for a parsed request at a given cost, of which `pdfPages` PDF pages at
+   * `PDF_PAGE_TOKENS` each: those are checked against the limits at what the fleet learned a
+   * page costs, as the gate will reserve them.
+   */
+  build(req: MessagesRequest, options: EnqueueOptions, cost: Cost, pdfPages = 0): JobData {
     const tenant = options.tenant;
     if (tenant !== undefined && !TENANT.test(tenant)) {
       throw new RequestValidationError([
@@ -161,13 +170,15 @@ export class JobBuilder {
     const scopes = tenant ? [`tenant:${tenant}`] : [];
     const modelScope = modelScopeOf(this.patterns, req.model, this.current.modelsStrict);
     if (modelScope) scopes.push(modelScope);
+    const pages = this.pagesOf(req.model, pdfPages);
+    const reserved = reservedCost(cost, pages);
     // Message Batches run outside the per-minute limits; the model's context still bounds them.
-    if (options.via === 'batches') refuseOverContext(req.model, cost);
-    else this.refuseNeverFits(cost, scopes);
+    if (options.via === 'batches') refuseOverContext(req.model, reserved);
+    else this.refuseNeverFits(reserved, scopes);
     if (this.ledger) {
       const over = this.ledger.neverFits(
         tenant,
-        worstCaseMicros(this.ledger.settings, req.model, cost),
+        worstCaseMicros(this.ledger.settings, req.model, reserved),
       );
       if (over) throw over;
     }
@@ -189,7 +200,19 @@ export class JobBuilder {
       enqueuedAt: Date.now(),
       meta: options.meta,
       deployment: options.deployment,
+      pdfPages: pages,
     };
+  }
+
+  private estimated(req: MessagesRequest, options: EnqueueOptions): JobData {
+    const estimate = estimateInput(stripStream(req));
+    return this.build(req, options, estimateCost(req, estimate.tokens), estimate.pdfPages);
+  }
+
+  /** A request's PDF pages at what the fleet learned a page costs (last read), if it has any. */
+  private pagesOf(model: string, pages: number): PdfPages | undefined {
+    if (pages === 0) return undefined;
+    return { pages, perPage: this.pageCosts?.cached(model).perPage ?? PDF_PAGE_TOKENS };
   }
 
   /** The limiter refuses what exceeds a limit less its headroom at once; so does the producer. */
@@ -201,7 +224,7 @@ export class JobBuilder {
         if (raw === undefined || raw <= 0) continue;
         const limit = this.usable(raw);
         const need = amountOf(cost, dim);
-        if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit);
+        if (need > limit) throw new CostExceedsLimitError(scope, dim, need, limit, cost);
       }
     }
   }
@@ -235,6 +258,13 @@ export class JobBuilder {
 
 function modelPatterns(l: LimitSet): string[] {
   return Object.keys(l.scopes).filter(isModelScope).map(patternOfScope);
+}
+
+/** What a job is reserved at: its PDF pages at their learned cost rather than the most. */
+export function reservedCost(cost: Cost, pages: PdfPages | undefined): Cost {
+  if (!pages) return cost;
+  const saved = pages.pages * (PDF_PAGE_TOKENS - pages.perPage);
+  return { ...cost, inputTokens: Math.max(1, cost.inputTokens - saved) };
 }
 
 function stripStream(req: MessagesRequest): MessagesRequest {

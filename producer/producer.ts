@@ -4,6 +4,7 @@ import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
+import { PageCosts } from '../shared/page-costs.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
   type DeadLetterQueue,
@@ -25,7 +26,7 @@ import { DepthGate } from './depth-gate.ts';
 import { withRedis } from './errors.ts';
 import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
 import { jobIdForKey, newJobId } from './idempotency.ts';
-import { checkAttempts, checkChunk, JobBuilder } from './job-builder.ts';
+import { checkAttempts, checkChunk, JobBuilder, reservedCost } from './job-builder.ts';
 import { type JobOptionsOf, jobOptionsFor } from './job-options.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 import type {
@@ -68,6 +69,8 @@ export class Producer {
   private readonly redis: RedisClient;
   private readonly names: QueueNames;
   private readonly builder: JobBuilder;
+  /** What PDF pages cost, as the fleet learned it (read before a request with PDFs is built). @internal */
+  readonly pageCosts: PageCosts;
   private readonly ledger: BudgetLedger | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
@@ -92,7 +95,9 @@ export class Producer {
     this.names = options.names;
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
+    this.pageCosts = new PageCosts({ redis: options.redis, names: options.names });
     this.builder = new JobBuilder({
+      pageCosts: this.pageCosts,
       limits: options.limits,
       scopes: options.scopes,
       modelsStrict: options.modelsStrict,
@@ -146,6 +151,14 @@ export class Producer {
     return this.builder.limits;
   }
 
+  /** The limits, and what the PDF pages of `requests` cost as learned (read before they are built). */
+  private async loadCosting(requests: readonly unknown[]): Promise<void> {
+    await this.loadLimits();
+    // Unread, a page is reserved at the most it costs: the learning is an optimisation.
+    const models = new Set(requests.filter(holdsPdf).map((r) => (r as { model: string }).model));
+    await Promise.all([...models].map((m) => this.pageCosts.read(m).catch(() => undefined)));
+  }
+
   /** The most input tokens a request may have to fit each limit it is charged to. @internal */
   async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
     await this.loadLimits();
@@ -183,7 +196,7 @@ export class Producer {
   /** {@link enqueue}, saying also whether a job was created or found. @internal */
   async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
-    await this.loadLimits();
+    await this.loadCosting([request]);
     const data = await this.prepareAsync(request, options);
     if (options.via === 'batches') {
       const attempts = checkAttempts(options.attempts);
@@ -226,7 +239,7 @@ export class Producer {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedFlow> {
     const attempts = checkAttempts(options.attempts);
-    await this.loadLimits();
+    await this.loadCosting(flow.parts);
     const built = buildMapReduce(this.builder, flow, options);
     await this.ensureRegistered();
     if (await this.redisCall(() => this.queue.getJob(built.id)))
@@ -267,7 +280,7 @@ export class Producer {
       ]);
     }
     const attempts = checkAttempts(options.attempts);
-    await this.loadLimits();
+    await this.loadCosting(requests);
     const datas = await this.prepareEach(requests, options);
     if (options.via === 'batches') {
       // Batch-bound jobs skip the depth bound: add them one by one (the submitter groups them).
@@ -425,7 +438,7 @@ export class Producer {
     const l = this.ledger;
     if (l === undefined || l.settings.policy !== 'refuse') return;
     for (const d of datas) {
-      const micros = worstCaseMicros(l.settings, d.request.model, d.cost);
+      const micros = worstCaseMicros(l.settings, d.request.model, reservedCost(d.cost, d.pdfPages));
       const over = await this.redisCall(() => l.noRoom(d.tenant, micros));
       if (over) throw over;
     }
@@ -445,4 +458,18 @@ export class Producer {
       throw err;
     }
   }
+}
+
+/** Whether a request (unchecked) sends a PDF's bytes: its model's page costs are read first. */
+function holdsPdf(request: unknown): boolean {
+  const r = request as { model?: unknown; messages?: unknown } | null;
+  if (typeof r?.model !== 'string' || !Array.isArray(r.messages)) return false;
+  return r.messages.some(
+    (m: { content?: unknown } | null) =>
+      Array.isArray(m?.content) &&
+      m.content.some(
+        (b: { type?: unknown; source?: { type?: unknown } } | null) =>
+          b?.type === 'document' && b.source?.type === 'base64',
+      ),
+  );
 }

@@ -214,17 +214,43 @@ export class CostExceedsLimitError extends LlmqError {
   /** What the scope allows per window. */
   readonly limit: number;
   /** @internal */
-  constructor(scope: string, dimension: string, cost: number, limit: number) {
+  constructor(
+    scope: string,
+    dimension: string,
+    cost: number,
+    limit: number,
+    parts?: { readonly inputTokens: number; readonly outputTokens: number },
+  ) {
     super(
       'COST_EXCEEDS_LIMIT',
       `the request needs ${cost} ${dimension} but scope "${scope}" allows only ${limit} per window: ` +
-        'lower max_tokens, shorten the input or raise the limit',
+        fitHint(dimension, cost, limit, parts),
     );
     this.scope = scope;
     this.dimension = dimension;
     this.cost = cost;
     this.limit = limit;
   }
+}
+
+/** What would make a cost fit: the part of the request that does not fit is the one named. */
+function fitHint(
+  dimension: string,
+  cost: number,
+  limit: number,
+  parts: { readonly inputTokens: number; readonly outputTokens: number } | undefined,
+): string {
+  const raise = `or raise the limit to at least ${cost}`;
+  const tooLong =
+    'the input is too long for one call: shorten it or send it in parts (llmq batch summarize splits documents)';
+  if (dimension === 'inputTokens') return `${tooLong}, ${raise}`;
+  if (dimension === 'outputTokens') return `lower max_tokens to at most ${limit}, ${raise}`;
+  if (dimension !== 'tokens') return raise;
+  if (parts && parts.inputTokens >= limit) return `${tooLong}, ${raise}`;
+  const over = cost - limit;
+  if (parts)
+    return `lower max_tokens to at most ${limit - parts.inputTokens} or shorten the input by ${over} tokens, ${raise}`;
+  return `lower max_tokens or shorten the input by ${over} tokens together, ${raise}`;
 }
 
 /**

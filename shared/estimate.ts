@@ -21,18 +21,30 @@ export function estimateTextTokens(text: string): number {
   return Math.ceil(bytes(text) / 3);
 }
 
-function blockBytes(block: unknown): { bytes: number; media: number } {
-  if (typeof block === 'string') return { bytes: bytes(block), media: 0 };
-  if (block === null || typeof block !== 'object') return { bytes: 0, media: 0 };
+interface BlockSize {
+  readonly bytes: number;
+  readonly media: number;
+  readonly pdfPages: number;
+}
+
+function blockBytes(block: unknown): BlockSize {
+  if (typeof block === 'string') return { bytes: bytes(block), media: 0, pdfPages: 0 };
+  if (block === null || typeof block !== 'object') return { bytes: 0, media: 0, pdfPages: 0 };
   const b = block as Record<string, unknown>;
   if (b['type'] === 'text' && typeof b['text'] === 'string')
-    return { bytes: bytes(b['text']), media: 0 };
+    return { bytes: bytes(b['text']), media: 0, pdfPages: 0 };
   if (b['type'] === 'image' || b['type'] === 'document') {
-    const { tokens, text } = estimateMediaBlock(b);
-    return { bytes: bytes(text), media: tokens };
+    const { tokens, text, pdfPages } = estimateMediaBlock(b);
+    return { bytes: bytes(text), media: tokens, pdfPages };
   }
   // tool_use, tool_result and anything newer: its JSON is an upper bound on its text.
-  return { bytes: bytes(JSON.stringify(b)), media: 0 };
+  return { bytes: bytes(JSON.stringify(b)), media: 0, pdfPages: 0 };
+}
+
+/** A request's input estimate, and the PDF pages it holds (each at `PDF_PAGE_TOKENS`). */
+export interface InputEstimate {
+  readonly tokens: number;
+  readonly pdfPages: number;
 }
 
 /**
@@ -43,11 +55,18 @@ function blockBytes(block: unknown): { bytes: number; media: number } {
  * count when the response arrives.
  */
 export function estimateInputTokens(request: MessagesRequest): number {
+  return estimateInput(request).tokens;
+}
+
+/** {@link estimateInputTokens}, with the PDF pages counted in it. */
+export function estimateInput(request: MessagesRequest): InputEstimate {
   let total = 0;
   let media = 0;
-  const add = (r: { bytes: number; media: number }) => {
+  let pdfPages = 0;
+  const add = (r: BlockSize) => {
     total += r.bytes;
     media += r.media;
+    pdfPages += r.pdfPages;
   };
   if (typeof request.system === 'string') add(blockBytes(request.system));
   else for (const b of request.system ?? []) add(blockBytes(b));
@@ -56,7 +75,9 @@ export function estimateInputTokens(request: MessagesRequest): number {
     else for (const b of m.content) add(blockBytes(b));
   }
   if (request.tools) total += bytes(JSON.stringify(request.tools));
-  return Math.ceil(total / 3) + media + PER_MESSAGE_TOKENS * request.messages.length + BASE_TOKENS;
+  const tokens =
+    Math.ceil(total / 3) + media + PER_MESSAGE_TOKENS * request.messages.length + BASE_TOKENS;
+  return { tokens, pdfPages };
 }
 
 /** The cost to reserve for a request: its input estimate plus the whole of max_tokens. */

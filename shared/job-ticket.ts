@@ -21,6 +21,8 @@ export interface JobTicket {
   readonly k?: readonly [string, number] | undefined;
   /** The deployment of the pool it pins (see shared/deployments.ts). */
   readonly d?: string | undefined;
+  /** Its PDF pages and the tokens reserved for each (JobData.pdfPages). */
+  readonly p?: readonly [number, number] | undefined;
 }
 
 /** The job format this build writes and reads; older formats are read too (see readTicket). */
@@ -44,6 +46,7 @@ const TicketSchema = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]{1,40}$/)
     .optional(),
+  p: z.tuple([count, count]).optional(),
 });
 
 /** What a worker reads of every job's data before it calls the provider with it. */
@@ -85,6 +88,7 @@ export function ticketOf(data: JobData): JobTicket {
     ...(data.inputCounted ? { x: 1 as const } : {}),
     ...(prefix ? { k: [prefix.key, prefix.tokens] as const } : {}),
     ...(data.deployment !== undefined ? { d: data.deployment } : {}),
+    ...(data.pdfPages ? { p: [data.pdfPages.pages, data.pdfPages.perPage] as const } : {}),
   };
 }
 

@@ -11,6 +11,12 @@ export interface CombineSpec {
   readonly parts: readonly string[];
 }
 
+/** A request's PDF pages and the tokens reserved for each. */
+export interface PdfPages {
+  readonly pages: number;
+  readonly perPage: number;
+}
+
 /** One try of a job, as the dead letters and `llmq dlq show` report it. */
 export interface AttemptRecord {
   /** When the call began (ms since the epoch). */
@@ -50,6 +56,12 @@ export interface JobData {
   readonly cost: Cost;
   /** The input was counted by the provider's count_tokens: exact, reserved as is. */
   readonly inputCounted?: true | undefined;
+  /**
+   * The request's PDF pages, in `cost` at the most a page costs (`PDF_PAGE_TOKENS`), and what
+   * the producer reserved each at (learned from usage, shared/page-costs.ts): the gate reserves
+   * a page at no more than that, less once the fleet has learned less.
+   */
+  readonly pdfPages?: PdfPages | undefined;
   readonly priority: number;
   readonly tenant?: string | undefined;
   /** Nested limiter scopes besides the global one (`tenant:acme`). */

@@ -98,3 +98,8 @@ export function workersKey(names: QueueNames): string {
 export function historyKey(names: QueueNames, part: string): string {
   return llmqKey(names, 'history', part);
 }
+
+/** What a model's PDF pages cost at the provider, as learned (a list of per-page costs, newest first). */
+export function pageCostsKey(names: QueueNames, model: string): string {
+  return llmqKey(names, 'page-costs', model);
+}

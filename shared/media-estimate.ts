@@ -57,13 +57,13 @@ export function countPdfPages(bytes: Buffer): number | undefined {
   return pages > 0 ? pages : undefined;
 }
 
-/** Tokens reserved for a base64 PDF: {@link PDF_PAGE_TOKENS} a page. */
-export function estimatePdfTokens(base64: string): number {
+/** The pages reserved for a base64 PDF: those counted, or its bytes' worth when none is found. */
+export function estimatePdfPages(base64: string): number {
   const bytes = Buffer.from(base64, 'base64');
-  const pages =
+  return (
     countPdfPages(bytes) ??
-    Math.min(MOST_PAGES, Math.max(1, Math.ceil(bytes.length / BYTES_PER_UNREAD_PAGE)));
-  return pages * PDF_PAGE_TOKENS;
+    Math.min(MOST_PAGES, Math.max(1, Math.ceil(bytes.length / BYTES_PER_UNREAD_PAGE)))
+  );
 }
 
 /** The tokens of an image of `width` × `height` pixels once the API scales it. */
@@ -108,22 +108,31 @@ function documentText(source: Source): string | undefined {
     .join('\n');
 }
 
-/**
- * What an image or document block is reserved: tokens for its media, and text to count as text
- * (a text document's body, a document's title and context).
- */
-export function estimateMediaBlock(block: Source): { tokens: number; text: string } {
+/** What an image or document block is reserved. */
+export interface MediaEstimate {
+  /** Tokens for its media (its image, its PDF's pages at {@link PDF_PAGE_TOKENS} each). */
+  readonly tokens: number;
+  /** Text to count as text (a text document's body, a document's title and context). */
+  readonly text: string;
+  /** The PDF pages among `tokens` (0 for an image, a text document or an unread source). */
+  readonly pdfPages: number;
+}
+
+/** What an image or document block is reserved (see the module comment). */
+export function estimateMediaBlock(block: Source): MediaEstimate {
   const source = (block['source'] ?? {}) as Source;
   const base64 = source['type'] === 'base64' && typeof source['data'] === 'string';
   if (block['type'] === 'image') {
     return {
       tokens: base64 ? estimateImageTokens(source['data'] as string) : IMAGE_MOST_TOKENS,
       text: '',
+      pdfPages: 0,
     };
   }
   const around = [block['title'], block['context']].filter((t) => typeof t === 'string').join('\n');
   const body = documentText(source);
-  if (body !== undefined) return { tokens: 0, text: `${around}\n${body}` };
-  const tokens = base64 ? estimatePdfTokens(source['data'] as string) : UNREAD_DOCUMENT_TOKENS;
-  return { tokens, text: around };
+  if (body !== undefined) return { tokens: 0, text: `${around}\n${body}`, pdfPages: 0 };
+  if (!base64) return { tokens: UNREAD_DOCUMENT_TOKENS, text: around, pdfPages: 0 };
+  const pdfPages = estimatePdfPages(source['data'] as string);
+  return { tokens: pdfPages * PDF_PAGE_TOKENS, text: around, pdfPages };
 }

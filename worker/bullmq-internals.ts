@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { type Job, raw2NextJobData, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
-import type { JobData, JobResult } from '../shared/job.ts';
+import type { JobData, JobResult, PdfPages } from '../shared/job.ts';
 import { readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -35,6 +35,8 @@ export interface HeadJob {
   readonly model: string;
   /** Its input was counted by count_tokens: reserved as is. */
   readonly counted: boolean;
+  /** Its PDF pages and the tokens the producer reserved each at (JobData.pdfPages). */
+  readonly pdfPages?: PdfPages | undefined;
   readonly priority: number;
   readonly scopes: readonly string[];
   readonly tenant: string | undefined;
@@ -85,6 +87,7 @@ export function headOf(id: string, optsJson: string, dataJson: string | undefine
     scopes: r.ticket.s ?? [],
     tenant: r.ticket.t,
     ...(r.ticket.d !== undefined ? { deployment: r.ticket.d } : {}),
+    ...(r.ticket.p ? { pdfPages: { pages: r.ticket.p[0], perPage: r.ticket.p[1] } } : {}),
     ...(r.ticket.k
       ? {
           cache: {

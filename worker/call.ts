@@ -330,8 +330,7 @@ async function succeededCall(
         throw err;
       },
     ),
-    // The whole prompt against the whole estimate: cache reads included.
-    p.costs.record(data, actual.inputTokens + (usage.cache_read_input_tokens ?? 0)),
+    p.costs.record(data, usage),
     t.target.breaker.success(),
     reportSuccess(p, job, r.waits, t.startedAt, result, r.reservation.cost, {
       provider_calls: 1,

@@ -11,6 +11,7 @@ import { FleetLayout } from '../shared/layout.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
+import { PageCosts } from '../shared/page-costs.ts';
 import { type DeadLetterQueue, openDeadLetterQueue, registerQueue } from '../shared/queues.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
 import { errorEventLog } from '../shared/telemetry/throttled-warning.ts';
@@ -61,10 +62,10 @@ interface WorkerParts {
 function learnedCosts(options: WorkerOptions): LearnedCosts {
   const learn = options.learnEstimates ?? true;
   const { redis, names } = options;
+  if (learn === false) return new LearnedCosts(undefined);
   return new LearnedCosts(
-    learn === false
-      ? undefined
-      : new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
+    new EstimateLearning({ redis, names, ...(learn === true ? {} : learn) }),
+    new PageCosts({ redis, names }),
   );
 }
 
