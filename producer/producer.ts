@@ -4,8 +4,8 @@ import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
-import { PageCosts } from '../shared/page-costs.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { PageCosts } from '../shared/page-costs.ts';
 import {
   type DeadLetterQueue,
   type LlmqQueue,
