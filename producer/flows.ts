@@ -78,13 +78,15 @@ export interface BuiltMapReduce {
 
 /**
  * Validates and costs every part (an error names it: `parts.2.max_tokens`) and the combine
- * job, which reserves its template plus every part's max_tokens. With an idempotency key every
- * id is derived from it.
+ * job, which reserves its template plus every part's max_tokens; a part with a count (from
+ * count_tokens, in `counts`) is reserved at it. With an idempotency key every id is derived
+ * from it.
  */
 export function buildMapReduce(
   builder: JobBuilder,
   flow: MapReduceRequest,
   options: EnqueueOptions,
+  counts: readonly (number | undefined)[] = [],
 ): BuiltMapReduce {
   const batches = options.via === 'batches';
   const key = options.idempotencyKey;
@@ -96,10 +98,12 @@ export function buildMapReduce(
   const parts = flow.parts.map((r, i) => {
     try {
       if (batches) checkBatchable(r, options);
-      const data = builder.prepare(r, {
-        ...options,
-        ...(key ? { idempotencyKey: partKey(key, i) } : {}),
-      });
+      const partOptions = { ...options, ...(key ? { idempotencyKey: partKey(key, i) } : {}) };
+      const counted = counts[i];
+      const data =
+        counted === undefined
+          ? builder.prepare(r, partOptions)
+          : builder.prepareCounted(r, partOptions, counted);
       return batches && options.deadlineAt !== undefined
         ? { ...data, deadlineAt: options.deadlineAt }
         : data;

@@ -45,6 +45,8 @@ export class JobBuilder {
   private current: LimitSet;
   /** The model patterns of the `model:` scopes. */
   private patterns: readonly string[];
+  /** The provider's limits read from its headers, by scope (a model's): they cap `current`. */
+  private read: Readonly<Record<string, DimensionLimits>> = {};
   private readonly ledger: BudgetLedger | undefined;
   private readonly tokenCounter: TokenCounter | undefined;
   private readonly pool: KnownPool;
@@ -75,9 +77,22 @@ export class JobBuilder {
     this.patterns = modelPatterns(this.current);
   }
 
-  /** The limits jobs are checked against now. */
+  /** Takes the provider's limits as read, by scope: each caps the configured one of its scope. */
+  useReadings(read: Readonly<Record<string, DimensionLimits>>): void {
+    this.read = { ...this.read, ...read };
+  }
+
+  /** The limits jobs are checked against now (the readings aside). */
   get limits(): LimitSet {
     return this.current;
+  }
+
+  /** The scopes a job of `model` is charged to besides the global one (none for an unsafe name). */
+  scopesOf(model: string, tenant?: string): string[] {
+    const scopes = tenant ? [`tenant:${tenant}`] : [];
+    const modelScope = modelScopeOf(this.patterns, model, false);
+    if (modelScope) scopes.push(modelScope);
+    return scopes;
   }
 
   /**
@@ -85,9 +100,7 @@ export class JobBuilder {
    * limit of its scopes; Infinity when no limit bounds it, below 0 when max_tokens alone never fits.
    */
   inputRoom(model: string, maxTokens: number, tenant?: string): number {
-    const scopes = tenant ? [`tenant:${tenant}`] : [];
-    const modelScope = modelScopeOf(this.patterns, model, false);
-    if (modelScope) scopes.push(modelScope);
+    const scopes = this.scopesOf(model, tenant);
     let room = Number.POSITIVE_INFINITY;
     for (const scope of [GLOBAL_SCOPE, ...scopes]) {
       const limits = this.scopeLimits(scope);
@@ -104,6 +117,12 @@ export class JobBuilder {
   /** The job's data from the estimate, or a typed error. */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.estimated(parseMessagesRequest(request), options);
+  }
+
+  /** Like {@link prepare}, at a count of its input the provider gave (reserved as is). */
+  prepareCounted(request: unknown, options: EnqueueOptions, counted: number): JobData {
+    const req = parseMessagesRequest(request);
+    return { ...this.build(req, options, estimateCost(req, counted)), inputCounted: true };
   }
 
   /** Like {@link prepare}, counting input tokens with the provider when `exactCount` is set. */
@@ -229,8 +248,18 @@ export class JobBuilder {
     }
   }
 
+  /** A scope's limits: the configured ones, each capped by the provider's as read. */
   private scopeLimits(scope: string): DimensionLimits {
-    return scope === GLOBAL_SCOPE ? this.current.limits : (this.current.scopes[scope] ?? {});
+    const own = scope === GLOBAL_SCOPE ? this.current.limits : (this.current.scopes[scope] ?? {});
+    const read = this.read[scope];
+    if (!read) return own;
+    const out: Partial<Record<Dimension, number>> = { ...own };
+    for (const dim of DIMENSION_NAMES) {
+      const r = read[dim];
+      const c = own[dim];
+      if (r !== undefined) out[dim] = c === undefined || c <= 0 ? r : Math.min(c, r);
+    }
+    return out;
   }
 
   /** What the limiter admits of a limit: the limit less its headroom. */
@@ -244,16 +273,20 @@ export class JobBuilder {
         'exactCount needs a tokenCounter (an Anthropic client) in the producer options',
       );
     }
-    const { model, messages, system, tools, tool_choice, thinking } = req as MessagesRequest &
-      Record<string, unknown>;
-    const params = Object.fromEntries(
-      Object.entries({ model, messages, system, tools, tool_choice, thinking }).filter(
-        ([, v]) => v !== undefined,
-      ),
-    );
-    const counted = await this.tokenCounter.messages.countTokens(params as never);
+    const counted = await this.tokenCounter.messages.countTokens(countParams(req) as never);
     return counted.input_tokens;
   }
+}
+
+/** What `count_tokens` takes of a request: what makes its input (no max_tokens). */
+export function countParams(req: MessagesRequest): Record<string, unknown> {
+  const { model, messages, system, tools, tool_choice, thinking } = req as MessagesRequest &
+    Record<string, unknown>;
+  return Object.fromEntries(
+    Object.entries({ model, messages, system, tools, tool_choice, thinking }).filter(
+      ([, v]) => v !== undefined,
+    ),
+  );
 }
 
 function modelPatterns(l: LimitSet): string[] {

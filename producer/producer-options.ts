@@ -70,8 +70,17 @@ export interface ProducerOptions {
   readonly retryAfterMs?: number;
   /** How long a depth reservation outlives a producer that died mid-add. @default 30_000 */
   readonly reservationTtlMs?: number;
-  /** Counts input tokens exactly when an enqueue asks for `exactCount`. */
+  /**
+   * Counts input tokens with the provider: when an enqueue asks for `exactCount`, and where a
+   * document's guessed cost would decide how it is sent (`enqueueDocument`).
+   */
   readonly tokenCounter?: TokenCounter;
+  /**
+   * count_tokens calls per minute the queue's producers and `llmq serve` make together (the
+   * provider limits them apart from messages); a document counted past it is costed by its
+   * guess. @default 100
+   */
+  readonly countTokensRpm?: number;
   /** Only for error messages (never logged with a password). @default taken from `redis` */
   readonly redisUrl?: string;
   /** A Redis command that takes longer fails with RedisUnavailableError. @default 10_000 */

@@ -5,6 +5,7 @@ import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { readProviderLimits } from '../shared/limiter/reader.ts';
 import { PageCosts } from '../shared/page-costs.ts';
 import {
   type DeadLetterQueue,
@@ -22,7 +23,15 @@ import {
   cancelJob,
   finishStrandedCancels,
 } from './cancel.ts';
+import { CountTokensBudget } from './count-tokens-budget.ts';
 import { DepthGate } from './depth-gate.ts';
+import { DocumentCoster } from './documents/document-coster.ts';
+import {
+  type DocumentOptions,
+  type DocumentSource,
+  type EnqueuedDocument,
+  enqueueDocument,
+} from './documents/enqueue-document.ts';
 import { withRedis } from './errors.ts';
 import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
 import { jobIdForKey, newJobId } from './idempotency.ts';
@@ -78,6 +87,8 @@ export class Producer {
   private readonly ownsRedis: boolean;
   private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
+  /** Counts documents with the provider within the fleet's count_tokens budget. @internal */
+  readonly coster: DocumentCoster;
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
   private readonly adds: AddContext;
@@ -85,6 +96,8 @@ export class Producer {
   private registered = false;
   /** When the fleet's limits were last read (ms), or undefined when they are not read at all. */
   private fleetReadAt: number | undefined;
+  /** When the provider's limits of each scope were last read (ms). */
+  private readonly readingsAt = new Map<string, number>();
   private readonly fleetMaxAgeMs: number;
 
   /** Use {@link createProducer}, which makes one from a {@link Config}. @internal */
@@ -96,6 +109,15 @@ export class Producer {
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
     this.pageCosts = new PageCosts({ redis: options.redis, names: options.names });
+    this.coster = new DocumentCoster({
+      counter: options.tokenCounter,
+      budget: new CountTokensBudget({
+        redis: options.redis,
+        names: options.names,
+        rpm: options.countTokensRpm,
+      }),
+      pageCosts: this.pageCosts,
+    });
     this.builder = new JobBuilder({
       pageCosts: this.pageCosts,
       limits: options.limits,
@@ -151,17 +173,53 @@ export class Producer {
     return this.builder.limits;
   }
 
-  /** The limits, and what the PDF pages of `requests` cost as learned (read before they are built). */
+  /**
+   * The limits, the provider's as read for the models of `requests`, and what their PDF pages
+   * cost as learned: all that a job is checked and reserved against, read before it is built.
+   */
   private async loadCosting(requests: readonly unknown[]): Promise<void> {
+    const models = new Set<string>();
+    for (const r of requests) {
+      const model = (r as { model?: unknown } | null)?.model;
+      if (typeof model === 'string') models.add(model);
+    }
     await this.loadLimits();
+    await this.loadReadings([...models]);
     // Unread, a page is reserved at the most it costs: the learning is an optimisation.
-    const models = new Set(requests.filter(holdsPdf).map((r) => (r as { model: string }).model));
-    await Promise.all([...models].map((m) => this.pageCosts.read(m).catch(() => undefined)));
+    const paged = new Set(requests.filter(holdsPdf).map((r) => (r as { model: string }).model));
+    await Promise.all([...paged].map((m) => this.pageCosts.read(m).catch(() => undefined)));
   }
 
-  /** The most input tokens a request may have to fit each limit it is charged to. @internal */
+  /** The provider's limits read for these models' scopes, read again after `fleetLimitsMaxAgeMs`. */
+  private async loadReadings(models: readonly string[]): Promise<void> {
+    if (this.fleetReadAt === undefined) return;
+    const now = Date.now();
+    const due = [...new Set(models.flatMap((m) => this.builder.scopesOf(m)))].filter(
+      (scope) =>
+        now - (this.readingsAt.get(scope) ?? Number.NEGATIVE_INFINITY) >= this.fleetMaxAgeMs,
+    );
+    if (due.length === 0) return;
+    const read = await this.redisCall(() => readProviderLimits(this.redis, this.names, due));
+    this.builder.useReadings(read);
+    for (const scope of due) this.readingsAt.set(scope, now);
+  }
+
+  /** The connection and the queue, for readers beside the producer (a batch run's ETA). @internal */
+  get connection(): { readonly redis: RedisClient; readonly names: QueueNames } {
+    return { redis: this.redis, names: this.names };
+  }
+
+  /** The share of each limit the fleet leaves unused, as last read. @internal */
+  get headroom(): number {
+    return this.builder.limits.headroom;
+  }
+
+  /**
+   * The most input tokens a request may have to fit each limit it is charged to, the
+   * provider's as read included. @internal
+   */
   async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
-    await this.loadLimits();
+    await this.loadCosting([{ model }]);
     return this.builder.inputRoom(model, maxTokens, tenant);
   }
 
@@ -193,11 +251,21 @@ export class Producer {
     return (await this.enqueueJob(request, options)).id;
   }
 
-  /** {@link enqueue}, saying also whether a job was created or found. @internal */
-  async enqueueJob(request: unknown, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
+  /**
+   * {@link enqueue}, saying also whether a job was created or found; `counted`: the provider's
+   * count of its input, reserved as is. @internal
+   */
+  async enqueueJob(
+    request: unknown,
+    options: EnqueueOptions = {},
+    counted?: number,
+  ): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
     await this.loadCosting([request]);
-    const data = await this.prepareAsync(request, options);
+    const data =
+      counted === undefined
+        ? await this.prepareAsync(request, options)
+        : this.builder.prepareCounted(request, options, counted);
     if (options.via === 'batches') {
       const attempts = checkAttempts(options.attempts);
       await this.ensureRegistered();
@@ -238,14 +306,66 @@ export class Producer {
     flow: MapReduceRequest,
     options: EnqueueOptions = {},
   ): Promise<EnqueuedFlow> {
+    return this.enqueueFlow(flow, options, []);
+  }
+
+  /**
+   * {@link enqueueMapReduce}, its parts with a count in `counts` reserved at it. A combine job
+   * already there under the key is re-attached with the part ids it holds. @internal
+   */
+  async enqueueFlow(
+    flow: MapReduceRequest,
+    options: EnqueueOptions,
+    counts: readonly (number | undefined)[],
+  ): Promise<EnqueuedFlow> {
     const attempts = checkAttempts(options.attempts);
     await this.loadCosting(flow.parts);
-    const built = buildMapReduce(this.builder, flow, options);
+    const built = buildMapReduce(this.builder, flow, options, counts);
     await this.ensureRegistered();
-    if (await this.redisCall(() => this.queue.getJob(built.id)))
-      return { id: built.id, partIds: built.partIds, created: false };
+    const partIds = await this.existing(built.id, 'messages');
+    if (partIds) return { id: built.id, partIds, created: false };
     this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
     return addMapReduce(this.adds, this.flows, built, attempts, options);
+  }
+
+  /**
+   * Enqueues a document (text, a PDF, or content blocks such as images) to be asked a prompt, a
+   * summary by default: one job when it fits one call, else its parts (text cut on paragraphs,
+   * a PDF by page ranges, blocks in runs), each fitting the fleet's limits (configured, or read
+   * from the provider's headers) and the model's context, then a job that combines their
+   * answers. Where llmq's guess of a cost would decide how it is sent, the provider's
+   * `count_tokens` is asked, within the fleet's budget for it (`countTokensRpm`). Wait for
+   * the returned `id` with {@link Producer.waitForResult}. A document that cannot be sent (an
+   * encrypted PDF, a page larger than any call) throws `DocumentRefusedError` with the reason;
+   * nothing is enqueued.
+   *
+   * @example
+   * ```ts
+   * const { id, parts } = await producer.enqueueDocument(
+   *   { pdf: await readFile('annual-report.pdf') },
+   *   { maxTokens: 512, idempotencyKey: 'annual-report-2026' },
+   * );
+   * const summary = await producer.waitForResult(id); // the combined summary when parts > 1
+   * ```
+   */
+  enqueueDocument(
+    source: DocumentSource,
+    options: DocumentOptions = {},
+  ): Promise<EnqueuedDocument> {
+    return enqueueDocument(this, source, options);
+  }
+
+  /**
+   * The part ids of a job already there under `id` (none when it is one call), or undefined
+   * when there is none. Batch-bound jobs are looked for too with `via: 'batches'`. @internal
+   */
+  async existing(id: string, via: Via): Promise<readonly string[] | undefined> {
+    const queues = via === 'batches' ? [this.queue, this.batchJobs.queue] : [this.queue];
+    for (const queue of queues) {
+      const job = await this.redisCall(() => queue.getJob(id));
+      if (job) return job.data?.combine?.parts ?? [];
+    }
+    return undefined;
   }
 
   /**

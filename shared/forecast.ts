@@ -1,6 +1,7 @@
-import type { JobData } from './job.ts';
+import { type JobTicket, readTicket } from './job-ticket.ts';
 import { bullPrefix, type QueueNames } from './keys.ts';
-import type { Dimension, LimiterSnapshot } from './limiter/types.ts';
+import type { Dimension, DimensionUse, LimiterSnapshot, ScopeSnapshot } from './limiter/types.ts';
+import { PDF_PAGE_TOKENS } from './media-estimate.ts';
 import { PRIORITY_LANES } from './priority.ts';
 import type { RedisClient } from './redis.ts';
 
@@ -38,8 +39,28 @@ const laneOf = (p: number): string | null =>
   Object.entries(PRIORITY_LANES).find(([, v]) => v === p)?.[0] ?? null;
 
 /**
- * When the backlog drains at the current limits: per dimension of the global scope, what the
- * jobs need beyond what the window has left now, at the limit (less headroom) per window; the
+ * The scope that limits a dimension, and its use: the global scope where a limit is configured
+ * there, else the model scope with the lowest limit read from the provider (where readings land).
+ */
+function limiting(
+  scopes: readonly ScopeSnapshot[],
+  d: Dimension,
+): { limit: number; use: DimensionUse } | undefined {
+  const global = scopes.find((s) => s.scope === 'global')?.dimensions[d];
+  if (global?.limit !== undefined && global.limit > 0) return { limit: global.limit, use: global };
+  let best: { limit: number; use: DimensionUse } | undefined;
+  for (const s of scopes) {
+    const use = s.dimensions[d];
+    const read = s.scope.startsWith('model:') ? use.providerLimit : undefined;
+    if (read !== undefined && read > 0 && (!best || read < best.limit)) best = { limit: read, use };
+  }
+  return best;
+}
+
+/**
+ * When the backlog drains at the current limits: per dimension (of the global scope, or where
+ * nothing is configured, of the model scope the provider's readings limit most), what the jobs
+ * need beyond what the window has left now, at the limit (less headroom) per window; the
  * slowest dimension binds. A spend enters the window when its response begins, so each window's
  * worth comes back one window plus a call (`callMs`, the median provider latency) after the last.
  * Classes drain in priority order, each behind the more urgent ones. Estimates are the jobs'
@@ -54,7 +75,6 @@ export function forecastDrain(
   const { headroom } = options;
   const cycleMs = snapshot.windowMs + Math.max(0, options.callMs ?? 0);
   const sampled = options.sampled ?? backlog.reduce((n, c) => n + c.jobs, 0);
-  const global = snapshot.scopes.find((s) => s.scope === 'global');
   const need = { requests: 0, inputTokens: 0, outputTokens: 0, tokens: 0 };
   const classes: ClassForecast[] = [];
   for (const c of [...backlog].sort((a, b) => a.priority - b.priority)) {
@@ -65,9 +85,10 @@ export function forecastDrain(
     let drainMs = 0;
     let binding: Dimension | null = null;
     for (const d of DIMS) {
-      const use = global?.dimensions[d];
-      if (!use || use.limit === undefined || use.limit <= 0) continue;
-      const limit = Math.max(1, Math.floor(use.limit * (1 - headroom)));
+      const bound = limiting(snapshot.scopes, d);
+      if (!bound) continue;
+      const { use } = bound;
+      const limit = Math.max(1, Math.floor(bound.limit * (1 - headroom)));
       const left = Math.max(
         0,
         Math.min(limit - use.used, use.providerRoom ?? Number.POSITIVE_INFINITY),
@@ -91,9 +112,11 @@ export function forecastDrain(
 }
 
 /**
- * Sums the waiting jobs' reserved costs per priority (prioritized, wait and delayed sets): one
- * read of the ids and one pipeline of their data. Past `maxJobs` the first ones stand for all,
- * scaled by the count. Reads only.
+ * Sums the waiting jobs' reservations per priority (prioritized, wait and delayed sets), read
+ * from their tickets (a few bytes each, not their requests): their input as the producer
+ * reserved it (PDF pages at what it learned a page costs), their max_tokens. One read of the
+ * ids, one pipeline of the tickets (and the data of a job of the first format, which has none).
+ * Past `maxJobs` the first ones stand for all, scaled by the count. Reads only.
  */
 export async function readBacklog(
   redis: RedisClient,
@@ -115,28 +138,16 @@ export async function readBacklog(
   }) as [string[], string[], string[], number, number, number];
   const ids = [...prio, ...wait, ...delayed].slice(0, maxJobs);
   const total = nPrio + nWait + nDelayed;
-  const pipe = redis.pipeline();
-  for (const id of ids) pipe.hget(`${base}${id}`, 'data');
-  const datas = ids.length > 0 ? ((await pipe.exec()) ?? []) : [];
+  const tickets = await readTickets(redis, base, ids);
   const sums = new Map<number, { jobs: number; inputTokens: number; outputTokens: number }>();
-  let sampled = 0;
-  for (const [err, raw] of datas) {
-    if (err || typeof raw !== 'string') continue;
-    let d: Pick<JobData, 'cost' | 'priority'>;
-    try {
-      d = JSON.parse(raw) as JobData;
-    } catch {
-      continue;
-    }
-    if (!d.cost) continue;
-    sampled++;
-    const p = d.priority ?? 100;
-    const s = sums.get(p) ?? { jobs: 0, inputTokens: 0, outputTokens: 0 };
+  for (const { ticket, priority } of tickets) {
+    const s = sums.get(priority) ?? { jobs: 0, inputTokens: 0, outputTokens: 0 };
     s.jobs++;
-    s.inputTokens += d.cost.inputTokens;
-    s.outputTokens += d.cost.outputTokens;
-    sums.set(p, s);
+    s.inputTokens += reservedInput(ticket);
+    s.outputTokens += ticket.c[2];
+    sums.set(priority, s);
   }
+  const sampled = tickets.length;
   const scale = sampled > 0 && total > sampled ? total / sampled : 1;
   const classes = [...sums].map(([priority, s]) => ({
     priority,
@@ -145,6 +156,38 @@ export async function readBacklog(
     outputTokens: Math.round(s.outputTokens * scale),
   }));
   return { classes, sampled };
+}
+
+/** The jobs' tickets (unreadable ones left out): their options, a legacy job's data. */
+async function readTickets(
+  redis: RedisClient,
+  base: string,
+  ids: readonly string[],
+): Promise<{ ticket: JobTicket; priority: number }[]> {
+  if (ids.length === 0) return [];
+  const opts = await redis.pipeline(ids.map((id) => ['hget', `${base}${id}`, 'opts'])).exec();
+  const legacy = ids.filter((_, i) => !String(opts?.[i]?.[1] ?? '').includes('"llmq"'));
+  const datas =
+    legacy.length > 0
+      ? await redis.pipeline(legacy.map((id) => ['hget', `${base}${id}`, 'data'])).exec()
+      : [];
+  const dataOf = new Map(legacy.map((id, i) => [id, datas?.[i]?.[1]]));
+  const out: { ticket: JobTicket; priority: number }[] = [];
+  ids.forEach((id, i) => {
+    const o = opts?.[i]?.[1];
+    if (typeof o !== 'string') return;
+    const data = dataOf.get(id);
+    const r = readTicket(o, typeof data === 'string' ? data : undefined);
+    if (r.ok) out.push({ ticket: r.ticket, priority: r.priority });
+  });
+  return out;
+}
+
+/** A ticket's input as reserved: its PDF pages at the producer's figure, a count as is. */
+function reservedInput(t: JobTicket): number {
+  const input = t.c[1];
+  if (!t.p) return input;
+  return Math.max(1, input - t.p[0] * (PDF_PAGE_TOKENS - t.p[1]));
 }
 
 /** `12 s`, `4 min 10 s`, `2 h 5 min`. */

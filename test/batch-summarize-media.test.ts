@@ -76,6 +76,7 @@ interface Line {
   summary?: string;
   usage?: { input_tokens: number; output_tokens: number };
   error?: string;
+  refused?: string;
 }
 
 function readLines(path: string): Line[] {
@@ -125,7 +126,7 @@ describe('batch summarize with PDFs and images', () => {
     expect(mock.stats().admitted).toBe(7);
   });
 
-  it('takes images when asked, each as an image block, and writes an unreadable one as its error', async () => {
+  it('takes images when asked, each as an image block, and records an unreadable one as refused', async () => {
     await writeFolder();
     writeFileSync(join(dir, 'docs', 'photo.jpg'), jpeg(1600, 1200));
     writeFileSync(join(dir, 'docs', 'broken.webp'), 'not a picture at all');
@@ -139,8 +140,11 @@ describe('batch summarize with PDFs and images', () => {
     expect(chart.usage!.input_tokens).toBeGreaterThan(640);
     expect(chart.usage!.input_tokens).toBeLessThan(760);
     const broken = lines.find((l) => l.file.endsWith('broken.webp'))!;
-    expect(broken.error).toContain('is not a PNG, JPEG, GIF or WebP image');
+    expect(broken.refused).toContain('is not a PNG, JPEG, GIF or WebP image');
     expect(broken.id).toMatch(/\w/);
+    expect(report.refused).toEqual([
+      { file: broken.file, id: broken.id, reason: broken.refused },
+    ]);
   });
 
   it('leaves images out unless asked, and says how when one is named', async () => {

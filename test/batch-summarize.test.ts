@@ -179,9 +179,9 @@ describe('llmq batch summarize', () => {
       });
     }
     expect(r.inputTokens).toBe(lines.reduce((s, l) => s + l.usage!.input_tokens, 0));
-    expect(progress.text()).toMatch(/progress: 50\/50 done, 0 dead/);
+    expect(progress.text()).toMatch(/progress: 50\/50 files \(50\/50 calls\), 0 refused, 0 dead/);
     expect(report.text()).toMatch(
-      /^batch done: 51 file\(s\), 50 summarized, 0 dead-lettered, 0 pending/,
+      /^batch done: 51 file\(s\), 50 summarized, 0 refused, 0 dead-lettered, 0 pending/,
     );
     expect(await jobsAdded()).toBe(50);
   }, 30_000);
@@ -431,6 +431,8 @@ describe('llmq batch summarize', () => {
           LLMQ_QUEUE: names.queue,
           LLMQ_PREFIX: names.prefix,
           LLMQ_MAX_DEPTH: '0',
+          // A limit known: every file is planned (and queued) at once, with no worker running.
+          LLMQ_ITPM: '100000',
         },
       },
     );
@@ -477,19 +479,32 @@ describe('results file and progress', () => {
     let t = 0;
     const tty = sink(true);
     const p = new Progress(tty, () => t);
-    const state = { total: 4, succeeded: 1, failed: 1, tokens: 12_345, arrived: 2, startedAt: 0 };
+    const state = {
+      files: 4,
+      succeeded: 1,
+      refused: 1,
+      failed: 0,
+      calls: 12,
+      callsDone: 6,
+      tokens: 12_345,
+      etaMs: 62_000,
+    };
     t = 2_000;
     p.update(state);
     t = 2_050;
     p.update({ ...state, succeeded: 2 }); // too soon: not redrawn
     p.finish();
     expect(tty.text()).toBe(
-      '\r\x1b[2K[############------------] 2/4 done, 1 dead | 12.3k tokens | 1.0/s | ETA 2s\n',
+      '\r\x1b[2K[############------------] 2/4 files (6/12 calls), 1 refused, 0 dead | 12.3k tokens | ETA 1m02s\n',
     );
     const plain = sink(false);
     const q = new Progress(plain, () => t);
     q.update(state);
     q.update(state);
-    expect(plain.text()).toBe('progress: 2/4 done, 1 dead | 12.3k tokens | 1.0/s | ETA 2s\n');
+    q.update({ ...state, callsDone: 12, succeeded: 3 });
+    expect(plain.text()).toBe(
+      'progress: 2/4 files (6/12 calls), 1 refused, 0 dead | 12.3k tokens | ETA 1m02s\n' +
+        'progress: 4/4 files (12/12 calls), 1 refused, 0 dead | 12.3k tokens | ETA 0s\n',
+    );
   });
 });

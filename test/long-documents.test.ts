@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { COMBINE_PROMPT, planDocument } from '../producer/batch/long-document.ts';
+import { COMBINE_PROMPT, planDocument } from '../producer/documents/long-document.ts';
 import {
   type BatchSummarizeOptions,
   DEFAULT_SUMMARY_PROMPT,

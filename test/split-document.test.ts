@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type DocumentPart, splitDocument } from '../producer/batch/split-document.ts';
+import { type DocumentPart, splitDocument } from '../producer/documents/split-document.ts';
 import { estimateTextTokens } from '../shared/estimate.ts';
 
 /** The parts without their overlaps, joined: the text they came from. */

@@ -11,7 +11,10 @@ export type ResultLine =
       /** A document summarized in parts: how many (the usage is of every call, parts and final). */
       readonly parts?: number;
     }
-  | { readonly file: string; readonly id: string; readonly error: string };
+  /** Its job was dead-lettered: the reason (`llmq dlq show <id>`). */
+  | { readonly file: string; readonly id: string; readonly error: string }
+  /** It was never queued: why, and what would make it fit. */
+  | { readonly file: string; readonly id: string; readonly refused: string };
 
 /**
  * The JSONL results file of a batch run, appended one whole line per write so that an

@@ -1,21 +1,20 @@
 import type { Via } from '../../shared/batch-via.ts';
 import { formatUsd } from '../../shared/prices.ts';
-import type { PriorityLane } from '../../shared/priority.ts';
+import { type PriorityLane, resolvePriority } from '../../shared/priority.ts';
+import { DEFAULT_SUMMARY_PROMPT } from '../documents/long-document.ts';
 import type { Producer } from '../producer.ts';
 import { BatchRun, type RunSettings } from './batch-run.ts';
 import { collectFiles } from './collect-files.ts';
-import { readFileContent } from './file-content.ts';
 import { Progress } from './progress.ts';
 import { type ResultLine, ResultsFile } from './results-file.ts';
+import { RunEta } from './run-eta.ts';
 
-export const DEFAULT_SUMMARY_PROMPT =
-  'Summarize the document the user sends in three to five sentences. Keep the names, numbers and ' +
-  'conclusions that matter; add nothing that is not in the document.';
+export { DEFAULT_SUMMARY_PROMPT } from '../documents/long-document.ts';
 
 export interface BatchSummarizeOptions {
   /**
    * Files and folders (.txt, .md and .pdf, folders recursively). A PDF is sent whole as a
-   * document block (never split).
+   * document block when it fits one call, else in parts by page ranges.
    */
   readonly paths: readonly string[];
   /** Take images too (PNG, JPEG, GIF, WebP), each sent as an image block. @default false */
@@ -29,8 +28,9 @@ export interface BatchSummarizeOptions {
   /** @default 512 */
   readonly maxTokens?: number;
   /**
-   * Documents longer than this many tokens (estimated) are summarized in parts of at most this
-   * size, then the parts' summaries combined. @default what the model's context leaves
+   * Text longer than this many tokens (estimated) is summarized in parts of at most this size,
+   * then the parts' summaries combined. @default what the fleet's limits and the model's context
+   * leave (PDFs are always cut by them)
    */
   readonly chunkTokens?: number;
   /** The system prompt. @default {@link DEFAULT_SUMMARY_PROMPT} */
@@ -46,7 +46,10 @@ export interface BatchSummarizeOptions {
   readonly tenant?: string;
   /** Wait for the results. False: enqueue and return (a later run collects them). @default true */
   readonly wait?: boolean;
-  /** Enqueue files whose earlier result was an error again (with a fresh idempotency key). @default false */
+  /**
+   * Enqueue files whose earlier result was an error or a refusal again (with a fresh idempotency
+   * key). @default false
+   */
   readonly retryFailed?: boolean;
   /** `batches`: through Message Batches (a batch submitter must run). @default 'messages' */
   readonly via?: Via;
@@ -72,17 +75,26 @@ export interface BatchReport {
   readonly reattached: number;
   /** Files with a summary (from this run or an earlier one). */
   readonly succeeded: number;
-  /** Files whose job was dead-lettered or could not be enqueued (from this run or an earlier one). */
+  /** Files whose job was dead-lettered (from this run or an earlier one). */
   readonly failed: readonly {
     readonly file: string;
     readonly id: string | null;
     readonly error: string;
   }[];
+  /**
+   * Files refused before they were queued (from this run or an earlier one): why, and what would
+   * make them fit. `--retry-failed` tries them again.
+   */
+  readonly refused: readonly {
+    readonly file: string;
+    readonly id: string;
+    readonly reason: string;
+  }[];
   /** Files still without a result (with `wait: false`, or interrupted). */
   readonly pending: number;
   /** Empty files, left out. */
   readonly empty: readonly string[];
-  /** Files summarized in parts (their part jobs and final job are a BullMQ flow). */
+  /** Files summarized in parts (their part jobs and final job are a BullMQ flow), any run. */
   readonly split: number;
   readonly inputTokens: number;
   readonly outputTokens: number;
@@ -91,7 +103,7 @@ export interface BatchReport {
   readonly via: Via;
   /** What this run's results saved by going through Message Batches, in dollars. */
   readonly savedUsd: number;
-  /** 0 all succeeded (or enqueued with wait false), 1 some failed, 130 interrupted. */
+  /** 0 all succeeded (or enqueued with wait false), 1 some were refused or failed, 130 interrupted. */
   readonly exitCode: 0 | 1 | 130;
 }
 
@@ -99,9 +111,11 @@ export interface BatchReport {
  * Summarizes documents through the queue: one job per file, with an idempotency key from the
  * file's content and the parameters, so a rerun resumes: files whose result is already in the
  * out file are skipped, and files whose job is still queued or finished meanwhile are
- * re-attached to that job instead of enqueued again. Enqueues with backpressure (`wait: true`
+ * re-attached to that job instead of enqueued again. Each file is a document
+ * (`Producer.enqueueDocument`): one job when it fits a call, else its parts (text by paragraphs,
+ * a PDF by page ranges) and a job combining them. Enqueues with backpressure (`wait: true`
  * against the depth bound), appends each result as one JSONL line as it arrives, and ends with
- * one report line (and the dead-lettered files, listed).
+ * one report line, then the refused and the dead-lettered files, listed.
  */
 export async function runBatchSummarize(options: BatchSummarizeOptions): Promise<BatchReport> {
   const started = Date.now();
@@ -110,21 +124,13 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   const files = await collectFiles(options.paths, { images: options.images ?? false });
   const results = ResultsFile.open(options.out);
   const progress = new Progress(options.progress ?? process.stderr);
-  const run = new BatchRun(settings, files, results, progress, started);
-  // The fleet's limits bound a call's input (Message Batches run outside them).
-  const inputRoom =
-    via === 'messages'
-      ? await producer.inputRoom(settings.model, settings.maxTokens, settings.tenant)
-      : undefined;
+  const run = new BatchRun(settings, files, results, progress, etaOf(settings));
   let interrupted = false;
   try {
     progress.note(`batch: ${files.length} file(s), results in ${options.out}`);
-    for (const file of files) {
-      if (signal?.aborted) break;
-      const step = await run.file(file, await readFileContent(file), inputRoom);
-      if (step === 'stop') break;
-      if (step === 'shown') progress.update(run.state());
-    }
+    await run.survey();
+    progress.update(run.state(), true);
+    if (!signal?.aborted) await run.enqueueAll();
     await run.settled();
   } finally {
     interrupted = signal?.aborted ?? false;
@@ -135,9 +141,23 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
   const report = reportOf(run, files.length, started, interrupted, via);
   const reportOut = options.report ?? process.stdout;
   reportOut.write(`${reportLine(report, settings.wait)}\n`);
+  for (const f of report.refused) reportOut.write(`  refused: ${f.file}: ${f.reason}\n`);
   for (const f of report.failed)
     reportOut.write(`  dead-lettered: ${f.file}${f.id ? ` (job ${f.id})` : ''}: ${f.error}\n`);
+  if (report.refused.length + report.failed.length > 0)
+    reportOut.write('  (--retry-failed tries these files again)\n');
   return report;
+}
+
+/** The run's ETA from the queue's forecast (Message Batches run outside it: none). */
+function etaOf(s: RunSettings): RunEta | undefined {
+  if (s.via !== 'messages') return undefined;
+  const { producer } = s;
+  return new RunEta({
+    ...producer.connection,
+    priority: resolvePriority(s.priority),
+    headroom: () => producer.headroom,
+  });
 }
 
 function settingsOf(o: BatchSummarizeOptions): RunSettings {
@@ -167,6 +187,7 @@ function reportOf(
   via: Via,
 ): BatchReport {
   const total = files - run.empty.length;
+  const resolved = run.succeeded + run.failed.length + run.refused.length;
   return {
     files,
     skipped: run.skipped,
@@ -174,7 +195,8 @@ function reportOf(
     reattached: run.reattached,
     succeeded: run.succeeded,
     failed: run.failed,
-    pending: total - run.succeeded - run.failed.length,
+    refused: run.refused,
+    pending: total - resolved,
     empty: run.empty,
     split: run.split,
     inputTokens: run.inputTokens,
@@ -183,7 +205,7 @@ function reportOf(
     interrupted,
     via,
     savedUsd: run.savedUsd,
-    exitCode: interrupted ? 130 : run.failed.length > 0 ? 1 : 0,
+    exitCode: interrupted ? 130 : run.failed.length + run.refused.length > 0 ? 1 : 0,
   };
 }
 
@@ -192,6 +214,7 @@ export function reportLine(r: BatchReport, waited = true): string {
   const parts = [
     `${r.files} file(s)`,
     `${r.succeeded} summarized`,
+    `${r.refused.length} refused`,
     `${r.failed.length} dead-lettered`,
     `${r.pending} pending`,
     `${r.enqueued} enqueued, ${r.reattached} re-attached, ${r.skipped} already done`,

@@ -1,9 +1,7 @@
-import { llmqKey, type QueueNames } from '../../shared/keys.ts';
-import { loadLuaScripts, runLua } from '../../shared/lua-scripts.ts';
+import type { QueueNames } from '../../shared/keys.ts';
 import { isOutOfMemory, type RedisClient } from '../../shared/redis.ts';
+import { CountTokensBudget } from '../count-tokens-budget.ts';
 import { apiError, toApiError } from './anthropic-errors.ts';
-
-const SCRIPTS = loadLuaScripts(new URL('../lua', import.meta.url).pathname);
 
 export interface CountTokensOptions {
   readonly redis: RedisClient;
@@ -53,14 +51,11 @@ const answer = (a: ReturnType<typeof apiError>): ForwardedAnswer => ({
  */
 export class CountTokensForwarder {
   private readonly url: string;
-  private readonly rpm: number;
+  private readonly budget: CountTokensBudget;
 
   constructor(private readonly o: CountTokensOptions) {
     this.url = `${(o.baseURL ?? 'https://api.anthropic.com').replace(/\/+$/, '')}/v1/messages/count_tokens`;
-    this.rpm = o.rpm ?? 100;
-    if (!(Number.isInteger(this.rpm) && this.rpm >= 1)) {
-      throw new TypeError(`Expected \`rpm\` to be a whole number from 1 up, got \`${this.rpm}\``);
-    }
+    this.budget = new CountTokensBudget(o);
   }
 
   async forward(body: unknown, h: ForwardHeaders): Promise<ForwardedAnswer> {
@@ -108,25 +103,14 @@ export class CountTokensForwarder {
 
   /** Counts the request in this minute's budgets; the 429 when one is spent. */
   private async count(tenant: string): Promise<ForwardedAnswer | undefined> {
-    const [sec] = await this.o.redis.time();
-    const minute = String(Math.floor(Number(sec) / 60));
-    const tenantRpm = Math.min(this.rpm, this.o.tenantRpm?.(tenant) ?? this.rpm);
-    const reply = (await runLua(
-      this.o.redis,
-      SCRIPTS['countTokens']!,
-      [
-        llmqKey(this.o.names, 'count-tokens', minute),
-        llmqKey(this.o.names, 'count-tokens', minute, 'tenant', tenant),
-      ],
-      [this.rpm, tenantRpm, 120],
-    )) as [number, number?];
-    if (reply[0] === 0) return undefined;
-    const whose = reply[0] === 2 ? `for tenant "${tenant}"` : 'on this queue';
+    const grant = await this.budget.take(tenant);
+    if (grant.ok) return undefined;
+    const whose = grant.spent === 'tenant' ? `for tenant "${tenant}"` : 'on this queue';
     return answer(
       apiError(
         'rate_limit_error',
-        `llmq: count_tokens is limited to ${reply[1]} requests per minute ${whose}`,
-        { 'retry-after': String(Math.max(1, (Number(minute) + 1) * 60 - Number(sec))) },
+        `llmq: count_tokens is limited to ${grant.limit} requests per minute ${whose}`,
+        { 'retry-after': String(grant.retryAfterS) },
       ),
     );
   }

@@ -33,8 +33,8 @@ export function registerBatchCommand(program: Command): Command {
   const batch = program.command('batch').description('batch runs through the queue');
   queueOptions(batch.command('summarize'))
     .description(
-      'summarize .txt, .md and .pdf files (folders recursively) through the queue, one job per file, results as JSON Lines; ' +
-        'a rerun resumes where the last one stopped. Exit 0 when all succeeded, 1 when some were dead-lettered, 130 when interrupted',
+      'summarize .txt, .md and .pdf files (folders recursively) through the queue, one job per file (a long one in parts, a PDF by page ranges), results as JSON Lines; ' +
+        'a rerun resumes where the last one stopped. Exit 0 when all succeeded, 1 when some were refused or dead-lettered, 130 when interrupted',
     )
     .argument('<paths...>', 'files and folders')
     .requiredOption('--out <file>', 'JSONL results file (appended; read first to resume)')
@@ -42,7 +42,7 @@ export function registerBatchCommand(program: Command): Command {
     .option('--max-tokens <n>', 'max_tokens of each summary', '512')
     .option(
       '--chunk-tokens <n>',
-      "summarize documents longer than this many tokens in parts of at most this size, then combine the parts' summaries (default: when a document does not fit the model's context)",
+      "summarize text longer than this many tokens in parts of at most this size, then combine the parts' summaries (default: when a document does not fit the fleet's limits or the model's context)",
     )
     .option('--prompt <text>', 'system prompt')
     .option('--prompt-file <file>', 'read the system prompt from a file')
@@ -57,7 +57,10 @@ export function registerBatchCommand(program: Command): Command {
     )
     .option('--tenant <name>', 'the tenant the jobs belong to')
     .option('--no-wait', 'enqueue and exit; a later run collects the results')
-    .option('--retry-failed', 'enqueue again the files whose earlier result was an error')
+    .option(
+      '--retry-failed',
+      'enqueue again the files whose earlier result was an error or a refusal',
+    )
     .option('--images', 'summarize images too (.png, .jpg, .gif, .webp), each sent as an image')
     .option(
       '--via <path>',

@@ -8,7 +8,12 @@ import type { MessagesRequest } from '../../shared/request.ts';
 import { JobFailedError } from '../errors.ts';
 import type { EnqueuedFlow, MapReduceRequest } from '../flows.ts';
 import type { Producer } from '../producer.ts';
+import type { PartContent } from './document-plan.ts';
 import { type DocumentPart, splitDocument } from './split-document.ts';
+
+export const DEFAULT_SUMMARY_PROMPT =
+  'Summarize the document the user sends in three to five sentences. Keep the names, numbers and ' +
+  'conclusions that matter; add nothing that is not in the document.';
 
 export const COMBINE_PROMPT =
   'The user sends summaries of consecutive parts of one document, in order (each part begins ' +
@@ -59,8 +64,11 @@ export function planDocument(text: string, p: SummaryParams): DocumentPlan {
 }
 
 /** The map-reduce of a split document: one summary per part, then one of the summaries. */
-export function summaryFlow(parts: readonly DocumentPart[], p: SummaryParams): MapReduceRequest {
-  const ask = (system: MessagesRequest['system'], content: string) => ({
+export function summaryFlow(
+  parts: readonly PartContent[],
+  p: SummaryParams & { readonly combinePrompt?: string | undefined },
+): MapReduceRequest {
+  const ask = (system: MessagesRequest['system'], content: PartContent) => ({
     model: p.model,
     max_tokens: p.maxTokens,
     system,
@@ -68,9 +76,9 @@ export function summaryFlow(parts: readonly DocumentPart[], p: SummaryParams): M
   });
   const partPrompt = p.cachePrompt ? cacheableSystem(p.model, p.prompt) : p.prompt;
   return {
-    parts: parts.map((part) => ask(partPrompt, part.text)),
+    parts: parts.map((part) => ask(partPrompt, part)),
     combine: ask(
-      COMBINE_PROMPT,
+      p.combinePrompt ?? COMBINE_PROMPT,
       `Summaries of the ${parts.length} parts of one document, in order:`,
     ),
   };
@@ -93,17 +101,24 @@ export interface DocumentResult {
 export async function waitForDocument(
   producer: Producer,
   flow: EnqueuedFlow,
-  options: { readonly via: Via; readonly signal?: AbortSignal | undefined },
+  options: {
+    readonly via: Via;
+    readonly signal?: AbortSignal | undefined;
+    /** Called as each part completes, with its result. */
+    readonly onPart?: ((result: JobResult) => void) | undefined;
+  },
 ): Promise<DocumentResult> {
   const n = flow.partIds.length;
   const done = new AbortController();
   const signal = options.signal ? AbortSignal.any([done.signal, options.signal]) : done.signal;
   const partFailed = new Promise<never>((_, reject) => {
     flow.partIds.forEach((id, i) => {
-      producer.waitForResult(id, { via: options.via, signal }).catch((err: unknown) => {
-        if (err instanceof JobFailedError)
-          reject(new JobFailedError(id, `part ${i + 1} of ${n}: ${err.reason}`, err.deadLetter));
-      });
+      producer
+        .waitForResult(id, { via: options.via, signal })
+        .then(options.onPart, (err: unknown) => {
+          if (err instanceof JobFailedError)
+            reject(new JobFailedError(id, `part ${i + 1} of ${n}: ${err.reason}`, err.deadLetter));
+        });
     });
   });
   try {
