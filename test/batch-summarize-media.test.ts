@@ -142,9 +142,7 @@ describe('batch summarize with PDFs and images', () => {
     const broken = lines.find((l) => l.file.endsWith('broken.webp'))!;
     expect(broken.refused).toContain('is not a PNG, JPEG, GIF or WebP image');
     expect(broken.id).toMatch(/\w/);
-    expect(report.refused).toEqual([
-      { file: broken.file, id: broken.id, reason: broken.refused },
-    ]);
+    expect(report.refused).toEqual([{ file: broken.file, id: broken.id, reason: broken.refused }]);
   });
 
   it('leaves images out unless asked, and says how when one is named', async () => {

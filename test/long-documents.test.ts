@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { COMBINE_PROMPT, planDocument } from '../producer/documents/long-document.ts';
 import {
   type BatchSummarizeOptions,
   DEFAULT_SUMMARY_PROMPT,
   runBatchSummarize,
 } from '../producer/batch/summarize.ts';
+import { COMBINE_PROMPT, planDocument } from '../producer/documents/long-document.ts';
 import { Producer } from '../producer/producer.ts';
 import { answerText } from '../shared/combine.ts';
 import { resolveConfig } from '../shared/config.ts';

@@ -120,7 +120,7 @@ export interface BatchReport {
 export async function runBatchSummarize(options: BatchSummarizeOptions): Promise<BatchReport> {
   const started = Date.now();
   const settings = settingsOf(options);
-  const { producer, signal, via } = settings;
+  const { signal, via } = settings;
   const files = await collectFiles(options.paths, { images: options.images ?? false });
   const results = ResultsFile.open(options.out);
   const progress = new Progress(options.progress ?? process.stderr);

@@ -25,11 +25,11 @@ const PART_FILL = 0.9;
 export async function pdfParts(bytes: Uint8Array, ctx: PlanContext): Promise<PlannedPart[]> {
   const pdf = await readPdf(bytes);
   if (isPdfProblem(pdf)) throw new DocumentRefusedError(pdf.problem);
-  return fit(pdf, 1, pdf.pages, ctx);
+  return fitRun(pdf, 1, pdf.pages, ctx);
 }
 
 /** Pages `from` to `to` as calls that each fit. */
-async function fit(
+async function fitRun(
   pdf: PdfFile,
   from: number,
   to: number,
@@ -68,7 +68,7 @@ async function cutInto(
   let start = from;
   for (let i = 0; i < runs; i++) {
     const length = Math.floor(pages / runs) + (i < pages % runs ? 1 : 0);
-    out.push(...(await fit(pdf, start, start + length - 1, ctx)));
+    out.push(...(await fitRun(pdf, start, start + length - 1, ctx)));
     start += length;
   }
   return out;
