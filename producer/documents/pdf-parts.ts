@@ -5,7 +5,7 @@ import {
   type PlannedPart,
 } from './document-plan.ts';
 import { DocumentRefusedError } from './document-refused.ts';
-import { isPdfProblem, type PdfFile, readPdf } from './pdf-file.ts';
+import { type PdfFile, readPdf } from './pdf-file.ts';
 import { MOST_REQUEST_FILE_BYTES } from './request-bounds.ts';
 
 /** The API reads at most this many PDF pages a request. */
@@ -24,7 +24,6 @@ const PART_FILL = 0.9;
  */
 export async function pdfParts(bytes: Uint8Array, ctx: PlanContext): Promise<PlannedPart[]> {
   const pdf = await readPdf(bytes);
-  if (isPdfProblem(pdf)) throw new DocumentRefusedError(pdf.problem);
   return fitRun(pdf, 1, pdf.pages, ctx);
 }
 
