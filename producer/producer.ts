@@ -5,7 +5,7 @@ import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.
 import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { readProviderLimits } from '../shared/limiter/reader.ts';
+import { readProviderLimits } from '../shared/limiter/provider-limits.ts';
 import { PageCosts } from '../shared/page-costs.ts';
 import {
   type DeadLetterQueue,
@@ -23,14 +23,12 @@ import {
   cancelJob,
   finishStrandedCancels,
 } from './cancel.ts';
-import { CountTokensBudget } from './count-tokens-budget.ts';
 import { DepthGate } from './depth-gate.ts';
-import { DocumentCoster } from './documents/document-coster.ts';
-import {
-  type DocumentOptions,
-  type DocumentSource,
-  type EnqueuedDocument,
-  enqueueDocument,
+import type { DocumentCoster } from './documents/document-coster.ts';
+import type {
+  DocumentOptions,
+  DocumentSource,
+  EnqueuedDocument,
 } from './documents/enqueue-document.ts';
 import { withRedis } from './errors.ts';
 import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
@@ -45,6 +43,8 @@ import type {
   ProducerOptions,
 } from './producer-options.ts';
 import { ResultWaiter, type WaitOptions } from './result-waiter.ts';
+
+type EnqueueDocument = typeof import('./documents/enqueue-document.ts').enqueueDocument;
 
 export type {
   EnqueuedJob,
@@ -87,8 +87,10 @@ export class Producer {
   private readonly ownsRedis: boolean;
   private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
-  /** Counts documents with the provider within the fleet's count_tokens budget. @internal */
-  readonly coster: DocumentCoster;
+  /** Counts documents with the provider within the fleet's count_tokens budget (made on first use). */
+  private documents: Promise<{ coster: DocumentCoster; enqueue: EnqueueDocument }> | undefined;
+  private readonly countTokensRpm: number | undefined;
+  private readonly tokenCounter: ProducerOptions['tokenCounter'];
   private batches: BatchJobs | undefined;
   private flows: FlowProducer | undefined;
   private readonly adds: AddContext;
@@ -109,15 +111,8 @@ export class Producer {
     this.ledger =
       options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
     this.pageCosts = new PageCosts({ redis: options.redis, names: options.names });
-    this.coster = new DocumentCoster({
-      counter: options.tokenCounter,
-      budget: new CountTokensBudget({
-        redis: options.redis,
-        names: options.names,
-        rpm: options.countTokensRpm,
-      }),
-      pageCosts: this.pageCosts,
-    });
+    this.tokenCounter = options.tokenCounter;
+    this.countTokensRpm = options.countTokensRpm;
     this.builder = new JobBuilder({
       pageCosts: this.pageCosts,
       limits: options.limits,
@@ -348,11 +343,52 @@ export class Producer {
    * const summary = await producer.waitForResult(id); // the combined summary when parts > 1
    * ```
    */
-  enqueueDocument(
+  async enqueueDocument(
     source: DocumentSource,
     options: DocumentOptions = {},
   ): Promise<EnqueuedDocument> {
-    return enqueueDocument(this, source, options);
+    const { coster, enqueue } = await this.documentParts();
+    return enqueue({ ...this.documentQueue(), coster }, source, options);
+  }
+
+  /** What enqueueing documents needs, loaded on first use (most producers send none). */
+  private documentParts() {
+    this.documents ??= (async () => {
+      const [{ DocumentCoster }, { CountTokensBudget }, { enqueueDocument }] = await Promise.all([
+        import('./documents/document-coster.ts'),
+        import('./count-tokens-budget.ts'),
+        import('./documents/enqueue-document.ts'),
+      ]);
+      const budget = new CountTokensBudget({
+        redis: this.redis,
+        names: this.names,
+        rpm: this.countTokensRpm,
+      });
+      const coster = new DocumentCoster({
+        counter: this.tokenCounter,
+        budget,
+        pageCosts: this.pageCosts,
+      });
+      return { coster, enqueue: enqueueDocument };
+    })();
+    return this.documents;
+  }
+
+  /** This producer as `enqueueDocument` uses it. */
+  private documentQueue() {
+    return {
+      inputRoom: (model: string, maxTokens: number, tenant?: string) =>
+        this.inputRoom(model, maxTokens, tenant),
+      pageCosts: this.pageCosts,
+      existing: (id: string, via: Via) => this.existing(id, via),
+      enqueueJob: (request: unknown, options: EnqueueOptions, counted?: number) =>
+        this.enqueueJob(request, options, counted),
+      enqueueFlow: (
+        flow: MapReduceRequest,
+        options: EnqueueOptions,
+        counts: readonly (number | undefined)[],
+      ) => this.enqueueFlow(flow, options, counts),
+    };
   }
 
   /**

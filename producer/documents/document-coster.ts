@@ -12,9 +12,6 @@ import { DocumentRefusedError } from './document-refused.ts';
  * Each count of a request with PDF pages teaches the fleet what a page costs.
  */
 export class DocumentCoster {
-  /** Counts taken by this coster (for reports and tests). */
-  counted = 0;
-
   constructor(
     private readonly o: {
       readonly counter: TokenCounter | undefined;
@@ -44,7 +41,6 @@ export class DocumentCoster {
       if (status === 400) throw new DocumentRefusedError(`the provider refuses it: ${message}`);
       return undefined;
     }
-    this.counted++;
     if (p.pdfPages > 0)
       await this.o.pageCosts
         .record(request.model, [{ tokens, pages: p.pdfPages }])

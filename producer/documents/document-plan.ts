@@ -2,7 +2,6 @@ import { estimateInput } from '../../shared/estimate.ts';
 import { PDF_PAGE_TOKENS } from '../../shared/media-estimate.ts';
 import type { PageCostReading } from '../../shared/page-costs.ts';
 import type { MessagesRequest } from '../../shared/request.ts';
-import type { DocumentCoster } from './document-coster.ts';
 
 /** A content block of a user message (text, image, document), as the API takes it. */
 export type ContentBlock = Readonly<Record<string, unknown>> & { readonly type: string };
@@ -34,7 +33,13 @@ export interface PlanContext {
   readonly limitRoom: number;
   /** What the model's context gives of `room`, beside max_tokens. */
   readonly contextRoom: number;
-  readonly coster: DocumentCoster;
+  /** The provider's count of a call's input, or undefined when it cannot be had now. */
+  readonly coster: {
+    count(
+      request: MessagesRequest,
+      p: { readonly tenant: string | undefined; readonly pdfPages: number },
+    ): Promise<number | undefined>;
+  };
   /** What a PDF page costs, as the fleet learned it when the plan began. */
   readonly pages: PageCostReading;
   /** The request one call sends for `content`. */

@@ -105,10 +105,10 @@ export async function enqueueDocument(
     const partIds = await q.existing(id, via);
     if (partIds) return { id, partIds, created: false, parts: partIds.length || 1, counted: 0 };
   }
-  const before = q.coster.counted;
-  const ctx = await planContext(q, s, options.tenant, via);
+  const tally = { counted: 0 };
+  const ctx = await planContext(q, s, options.tenant, via, tally);
   const parts = await partsOf(source, ctx);
-  const counted = q.coster.counted - before;
+  const { counted } = tally;
   if (parts.length === 1) {
     const [only] = parts as [PlannedPart];
     const job = await q.enqueueJob(ctx.request(only.content), options, only.counted);
@@ -145,6 +145,7 @@ async function planContext(
   s: Settings,
   tenant: string | undefined,
   via: Via,
+  tally: { counted: number },
 ): Promise<PlanContext> {
   const contextRoom = contextTokensOf(s.model) - s.maxTokens;
   const limitRoom =
@@ -156,7 +157,13 @@ async function planContext(
     room: Math.min(limitRoom, contextRoom),
     limitRoom,
     contextRoom,
-    coster: q.coster,
+    coster: {
+      async count(request, p) {
+        const n = await q.coster.count(request, p);
+        if (n !== undefined) tally.counted++;
+        return n;
+      },
+    },
     pages: await q.pageCosts.read(s.model).catch(() => q.pageCosts.cached(s.model)),
     request: (content: PartContent): MessagesRequest => ({
       model: s.model,

@@ -1,4 +1,4 @@
-import { PDFDocument } from 'pdf-lib';
+import type { PDFDocument } from 'pdf-lib';
 import { DocumentRefusedError } from './document-refused.ts';
 
 /** A PDF read with pdf-lib: its pages, and any run of them as a PDF of its own. */
@@ -18,6 +18,8 @@ export interface PdfFile {
  *   pages, saying so and what to do
  */
 export async function readPdf(bytes: Uint8Array): Promise<PdfFile> {
+  // Loaded when a PDF is read: every producer imports this module, few read PDFs.
+  const { PDFDocument } = await import('pdf-lib');
   let doc: PDFDocument;
   let pages: number;
   try {

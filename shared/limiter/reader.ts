@@ -1,8 +1,6 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
-import type { QueueNames } from '../keys.ts';
-import type { RedisClient } from '../redis.ts';
-import { type LimiterKeys, limiterKeys } from './limiter-keys.ts';
+import type { LimiterKeys } from './limiter-keys.ts';
 import { type LimiterSettings, limitsOf } from './options.ts';
 import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
@@ -92,28 +90,4 @@ export function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits)
     roundingStep: v?.step ?? 0,
     dimensions: dims,
   };
-}
-
-/**
- * The provider's limits as last read from its headers, per scope (a model's, where readings
- * land): only the dimensions read; one HMGET of the view. Reads only.
- */
-export async function readProviderLimits(
-  redis: RedisClient,
-  names: QueueNames,
-  scopes: readonly string[],
-): Promise<Record<string, DimensionLimits>> {
-  if (scopes.length === 0) return {};
-  const fields = scopes.flatMap((scope) => DIMENSIONS.map((d) => `${scope}|${d.lua}|lim`));
-  const values = await redis.hmget(limiterKeys(names).view, ...fields);
-  const out: Record<string, DimensionLimits> = {};
-  scopes.forEach((scope, i) => {
-    const read: Record<string, number> = {};
-    DIMENSIONS.forEach((d, j) => {
-      const v = Number(values[i * DIMENSIONS.length + j] ?? Number.NaN);
-      if (v > 0) read[d.name] = v;
-    });
-    out[scope] = read;
-  });
-  return out;
 }
