@@ -89,7 +89,11 @@ function producer(): Producer {
 
 function sink(isTTY = false) {
   let text = '';
-  return { isTTY, write: (c: string) => ((text += c), true), text: () => text };
+  const write = (c: string) => {
+    text += c;
+    return true;
+  };
+  return { isTTY, write, text: () => text };
 }
 
 function summarize(extra: Partial<BatchSummarizeOptions> = {}) {
