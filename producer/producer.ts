@@ -185,7 +185,10 @@ export class Producer {
     await Promise.all([...paged].map((m) => this.pageCosts.read(m).catch(() => undefined)));
   }
 
-  /** The provider's limits read for these models' scopes, read again after `fleetLimitsMaxAgeMs`. */
+  /**
+   * The provider's limits read for these models' scopes, read again after `fleetLimitsMaxAgeMs`
+   * (a scope without any, every time).
+   */
   private async loadReadings(models: readonly string[]): Promise<void> {
     if (this.fleetReadAt === undefined) return;
     const now = Date.now();
@@ -196,7 +199,9 @@ export class Producer {
     if (due.length === 0) return;
     const read = await this.redisCall(() => readProviderLimits(this.redis, this.names, due));
     this.builder.useReadings(read);
-    for (const scope of due) this.readingsAt.set(scope, now);
+    // A scope with no reading yet is read again at once: its first one is what a run waits for.
+    for (const scope of due)
+      if (Object.keys(read[scope] ?? {}).length > 0) this.readingsAt.set(scope, now);
   }
 
   /** The connection and the queue, for readers beside the producer (a batch run's ETA). @internal */
