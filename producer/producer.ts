@@ -336,8 +336,9 @@ export class Producer {
    * answers. Where llmq's guess of a cost would decide how it is sent, the provider's
    * `count_tokens` is asked, within the fleet's budget for it (`countTokensRpm`). Wait for
    * the returned `id` with {@link Producer.waitForResult}. A document that cannot be sent (an
-   * encrypted PDF, a page larger than any call) throws `DocumentRefusedError` with the reason;
-   * nothing is enqueued.
+   * encrypted PDF, a page larger than any call) throws a {@link RequestValidationError} whose
+   * field is `document`, saying why and what to do; one that can never fit a limit, a
+   * {@link CostExceedsLimitError}. Nothing is enqueued then.
    *
    * @example
    * ```ts

@@ -7,6 +7,7 @@ import { cachedScenario } from './scenarios/cached.ts';
 import { chaosScenario } from './scenarios/chaos.ts';
 import { clusterScenario } from './scenarios/cluster.ts';
 import { documentsScenario } from './scenarios/documents.ts';
+import { documentsLongScenario } from './scenarios/documents-long.ts';
 import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
@@ -30,6 +31,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   neighbour: neighbourScenario,
   cached: cachedScenario,
   documents: documentsScenario,
+  'documents-long': documentsLongScenario,
   unconfigured: unconfiguredScenario,
   fairness: fairnessScenario,
   overhead: overheadScenario,
