@@ -12,6 +12,7 @@ import { PDF_PAGE_TOKENS } from '../shared/media-estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { imageBlock, makePdf, pdfBlock, png } from '../testing/media.ts';
 import { DocumentRun, partOf } from './fixtures/document-run.ts';
+import { settledInputs } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
 let t: DocumentRun | undefined;
@@ -27,14 +28,6 @@ const ask = (content: unknown[]) => ({
   max_tokens: 64,
   messages: [{ role: 'user', content }],
 });
-
-/** The limiter's counters of settled calls (what they reserved, what the provider counted). */
-async function settled(w: { limiter: { snapshot(): Promise<unknown> } }) {
-  const s = (await w.limiter.snapshot()) as {
-    counters: { settled: number; actualIn: number; settledReservedIn: number };
-  };
-  return s.counters;
-}
 
 describe('what a PDF page costs', () => {
   it('reserves 3,000 tokens a page until the fleet learned what a page costs, then that', async () => {
@@ -53,7 +46,7 @@ describe('what a PDF page costs', () => {
     expect(cold.pdfPages).toEqual({ pages: 8, perPage: PDF_PAGE_TOKENS });
     for (let i = 1; i <= 4; i++)
       await producer.waitForResult(await producer.enqueue(await pdfOf(3 + i, i)));
-    await until(async () => (await settled(worker)).settled === 4, 5_000);
+    await until(async () => (await settledInputs(worker)).settled === 4, 5_000);
     // The producer reads what the fleet learned again once its reading is a second old.
     await until(async () => (await producer.pageCosts.read(MODEL)).warm, 5_000);
     const learned = await producer.pageCosts.read(MODEL);
@@ -63,13 +56,13 @@ describe('what a PDF page costs', () => {
     expect(learned.perPage).toBeLessThan(2_200);
 
     // Now a PDF is reserved at that, by the producer's check and by the gate.
-    const before = await settled(worker);
+    const before = await settledInputs(worker);
     const id = await producer.enqueue(await pdfOf(9, 9));
     const job = await run.producer().queue.getJob(id);
     expect(job!.data.pdfPages).toEqual({ pages: 9, perPage: learned.perPage });
     const result = await producer.waitForResult(id);
-    await until(async () => (await settled(worker)).settled === 5, 5_000);
-    const after = await settled(worker);
+    await until(async () => (await settledInputs(worker)).settled === 5, 5_000);
+    const after = await settledInputs(worker);
     const reserved = after.settledReservedIn - before.settledReservedIn;
     const text = job!.data.cost.inputTokens - 9 * PDF_PAGE_TOKENS;
     expect(reserved).toBe(text + 9 * learned.perPage);

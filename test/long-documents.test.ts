@@ -20,9 +20,10 @@ import type { QueueNames } from '../shared/keys.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { startBatchSubmitter } from '../worker/batches/submitter.ts';
-import { callProvider, createProviderClient, type ProviderCaller } from '../worker/provider.ts';
+import { callProvider, createProviderClient } from '../worker/provider.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../worker/worker.ts';
 import { batchCli } from './fixtures/batch-cli.ts';
+import { watchedProvider } from './fixtures/document-run.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames, until } from './helpers.ts';
 
 let redis: Redis;
@@ -73,14 +74,7 @@ async function worker(
   hold?: (r: MessagesRequest) => boolean,
   limiter: WorkerOptions['limiter'] = {},
 ): Promise<WorkerHandle> {
-  const client = createProviderClient({ apiKey: 'sk-test-longdoc', baseURL: mock.url });
-  const provider: ProviderCaller = async (request, o) => {
-    // A held call never reaches the provider: it waits until the worker stops.
-    if (hold?.(request))
-      await new Promise((_, reject) => o.signal?.addEventListener('abort', reject));
-    seen.push(request);
-    return callProvider(client, request, o);
-  };
+  const provider = watchedProvider(mock.url, seen, hold);
   const conn = newRedis();
   const w = await startWorker({ redis: conn, names, provider, limiter, concurrency: 4 });
   closers.push(async () => {

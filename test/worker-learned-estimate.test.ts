@@ -2,7 +2,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { JOB_NAME } from '../shared/job.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import {
+  allCompleted,
+  openPool,
+  type Pool,
+  request,
+  settledInputs,
+} from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
 let pool: Pool | undefined;
@@ -17,13 +23,6 @@ const texts = (n: number, from: number) =>
   Array.from({ length: n }, (_, i) =>
     request(`${'lorem ipsum dolor sit amet '.repeat(1 + ((from + i) % 23))}#${from + i}`, 60),
   );
-
-async function settledInputs(w: { limiter: { snapshot(): Promise<unknown> } }) {
-  const s = (await w.limiter.snapshot()) as {
-    counters: { settled: number; actualIn: number; settledReservedIn: number };
-  };
-  return s.counters;
-}
 
 describe('estimates that learn', () => {
   it('reserves what the provider counts after 50 calls (accuracy ≥ 90%), with zero 429s', async () => {

@@ -24,22 +24,25 @@ const PART_FILL = 0.9;
  */
 export async function pdfParts(bytes: Uint8Array, ctx: PlanContext): Promise<PlannedPart[]> {
   const pdf = await readPdf(bytes);
-  return fitRun(pdf, 1, pdf.pages, ctx);
+  return fitRun({ pdf, from: 1, to: pdf.pages }, ctx);
 }
 
-/** Pages `from` to `to` as calls that each fit. */
-async function fitRun(
-  pdf: PdfFile,
-  from: number,
-  to: number,
-  ctx: PlanContext,
-): Promise<PlannedPart[]> {
+/** Pages `from` to `to` (1-based, inclusive) of a PDF. */
+interface PageRun {
+  readonly pdf: PdfFile;
+  readonly from: number;
+  readonly to: number;
+}
+
+/** A run of pages as calls that each fit. */
+async function fitRun(run: PageRun, ctx: PlanContext): Promise<PlannedPart[]> {
+  const { pdf, from, to } = run;
   const pages = to - from + 1;
-  if (pages > MOST_PAGES) return cutInto(Math.ceil(pages / MOST_PAGES), pdf, from, to, ctx);
+  if (pages > MOST_PAGES) return cutInto(Math.ceil(pages / MOST_PAGES), run, ctx);
   const part = await pdf.range(from, to);
   if (part.length > MOST_REQUEST_FILE_BYTES) {
     if (pages === 1) throw new DocumentRefusedError(pageTooLarge(from, part.length));
-    return cutInto(2, pdf, from, to, ctx);
+    return cutInto(2, run, ctx);
   }
   const content = contentOf(part, from, to, pdf.pages);
   const request = ctx.request(content);
@@ -50,24 +53,19 @@ async function fitRun(
   const cost = counted ?? guess;
   if (cost <= ctx.room) return [{ content, counted }];
   if (pages === 1) throw new DocumentRefusedError(pageTooLong(from, cost, ctx.room));
-  return cutInto(Math.max(2, Math.ceil(cost / (PART_FILL * ctx.room))), pdf, from, to, ctx);
+  return cutInto(Math.max(2, Math.ceil(cost / (PART_FILL * ctx.room))), run, ctx);
 }
 
-/** Pages `from` to `to` in `n` runs of (nearly) equal length, each fitted. */
-async function cutInto(
-  n: number,
-  pdf: PdfFile,
-  from: number,
-  to: number,
-  ctx: PlanContext,
-): Promise<PlannedPart[]> {
+/** A run of pages in `n` runs of (nearly) equal length, each fitted. */
+async function cutInto(n: number, run: PageRun, ctx: PlanContext): Promise<PlannedPart[]> {
+  const { pdf, from, to } = run;
   const pages = to - from + 1;
   const runs = Math.min(n, pages);
   const out: PlannedPart[] = [];
   let start = from;
   for (let i = 0; i < runs; i++) {
     const length = Math.floor(pages / runs) + (i < pages % runs ? 1 : 0);
-    out.push(...(await fitRun(pdf, start, start + length - 1, ctx)));
+    out.push(...(await fitRun({ pdf, from: start, to: start + length - 1 }, ctx)));
     start += length;
   }
   return out;
