@@ -190,17 +190,7 @@ export class JobBuilder {
     const modelScope = modelScopeOf(this.patterns, req.model, this.current.modelsStrict);
     if (modelScope) scopes.push(modelScope);
     const pages = this.pagesOf(req.model, pdfPages);
-    const reserved = reservedCost(cost, pages);
-    // Message Batches run outside the per-minute limits; the model's context still bounds them.
-    if (options.via === 'batches') refuseOverContext(req.model, reserved);
-    else this.refuseNeverFits(reserved, scopes);
-    if (this.ledger) {
-      const over = this.ledger.neverFits(
-        tenant,
-        worstCaseMicros(this.ledger.settings, req.model, reserved),
-      );
-      if (over) throw over;
-    }
+    this.refuseWhatNeverFits(req.model, reservedCost(cost, pages), scopes, options);
     const request = stripStream(req);
     return {
       v: 1,
@@ -226,6 +216,24 @@ export class JobBuilder {
   private estimated(req: MessagesRequest, options: EnqueueOptions): JobData {
     const estimate = estimateInput(stripStream(req));
     return this.build(req, options, estimateCost(req, estimate.tokens), estimate.pdfPages);
+  }
+
+  /**
+   * Refuses a cost (as it will be reserved) that can never fit: a limit of its scopes, or with
+   * Message Batches (outside the per-minute limits) the model's context; a money budget.
+   */
+  private refuseWhatNeverFits(
+    model: string,
+    reserved: Cost,
+    scopes: readonly string[],
+    options: EnqueueOptions,
+  ): void {
+    if (options.via === 'batches') refuseOverContext(model, reserved);
+    else this.refuseNeverFits(reserved, scopes);
+    if (!this.ledger) return;
+    const micros = worstCaseMicros(this.ledger.settings, model, reserved);
+    const over = this.ledger.neverFits(options.tenant, micros);
+    if (over) throw over;
   }
 
   /** A request's PDF pages at what the fleet learned a page costs (last read), if it has any. */

@@ -1,40 +1,33 @@
-import { FlowProducer } from 'bullmq';
 import type { Via } from '../shared/batch-via.ts';
-import { BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
+import { type BudgetLedger, worstCaseMicros } from '../shared/budgets.ts';
 import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.ts';
-import { type LimitSet, readFleetLimits } from '../shared/fleet-limits.ts';
+import type { LimitSet } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { readProviderLimits } from '../shared/limiter/provider-limits.ts';
-import { PageCosts } from '../shared/page-costs.ts';
-import {
-  type DeadLetterQueue,
-  type LlmqQueue,
-  openDeadLetterQueue,
-  openQueue,
-  registerQueue,
-} from '../shared/queues.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import { type DeadLetterQueue, type LlmqQueue, registerQueue } from '../shared/queues.ts';
 import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
-import { type AddContext, addInChunks, addMapReduce, addOne } from './bounded-adds.ts';
+import { type AddContext, addInChunks, addOne } from './bounded-adds.ts';
 import {
   type CancelContext,
   type CancelOutcome,
   cancelJob,
   finishStrandedCancels,
 } from './cancel.ts';
-import { DepthGate } from './depth-gate.ts';
-import type { DocumentCoster } from './documents/document-coster.ts';
+import type { Costing } from './costing.ts';
+import type { DepthGate } from './depth-gate.ts';
+import type { DocumentSender } from './documents/document-sender.ts';
 import type {
   DocumentOptions,
   DocumentSource,
   EnqueuedDocument,
 } from './documents/enqueue-document.ts';
 import { withRedis } from './errors.ts';
-import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
+import type { FlowAdds } from './flow-adds.ts';
+import type { EnqueuedFlow, MapReduceRequest } from './flows.ts';
 import { jobIdForKey, newJobId } from './idempotency.ts';
-import { checkAttempts, checkChunk, JobBuilder, reservedCost } from './job-builder.ts';
-import { type JobOptionsOf, jobOptionsFor } from './job-options.ts';
+import { checkAttempts, checkChunk, reservedCost } from './job-builder.ts';
+import type { JobOptionsOf } from './job-options.ts';
 import { type JobStatus, readJobStatus } from './job-status.ts';
 import type {
   EnqueuedJob,
@@ -42,9 +35,8 @@ import type {
   EnqueueOptions,
   ProducerOptions,
 } from './producer-options.ts';
+import { producerParts } from './producer-parts.ts';
 import { ResultWaiter, type WaitOptions } from './result-waiter.ts';
-
-type EnqueueDocument = typeof import('./documents/enqueue-document.ts').enqueueDocument;
 
 export type {
   EnqueuedJob,
@@ -77,9 +69,9 @@ export class Producer {
   readonly gate: DepthGate;
   private readonly redis: RedisClient;
   private readonly names: QueueNames;
-  private readonly builder: JobBuilder;
-  /** What PDF pages cost, as the fleet learned it (read before a request with PDFs is built). @internal */
-  readonly pageCosts: PageCosts;
+  /** What a job is checked and reserved against, read before it is built. @internal */
+  readonly costing: Costing;
+  private readonly options: ProducerOptions;
   private readonly ledger: BudgetLedger | undefined;
   private readonly redisUrl: string;
   private readonly commandTimeoutMs: number;
@@ -87,150 +79,53 @@ export class Producer {
   private readonly ownsRedis: boolean;
   private readonly onOutOfMemory: ProducerOptions['onRedisOutOfMemory'];
   private waiter: ResultWaiter | undefined;
-  /** Counts documents with the provider within the fleet's count_tokens budget (made on first use). */
-  private documents: Promise<{ coster: DocumentCoster; enqueue: EnqueueDocument }> | undefined;
-  private readonly countTokensRpm: number | undefined;
-  private readonly tokenCounter: ProducerOptions['tokenCounter'];
+  /** Sends documents (made with the first one). */
+  private documents: Promise<DocumentSender> | undefined;
   private batches: BatchJobs | undefined;
-  private flows: FlowProducer | undefined;
+  private readonly flowAdds: FlowAdds;
   private readonly adds: AddContext;
   private readonly cancels: CancelContext;
   private registered = false;
-  /** When the fleet's limits were last read (ms), or undefined when they are not read at all. */
-  private fleetReadAt: number | undefined;
-  /** When the provider's limits of each scope were last read (ms). */
-  private readonly readingsAt = new Map<string, number>();
-  private readonly fleetMaxAgeMs: number;
 
   /** Use {@link createProducer}, which makes one from a {@link Config}. @internal */
   constructor(options: ProducerOptions) {
+    this.options = options;
     this.redis = options.redis;
     this.ownsRedis = options.ownsRedis ?? false;
     this.onOutOfMemory = options.onRedisOutOfMemory;
     this.names = options.names;
-    this.ledger =
-      options.budgets && new BudgetLedger(options.redis, options.names, options.budgets);
-    this.pageCosts = new PageCosts({ redis: options.redis, names: options.names });
-    this.tokenCounter = options.tokenCounter;
-    this.countTokensRpm = options.countTokensRpm;
-    this.builder = new JobBuilder({
-      pageCosts: this.pageCosts,
-      limits: options.limits,
-      scopes: options.scopes,
-      modelsStrict: options.modelsStrict,
-      headroom: options.headroom,
-      ledger: this.ledger,
-      tokenCounter: options.tokenCounter,
-      deployments: options.deployments,
-      batchDeployments: options.batchDeployments,
-    });
     this.commandTimeoutMs = options.commandTimeoutMs ?? 10_000;
-    this.fleetReadAt = options.fleetLimits === false ? undefined : Number.NEGATIVE_INFINITY;
-    this.fleetMaxAgeMs = options.fleetLimitsMaxAgeMs ?? 1_000;
-    this.jobOptions = jobOptionsFor(options);
     this.redisUrl = options.redisUrl ?? describeRedis(this.redis);
-    this.queue = openQueue(this.redis, this.names);
-    this.deadLetters = openDeadLetterQueue(this.redis, this.names);
-    // Connection trouble surfaces as typed errors from each call; the emitters must not throw.
-    this.queue.on('error', () => {});
-    this.deadLetters.on('error', () => {});
-    this.gate = new DepthGate({
-      redis: this.redis,
-      names: this.names,
-      queue: this.queue,
-      maxDepth: options.maxDepth ?? 0,
-      tenantMaxDepth: options.tenantMaxDepth,
-      maxDepthBytes: options.maxDepthBytes ?? 0,
-      tenantMaxBytes: options.tenantMaxBytes,
-      reservationTtlMs: options.reservationTtlMs,
-      retryAfterMs: options.retryAfterMs,
+    const parts = producerParts(options, {
       call: (op) => this.redisCall(op),
+      status: (id) => this.status(id),
+      registered: () => this.ensureRegistered(),
+      batchQueue: () => this.batchJobs.queue,
     });
-    const call = <T>(op: () => Promise<T>) => this.redisCall(op);
-    this.adds = {
-      names: this.names,
-      queue: this.queue,
-      gate: this.gate,
-      call,
-      jobOptions: this.jobOptions,
-    };
-    this.cancels = { queue: this.queue, gate: this.gate, call, status: (id) => this.status(id) };
+    this.ledger = parts.ledger;
+    this.costing = parts.costing;
+    this.jobOptions = parts.jobOptions;
+    this.queue = parts.queue;
+    this.deadLetters = parts.deadLetters;
+    this.gate = parts.gate;
+    this.adds = parts.adds;
+    this.cancels = parts.cancels;
+    this.flowAdds = parts.flowAdds;
   }
 
   /** The fleet's stored limits, read again after `fleetLimitsMaxAgeMs` (or `force`). @internal */
-  async loadLimits(force = false): Promise<LimitSet> {
-    const at = this.fleetReadAt;
-    if (at !== undefined && (force || Date.now() - at >= this.fleetMaxAgeMs)) {
-      const stored = await this.redisCall(() => readFleetLimits(this.redis, this.names));
-      this.builder.useFleet(stored?.limits);
-      this.fleetReadAt = Date.now();
-    }
-    return this.builder.limits;
-  }
-
-  /**
-   * The limits, the provider's as read for the models of `requests`, and what their PDF pages
-   * cost as learned: all that a job is checked and reserved against, read before it is built.
-   */
-  private async loadCosting(requests: readonly unknown[]): Promise<void> {
-    const models = new Set<string>();
-    for (const r of requests) {
-      const model = (r as { model?: unknown } | null)?.model;
-      if (typeof model === 'string') models.add(model);
-    }
-    await this.loadLimits();
-    await this.loadReadings([...models]);
-    // Unread, a page is reserved at the most it costs: the learning is an optimisation.
-    const paged = new Set(requests.filter(holdsPdf).map((r) => (r as { model: string }).model));
-    await Promise.all([...paged].map((m) => this.pageCosts.read(m).catch(() => undefined)));
-  }
-
-  /**
-   * The provider's limits read for these models' scopes, read again after `fleetLimitsMaxAgeMs`
-   * (a scope without any, every time).
-   */
-  private async loadReadings(models: readonly string[]): Promise<void> {
-    if (this.fleetReadAt === undefined) return;
-    const now = Date.now();
-    const due = [...new Set(models.flatMap((m) => this.builder.scopesOf(m)))].filter(
-      (scope) =>
-        now - (this.readingsAt.get(scope) ?? Number.NEGATIVE_INFINITY) >= this.fleetMaxAgeMs,
-    );
-    if (due.length === 0) return;
-    const read = await this.redisCall(() => readProviderLimits(this.redis, this.names, due));
-    this.builder.useReadings(read);
-    // A scope with no reading yet is read again at once: its first one is what a run waits for.
-    for (const scope of due)
-      if (Object.keys(read[scope] ?? {}).length > 0) this.readingsAt.set(scope, now);
-  }
-
-  /** The connection and the queue, for readers beside the producer (a batch run's ETA). @internal */
-  get connection(): { readonly redis: RedisClient; readonly names: QueueNames } {
-    return { redis: this.redis, names: this.names };
-  }
-
-  /** The share of each limit the fleet leaves unused, as last read. @internal */
-  get headroom(): number {
-    return this.builder.limits.headroom;
-  }
-
-  /**
-   * The most input tokens a request may have to fit each limit it is charged to, the
-   * provider's as read included. @internal
-   */
-  async inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number> {
-    await this.loadCosting([{ model }]);
-    return this.builder.inputRoom(model, maxTokens, tenant);
+  loadLimits(force = false): Promise<LimitSet> {
+    return this.costing.limits(force);
   }
 
   /** The job's data from the estimate, or a typed error; writes nothing. @internal */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
-    return this.builder.prepare(request, options);
+    return this.costing.builder.prepare(request, options);
   }
 
   /** Like {@link prepare}, counting input with the provider under `exactCount`. @internal */
   prepareAsync(request: unknown, options: EnqueueOptions = {}): Promise<JobData> {
-    return this.builder.prepareAsync(request, options);
+    return this.costing.builder.prepareAsync(request, options);
   }
 
   /**
@@ -261,11 +156,11 @@ export class Producer {
     counted?: number,
   ): Promise<EnqueuedJob> {
     if (options.via === 'batches') checkBatchable(request, options);
-    await this.loadCosting([request]);
+    await this.costing.load([request]);
     const data =
       counted === undefined
         ? await this.prepareAsync(request, options)
-        : this.builder.prepareCounted(request, options, counted);
+        : this.costing.builder.prepareCounted(request, options, counted);
     if (options.via === 'batches') {
       const attempts = checkAttempts(options.attempts);
       await this.ensureRegistered();
@@ -302,43 +197,18 @@ export class Producer {
    * const summary = await producer.waitForResult(id);
    * ```
    */
-  async enqueueMapReduce(
-    flow: MapReduceRequest,
-    options: EnqueueOptions = {},
-  ): Promise<EnqueuedFlow> {
-    return this.enqueueFlow(flow, options, []);
+  enqueueMapReduce(flow: MapReduceRequest, options: EnqueueOptions = {}): Promise<EnqueuedFlow> {
+    return this.flowAdds.add(flow, options, []);
   }
 
   /**
-   * {@link enqueueMapReduce}, its parts with a count in `counts` reserved at it. A combine job
-   * already there under the key is re-attached with the part ids it holds. @internal
-   */
-  async enqueueFlow(
-    flow: MapReduceRequest,
-    options: EnqueueOptions,
-    counts: readonly (number | undefined)[],
-  ): Promise<EnqueuedFlow> {
-    const attempts = checkAttempts(options.attempts);
-    await this.loadCosting(flow.parts);
-    const built = buildMapReduce(this.builder, flow, options, counts);
-    await this.ensureRegistered();
-    const partIds = await this.existing(built.id, 'messages');
-    if (partIds) return { id: built.id, partIds, created: false };
-    this.flows ??= new FlowProducer({ connection: this.redis, prefix: bullPrefix(this.names) });
-    return addMapReduce(this.adds, this.flows, built, attempts, options);
-  }
-
-  /**
-   * Enqueues a document (text, a PDF, or content blocks such as images) to be asked a prompt, a
-   * summary by default: one job when it fits one call, else its parts (text cut on paragraphs,
-   * a PDF by page ranges, blocks in runs), each fitting the fleet's limits (configured, or read
-   * from the provider's headers) and the model's context, then a job that combines their
-   * answers. Where llmq's guess of a cost would decide how it is sent, the provider's
-   * `count_tokens` is asked, within the fleet's budget for it (`countTokensRpm`). Wait for
-   * the returned `id` with {@link Producer.waitForResult}. A document that cannot be sent (an
-   * encrypted PDF, a page larger than any call) throws a {@link RequestValidationError} whose
-   * field is `document`, saying why and what to do; one that can never fit a limit, a
-   * {@link CostExceedsLimitError}. Nothing is enqueued then.
+   * Enqueues a document (text, a PDF, or blocks such as images) to be asked a prompt, a summary
+   * by default: one job when it fits a call, else its parts (text by paragraphs, a PDF by page
+   * ranges, blocks in runs), each fitting the fleet's limits and the model's context, and a job
+   * combining their answers: wait for `id`. Costs the guess would decide are asked of the
+   * provider's `count_tokens`, within the fleet's budget (`countTokensRpm`). What cannot be sent
+   * throws {@link RequestValidationError} (field `document`: why, what to do) or
+   * {@link CostExceedsLimitError}, nothing enqueued.
    *
    * @example
    * ```ts
@@ -353,61 +223,18 @@ export class Producer {
     source: DocumentSource,
     options: DocumentOptions = {},
   ): Promise<EnqueuedDocument> {
-    const { coster, enqueue } = await this.documentParts();
-    return enqueue({ ...this.documentQueue(), coster }, source, options);
-  }
-
-  /** What enqueueing documents needs, loaded on first use (most producers send none). */
-  private documentParts() {
-    this.documents ??= (async () => {
-      const [{ DocumentCoster }, { CountTokensBudget }, { enqueueDocument }] = await Promise.all([
-        import('./documents/document-coster.ts'),
-        import('./count-tokens-budget.ts'),
-        import('./documents/enqueue-document.ts'),
-      ]);
-      const budget = new CountTokensBudget({
-        redis: this.redis,
-        names: this.names,
-        rpm: this.countTokensRpm,
-      });
-      const coster = new DocumentCoster({
-        counter: this.tokenCounter,
-        budget,
-        pageCosts: this.pageCosts,
-      });
-      return { coster, enqueue: enqueueDocument };
-    })();
-    return this.documents;
-  }
-
-  /** This producer as `enqueueDocument` uses it. */
-  private documentQueue() {
-    return {
-      inputRoom: (model: string, maxTokens: number, tenant?: string) =>
-        this.inputRoom(model, maxTokens, tenant),
-      pageCosts: this.pageCosts,
-      existing: (id: string, via: Via) => this.existing(id, via),
-      enqueueJob: (request: unknown, options: EnqueueOptions, counted?: number) =>
-        this.enqueueJob(request, options, counted),
-      enqueueFlow: (
-        flow: MapReduceRequest,
-        options: EnqueueOptions,
-        counts: readonly (number | undefined)[],
-      ) => this.enqueueFlow(flow, options, counts),
+    const { tokenCounter: counter, countTokensRpm } = this.options;
+    this.documents ??= import('./documents/document-sender.ts').then(
+      ({ DocumentSender }) =>
+        new DocumentSender({ costing: this.costing, counter, countTokensRpm }),
+    );
+    const queue = {
+      costing: this.costing,
+      existing: (id: string, via: Via) => this.flowAdds.existing(id, via),
+      enqueueJob: (r: unknown, o: EnqueueOptions, n?: number) => this.enqueueJob(r, o, n),
+      enqueueFlow: this.flowAdds.add.bind(this.flowAdds),
     };
-  }
-
-  /**
-   * The part ids of a job already there under `id` (none when it is one call), or undefined
-   * when there is none. Batch-bound jobs are looked for too with `via: 'batches'`. @internal
-   */
-  async existing(id: string, via: Via): Promise<readonly string[] | undefined> {
-    const queues = via === 'batches' ? [this.queue, this.batchJobs.queue] : [this.queue];
-    for (const queue of queues) {
-      const job = await this.redisCall(() => queue.getJob(id));
-      if (job) return job.data?.combine?.parts ?? [];
-    }
-    return undefined;
+    return (await this.documents).send(queue, source, options);
   }
 
   /**
@@ -442,7 +269,7 @@ export class Producer {
       ]);
     }
     const attempts = checkAttempts(options.attempts);
-    await this.loadCosting(requests);
+    await this.costing.load(requests);
     const datas = await this.prepareEach(requests, options);
     if (options.via === 'batches') {
       // Batch-bound jobs skip the depth bound: add them one by one (the submitter groups them).
@@ -572,7 +399,7 @@ export class Producer {
   async close(): Promise<void> {
     await this.waiter?.close();
     await this.batches?.close();
-    await this.flows?.close();
+    await this.flowAdds.close();
     await Promise.all([this.queue.close(), this.deadLetters.close()]);
     if (this.ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
   }
@@ -620,18 +447,4 @@ export class Producer {
       throw err;
     }
   }
-}
-
-/** Whether a request (unchecked) sends a PDF's bytes: its model's page costs are read first. */
-function holdsPdf(request: unknown): boolean {
-  const r = request as { model?: unknown; messages?: unknown } | null;
-  if (typeof r?.model !== 'string' || !Array.isArray(r.messages)) return false;
-  return r.messages.some(
-    (m: { content?: unknown } | null) =>
-      Array.isArray(m?.content) &&
-      m.content.some(
-        (b: { type?: unknown; source?: { type?: unknown } } | null) =>
-          b?.type === 'document' && b.source?.type === 'base64',
-      ),
-  );
 }

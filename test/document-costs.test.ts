@@ -48,8 +48,8 @@ describe('what a PDF page costs', () => {
       await producer.waitForResult(await producer.enqueue(await pdfOf(3 + i, i)));
     await until(async () => (await settledInputs(worker)).settled === 4, 5_000);
     // The producer reads what the fleet learned again once its reading is a second old.
-    await until(async () => (await producer.pageCosts.read(MODEL)).warm, 5_000);
-    const learned = await producer.pageCosts.read(MODEL);
+    await until(async () => (await producer.costing.pageCosts.read(MODEL)).warm, 5_000);
+    const learned = await producer.costing.pageCosts.read(MODEL);
     expect(learned).toMatchObject({ warm: true, observations: 4 });
     // A page is reserved at the most one cost, and a margin: well below 3,000 here.
     expect(learned.perPage).toBeGreaterThanOrEqual(learned.high);

@@ -11,10 +11,10 @@ import { batchSavingUsd } from '../../shared/prices.ts';
 import type { PriorityLane } from '../../shared/priority.ts';
 import { DocumentRefusedError } from '../documents/document-refused.ts';
 import type { DocumentSource, EnqueuedDocument } from '../documents/enqueue-document.ts';
-import { waitForDocument } from '../documents/long-document.ts';
 import { JobFailedError, JobNotFoundError } from '../errors.ts';
 import { jobIdForKey } from '../idempotency.ts';
 import type { Producer } from '../producer.ts';
+import { waitForDocument } from './document-wait.ts';
 import { type FileContent, readFileContent } from './file-content.ts';
 import type { Progress, ProgressState } from './progress.ts';
 import type { ResultLine, ResultsFile } from './results-file.ts';
@@ -223,7 +223,7 @@ export class BatchRun {
   /** Whether a call's input limit is known: configured, or read from the provider. */
   private async limitsKnown(): Promise<boolean> {
     const { model, maxTokens, tenant } = this.s;
-    return Number.isFinite(await this.s.producer.inputRoom(model, maxTokens, tenant));
+    return Number.isFinite(await this.s.producer.costing.inputRoom(model, maxTokens, tenant));
   }
 
   /** Until the provider's limits are read, or the first file's call has ended without them. */

@@ -152,11 +152,12 @@ export async function runBatchSummarize(options: BatchSummarizeOptions): Promise
 /** The run's ETA from the queue's forecast (Message Batches run outside it: none). */
 function etaOf(s: RunSettings): RunEta | undefined {
   if (s.via !== 'messages') return undefined;
-  const { producer } = s;
+  const { costing } = s.producer;
   return new RunEta({
-    ...producer.connection,
+    redis: costing.redis,
+    names: costing.names,
     priority: resolvePriority(s.priority),
-    headroom: () => producer.headroom,
+    headroom: () => costing.headroom,
   });
 }
 

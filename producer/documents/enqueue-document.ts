@@ -1,8 +1,8 @@
 import type { Via } from '../../shared/batch-via.ts';
 import { contextTokensOf } from '../../shared/models.ts';
-import type { PageCosts } from '../../shared/page-costs.ts';
 import { cacheableSystem } from '../../shared/prompt-cache.ts';
 import type { MessagesRequest } from '../../shared/request.ts';
+import type { Costing } from '../costing.ts';
 import type { EnqueuedFlow, MapReduceRequest } from '../flows.ts';
 import { jobIdForKey } from '../idempotency.ts';
 import type { EnqueuedJob, EnqueueOptions } from '../producer-options.ts';
@@ -73,9 +73,8 @@ export interface EnqueuedDocument extends EnqueuedFlow {
 
 /** What enqueueing a document needs of the producer. */
 export interface DocumentQueue {
-  inputRoom(model: string, maxTokens: number, tenant?: string): Promise<number>;
-  readonly pageCosts: PageCosts;
-  readonly coster: DocumentCoster;
+  /** What a call may hold (`inputRoom`) and what a page costs (`pageCosts`). */
+  readonly costing: Pick<Costing, 'inputRoom' | 'pageCosts'>;
   /** The part ids of a job already there under `id` (none for one call), or undefined. */
   existing(id: string, via: Via): Promise<readonly string[] | undefined>;
   enqueueJob(request: unknown, options: EnqueueOptions, counted?: number): Promise<EnqueuedJob>;
@@ -94,6 +93,7 @@ export interface DocumentQueue {
  */
 export async function enqueueDocument(
   q: DocumentQueue,
+  coster: DocumentCoster,
   source: DocumentSource,
   options: DocumentOptions = {},
 ): Promise<EnqueuedDocument> {
@@ -106,7 +106,7 @@ export async function enqueueDocument(
     if (partIds) return { id, partIds, created: false, parts: partIds.length || 1, counted: 0 };
   }
   const tally = { counted: 0 };
-  const ctx = await planContext(q, s, options.tenant, via, tally);
+  const ctx = await planContext(q, coster, s, { tenant: options.tenant, via, tally });
   const parts = await partsOf(source, ctx);
   const { counted } = tally;
   if (parts.length === 1) {
@@ -142,14 +142,21 @@ function settingsOf(o: DocumentOptions) {
 /** The room of one call (Message Batches: the context alone), and what a page costs now. */
 async function planContext(
   q: DocumentQueue,
+  coster: DocumentCoster,
   s: Settings,
-  tenant: string | undefined,
-  via: Via,
-  tally: { counted: number },
+  p: {
+    readonly tenant: string | undefined;
+    readonly via: Via;
+    readonly tally: { counted: number };
+  },
 ): Promise<PlanContext> {
+  const { tenant, via, tally } = p;
+  const { pageCosts } = q.costing;
   const contextRoom = contextTokensOf(s.model) - s.maxTokens;
   const limitRoom =
-    via === 'batches' ? Number.POSITIVE_INFINITY : await q.inputRoom(s.model, s.maxTokens, tenant);
+    via === 'batches'
+      ? Number.POSITIVE_INFINITY
+      : await q.costing.inputRoom(s.model, s.maxTokens, tenant);
   const system = s.cachePrompt ? cacheableSystem(s.model, s.prompt) : s.prompt;
   return {
     ...s,
@@ -159,12 +166,12 @@ async function planContext(
     contextRoom,
     coster: {
       async count(request, p) {
-        const n = await q.coster.count(request, p);
+        const n = await coster.count(request, p);
         if (n !== undefined) tally.counted++;
         return n;
       },
     },
-    pages: await q.pageCosts.read(s.model).catch(() => q.pageCosts.cached(s.model)),
+    pages: await pageCosts.read(s.model).catch(() => pageCosts.cached(s.model)),
     request: (content: PartContent): MessagesRequest => ({
       model: s.model,
       max_tokens: s.maxTokens,
