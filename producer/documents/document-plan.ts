@@ -3,7 +3,10 @@ import { PDF_PAGE_TOKENS } from '../../shared/media-estimate.ts';
 import type { PageCostReading } from '../../shared/page-costs.ts';
 import type { MessagesRequest } from '../../shared/request.ts';
 
-/** A content block of a user message (text, image, document), as the API takes it. */
+/**
+ * A content block of a user message (text, image, document), as the API takes it.
+ * @inline
+ */
 export type ContentBlock = Readonly<Record<string, unknown>> & { readonly type: string };
 
 /** What one call of a document sends as its user message. */

@@ -23,6 +23,7 @@ import { textParts } from './text-parts.ts';
  * const photos: DocumentSource = { blocks: images.map((data) => ({
  *   type: 'image', source: { type: 'base64', media_type: 'image/png', data } })) };
  * ```
+ * @inline
  */
 export type DocumentSource =
   | { readonly text: string }
@@ -42,6 +43,7 @@ export type DocumentSource =
  *   priority: 'batch',
  * };
  * ```
+ * @inline
  */
 export interface DocumentOptions extends EnqueueOptions {
   /** @default 'claude-haiku-4-5' */
