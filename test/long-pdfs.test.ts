@@ -6,9 +6,11 @@
  */
 import { writeFileSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { RunEta } from '../producer/batch/run-eta.ts';
 import { COMBINE_PROMPT } from '../producer/documents/long-document.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { JobResult } from '../shared/job.ts';
+import { resolvePriority } from '../shared/priority.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { makePdf } from '../testing/media.ts';
 import { DocumentRun, encryptedPdf, pageFrom, partOf } from './fixtures/document-run.ts';
@@ -201,4 +203,32 @@ describe('progress in parts', () => {
     expect(t.mock.stats().admitted).toBe(admitted + 1);
     expect(two.report.text()).toMatch(/2 summarized, .*1 summarized in parts/);
   }, 120_000);
+});
+
+describe('the ETA', () => {
+  it("comes from the queue's forecast: what waits at the run's priority, at the current limits", async () => {
+    // 2,000 input tokens per 10 s, and 10 jobs of about 1,000 waiting: four windows and more.
+    await t.worker({ limits: { inputTokens: 2_000 }, windowMs: 10_000 });
+    const producer = t.producer();
+    const ask = (i: number) => ({
+      model: 'claude-test-1',
+      max_tokens: 16,
+      messages: [{ role: 'user', content: `${'word '.repeat(560)}#${i}` }],
+    });
+    await producer.enqueueMany(
+      Array.from({ length: 10 }, (_, i) => ask(i)),
+      { priority: 'batch' },
+    );
+    const eta = new RunEta({
+      redis: t.redis,
+      names: t.names,
+      priority: resolvePriority('batch'),
+      headroom: () => 0,
+    });
+    expect(eta.etaMs()).toBeUndefined(); // Nothing read yet: the line shows `ETA ?`.
+    await until(() => eta.etaMs() !== undefined, 10_000, 50);
+    expect(eta.etaMs()).toBeGreaterThanOrEqual(30_000);
+    expect(eta.etaMs()).toBeLessThanOrEqual(60_000);
+    await eta.settled();
+  }, 60_000);
 });
