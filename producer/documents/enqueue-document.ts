@@ -117,14 +117,11 @@ export async function enqueueDocument(
     return { ...job, partIds: [], parts: 1, counted };
   }
   const flow = summaryFlow(
-    parts.map((p) => p.content),
+    parts.map((part) => part.content),
     s,
   );
-  const added = await q.enqueueFlow(
-    flow,
-    options,
-    parts.map((p) => p.counted),
-  );
+  const counts = parts.map((part) => part.counted);
+  const added = await q.enqueueFlow(flow, options, counts);
   return { ...added, parts: parts.length, counted };
 }
 
@@ -167,8 +164,8 @@ async function planContext(
     limitRoom,
     contextRoom,
     coster: {
-      async count(request, p) {
-        const n = await coster.count(request, p);
+      async count(request, about) {
+        const n = await coster.count(request, about);
         if (n !== undefined) tally.counted++;
         return n;
       },
