@@ -165,7 +165,7 @@ describe('errored and expired items in a batch run', () => {
       await submitter.stop();
       await producer.close();
     }
-    expect(report).toMatch(/5 summarized, 1 dead-lettered.*via batches, saved/);
+    expect(report).toMatch(/5 summarized, 0 refused, 1 dead-lettered.*via batches, saved/);
     expect(report).toMatch(/dead-lettered: .*doc-\d\d\.txt .*400 invalid_request_error/);
     // One batch expired with 3 items unanswered: they went into a second batch.
     expect(mock.batches.stats().created).toBe(2);
