@@ -53,7 +53,8 @@ describe('a cached prefix in a pool', () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
     pool = await openPool('poolcache');
     const a = onMock(ma, { name: 'a', preference: 0 });
-    const b = onMock(mb, { name: 'b', preference: 1 });
+    // Every slot open to b (slotShare 1): with half of them, a third job at once may go to a.
+    const b = onMock(mb, { name: 'b', preference: 1, slotShare: 1 });
     const w = await pool.worker({ concurrency: 4, deployments: [a, b], limiter: {} });
     // The writer goes to b (pinned): the prefix is readable there only.
     expect((await runOne(pool, w, 0, 'b')).where).toBe('b');
