@@ -86,10 +86,13 @@ describe('bounded depth', () => {
     const child = `
       import { Redis } from 'ioredis';
       import { Producer } from './producer/producer.ts';
-      const [names, bound, at, forMs] = [JSON.parse(process.argv[1]), Number(process.argv[2]), Number(process.argv[3]), Number(process.argv[4])];
+      const [names, bound, forMs] = [JSON.parse(process.argv[1]), Number(process.argv[2]), Number(process.argv[3])];
       const conns = Array.from({ length: 10 }, () => new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: null }));
       const producers = conns.map((redis) => new Producer({ redis, names, maxDepth: bound, retryAfterMs: 750 }));
-      await new Promise((r) => setTimeout(r, at - Date.now()));
+      // Ready, then wait for the parent's go: both processes race from the same moment.
+      await conns[0].incr(names.prefix + ':test:ready');
+      await conns[0].blpop(names.prefix + ':test:go', 0);
+      const at = Date.now();
       const req = { model: 'claude-test', max_tokens: 32, messages: [{ role: 'user', content: 'race' }] };
       const out = { accepted: 0, refused: 0, hints: [], other: [] };
       await Promise.all(producers.map(async (p) => {
@@ -110,23 +113,22 @@ describe('bounded depth', () => {
       await Promise.all(producers.map((p) => p.close()));
       for (const c of conns) c.disconnect();
     `;
-    const at = Date.now() + 3_000;
     const forMs = 2_000;
     const spawn = () =>
-      run(
-        process.execPath,
-        tsxEval(child, [JSON.stringify(names), String(bound), String(at), String(forMs)]),
-        {
-          cwd: process.cwd(),
-          env: { ...process.env, REDIS_URL },
-        },
-      );
-    const children = Promise.all([spawn(), spawn()]);
+      run(process.execPath, tsxEval(child, [JSON.stringify(names), String(bound), String(forMs)]), {
+        cwd: process.cwd(),
+        env: { ...process.env, REDIS_URL },
+      });
+    let raced = false;
+    const children = Promise.all([spawn(), spawn()]).finally(() => {
+      raced = true;
+    });
+    await until(async () => Number(await redis.get(`${names.prefix}:test:ready`)) === 2, 60_000);
+    await redis.rpush(`${names.prefix}:test:go`, 'go', 'go');
     // A consumer drains while they race, so the bound is hit again and again.
-    await new Promise((r) => setTimeout(r, at - Date.now()));
     startConsumer(10, 2);
     const samples: number[] = [];
-    while (Date.now() < at + forMs + 200) {
+    while (!raced) {
       samples.push(await bullDepth());
       await new Promise((r) => setImmediate(r));
     }
@@ -154,7 +156,7 @@ describe('bounded depth', () => {
     console.log(
       `depth race: ${accepted} accepted, ${refused} refused, ${samples.length} samples, max depth ${Math.max(...samples)}`,
     );
-  }, 30_000);
+  }, 90_000);
 
   it('a full queue refuses with QueueFullError, or with wait: true waits until there is room', async () => {
     const p = make({ maxDepth: 5, retryAfterMs: 200 });
