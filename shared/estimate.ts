@@ -10,6 +10,12 @@ export interface Cost {
   readonly outputTokens: number;
 }
 
+/**
+ * The version of this costing code (this file, media-estimate.ts, prompt-cache.ts): a ticket
+ * says which one costed it. Bump it when the arithmetic changes.
+ */
+export const ESTIMATE_VERSION = 1;
+
 const PER_MESSAGE_TOKENS = 8;
 const BASE_TOKENS = 16;
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ESTIMATE_VERSION } from './estimate.ts';
 import type { JobData } from './job.ts';
 import { cachePrefixOf } from './prompt-cache.ts';
 
@@ -23,6 +24,10 @@ export interface JobTicket {
   readonly d?: string | undefined;
   /** Its PDF pages and the tokens reserved for each (JobData.pdfPages). */
   readonly p?: readonly [number, number] | undefined;
+  /** The version of the costing code that costed it (ESTIMATE_VERSION; absent: older builds). */
+  readonly e?: number | undefined;
+  /** The cost it claimed before a worker's check raised it to what its request implies. */
+  readonly w?: readonly [number, number, number] | undefined;
 }
 
 /** The job format this build writes and reads; older formats are read too (see readTicket). */
@@ -47,6 +52,8 @@ const TicketSchema = z.object({
     .regex(/^[A-Za-z0-9_-]{1,40}$/)
     .optional(),
   p: z.tuple([count, count]).optional(),
+  e: z.number().int().min(0).optional(),
+  w: z.tuple([count, count, count]).optional(),
 });
 
 /** What a worker reads of every job's data before it calls the provider with it. */
@@ -89,6 +96,7 @@ export function ticketOf(data: JobData): JobTicket {
     ...(prefix ? { k: [prefix.key, prefix.tokens] as const } : {}),
     ...(data.deployment !== undefined ? { d: data.deployment } : {}),
     ...(data.pdfPages ? { p: [data.pdfPages.pages, data.pdfPages.perPage] as const } : {}),
+    e: ESTIMATE_VERSION,
   };
 }
 
@@ -110,7 +118,12 @@ const bad = (reason: string): TicketReading => ({ ok: false, newer: false, reaso
  * its data (JSON). Never throws: what cannot be read says why.
  */
 export function readTicket(optsJson: string, dataJson: string | undefined): TicketReading {
-  const opts = parse(optsJson) as { llmq?: unknown } | undefined;
+  return ticketOfJob(parse(optsJson), () => (dataJson === undefined ? undefined : parse(dataJson)));
+}
+
+/** {@link readTicket} for a job's parsed options and data (`data` is read for a format-1 job). */
+export function ticketOfJob(optsValue: unknown, data: () => unknown): TicketReading {
+  const opts = optsValue as { llmq?: unknown } | undefined;
   if (opts?.llmq !== undefined) {
     const v = (opts.llmq as { v?: unknown }).v;
     if (typeof v === 'number' && v > JOB_FORMAT)
@@ -120,7 +133,11 @@ export function readTicket(optsJson: string, dataJson: string | undefined): Tick
     if (!t.success) return bad(`its ticket ${issue(t.error)}`);
     return { ok: true, ticket: t.data, priority: typeof priority === 'number' ? priority : 100 };
   }
-  const data = dataJson === undefined ? undefined : parse(dataJson);
+  return legacyTicket(data());
+}
+
+/** A format-1 job's ticket, from its data. */
+function legacyTicket(data: unknown): TicketReading {
   if (data === undefined) return bad('its data is not JSON');
   const v = (data as { v?: unknown }).v;
   if (typeof v === 'number' && v > 1 && Number.isInteger(v))

@@ -9,7 +9,7 @@ import { type Job, raw2NextJobData, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
 import type { JobData, JobResult, PdfPages } from '../shared/job.ts';
-import { readTicket } from '../shared/job-ticket.ts';
+import { type JobTicket, readTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
   defineLua,
@@ -57,6 +57,8 @@ export interface HeadJob {
    * with the reason), or of a newer format (left for a worker that knows it).
    */
   readonly problem?: { readonly newer: boolean; readonly reason: string } | undefined;
+  /** What it claimed before a worker's check raised its cost (see worker/cost-check.ts). */
+  readonly claimed?: Cost | undefined;
 }
 
 /** A peeked job from its id, options and (a format-1 job's) data; a `problem` when unreadable. */
@@ -77,10 +79,10 @@ export function headOf(id: string, optsJson: string, dataJson: string | undefine
       problem,
     };
   }
-  const [requests, inputTokens, outputTokens] = r.ticket.c;
+  const inputTokens = r.ticket.c[1];
   return {
     id,
-    cost: { requests, inputTokens, outputTokens },
+    cost: costOf(r.ticket.c),
     model: r.ticket.m,
     counted: r.ticket.x === 1,
     priority,
@@ -88,6 +90,7 @@ export function headOf(id: string, optsJson: string, dataJson: string | undefine
     tenant: r.ticket.t,
     ...(r.ticket.d !== undefined ? { deployment: r.ticket.d } : {}),
     ...(r.ticket.p ? { pdfPages: { pages: r.ticket.p[0], perPage: r.ticket.p[1] } } : {}),
+    ...(r.ticket.w ? { claimed: costOf(r.ticket.w) } : {}),
     ...(r.ticket.k
       ? {
           cache: {
@@ -97,6 +100,30 @@ export function headOf(id: string, optsJson: string, dataJson: string | undefine
         }
       : {}),
   };
+}
+
+const costOf = ([requests, inputTokens, outputTokens]: readonly [number, number, number]) => ({
+  requests,
+  inputTokens,
+  outputTokens,
+});
+
+/**
+ * Writes a corrected ticket into an active job's options, as BullMQ stores them
+ * (lua/ticket-2.lua); false when `token` no longer holds its lock or its options changed.
+ */
+export async function writeTicket(
+  redis: RedisClient,
+  names: QueueNames,
+  job: { readonly id: string; readonly token: string },
+  ticket: JobTicket,
+): Promise<boolean> {
+  const key = `${bullPrefix(names)}:${names.queue}:${job.id}`;
+  const read = await redis.hget(key, 'opts');
+  if (read === null) return false;
+  const opts = JSON.stringify({ ...(JSON.parse(read) as object), llmq: ticket });
+  const keys = [key, `${key}:lock`];
+  return (await runLua(redis, SCRIPTS['ticket']!, keys, [job.token, read, opts])) === 1;
 }
 
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */

@@ -74,6 +74,13 @@ interface Admitted {
   readonly sent?: readonly SentFetch[] | undefined;
 }
 
+/** Why a job can never fit, with the cost it claimed when its request implies more. */
+function neverFits(err: CostExceedsLimitError, head: HeadJob): string {
+  const c = head.claimed;
+  if (!c) return err.message;
+  return `${err.message} (it claimed ${c.inputTokens} input and ${c.outputTokens} output tokens; its request implies more)`;
+}
+
 /** The jobs behind the head that may share its round trip: those charged to its scopes. */
 function followers(heads: readonly HeadJob[]): HeadJob[] {
   const [first, ...rest] = heads;
@@ -290,7 +297,7 @@ export class Gate {
       if (p.stopped.aborted) throw p.stopped.reason;
       if (err instanceof CostExceedsLimitError)
         await this.moves.deadLetter(head.id, {
-          reason: err.message,
+          reason: neverFits(err, head),
           errorClass: 'CostExceedsLimitError',
         });
       else throw err;

@@ -4,6 +4,7 @@ import { jobDataProblem } from '../shared/job-ticket.ts';
 import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import type { GateWorker, HeadJob } from './bullmq-internals.ts';
+import type { CostCheck, CostVerdict } from './cost-check.ts';
 import type { SentFetch } from './fetch-along.ts';
 import type { Handoff } from './handoff.ts';
 import type { LearnedCosts } from './learned-costs.ts';
@@ -18,6 +19,8 @@ export interface TakeParts {
   readonly outcomes: Outcomes;
   /** What to reserve for a job (its estimate scaled by what was learned). */
   readonly costs: LearnedCosts;
+  /** Checks a fetched job's claimed cost against its request. */
+  readonly check: CostCheck;
   /** The pool of deployments, when the worker has one: a reservation is one deployment's. */
   readonly pool?: DeploymentPool | undefined;
   /** A fresh lock token for a job this worker moves to active. */
@@ -84,7 +87,9 @@ export async function takeJobs(
         // A job that comes with the reservation made for it starts at once, its call under
         // way while Redis still answers the other fetches.
         const mine =
-          job.deferredFailure || jobDataProblem(job.data) ? undefined : spare.get(job.id!);
+          job.deferredFailure || jobDataProblem(job.data) || p.check.verdict(job).kind !== 'ok'
+            ? undefined
+            : spare.get(job.id!);
         if (!mine) return;
         p.launch(job, t, mine.reservation, trial);
         spare.delete(job.id!);
@@ -149,6 +154,11 @@ async function placeOther(
     });
     return;
   }
+  const verdict = p.check.verdict(job);
+  if (verdict.kind !== 'ok') {
+    await notAsClaimed(p, job, token, verdict);
+    return;
+  }
   const fit = spareFor(p, job.data, spare);
   if (!fit) {
     // Another worker took a job we reserved for and this one needs more: it goes back.
@@ -164,6 +174,28 @@ async function placeOther(
       throw err;
     });
   p.launch(job, token, adjusted, trial);
+}
+
+/**
+ * A job whose ticket cannot be read is dead-lettered (one of a newer format goes back for a
+ * worker that reads it); one that claims less than its request implies goes back with the cost
+ * it implies as its ticket, to be admitted at that (or dead-lettered when that never fits).
+ */
+async function notAsClaimed(
+  p: TakeParts,
+  job: Job<JobData, JobResult>,
+  token: string,
+  verdict: Exclude<CostVerdict, { kind: 'ok' }>,
+): Promise<void> {
+  if (verdict.kind === 'raise') await p.check.correct(job, token, verdict.implied);
+  else if (!verdict.newer) {
+    await p.outcomes.deadLetter(job, token, {
+      reason: `the job cannot be read: ${verdict.reason}`,
+      errorClass: 'InvalidJobError',
+    });
+    return;
+  }
+  await job.moveToWait(token);
 }
 
 /**

@@ -30,6 +30,7 @@ import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
+import { CostCheck } from './cost-check.ts';
 import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { LoopProgress } from './loop-progress.ts';
@@ -243,6 +244,7 @@ export class Worker implements WorkerHandle {
       waits: this.waits,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),
+      check: new CostCheck(redis, names, p.costs),
       slots: {
         concurrency: this.concurrency,
         busy: () => this.inFlight(),

@@ -1,0 +1,90 @@
+import type { Job } from 'bullmq';
+import { costFieldsOf, impliedTicket } from '../shared/cost-check.ts';
+import type { JobData, JobResult } from '../shared/job.ts';
+import { type JobTicket, ticketOfJob } from '../shared/job-ticket.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import { writeTicket } from './bullmq-internals.ts';
+import type { LearnedCosts } from './learned-costs.ts';
+
+/**
+ * What a fetched job's claimed cost came to: `ok` (reserved at no less than its request implies),
+ * `raise` (its claim is below that: it goes back with `implied` as its ticket), or `unreadable`.
+ */
+export type CostVerdict =
+  | { readonly kind: 'ok' }
+  | { readonly kind: 'raise'; readonly implied: JobTicket }
+  | { readonly kind: 'unreadable'; readonly newer: boolean; readonly reason: string };
+
+type LlmqJob = Job<JobData, JobResult>;
+
+/**
+ * The worker never believes the cost a job claims: the gate reserves its ticket (the only part it
+ * reads before a job is fetched), and once the job's request arrives, its cost is recomputed by
+ * this build's costing code. A claim that reserved less than that is not sent: its ticket is
+ * corrected and it waits for an admission at its real cost, or is dead-lettered by the gate when
+ * that can never fit. The recompute runs once per fetch (what BullMQ already parses), never per
+ * gate round. A job that passes carries its ticket's cost in its data, the one its call settles.
+ */
+export class CostCheck {
+  private readonly verdicts = new WeakMap<LlmqJob, CostVerdict>();
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly names: QueueNames,
+    /** What the gate reserves for a ticket (its estimate scaled by what was learned). */
+    private readonly costs: LearnedCosts,
+  ) {}
+
+  /** The job's verdict, computed at its first sight in this fetch. */
+  verdict(job: LlmqJob): CostVerdict {
+    let v = this.verdicts.get(job);
+    if (!v) {
+      v = this.judge(job);
+      this.verdicts.set(job, v);
+    }
+    return v;
+  }
+
+  /** Writes a raised job's implied ticket (it must hold the job's lock); false when it could not. */
+  correct(job: LlmqJob, token: string, implied: JobTicket): Promise<boolean> {
+    return writeTicket(this.redis, this.names, { id: job.id!, token }, implied);
+  }
+
+  private judge(job: LlmqJob): CostVerdict {
+    const read = ticketOfJob(job.opts, () => job.data);
+    if (!read.ok) return { kind: 'unreadable', newer: read.newer, reason: read.reason };
+    const claim = read.ticket;
+    const implied = impliedTicket(claim, job.data);
+    if (this.claimsLess(claim, implied)) {
+      const w = claim.w ?? claim.c;
+      return { kind: 'raise', implied: { ...implied, w } };
+    }
+    job.data = { ...job.data, ...costFieldsOf(claim) };
+    return { kind: 'ok' };
+  }
+
+  /** Whether the gate, reserving `claim`, reserved less than `implied` asks for in any way. */
+  private claimsLess(claim: JobTicket, implied: JobTicket): boolean {
+    const input = (t: JobTicket) =>
+      this.costs.costOf({
+        cost: costFieldsOf(t).cost,
+        model: t.m,
+        counted: t.x === 1,
+        pdfPages: costFieldsOf(t).pdfPages,
+      }).inputTokens;
+    return (
+      claim.m !== implied.m ||
+      claim.c[0] < implied.c[0] ||
+      claim.c[2] < implied.c[2] ||
+      input(claim) < input(implied) ||
+      cacheClaimsMore(claim.k, implied.k)
+    );
+  }
+}
+
+/** A claimed cached prefix the request does not hold, or larger than it (it lowers the charge). */
+function cacheClaimsMore(claim: JobTicket['k'], implied: JobTicket['k']): boolean {
+  if (!claim) return false;
+  return !implied || claim[0] !== implied[0] || claim[1] > implied[1];
+}
