@@ -37,9 +37,7 @@ export function impliedTicket(claim: JobTicket, data: JobData): JobTicket {
 }
 
 /** A ticket's cost as a job's data holds it (`cost`, `pdfPages`, `inputCounted`). */
-export function costFieldsOf(
-  t: JobTicket,
-): Pick<JobData, 'cost' | 'pdfPages' | 'inputCounted'> {
+export function costFieldsOf(t: JobTicket): Pick<JobData, 'cost' | 'pdfPages' | 'inputCounted'> {
   const pdfPages: PdfPages | undefined = t.p ? { pages: t.p[0], perPage: t.p[1] } : undefined;
   return {
     cost: { requests: t.c[0], inputTokens: t.c[1], outputTokens: t.c[2] },

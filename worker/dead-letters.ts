@@ -35,9 +35,18 @@ export async function deadLetter(
     attempts: history,
     deadAt: Date.now(),
   };
-  await dlq.add(JOB_NAME, letter, { jobId: job.id!, removeOnComplete: false, removeOnFail: false });
+  const jobId = letterIdOf(job.id!);
+  await dlq.add(JOB_NAME, letter, { jobId, removeOnComplete: false, removeOnFail: false });
   await job.updateData({ ...job.data, history });
   await job.moveToFailed(new UnrecoverableError(cause.reason), token, false);
+}
+
+/**
+ * A letter's id: its job's, or for a job with BullMQ's own numeric id (added without llmq),
+ * `job-<id>`, as BullMQ refuses a numeric custom id. Either form finds the letter.
+ */
+export function letterIdOf(jobId: string): string {
+  return /^\d+$/.test(jobId) ? `job-${jobId}` : jobId;
 }
 
 export interface DeadLetterSummary {
@@ -82,7 +91,7 @@ export async function showDeadLetter(
   dlq: DeadLetterQueue,
   id: string,
 ): Promise<DeadLetter | undefined> {
-  const j = await dlq.getJob(id);
+  const j = await dlq.getJob(letterIdOf(id));
   return j?.data;
 }
 
@@ -96,7 +105,7 @@ export async function retryDeadLetter(
   queue: LlmqQueue,
   id: string,
 ): Promise<string | undefined> {
-  const letter = await dlq.getJob(id);
+  const letter = await dlq.getJob(letterIdOf(id));
   if (!letter) return undefined;
   const data: JobData = {
     ...letter.data.data,
@@ -104,7 +113,7 @@ export async function retryDeadLetter(
     rateLimitReturns: 0,
     retrying: undefined,
   };
-  const original = await queue.getJob(id);
+  const original = await queue.getJob(letter.data.jobId);
   let runId: string;
   if (original && (await original.isFailed())) {
     await original.updateData(data);
@@ -115,10 +124,10 @@ export async function retryDeadLetter(
     // the same request twice. The letter is settled; the job under its id is the answer.
     runId = original.id!;
   } else {
-    // The original is gone (removed, or aged out of the failed set): add it again under its own
-    // id, so whoever holds the id still finds the job.
+    // The original is gone (removed, or aged out of the failed set): add it again under its
+    // letter's id (its own, unless BullMQ numbered it), so whoever holds the id finds the job.
     const added = await queue.add(JOB_NAME, data, {
-      jobId: id,
+      jobId: letter.id!,
       priority: data.priority,
       attempts: 5,
       llmq: ticketOf(data),

@@ -25,12 +25,12 @@ import {
 } from './bullmq-internals.ts';
 import { type CallParts, type Running, runCall } from './call.ts';
 import { logConnectionChanges } from './connection-log.ts';
+import { CostCheck } from './cost-check.ts';
 import { FairShare } from './fair-share.ts';
 import { Gate } from './gate.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
-import { CostCheck } from './cost-check.ts';
 import { LearnedCosts } from './learned-costs.ts';
 import { silentLogger, type WorkerLogger } from './logger.ts';
 import { LoopProgress } from './loop-progress.ts';
