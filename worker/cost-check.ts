@@ -6,6 +6,7 @@ import type { QueueNames } from '../shared/keys.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { writeTicket } from './bullmq-internals.ts';
 import type { LearnedCosts } from './learned-costs.ts';
+import type { WorkerLogger } from './logger.ts';
 
 /**
  * What a fetched job's claimed cost came to: `ok` (reserved at no less than its request implies),
@@ -34,6 +35,7 @@ export class CostCheck {
     private readonly names: QueueNames,
     /** What the gate reserves for a ticket (its estimate scaled by what was learned). */
     private readonly costs: LearnedCosts,
+    private readonly log: WorkerLogger,
   ) {}
 
   /** The job's verdict, computed at its first sight in this fetch. */
@@ -57,8 +59,13 @@ export class CostCheck {
     const claim = read.ticket;
     const implied = impliedTicket(claim, job.data);
     if (this.claimsLess(claim, implied)) {
-      const w = claim.w ?? claim.c;
-      return { kind: 'raise', implied: { ...implied, w } };
+      // A producer of another build, a buggy one, or a job added by other means.
+      this.log.warn('a job claimed less than its request costs: it waits for that cost', {
+        job: job.id,
+        claimed: claim.c,
+        costs: implied.c,
+      });
+      return { kind: 'raise', implied: { ...implied, w: claim.w ?? claim.c } };
     }
     job.data = { ...job.data, ...costFieldsOf(claim) };
     return { kind: 'ok' };
