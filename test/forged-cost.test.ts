@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { JOB_NAME } from '../shared/job.ts';
 import type { JobTicket } from '../shared/job-ticket.ts';
+import { showDeadLetter } from '../worker/dead-letters.ts';
 import {
   allCompleted,
   openPool,
@@ -124,6 +125,8 @@ describe('a claimed cost below what the request implies', () => {
     expect(dead).toMatchObject({ jobId: forged, errorClass: 'CostExceedsLimitError' });
     expect(dead!.reason).toMatch(/needs 133,?\d{3} inputTokens/);
     expect(dead!.reason).toContain('it claimed 10 input and 16 output tokens');
+    // Its letter is found by the job's id, though BullMQ numbered it.
+    expect((await showDeadLetter(p.dlq, forged))?.jobId).toBe(forged);
     // The worker goes on: a job that fits runs.
     const good = await p.producer.enqueue(request('Say hi.', 16));
     await allCompleted(p, [good], 20_000);
