@@ -2,6 +2,7 @@ import { ESTIMATE_VERSION, estimateInput } from './estimate.ts';
 import type { JobData, PdfPages } from './job.ts';
 import type { JobTicket } from './job-ticket.ts';
 import { PDF_PAGE_TOKENS } from './media-estimate.ts';
+import { isModelScope, matchModel, modelScopeOf, patternOfScope } from './models.ts';
 import { cachePrefixOf } from './prompt-cache.ts';
 
 /**
@@ -15,17 +16,24 @@ const COUNT_FLOOR_DIVISOR = 4;
  * costing code, never below the claim (a claim from another version of the code is recomputed
  * too). Output is the request's max_tokens; a count from count_tokens is kept down to a floor
  * of the estimate; a PDF's pages are counted again, each at what the fleet learned (the claim
- * of a page's cost is not believed). Tenant, scopes and deployment stay as claimed.
+ * of a page's cost is not believed); the model scope is one the request's model falls under
+ * (else the one `modelPatterns` give it). Tenant and deployment stay as claimed.
  */
-export function impliedTicket(claim: JobTicket, data: JobData): JobTicket {
+export function impliedTicket(
+  claim: JobTicket,
+  data: JobData,
+  modelPatterns: readonly string[] = [],
+): JobTicket {
   const request = data.request;
   const estimate = estimateInput(request);
   const counted = claim.x === 1;
   const floor = counted ? Math.ceil(estimate.tokens / COUNT_FLOOR_DIVISOR) : estimate.tokens;
   const prefix = cachePrefixOf(request);
-  const { k: _k, p: _p, ...kept } = claim;
+  const { k: _k, p: _p, s: _s, ...kept } = claim;
+  const scopes = scopesFor(claim.s, request.model, modelPatterns);
   return {
     ...kept,
+    ...(scopes.length > 0 ? { s: scopes } : {}),
     c: [Math.max(1, claim.c[0]), Math.max(claim.c[1], floor), request.max_tokens],
     m: request.model,
     ...(prefix ? { k: [prefix.key, prefix.tokens] as const } : {}),
@@ -34,6 +42,19 @@ export function impliedTicket(claim: JobTicket, data: JobData): JobTicket {
       : {}),
     e: ESTIMATE_VERSION,
   };
+}
+
+/** The claimed scopes, with a model scope the model falls under (the claimed one if it does). */
+function scopesFor(
+  claimed: readonly string[] = [],
+  model: string,
+  patterns: readonly string[],
+): readonly string[] {
+  const scope = claimed.find(isModelScope);
+  if (scope && matchModel([patternOfScope(scope)], model) !== undefined) return claimed;
+  const own = modelScopeOf(patterns, model, false);
+  const rest = claimed.filter((s) => !isModelScope(s));
+  return own ? [...rest, own] : rest;
 }
 
 /** A ticket's cost as a job's data holds it (`cost`, `pdfPages`, `inputCounted`). */

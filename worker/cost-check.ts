@@ -3,6 +3,7 @@ import { costFieldsOf, impliedTicket } from '../shared/cost-check.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { type JobTicket, ticketOfJob } from '../shared/job-ticket.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { isModelScope, patternOfScope } from '../shared/models.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { writeTicket } from './bullmq-internals.ts';
 import type { LearnedCosts } from './learned-costs.ts';
@@ -29,6 +30,7 @@ type LlmqJob = Job<JobData, JobResult>;
  */
 export class CostCheck {
   private readonly verdicts = new WeakMap<LlmqJob, CostVerdict>();
+  private readonly modelPatterns: readonly string[];
 
   constructor(
     private readonly redis: RedisClient,
@@ -36,7 +38,11 @@ export class CostCheck {
     /** What the gate reserves for a ticket (its estimate scaled by what was learned). */
     private readonly costs: LearnedCosts,
     private readonly log: WorkerLogger,
-  ) {}
+    /** The limits of the fleet's scopes: its model scopes say what a model is charged to. */
+    scopes: Readonly<Record<string, unknown>> = {},
+  ) {
+    this.modelPatterns = Object.keys(scopes).filter(isModelScope).map(patternOfScope);
+  }
 
   /** The job's verdict, computed at its first sight in this fetch. */
   verdict(job: LlmqJob): CostVerdict {
@@ -57,7 +63,7 @@ export class CostCheck {
     const read = ticketOfJob(job.opts, () => job.data);
     if (!read.ok) return { kind: 'unreadable', newer: read.newer, reason: read.reason };
     const claim = read.ticket;
-    const implied = impliedTicket(claim, job.data);
+    const implied = impliedTicket(claim, job.data, this.modelPatterns);
     if (this.claimsLess(claim, implied)) {
       // A producer of another build, a buggy one, or a job added by other means.
       this.log.warn('a job claimed less than its request costs: it waits for that cost', {
@@ -82,6 +88,7 @@ export class CostCheck {
       }).inputTokens;
     return (
       claim.m !== implied.m ||
+      String(claim.s ?? []) !== String(implied.s ?? []) ||
       claim.c[0] < implied.c[0] ||
       claim.c[2] < implied.c[2] ||
       input(claim) < input(implied) ||

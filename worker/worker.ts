@@ -244,7 +244,7 @@ export class Worker implements WorkerHandle {
       waits: this.waits,
       nextToken: () => `${this.id}:${++this.tokenCounter}`,
       launch: (job, token, reservation, trial) => this.launch(job, token, reservation, trial),
-      check: new CostCheck(redis, names, p.costs, this.log),
+      check: new CostCheck(redis, names, p.costs, this.log, options.limiter.scopes),
       slots: {
         concurrency: this.concurrency,
         busy: () => this.inFlight(),
