@@ -11,6 +11,12 @@ import { cachePrefixOf } from './prompt-cache.ts';
  */
 const COUNT_FLOOR_DIVISOR = 4;
 
+/** What a job's request implies: its ticket, and its input estimate alone (this build's). */
+export interface Implied {
+  readonly ticket: JobTicket;
+  readonly estimate: number;
+}
+
 /**
  * The ticket a job's request implies, from its claimed one: the cost recomputed by this build's
  * costing code, never below the claim (a claim from another version of the code is recomputed
@@ -19,11 +25,11 @@ const COUNT_FLOOR_DIVISOR = 4;
  * of a page's cost is not believed); the model scope is one the request's model falls under
  * (else the one `modelPatterns` give it). Tenant and deployment stay as claimed.
  */
-export function impliedTicket(
+export function impliedCost(
   claim: JobTicket,
   data: JobData,
   modelPatterns: readonly string[] = [],
-): JobTicket {
+): Implied {
   const request = data.request;
   const estimate = estimateInput(request);
   const counted = claim.x === 1;
@@ -31,7 +37,7 @@ export function impliedTicket(
   const prefix = cachePrefixOf(request);
   const { k: _k, p: _p, s: _s, ...kept } = claim;
   const scopes = scopesFor(claim.s, request.model, modelPatterns);
-  return {
+  const ticket: JobTicket = {
     ...kept,
     ...(scopes.length > 0 ? { s: scopes } : {}),
     c: [Math.max(1, claim.c[0]), Math.max(claim.c[1], floor), request.max_tokens],
@@ -42,6 +48,7 @@ export function impliedTicket(
       : {}),
     e: ESTIMATE_VERSION,
   };
+  return { ticket, estimate: estimate.tokens };
 }
 
 /** The claimed scopes, with a model scope the model falls under (the claimed one if it does). */

@@ -4,13 +4,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import { JobBuilder } from '../producer/job-builder.ts';
-import { impliedTicket } from '../shared/cost-check.ts';
+import { impliedCost } from '../shared/cost-check.ts';
 import { ESTIMATE_VERSION, estimateInputTokens } from '../shared/estimate.ts';
 import type { JobData } from '../shared/job.ts';
 import { type JobTicket, ticketOf } from '../shared/job-ticket.ts';
 import { PDF_PAGE_TOKENS } from '../shared/media-estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { makePdf, pdfBlock } from '../testing/media.ts';
+import { CostCheck } from '../worker/cost-check.ts';
+import { LearnedCosts } from '../worker/learned-costs.ts';
 
 const MODEL = 'claude-sonnet-4-5';
 const ask = (content: unknown, maxTokens = 1_000): MessagesRequest =>
@@ -31,6 +33,9 @@ const forged = (request: MessagesRequest, c: [number, number, number], more = {}
     enqueuedAt: 0,
   } as JobData,
 });
+
+const impliedTicket = (claim: JobTicket, data: JobData, patterns?: readonly string[]) =>
+  impliedCost(claim, data, patterns).ticket;
 
 describe('the cost a request implies', () => {
   it("leaves a producer's own ticket as it is", () => {
@@ -81,5 +86,39 @@ describe('the cost a request implies', () => {
     expect(t.s).toEqual(['tenant:acme', 'model:claude-sonnet-*']);
     expect(t.k?.[0]).not.toBe('another');
     expect(t.k?.[1]).toBeLessThan(9_999);
+  });
+});
+
+describe("a fetched job's verdict", () => {
+  const warned: string[] = [];
+  const check = new CostCheck(undefined as never, undefined as never, new LearnedCosts(undefined), {
+    info() {},
+    warn: (m) => warned.push(m),
+  });
+  const scoped = { s: [`model:${MODEL}`] };
+  const fetched = (f: ReturnType<typeof forged>) =>
+    ({ id: 'j1', opts: { priority: 1, llmq: f.claim }, data: f.data }) as never;
+
+  it('sends a claim above the estimate as claimed, and learns from the estimate', () => {
+    const request = ask('x'.repeat(3_000));
+    const est = estimateInputTokens(request);
+    const job = fetched(forged(request, [1, 10 * est, 1_000], scoped));
+    expect(check.verdict(job)).toEqual({ kind: 'ok' });
+    expect((job as { data: JobData }).data.cost).toEqual({
+      requests: 1,
+      inputTokens: est,
+      outputTokens: 1_000,
+    });
+    expect(warned).toEqual([]);
+  });
+
+  it('sends back a claim below it, with the cost its request implies and the claim', () => {
+    const request = ask('x'.repeat(3_000), 60_000);
+    const verdict = check.verdict(fetched(forged(request, [1, 10, 1], scoped)));
+    expect(verdict).toMatchObject({
+      kind: 'raise',
+      implied: { c: [1, estimateInputTokens(request), 60_000], w: [1, 10, 1] },
+    });
+    expect(warned).toEqual(['a job claimed less than its request costs: it waits for that cost']);
   });
 });

@@ -78,8 +78,9 @@ describe('a claimed cost below what the request implies', () => {
       });
       await allCompleted(p, [forged, good], 30_000);
       expect(p.mock.stats().responses['429'] ?? 0).toBe(0);
+      // Settled once the answers are stored: both are, soon after.
+      await until(async () => (await settledInputs(worker)).settled === 2, 10_000);
       const account = await settledInputs(worker);
-      expect(account.settled).toBe(2);
       // What the limiter held for the calls covered what the provider counted.
       expect(account.settledReservedIn).toBeGreaterThanOrEqual(account.actualIn);
       // The forged job's ticket now says what its request costs, and what it claimed.
@@ -109,6 +110,7 @@ describe('a claimed cost below what the request implies', () => {
     });
     await allCompleted(p, [forged, good], 30_000);
     expect(p.mock.stats().responses['429'] ?? 0).toBe(0);
+    await until(async () => (await settledInputs(worker)).settled === 2, 10_000);
     const { counters } = await worker.limiter.snapshot();
     expect(counters.settledReservedOut).toBe(120_000);
     expect((await ticketOf(p, forged))?.llmq?.c[2]).toBe(60_000);

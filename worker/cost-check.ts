@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { costFieldsOf, impliedTicket } from '../shared/cost-check.ts';
+import { costFieldsOf, impliedCost } from '../shared/cost-check.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { type JobTicket, ticketOfJob } from '../shared/job-ticket.ts';
 import type { QueueNames } from '../shared/keys.ts';
@@ -63,7 +63,7 @@ export class CostCheck {
     const read = ticketOfJob(job.opts, () => job.data);
     if (!read.ok) return { kind: 'unreadable', newer: read.newer, reason: read.reason };
     const claim = read.ticket;
-    const implied = impliedTicket(claim, job.data, this.modelPatterns);
+    const { ticket: implied, estimate } = impliedCost(claim, job.data, this.modelPatterns);
     if (this.claimsLess(claim, implied)) {
       // A producer of another build, a buggy one, or a job added by other means.
       this.log.warn('a job claimed less than its request costs: it waits for that cost', {
@@ -73,7 +73,11 @@ export class CostCheck {
       });
       return { kind: 'raise', implied: { ...implied, w: claim.w ?? claim.c } };
     }
-    job.data = { ...job.data, ...costFieldsOf(claim) };
+    const fields = costFieldsOf(claim);
+    // Learning compares the provider's count with this build's estimate, not with a claim above
+    // it (a count is not learned from; a combine job's estimate holds its parts' answers).
+    const learnFrom = claim.x === 1 || job.data.combine ? fields.cost.inputTokens : estimate;
+    job.data = { ...job.data, ...fields, cost: { ...fields.cost, inputTokens: learnFrom } };
     return { kind: 'ok' };
   }
 
