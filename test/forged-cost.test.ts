@@ -134,4 +134,25 @@ describe('a claimed cost below what the request implies', () => {
     await allCompleted(p, [good], 20_000);
     expect(p.mock.stats().attempts).toBe(1);
   }, 60_000);
+
+  it('a request that cannot be costed is dead-lettered at once; the job behind it runs', async () => {
+    pool = await openPool('forged-shape');
+    const p = pool;
+    const data = {
+      v: 1,
+      request: { model: MODEL, max_tokens: 16, messages: [null] },
+      cost: { requests: 1, inputTokens: 10, outputTokens: 16 },
+      priority: 1,
+      enqueuedAt: Date.now(),
+    };
+    const odd = (await p.queue.add(JOB_NAME, data as never, { priority: 1 })).id!;
+    const good = await p.producer.enqueue(request('Say hi.', 16));
+    await p.worker({ limiter: { limits: { inputTokens: 100_000 }, windowMs: WINDOW_MS } });
+    await allCompleted(p, [good], 20_000);
+    await until(async () => (await p.deadLetters()).length === 1, 10_000);
+    const [dead] = await p.deadLetters();
+    expect(dead).toMatchObject({ jobId: odd, errorClass: 'InvalidJobError' });
+    expect(dead!.reason).toContain('its request cannot be costed');
+    expect(p.mock.stats().attempts).toBe(1);
+  }, 60_000);
 });

@@ -63,7 +63,15 @@ export class CostCheck {
     const read = ticketOfJob(job.opts, () => job.data);
     if (!read.ok) return { kind: 'unreadable', newer: read.newer, reason: read.reason };
     const claim = read.ticket;
-    const { ticket: implied, estimate } = impliedCost(claim, job.data, this.modelPatterns);
+    let implied: JobTicket;
+    let estimate: number;
+    try {
+      ({ ticket: implied, estimate } = impliedCost(claim, job.data, this.modelPatterns));
+    } catch (err) {
+      // Its messages are not the API's shape (a job added by other means): it fails alone.
+      const reason = `its request cannot be costed (${(err as Error).message})`;
+      return { kind: 'unreadable', newer: false, reason };
+    }
     if (this.claimsLess(claim, implied)) {
       // A producer of another build, a buggy one, or a job added by other means.
       this.log.warn('a job claimed less than its request costs: it waits for that cost', {
