@@ -31,19 +31,30 @@ local function bucket_of(run, s, d, c)
   if v and run.now < v.at + run.windowMs and shape_of(run, name, d) == 'b' then return v end
 end
 
--- What c lacks in s, d now (≤ 0: fits), the refill per ms (0: as our entries leave), the lapse
--- of the reading behind it (0: none). Our window counts unless a bucket ≥ the cap covers c.
-local function lack_of(run, s, d, c)
+-- The most c may take in s, d now (nil: nothing limits it), the refill per ms (0: as our entries
+-- leave), the lapse of the reading behind it (0: none). Two bounds, the lower stands: our window
+-- under the cap (skipped when a fresh bucket ≥ the cap covers c), and the provider's projected
+-- room less its share of headroom. The view (view-4.lua) reads the same.
+local function room_of(run, s, d, c)
   local lim, v, most = limit_of(run, s, d)
-  if lim == 0 then return -1, 0, 0 end
+  if lim == 0 then return nil, 0, 0 end
   local used, left = own_of(run, s.name .. '|' .. d)
-  local a, h, conf = amount(c, d), run.headroom, s.limits[d] or 0
-  local room, rate = projected(run, s.name, d, v, used, left)
-  local need, r, lapse, b = -1, 0, 0, bucket_of(run, s, d, c)
-  if not (b and (conf == 0 or conf >= b.lim)) then need = used + a - most end
-  local n = room and a - room + math.floor(v.lim * h)
-  if n and n > need then need, r, lapse = n, rate, v.at + run.windowMs end
-  return need, r, lapse
+  local conf, b = s.limits[d] or 0, bucket_of(run, s, d, c)
+  local room, rate, lapse = math.huge, 0, 0
+  if not (b and (conf == 0 or conf >= b.lim)) then room = most - used end
+  local provider, refill = projected(run, s.name, d, v, used, left)
+  if provider then
+    provider = provider - math.floor(v.lim * run.headroom)
+    if provider < room then room, rate, lapse = provider, refill, v.at + run.windowMs end
+  end
+  return room, rate, lapse
+end
+
+-- What c lacks in s, d now (≤ 0: fits), with room_of's refill and lapse.
+local function lack_of(run, s, d, c)
+  local room, rate, lapse = room_of(run, s, d, c)
+  if not room then return -1, 0, 0 end
+  return amount(c, d) - room, rate, lapse
 end
 
 -- How long until `need` more is free (refilled, or our entries leave), at most until the lapse.
