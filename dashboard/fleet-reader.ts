@@ -359,7 +359,6 @@ export class FleetReader {
       counters: c,
       provider: providerOf(m),
       forecast: forecastDrain(backlog.classes, snap, {
-        headroom: limiter.headroom,
         callMs: medianLatencyMs(metrics),
         sampled: backlog.sampled,
       }),

@@ -1,7 +1,15 @@
+import { deploymentScopeAmong } from './deployment-scope.ts';
 import { type JobTicket, readTicket } from './job-ticket.ts';
 import { bullPrefix, type QueueNames } from './keys.ts';
-import type { Dimension, DimensionUse, LimiterSnapshot, ScopeSnapshot } from './limiter/types.ts';
+import {
+  type Dimension,
+  type DimensionUse,
+  GLOBAL_SCOPE,
+  type LimiterSnapshot,
+  type ScopeSnapshot,
+} from './limiter/types.ts';
 import { PDF_PAGE_TOKENS } from './media-estimate.ts';
+import { isModelScope } from './models.ts';
 import { PRIORITY_LANES } from './priority.ts';
 import type { RedisClient } from './redis.ts';
 
@@ -38,41 +46,60 @@ const DIMS: readonly Dimension[] = ['requests', 'inputTokens', 'outputTokens', '
 const laneOf = (p: number): string | null =>
   Object.entries(PRIORITY_LANES).find(([, v]) => v === p)?.[0] ?? null;
 
-/**
- * The scope that limits a dimension, and its use: the global scope where a limit is configured
- * there, else the model scope with the lowest limit read from the provider (where readings land).
- */
-function limiting(
-  scopes: readonly ScopeSnapshot[],
-  d: Dimension,
-): { limit: number; use: DimensionUse } | undefined {
-  const global = scopes.find((s) => s.scope === 'global')?.dimensions[d];
-  if (global?.limit !== undefined && global.limit > 0) return { limit: global.limit, use: global };
-  let best: { limit: number; use: DimensionUse } | undefined;
-  for (const s of scopes) {
-    const use = s.dimensions[d];
-    const read = s.scope.startsWith('model:') ? use.providerLimit : undefined;
-    if (read !== undefined && read > 0 && (!best || read < best.limit)) best = { limit: read, use };
-  }
-  return best;
+/** What bounds a dimension for every job: the most a window allows, and the room now. */
+interface Bound {
+  readonly perWindow: number;
+  readonly room: number;
 }
 
+const boundOf = (u: DimensionUse): Bound | undefined =>
+  u.perWindow === undefined ? undefined : { perWindow: u.perWindow, room: u.room ?? u.perWindow };
+
 /**
- * When the backlog drains at the current limits: per dimension (of the global scope, or where
- * nothing is configured, of the model scope the provider's readings limit most), what the jobs
- * need beyond what the window has left now, at the limit (less headroom) per window; the
- * slowest dimension binds. A spend enters the window when its response begins, so each window's
- * worth comes back one window plus a call (`callMs`, the median provider latency) after the last.
- * Classes drain in priority order, each behind the more urgent ones. Estimates are the jobs'
- * reservations (output at max_tokens): a refund at settle drains faster than forecast; the
+ * The bounds every job of the backlog passes, each as the view reads it (the admission's rule):
+ * the global scope; the model scope whose window allows least (the jobs' models are not told
+ * apart); a pool's deployments together (a job takes one of them), none while one is unbound.
+ */
+function boundsOf(scopes: readonly ScopeSnapshot[], d: Dimension): Bound[] {
+  const out: Bound[] = [];
+  const global = scopes.find((s) => s.scope === GLOBAL_SCOPE);
+  const g = global && boundOf(global.dimensions[d]);
+  if (g) out.push(g);
+  const models = scopes.filter((s) => isModelScope(s.scope)).map((s) => boundOf(s.dimensions[d]));
+  const model = models.filter((b) => b !== undefined).sort((a, b) => a.perWindow - b.perWindow)[0];
+  if (model) out.push(model);
+  const pool = scopes
+    .filter((s) => deploymentScopeAmong([s.scope]))
+    .map((s) => boundOf(s.dimensions[d]));
+  if (pool.length > 0 && pool.every((b) => b !== undefined)) {
+    const sum = (f: (b: Bound) => number) => pool.reduce((n, b) => n + f(b!), 0);
+    out.push({ perWindow: sum((b) => b.perWindow), room: sum((b) => Math.max(0, b.room)) });
+  }
+  return out;
+}
+
+/** How long `need` takes past a bound's room now, a window's worth a cycle. */
+const drainOf = (need: number, b: Bound, cycleMs: number): number =>
+  need <= Math.max(0, b.room)
+    ? 0
+    : ((need - Math.max(0, b.room)) / Math.max(1, b.perWindow)) * cycleMs;
+
+/**
+ * When the backlog drains at the current limits: per dimension and per bound every job passes
+ * ({@link boundsOf}), what the jobs need beyond the room a call has there now, at the most a
+ * window allows; the slowest binds. Room and windows are the view's (view-4.lua: headroom, the
+ * provider's projection, a covering bucket, each deployment), so the forecast says "now" only
+ * when the admission would admit. A spend enters the window when its response begins, so each
+ * window's worth comes back one window plus a call (`callMs`, the median provider latency) after
+ * the last. Classes drain in priority order, each behind the more urgent ones. Estimates are the
+ * jobs' reservations (output at max_tokens): a refund at settle drains faster than forecast; the
  * concurrency cap is not counted.
  */
 export function forecastDrain(
   backlog: readonly BacklogClass[],
   snapshot: Pick<LimiterSnapshot, 'windowMs' | 'scopes'>,
-  options: { readonly headroom: number; readonly callMs?: number; readonly sampled?: number },
+  options: { readonly callMs?: number; readonly sampled?: number } = {},
 ): Forecast {
-  const { headroom } = options;
   const cycleMs = snapshot.windowMs + Math.max(0, options.callMs ?? 0);
   const sampled = options.sampled ?? backlog.reduce((n, c) => n + c.jobs, 0);
   const need = { requests: 0, inputTokens: 0, outputTokens: 0, tokens: 0 };
@@ -85,18 +112,12 @@ export function forecastDrain(
     let drainMs = 0;
     let binding: Dimension | null = null;
     for (const d of DIMS) {
-      const bound = limiting(snapshot.scopes, d);
-      if (!bound) continue;
-      const { use } = bound;
-      const limit = Math.max(1, Math.floor(bound.limit * (1 - headroom)));
-      const left = Math.max(
-        0,
-        Math.min(limit - use.used, use.providerRoom ?? Number.POSITIVE_INFINITY),
-      );
-      const ms = need[d] <= left ? 0 : ((need[d] - left) / limit) * cycleMs;
-      if (ms > drainMs) {
-        drainMs = ms;
-        binding = d;
+      for (const b of boundsOf(snapshot.scopes, d)) {
+        const ms = drainOf(need[d], b, cycleMs);
+        if (ms > drainMs) {
+          drainMs = ms;
+          binding = d;
+        }
       }
     }
     classes.push({ ...c, lane: laneOf(c.priority), drainMs: Math.round(drainMs), binding });

@@ -122,7 +122,6 @@ export async function getQueueStatus(
     limiter: snapshot,
     limits: { configured: configured ?? null, read: readLimits(snapshot) },
     forecast: forecastDrain(backlog.classes, snapshot, {
-      headroom: lim.headroom,
       callMs: medianLatencyMs(metrics),
       sampled: backlog.sampled,
     }),

@@ -11,11 +11,14 @@ afterEach(async () => {
   pool = undefined;
 });
 
+/** A dimension's use as the view reads it at headroom 0: the room is what the limit leaves. */
 const use = (used: number, limit: number | undefined) => ({
   used,
   limit,
   providerLimit: undefined,
   providerRoom: undefined,
+  room: limit === undefined ? undefined : limit - used,
+  perWindow: limit,
 });
 const dims = (outputLimit: number, outputUsed = 0) => ({
   requests: use(0, undefined),
@@ -37,7 +40,6 @@ describe('forecast', () => {
           { scope: 'global', shape: 'unknown', roundingStep: 0, dimensions: dims(1_000, 200) },
         ],
       },
-      { headroom: 0 },
     );
     // interactive: 500 fits in the 800 left now; then 3,500 in all: 2,700 past now, 2.7 windows.
     expect(f.classes.map((c) => [c.lane, c.drainMs, c.binding])).toEqual([

@@ -1,6 +1,7 @@
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
+import { isModelScope } from '../shared/models.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 import type { SentFetch } from './fetch-along.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
@@ -72,7 +73,8 @@ const on = (h: HeadJob, d: Deployment): HeadJob => (h.warm?.on === d.name ? h : 
  */
 async function orderFor(t: PoolTry, ds: readonly Deployment[]): Promise<readonly Deployment[]> {
   const warm = t.head.warm?.on;
-  const order = t.rooms ? await t.rooms.order(ds, t.charge(full(t.head))) : ds;
+  const model = t.head.scopes.find(isModelScope);
+  const order = t.rooms ? await t.rooms.order(ds, t.charge(full(t.head)), model) : ds;
   const first = order.find((d) => d.name === warm);
   return first ? [first, ...order.filter((d) => d !== first)] : order;
 }

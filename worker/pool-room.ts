@@ -19,14 +19,8 @@ type Room = Record<Dimension, number>;
 const amount = (c: Cost, d: Dimension): number =>
   d === 'tokens' ? c.inputTokens + c.outputTokens : c[d];
 
-/** The room of one dimension: under its limit (less headroom) and under the provider's reading. */
-function roomOf(u: DimensionUse, headroom: number): number {
-  const own = u.limit === undefined ? Number.POSITIVE_INFINITY : u.limit * (1 - headroom) - u.used;
-  const provider =
-    u.providerRoom ??
-    (u.providerLimit === undefined ? Number.POSITIVE_INFINITY : u.providerLimit - u.used);
-  return Math.max(0, Math.min(own, provider));
-}
+/** The room of one dimension as the view reads it, by the admission's rule (view-4.lua). */
+const roomOf = (u: DimensionUse): number => Math.max(0, u.room ?? Number.POSITIVE_INFINITY);
 
 /**
  * How many jobs of this cost a deployment has room for: its room in the dimension the job
@@ -48,17 +42,24 @@ const hasTie = (ds: readonly Deployment[]): boolean =>
 
 /** The deployments' room as read, for ordering ties. */
 export class DeploymentRooms {
-  private reading: { at: number; rooms: Map<string, Room> } | undefined;
+  private reading: { at: number; model: string | undefined; rooms: Map<string, Room> } | undefined;
 
   constructor(
-    private readonly limiter: Pick<Limiter, 'scopeUse' | 'headroom'>,
+    private readonly limiter: Pick<Limiter, 'scopeUse'>,
     private readonly clock: () => number = () => performance.now(),
   ) {}
 
-  /** By preference, then (among equal ones) the most room for this cost first, then list order. */
-  async order(ds: readonly Deployment[], cost: Cost): Promise<readonly Deployment[]> {
+  /**
+   * By preference, then (among equal ones) the most room for this cost first, then list order;
+   * `model`: the model scope the job is charged to (its fresh bucket may cover a deployment's).
+   */
+  async order(
+    ds: readonly Deployment[],
+    cost: Cost,
+    model?: string,
+  ): Promise<readonly Deployment[]> {
     if (!hasTie(ds)) return ds;
-    const rooms = await this.read(ds);
+    const rooms = await this.read(ds, model);
     const fit = new Map(ds.map((d) => [d, fits(rooms.get(d.scope), cost)]));
     return [...ds].sort((a, b) => {
       if (a.rank !== b.rank) return a.rank - b.rank;
@@ -75,20 +76,26 @@ export class DeploymentRooms {
     for (const c of costs) for (const { name } of DIMENSIONS) room[name] -= amount(c, name);
   }
 
-  private async read(ds: readonly Deployment[]): Promise<Map<string, Room>> {
+  private async read(
+    ds: readonly Deployment[],
+    model: string | undefined,
+  ): Promise<Map<string, Room>> {
     const r = this.reading;
     const now = this.clock();
-    if (r && now - r.at < FRESH_MS && ds.every((d) => r.rooms.has(d.scope))) return r.rooms;
-    const use = await this.limiter.scopeUse(ds.map((d) => d.scope));
-    const rooms = new Map(use.map((s) => [s.scope, this.roomOfScope(s)]));
-    this.reading = { at: now, rooms };
+    const fresh = r && r.model === model && now - r.at < FRESH_MS;
+    if (fresh && ds.every((d) => r.rooms.has(d.scope))) return r.rooms;
+    const use = await this.limiter.scopeUse(
+      ds.map((d) => d.scope),
+      model,
+    );
+    const rooms = new Map(use.map((s) => [s.scope, roomOfScope(s)]));
+    this.reading = { at: now, model, rooms };
     return rooms;
   }
+}
 
-  private roomOfScope(s: ScopeSnapshot): Room {
-    const room = {} as Room;
-    for (const { name } of DIMENSIONS)
-      room[name] = roomOf(s.dimensions[name], this.limiter.headroom);
-    return room;
-  }
+function roomOfScope(s: ScopeSnapshot): Room {
+  const room = {} as Room;
+  for (const { name } of DIMENSIONS) room[name] = roomOf(s.dimensions[name]);
+  return room;
 }

@@ -65,11 +65,10 @@ export class RunEta {
     const { redis, names } = this.o;
     const [backlog, snapshot] = await Promise.all([
       readBacklog(redis, names),
-      this.limiter.snapshot(),
+      this.limiter.snapshot({ headroom: this.o.headroom() }),
     ]);
     const callMs = this.medianLatencyMs();
     const forecast = forecastDrain(backlog.classes, snapshot, {
-      headroom: this.o.headroom(),
       callMs,
       sampled: backlog.sampled,
     });

@@ -16,6 +16,7 @@ import {
   resolveLimiterOptions,
   scopeList,
   scriptScopes,
+  viewScopes,
 } from './options.ts';
 import { readSnapshot, scopeOf } from './reader.ts';
 import { LimiterScripts } from './scripts.ts';
@@ -248,14 +249,23 @@ export class Limiter {
     );
   }
 
-  /** Each scope's use, the provider's projected view, the pause, slots and counters. Reads only. */
-  snapshot(): Promise<LimiterSnapshot> {
-    return readSnapshot(this.settings, this.keys, this.scripts);
+  /**
+   * Each scope's use, the provider's projected view, a call's room (at `headroom`, default this
+   * limiter's), the pause, slots and counters. Reads only.
+   */
+  snapshot(o: { readonly headroom?: number } = {}): Promise<LimiterSnapshot> {
+    const settings = { ...this.settings, headroom: o.headroom ?? this.headroom };
+    return readSnapshot(settings, this.keys, this.scripts);
   }
 
-  /** These scopes' use as {@link snapshot} shows it, in one read-only script (a pool's room). */
-  async scopeUse(scopes: readonly string[]): Promise<ScopeSnapshot[]> {
-    const view = await this.scripts.view(this.windowMs, scopes);
+  /**
+   * These scopes' use as {@link snapshot} shows it, in one read-only script (a pool's room):
+   * `model`, the model scope the call is charged to, whose fresh bucket may cover the others.
+   */
+  async scopeUse(scopes: readonly string[], model?: string): Promise<ScopeSnapshot[]> {
+    const { windowMs, headroom } = this;
+    const args = { windowMs, headroom, scopes: viewScopes(this.settings, scopes), model };
+    const view = await this.scripts.view(args);
     return scopes.map((s) => scopeOf(s, view, this.settings.scopes[s] ?? {}));
   }
 

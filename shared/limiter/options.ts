@@ -181,3 +181,11 @@ export function scriptScopes(s: LimiterSettings, scopes: readonly string[]): Scr
     };
   });
 }
+
+/**
+ * The scopes as the view reads them: as acquire's, but a model's first call out is a slot, not
+ * a limit (acquire answers it as one), so no `unknown`.
+ */
+export function viewScopes(s: LimiterSettings, scopes: readonly string[]): ScriptScope[] {
+  return scriptScopes(s, scopes).map(({ unknown: _, ...scope }) => scope);
+}

@@ -1,7 +1,7 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import { LimiterUnavailableError } from '../errors.ts';
 import type { LimiterKeys } from './limiter-keys.ts';
-import { type LimiterSettings, limitsOf } from './options.ts';
+import { type LimiterSettings, limitsOf, viewScopes } from './options.ts';
 import type { LimiterScripts, ViewReply } from './scripts.ts';
 import {
   type DimensionLimits,
@@ -40,11 +40,12 @@ export async function readSnapshot(
   const windowMs = s.windowGiven ? s.windowMs : (published.windowMs ?? s.windowMs);
   const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopes)]);
   for (const f of totFields) names.add(f.split('|')[0]!);
-  const view = await scripts.view(windowMs, [...names]);
-  const now = view.now;
-  const inFlight = await r.zcount(k.slots, `(${now}`, '+inf');
   const limits = Object.keys(s.limits).length > 0 ? s.limits : (published.limits ?? {});
   const known = { ...s, limits, scopes: { ...published.scopes, ...s.scopes } };
+  const scopes = viewScopes(known, [...names]);
+  const view = await scripts.view({ windowMs, headroom: s.headroom, scopes });
+  const now = view.now;
+  const inFlight = await r.zcount(k.slots, `(${now}`, '+inf');
   const n = (f: string) => Number(stats[f] ?? 0);
   return {
     now,
@@ -70,7 +71,10 @@ export async function readSnapshot(
   };
 }
 
-/** One scope of a view: its use against its limits, and the provider's readings. */
+/** Whole tokens (a bucket refills by fractions; the JSON of the script carries 14 digits). */
+const whole = (x: number | undefined) => (x === undefined ? undefined : Math.floor(x + 1e-9));
+
+/** One scope of a view: its use against its limits, the provider's readings, a call's room. */
 export function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits): ScopeSnapshot {
   const v = view.scopes[scope];
   const dims = {} as ScopeSnapshot['dimensions'];
@@ -80,8 +84,9 @@ export function scopeOf(scope: string, view: ViewReply, limits: DimensionLimits)
       used: x?.used ?? 0,
       limit: limits[d.name],
       providerLimit: x?.limit,
-      // Whole tokens (a bucket refills by fractions; the JSON of the script carries 14 digits).
-      providerRoom: x?.room === undefined ? undefined : Math.floor(x.room + 1e-9),
+      providerRoom: whole(x?.room),
+      room: whole(x?.fit),
+      perWindow: x?.most,
     };
   }
   return {

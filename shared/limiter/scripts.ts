@@ -92,7 +92,16 @@ export interface ViewReply {
     Record<string, { shape: '' | 'b' | 'w'; step: number; dims: ViewDims }>
   >;
 }
-type ViewDims = Readonly<Record<string, { used: number; limit?: number; room?: number }>>;
+type ViewDims = Readonly<
+  Record<string, { used: number; limit?: number; room?: number; fit?: number; most?: number }>
+>;
+
+/** View's argument (see view-4.lua's header). */
+export interface ViewArgs extends Pick<LimiterSettings, 'windowMs' | 'headroom'> {
+  readonly scopes: readonly ScriptScope[];
+  /** The model scope a call is charged to (its fresh bucket may cover the others). */
+  readonly model?: string | undefined;
+}
 
 /** A money claim as acquire reads it (see money.lua); absent without one. */
 function packMoney(m: MoneyClaim | undefined) {
@@ -189,10 +198,10 @@ export class LimiterScripts {
     return { pausedUntil: n(0) || undefined, now: n(1), dropped: n(2), ends: ended };
   }
 
-  /** Each scope's use and projected room, read only. */
-  async view(windowMs: number, scopes: readonly string[]): Promise<ViewReply> {
+  /** Each scope's use, the provider's projected room and a call's room, read only. */
+  async view(a: ViewArgs): Promise<ViewReply> {
     const { log, res, tot, view } = this.keys;
-    const args = { now: this.now(), windowMs, scopes };
+    const args = { now: this.now(), ...a };
     return JSON.parse(String(await this.run('view', [log, res, tot, view], args))) as ViewReply;
   }
 

@@ -79,6 +79,13 @@ export interface DimensionUse {
   readonly providerLimit: number | undefined;
   /** The provider's room now, projected from a reading fresher than a window (else undefined). */
   readonly providerRoom: number | undefined;
+  /**
+   * What a call may take now, by the admission's own rule (the cap less headroom, the provider's
+   * projected room less headroom, a covering bucket); undefined when nothing limits it.
+   */
+  readonly room: number | undefined;
+  /** The most a window allows: the lower of the configured and provider limits, less headroom. */
+  readonly perWindow: number | undefined;
 }
 
 /** How the provider gives room back, as learned from its headers. */
