@@ -1,8 +1,8 @@
 /**
  * The table of use against limits, shared by the limiter page and the tenant and model pages:
  * per scope and dimension, what llmq's own window holds (open calls at their reservation, settled
- * ones at their usage: never above the limit, by construction), the configured limit, and the
- * provider's view: its limit and its room now, projected from its latest reading. The bar shows
+ * ones at their usage: never above the limit, by construction), the configured limit, what a call
+ * may take now (`free`: the admission's own rule, read by view-4.lua), and the provider's view: its limit and its room now, projected from its latest reading. The bar shows
  * our use against the limit that binds, and apart from it the spend the provider counts that is
  * not ours (its limit less its room less our use).
  */
@@ -18,10 +18,10 @@ const LIMIT_DIMS = ${JSON.stringify(DIMENSIONS.map((d) => [d.name, d.label]))};
 const SHAPE_TEXT = { bucket: 'refills continuously', window: 'a sliding window', unknown: 'shape not learned yet' };
 function limitRow(scope, dim, label) {
   const id = 'use-' + scope.scope + '-' + dim;
-  const tr = cellRow([{ text: scope.scope }, { text: label }, '', '', '', '', '']);
+  const tr = cellRow([{ text: scope.scope }, { text: label }, '', '', '', '', '', '']);
   tr.id = id;
   tr.dataset.testid = id;
-  ['used', 'limit', 'provider-limit', 'provider-room'].forEach((k, i) => {
+  ['used', 'limit', 'free', 'provider-limit', 'provider-room'].forEach((k, i) => {
     const td = tr.children[2 + i];
     td.className = 'n';
     td.id = id + '-' + k;
@@ -32,8 +32,8 @@ function limitRow(scope, dim, label) {
   bar.id = id + '-bar';
   bar.append(document.createElement('span'), document.createElement('span'));
   bar.lastChild.className = 'others';
-  tr.children[6].className = 'bar-cell';
-  tr.children[6].append(bar);
+  tr.children[7].className = 'bar-cell';
+  tr.children[7].append(bar);
   tr.children[0].title = SHAPE_TEXT[scope.shape] + (scope.roundingStep ? ', readings rounded to ' + num.format(scope.roundingStep) : '');
   return tr;
 }
@@ -42,6 +42,7 @@ function fillLimitRow(scope, dim) {
   const u = scope.dimensions[dim];
   set(id + '-used', u.used);
   set(id + '-limit', u.limit === undefined ? null : u.limit, u.limit === undefined ? 'none' : undefined);
+  set(id + '-free', u.room === undefined ? null : Math.max(0, u.room), u.room === undefined ? 'no limit' : undefined);
   set(id + '-provider-limit', u.providerLimit === undefined ? null : u.providerLimit, u.providerLimit === undefined ? 'no reading' : undefined);
   set(id + '-provider-room', u.providerRoom === undefined ? null : u.providerRoom, u.providerRoom === undefined ? '\\u2013' : undefined);
   const binds = Math.min(u.limit === undefined ? Infinity : u.limit, u.providerLimit === undefined ? Infinity : u.providerLimit);
@@ -63,7 +64,7 @@ function limitRows(tbodyId, scopes, why) {
     const u = s.dimensions[dim];
     if (u.limit !== undefined || u.providerLimit !== undefined || u.used > 0) want.push([s, dim, label]);
   }
-  if (want.length === 0) { body.replaceChildren(emptyRow(7, why, tbodyId + '-empty')); body.dataset.rows = ''; return; }
+  if (want.length === 0) { body.replaceChildren(emptyRow(8, why, tbodyId + '-empty')); body.dataset.rows = ''; return; }
   const ids = want.map(([s, d]) => s.scope + '|' + d).join('\\n');
   if (body.dataset.rows !== ids) {
     body.replaceChildren(...want.map(([s, d, l]) => limitRow(s, d, l)));

@@ -109,12 +109,14 @@ describe('the pool in status, the limiter page and /metrics', () => {
     const out = status();
     expect(out).toContain('deployments (3):');
     expect(out).toMatch(
-      /^ {4}eu: requests 1, input tokens 100, output tokens 100, tokens \(in \+ out\) 200\/4000 {2}pause none {2}breaker closed$/m,
+      /^ {4}eu: requests 1, input tokens 100, output tokens 100, tokens \(in \+ out\) 200\/4000 3800 free {2}pause none {2}breaker closed$/m,
     );
     expect(out).toContain(
-      `    aws: requests 0/10  pause until ${new Date(pausedUntil).toISOString()}  breaker open (5 failures, trial call from `,
+      `    aws: requests 0/10 10 free  pause until ${new Date(pausedUntil).toISOString()}  breaker open (5 failures, trial call from `,
     );
-    expect(out).toMatch(/^ {4}gcp: tokens \(in \+ out\) 0\/9000 {2}pause none {2}breaker closed$/m);
+    expect(out).toMatch(
+      /^ {4}gcp: tokens \(in \+ out\) 0\/9000 9000 free {2}pause none {2}breaker closed$/m,
+    );
     // A deployment's scope is shown once, as a deployment.
     expect(out).not.toContain('deployment:eu');
     noSecret(out);

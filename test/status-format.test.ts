@@ -26,7 +26,7 @@ describe('llmq status', () => {
     await start(limiter, r, rateHeaders('tokens', 4_000, 3_800, 500));
     const status = formatStatus(await getQueueStatus(redis, names, limiter));
     expect(status).toMatch(
-      /global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 \(provider: limit 4000, room 3\d{3} now\)/,
+      /global \[bucket\]: .*tokens \(in \+ out\) 200\/4000 3\d{3} free \(provider: limit 4000, room 3\d{3} now\)/,
     );
     // Beside the configured limits (none stored here), the ones read from the headers.
     expect(status).toContain('limits configured: none stored');

@@ -44,7 +44,10 @@ function formatLimits(l: QueueStatus['limits']): string[] {
   return [`  limits configured: ${configured}`, `  limits read: ${read}`];
 }
 
-/** A scope's use against its limits (and the provider's), with its shape: `global [bucket]: …`. */
+/**
+ * A scope's use against its limits, what a call may take now (`free`) and the provider's limit and
+ * room, with its shape: `global [bucket]: …`.
+ */
 function formatScope(scope: ScopeSnapshot, name = scope.scope): string {
   const parts = DIMENSIONS.map((d) => {
     const u = scope.dimensions[d.name];
@@ -53,7 +56,9 @@ function formatScope(scope: ScopeSnapshot, name = scope.scope): string {
       u.providerLimit === undefined
         ? ''
         : ` (provider: limit ${u.providerLimit}${u.providerRoom === undefined ? '' : `, room ${Math.floor(u.providerRoom)} now`})`;
-    return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${provider}`;
+    // What a call may take now, by the admission's rule (view-4.lua).
+    const free = u.room === undefined ? '' : ` ${Math.max(0, u.room)} free`;
+    return `${d.label} ${u.used}${u.limit !== undefined ? `/${u.limit}` : ''}${free}${provider}`;
   }).filter(Boolean);
   const shape = scope.shape === 'unknown' ? '' : ` [${scope.shape}]`;
   return `${name}${shape}: ${parts.length ? parts.join(', ') : 'no use, no limits'}`;
