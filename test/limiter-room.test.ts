@@ -8,6 +8,8 @@ import { formatForecast } from '../shared/forecast-format.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import { getQueueStatus } from '../shared/status.ts';
+import { DeploymentPool } from '../worker/pool.ts';
+import { DeploymentRooms } from '../worker/pool-room.ts';
 import { openPool, type Pool, request } from './fixtures/worker-harness.ts';
 import { eachTestRedis, rateHeaders, testLimiter } from './helpers.ts';
 
@@ -68,6 +70,24 @@ describe("a deployment's room, as the view reads it", () => {
     // Half a window refilled 2,000: 2,501 free, though our window has 500 left under 4,000
     // (the pool's old reading said 1,500: the configured 5,000 less our 3,500).
     expect(await roomAdmitted(lim)).toBe(2_501);
+  });
+
+  it("orders a pool's equal deployments as acquire then admits", async () => {
+    const lim = make({ headroom: 0.25, scopes: { 'deployment:b': { tokens: 4_000 } } });
+    // a: the provider says 1,101 of 4,000 remain, 101 after its headroom. b: 1,000 of its cap's
+    // 3,000 left. The old order, by the provider's room alone, put a first.
+    await spend(lim, 1_000, rateHeaders('tokens', 4_000, 1_101, W, t));
+    expect((await lim.tryAcquire(tokens(2_000), { scopes: ['deployment:b'] })).ok).toBe(true);
+    const entry = (name: string) => ({
+      config: { name, kind: 'anthropic' as const, preference: 1 },
+      call: () => Promise.reject(new Error('not called')),
+    });
+    const pool = new DeploymentPool(redis, names, [entry('a'), entry('b')], undefined);
+    const job = tokens(300);
+    const order = await new DeploymentRooms(lim, () => 0).order(pool.list, job);
+    expect(order.map((d) => d.name)).toEqual(['b', 'a']);
+    expect((await lim.tryAcquire(job, { scopes: [A] })).ok).toBe(false);
+    expect((await lim.tryAcquire(job, { scopes: ['deployment:b'] })).ok).toBe(true);
   });
 });
 
