@@ -150,14 +150,7 @@ export class JobBuilder {
         },
       ]);
     }
-    let priority: number;
-    try {
-      priority = resolvePriority(options.priority);
-    } catch (err) {
-      throw new RequestValidationError([
-        { field: 'priority', message: (err as Error).message.replace(/^priority /, '') },
-      ]);
-    }
+    const priority = resolvePriority(options.priority);
     if (options.maxPriority !== undefined && priority < options.maxPriority)
       throw new PriorityNotAllowedError(priority, options.maxPriority);
     if (options.idempotencyKey !== undefined)

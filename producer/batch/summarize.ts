@@ -168,7 +168,7 @@ function settingsOf(o: BatchSummarizeOptions): RunSettings {
     maxTokens: o.maxTokens ?? 512,
     prompt: o.prompt ?? DEFAULT_SUMMARY_PROMPT,
     cachePrompt: o.cachePrompt ?? true,
-    priority: o.priority ?? 'batch',
+    priority: resolvePriority(o.priority ?? 'batch'),
     tenant: o.tenant,
     wait: o.wait ?? true,
     via: o.via ?? 'messages',

@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../../shared/errors.ts';
-import { resolvePriority } from '../../shared/priority.ts';
+import { issueOf, resolvePriority } from '../../shared/priority.ts';
 import { mergeTenantLimits, parseKeyOptions, type TenantLimits } from './key-options.ts';
 
 export type { TenantLimits } from './key-options.ts';
@@ -114,7 +114,7 @@ export class ApiKeyStore {
         try {
           byDefault = resolvePriority(priority);
         } catch (err) {
-          throw new ConfigError(`${where}: ${(err as Error).message}`);
+          throw new ConfigError(`${where}: priority ${issueOf(err)}`);
         }
       }
       const o = parseKeyOptions(words, where);

@@ -3,7 +3,7 @@
  * checks its top level, and the headers turned into enqueue options.
  */
 import type { FastifyRequest } from 'fastify';
-import { resolvePriority } from '../../shared/priority.ts';
+import { issueOf, resolvePriority } from '../../shared/priority.ts';
 import type { EnqueueOptions } from '../producer-options.ts';
 import { type ApiErrorAnswer, apiError } from './anthropic-errors.ts';
 
@@ -76,9 +76,9 @@ export function readCall(
   }
   const priority = header(req, 'llmq-priority') ?? who.priority ?? 'interactive';
   try {
-    resolvePriority(priority);
+    resolvePriority(priority, 'llmq-priority');
   } catch (err) {
-    return apiError('invalid_request_error', `llmq-priority: ${(err as Error).message}`);
+    return apiError('invalid_request_error', `llmq-priority: ${issueOf(err)}`);
   }
   const providerHeaders: Record<string, string> = {};
   for (const name of ['anthropic-version', 'anthropic-beta']) {

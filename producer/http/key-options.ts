@@ -1,5 +1,5 @@
 import { ConfigError } from '../../shared/errors.ts';
-import { resolvePriority } from '../../shared/priority.ts';
+import { issueOf, resolvePriority } from '../../shared/priority.ts';
 import { parseSize } from '../../shared/size.ts';
 
 /** What the keys file bounds per tenant (every key of the tenant shares these). */
@@ -65,9 +65,9 @@ export function parseKeyOptions(words: readonly string[], where: string): KeyOpt
       }
       case 'max-priority':
         try {
-          maxPriority = resolvePriority(raw);
+          maxPriority = resolvePriority(raw, 'max-priority');
         } catch (err) {
-          throw new ConfigError(`${from}: ${(err as Error).message}`);
+          throw new ConfigError(`${from}: ${issueOf(err)}`);
         }
         break;
       default:

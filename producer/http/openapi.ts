@@ -1,4 +1,5 @@
 /** The HTTP enqueue API, described by hand (OpenAPI 3.1). Served at `GET /openapi.json`. */
+import { MAX_PRIORITY } from '../../shared/priority.ts';
 
 const error = (codes: string[], description: string) => ({
   description,
@@ -216,11 +217,11 @@ export const OPENAPI = {
             required: ['model', 'max_tokens', 'messages'],
           },
           priority: {
-            description:
-              'A lane (interactive, default, batch) or a number from 1 (most urgent) to 2097152.',
+            description: `A lane (interactive, default, batch) or a whole number from 1 (most urgent) to ${MAX_PRIORITY}, as a number or in digits.`,
             oneOf: [
               { type: 'string', enum: ['interactive', 'default', 'batch'] },
-              { type: 'integer', minimum: 1, maximum: 2097152 },
+              { type: 'string', pattern: '^[0-9]{1,8}$' },
+              { type: 'integer', minimum: 1, maximum: MAX_PRIORITY },
             ],
           },
           tenant: { description: 'Ignored: the API key decides the tenant.' },

@@ -1,6 +1,7 @@
 import { DIMENSIONS } from '../dimensions.ts';
 import type { QueueNames } from '../keys.ts';
 import { isModelScope } from '../models.ts';
+import { MAX_PRIORITY } from '../priority.ts';
 import type { RedisClient } from '../redis.ts';
 import {
   type Charge,
@@ -134,8 +135,10 @@ export function checkCost(cost: Charge): void {
 /** An attempt's costs and priority, checked before anything is sent. */
 export function checkAttempt(cost: Charge, more: readonly { cost: Charge }[], priority: number) {
   for (const c of [cost, ...more.map((m) => m.cost)]) checkCost(c);
-  if (!Number.isInteger(priority) || priority < 1 || priority > 2_097_152) {
-    throw new TypeError(`priority must be a whole number from 1 to 2097152, got ${priority}`);
+  if (!Number.isInteger(priority) || priority < 1 || priority > MAX_PRIORITY) {
+    throw new TypeError(
+      `priority must be a whole number from 1 to ${MAX_PRIORITY}, got ${priority}`,
+    );
   }
 }
 
