@@ -3,7 +3,7 @@
  * many, a map-reduce flow): reserve room, add, then release the reservations, added or not.
  */
 import type { FlowProducer } from 'bullmq';
-import { RequestValidationError } from '../shared/errors.ts';
+import { IdempotencyConflictError, RequestValidationError } from '../shared/errors.ts';
 import { JOB_NAME, type JobData } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
@@ -36,6 +36,7 @@ export async function addOne(
     const bytes = ctx.gate.weigh([traced], data.tenant);
     const [exists] = await ctx.gate.reserveOrWait([id], data.tenant, options, bytes);
     if (exists) {
+      await refuseOtherRequest(ctx, id, data);
       endEnqueueSpan(span, undefined, false);
       return { id, created: false };
     }
@@ -54,6 +55,17 @@ export async function addOne(
   }
   endEnqueueSpan(span);
   return { id, created: true };
+}
+
+/**
+ * Throws IdempotencyConflictError when the job under `id` holds another request than `data`
+ * (by digest): a key's second request never gets the first one's answer. A job of an older
+ * producer (no digest) is taken as the same.
+ */
+async function refuseOtherRequest(ctx: AddContext, id: string, data: JobData): Promise<void> {
+  const job = await ctx.call(() => ctx.queue.getJob(id));
+  const theirs = (job?.data as Partial<JobData> | undefined)?.digest;
+  if (theirs !== undefined && theirs !== data.digest) throw new IdempotencyConflictError(id);
 }
 
 /**

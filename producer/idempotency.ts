@@ -26,7 +26,8 @@ export function newJobId(): string {
 /**
  * Throws unless `key` is a string of 1 to 512 characters of valid Unicode. A lone surrogate
  * (`\ud800`) is refused: UTF-8 has no encoding for it, so hashing would turn it into U+FFFD and
- * `k\ud800`, `k\udbff` and `k\uFFFD` would name one job.
+ * `k\ud800`, `k\udbff` and `k\uFFFD` would name one job. U+FFFD itself is refused: it is what
+ * invalid UTF-8 in a body decodes to, so `k\xff` and `k\xfe` would name one job too.
  */
 export function checkIdempotencyKey(
   key: unknown,
@@ -39,6 +40,15 @@ export function checkIdempotencyKey(
       { field, message: `must be a string of 1 to 512 characters (got ${shown})` },
     ]);
   }
+  const replaced = key.indexOf('\ufffd');
+  if (replaced >= 0) {
+    throw new RequestValidationError([
+      {
+        field,
+        message: `must be valid UTF-8 without U+FFFD (the character invalid UTF-8 decodes to, at character ${replaced}): send the key's bytes as valid UTF-8`,
+      },
+    ]);
+  }
   const lone = /\p{Surrogate}/u.exec(key);
   if (lone) {
     const code = lone[0].charCodeAt(0).toString(16).padStart(4, '0');
@@ -49,4 +59,23 @@ export function checkIdempotencyKey(
       },
     ]);
   }
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * An `Idempotency-Key` header as the client sent it: Node reads header bytes as Latin-1, so
+ * they are decoded again as UTF-8, and bytes that are not UTF-8 are refused (never merged).
+ */
+export function keyFromHeader(raw: string, field = 'idempotency-key'): string {
+  let key: string;
+  try {
+    key = UTF8.decode(Buffer.from(raw, 'latin1'));
+  } catch {
+    throw new RequestValidationError([
+      { field, message: 'must be valid UTF-8: send the key as UTF-8 text, or in ASCII' },
+    ]);
+  }
+  checkIdempotencyKey(key, field);
+  return key;
 }

@@ -4,6 +4,7 @@ export const API_ERROR_STATUS = {
   authentication_error: 401,
   permission_error: 403,
   not_found_error: 404,
+  conflict_error: 409,
   request_too_large: 413,
   rate_limit_error: 429,
   api_error: 500,

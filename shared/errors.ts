@@ -20,6 +20,7 @@ export type LlmqErrorCode =
   | 'REDIS_UNAVAILABLE'
   | 'REDIS_OUT_OF_MEMORY'
   | 'PRIORITY_NOT_ALLOWED'
+  | 'IDEMPOTENCY_CONFLICT'
   | 'LAYOUT_MISMATCH'
   | 'LIMITER_UNAVAILABLE'
   | 'COST_EXCEEDS_LIMIT'
@@ -126,6 +127,21 @@ export class PriorityNotAllowedError extends LlmqError {
     );
     this.priority = priority;
     this.maxPriority = maxPriority;
+  }
+}
+
+/**
+ * An idempotency key already names a job of another request: the first job is kept, this
+ * request is not queued, and the first one's answer is never given for it.
+ */
+export class IdempotencyConflictError extends LlmqError {
+  readonly id: string;
+  constructor(id: string) {
+    super(
+      'IDEMPOTENCY_CONFLICT',
+      `this idempotency key was used for another request (job ${id}); nothing was queued: send the same request again, or use a new key for a new request`,
+    );
+    this.id = id;
   }
 }
 

@@ -4,6 +4,7 @@ import { API_ERROR_STATUS, type ApiErrorType } from '../../shared/api-error-type
 import { BudgetExhaustedError } from '../../shared/budgets.ts';
 import {
   CostExceedsLimitError,
+  IdempotencyConflictError,
   ModelNotServedError,
   PriorityNotAllowedError,
   QueueFullError,
@@ -65,6 +66,12 @@ export function toApiError(err: unknown): ApiErrorAnswer {
       'invalid_request_error',
       first ? `${first.field}: ${first.message}` : err.message,
     );
+  }
+  if (err instanceof IdempotencyConflictError) {
+    // The SDK retries a 409 unless told not to; the same request cannot succeed later.
+    return apiError('conflict_error', `idempotency-key: ${err.message}`, {
+      'x-should-retry': 'false',
+    });
   }
   if (err instanceof PriorityNotAllowedError) {
     return apiError('permission_error', `llmq-priority: ${err.message}`);

@@ -4,6 +4,7 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { issueOf, resolvePriority } from '../../shared/priority.ts';
+import { keyFromHeader } from '../idempotency.ts';
 import type { EnqueueOptions } from '../producer-options.ts';
 import { type ApiErrorAnswer, apiError } from './anthropic-errors.ts';
 
@@ -86,7 +87,12 @@ export function readCall(
     if (v !== undefined) providerHeaders[name] = v;
   }
   const stream = (body as { stream?: unknown }).stream === true;
-  const idempotencyKey = header(req, 'idempotency-key');
+  let idempotencyKey = header(req, 'idempotency-key');
+  try {
+    if (idempotencyKey !== undefined) idempotencyKey = keyFromHeader(idempotencyKey);
+  } catch (err) {
+    return apiError('invalid_request_error', `idempotency-key: ${issueOf(err)}`);
+  }
   return {
     body,
     stream,

@@ -62,6 +62,7 @@ export type ApiErrorCode =
   | 'unauthorized'
   | 'conflicting_credentials'
   | 'priority_not_allowed'
+  | 'idempotency_conflict'
   | 'too_many_auth_failures'
   | 'not_found'
   | 'job_not_found'
@@ -117,6 +118,10 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         });
       case 'PRIORITY_NOT_ALLOWED':
         return errorResponse(403, 'priority_not_allowed', err.message, { field: 'priority' });
+      case 'IDEMPOTENCY_CONFLICT':
+        return errorResponse(409, 'idempotency_conflict', err.message, {
+          field: 'idempotency_key',
+        });
       case 'COST_EXCEEDS_LIMIT':
         return errorResponse(422, 'cost_exceeds_limit', err.message);
       case 'BUDGET_EXHAUSTED':
