@@ -90,7 +90,6 @@ export function guardRequests(
       if (req.headers.authorization !== undefined || queryToken !== null) throttle.failed(req.ip);
       return unauthorized(req, reply, guard);
     }
-    if (access.via !== 'cookie') throttle.succeeded(req.ip);
     const session = guard.hasSession(req.headers, localPort);
     // A browser signed in with Basic auth gets the session cookie too: its writes need it.
     if (access.via === 'query' || (access.via === 'basic' && !session)) {

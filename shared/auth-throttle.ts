@@ -1,7 +1,7 @@
 /**
  * Slows down guessing: after a few failed authentications from one address within a window,
- * that address is refused for a short time that doubles with each further failure; a success
- * clears it. Kept in this process's memory (each server process counts on its own, and a
+ * that address is refused for a short time that doubles with each further failure. Only time
+ * clears the count, never a success in between. Kept in this process's memory (each server process counts on its own, and a
  * restart forgets), bounded to `maxAddresses`, the least recently seen dropped first.
  */
 
@@ -95,13 +95,8 @@ export class AuthThrottle {
     const delay = Math.min(this.maxMs, this.baseMs * 2 ** Math.min(over - 1, 30));
     e.blockedUntil = now + delay;
     this.log(
-      `${e.failures} failed authentications in a row from ${address}: refusing it for ${Math.ceil(delay / 1000)} s`,
+      `${e.failures} failed authentications from ${address}: refusing it for ${Math.ceil(delay / 1000)} s`,
     );
-  }
-
-  /** A success from `address` clears its failures. */
-  succeeded(address: string): void {
-    this.entries.delete(address);
   }
 
   /** Addresses remembered now. */

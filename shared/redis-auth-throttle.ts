@@ -1,7 +1,8 @@
 /**
- * Slows down guessing: after `maxFailures` failed authentications in a row from one address,
- * that address is refused for a while that doubles with each further failure; a success clears
- * it. Counted in Redis, on Redis's clock, so every `llmq serve` under one prefix counts together
+ * Slows down guessing: after `maxFailures` failed authentications from one address, each within
+ * `windowMs` of the last, that address is refused for a while that doubles with each further
+ * failure. Only time clears the count: a good key in between does not (a guesser who holds one
+ * key must not reset the count of its guesses at others). Counted in Redis, on Redis's clock, so every `llmq serve` under one prefix counts together
  * (and a restart forgets nothing); each address's count expires once it stays quiet. When Redis
  * does not answer in time the throttle lets the request through to the key check (fail open:
  * an outage must not lock every caller out, and a wrong key is still refused).
@@ -17,7 +18,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
  * @inline
  */
 export interface RedisAuthThrottleOptions {
-  /** Failed authentications in a row after which the address is refused. @default 5 */
+  /** Failed authentications (each within `windowMs` of the last) after which the address is refused. @default 5 */
   readonly maxFailures?: number;
   /** Failures are forgotten once none came for this long (and no refusal runs). @default 60_000 */
   readonly windowMs?: number;
@@ -31,9 +32,9 @@ export interface RedisAuthThrottleOptions {
   readonly log?: (line: string) => void;
 }
 
-/** May the address try now: yes (with its failures in a row so far), or not for `retryAfterMs`. */
+/** May the address try now: yes, or not for `retryAfterMs`. */
 export type SharedThrottleVerdict =
-  | { readonly ok: true; readonly failures: number }
+  | { readonly ok: true }
   | { readonly ok: false; readonly retryAfterMs: number };
 
 const DEFAULTS = {
@@ -71,13 +72,13 @@ export class RedisAuthThrottle {
   /** Whether `address` may try now; while refused, how long until it may. */
   async check(address: string): Promise<SharedThrottleVerdict> {
     const reply = await this.within(
-      this.redis.multi().hmget(this.key(address), 'failures', 'blocked_until').time().exec(),
+      this.redis.multi().hget(this.key(address), 'blocked_until').time().exec(),
     );
-    if (!reply || reply.some(([err]) => err)) return { ok: true, failures: 0 };
-    const [[, h], [, t]] = reply as [[null, (string | null)[]], [null, [string, string]]];
+    if (!reply || reply.some(([err]) => err)) return { ok: true };
+    const [[, until], [, t]] = reply as [[null, string | null], [null, [string, string]]];
     const now = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
-    const left = Number(h[1] ?? 0) - now;
-    return left > 0 ? { ok: false, retryAfterMs: left } : { ok: true, failures: Number(h[0] ?? 0) };
+    const left = Number(until ?? 0) - now;
+    return left > 0 ? { ok: false, retryAfterMs: left } : { ok: true };
   }
 
   /** Records a failed authentication from `address`. */
@@ -93,14 +94,9 @@ export class RedisAuthThrottle {
     const [failures, delay] = (reply ?? [0, 0]) as [number, number];
     if (delay > 0) {
       this.log(
-        `${failures} failed authentications in a row from ${address}: refusing it for ${Math.ceil(delay / 1000)} s`,
+        `${failures} failed authentications from ${address}: refusing it for ${Math.ceil(delay / 1000)} s`,
       );
     }
-  }
-
-  /** A success from `address` clears its failures (`failures`: as {@link check} told; 0 writes nothing). */
-  async succeeded(address: string, failures: number): Promise<void> {
-    if (failures > 0) await this.within(this.redis.del(this.key(address)));
   }
 
   private key(address: string): string {

@@ -179,7 +179,6 @@ export function apiKeyAuth(keys: ApiKeyStore, throttle?: RedisAuthThrottle): Aut
         await throttle?.failed(address);
       return UNAUTHORIZED;
     }
-    await throttle?.succeeded(address, verdict?.failures ?? 0);
     return { tenant: entry.tenant, maxPriority: entry.maxPriority };
   };
 }

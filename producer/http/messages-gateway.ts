@@ -143,7 +143,6 @@ class MessagesGateway {
         await throttle?.failed(req.ip);
       return who;
     }
-    await throttle?.succeeded(req.ip, verdict?.ok ? verdict.failures : 0);
     return who;
   }
 

@@ -1,6 +1,6 @@
 --[[
-  Records one failed authentication from an address. From the `maxFailures`-th failure in a
-  row on, the address is refused for `baseMs`, doubling with each further failure, up to
+  Records one failed authentication from an address. From the `maxFailures`-th failure on
+  (each within `windowMs` of the last; a success in between changes nothing), the address is refused for `baseMs`, doubling with each further failure, up to
   `maxMs`. The hash expires once no failure came for `windowMs` and no refusal runs.
 
   Input:
@@ -10,7 +10,7 @@
     ARGV[3] maxMs
     ARGV[4] windowMs
 
-  Output: { failures in a row, ms the address is refused for now (0: not refused) }
+  Output: { failures counted, ms the address is refused for now (0: not refused) }
 ]]
 local key = KEYS[1]
 local maxFailures = tonumber(ARGV[1])
