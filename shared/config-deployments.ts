@@ -28,7 +28,11 @@ const SECRETS: readonly (readonly [RegExp, string])[] = [
   [/^ya29\./, 'a Google OAuth token'],
   [/^(sk-|eyJ|Bearer\s)/i, 'a key or token'],
 ];
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+/**
+ * A credential variable's name: capitals, digits and "_", as such names are written. A secret
+ * pasted in its place (mixed case, or longer) fails it, so the refusal never has to show it.
+ */
+const ENV_NAME = /^[A-Z_][A-Z0-9_]{0,63}$/;
 
 /** A refused value for a message: never one that looks like a secret, wherever it was put. */
 const show = (v: unknown) => {
@@ -56,8 +60,9 @@ const variableName = (example: string) =>
         ctx.addIssue({
           code: 'custom',
           message:
-            'must be the name of an environment variable (letters, digits and "_", not starting ' +
-            'with a digit); the value is not shown, in case it is a secret',
+            'must be the name of an environment variable (capital letters, digits and "_", not ' +
+            `starting with a digit, at most 64, such as ${example}); the value is not shown, in ` +
+            'case it is a secret',
         });
     })
     .optional();

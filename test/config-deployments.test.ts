@@ -2,6 +2,7 @@
  * `deployments` / LLMQ_DEPLOYMENTS: the pool's list as resolveConfig reads it, and the errors a
  * user sees for a bad one (naming the deployment and the field, never a secret).
  */
+import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../shared/config.ts';
 import { ConfigError } from '../shared/errors.ts';
@@ -138,6 +139,34 @@ describe('deployments in the config', () => {
     const odd = refusal([{ ...EU, credentials: { apiKeyEnv: 'my key 123' } }]);
     expect(odd).toContain('must be the name of an environment variable');
     expect(odd).not.toContain('my key 123');
+  });
+
+  it('refuses a secret of any shape where a variable name belongs, and never shows it', () => {
+    // Random secrets of no known shape: letters and digits only, as a name could be.
+    const random = (n: number, chars: string) =>
+      Array.from(randomBytes(n), (b) => chars[b % chars.length]).join('');
+    const mixed = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+    const secrets = [
+      random(48, mixed),
+      random(40, 'abcdef0123456789'),
+      `Q${random(70, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789')}`,
+    ];
+    for (const field of ['apiKeyEnv', 'awsAccessKeyEnv', 'awsSecretKeyEnv', 'accessTokenEnv']) {
+      const base = field === 'apiKeyEnv' ? EU : field === 'accessTokenEnv' ? VERTEX : BEDROCK;
+      const credentials = (base as { credentials?: Record<string, string> }).credentials;
+      for (const secret of secrets) {
+        const message = refusal([{ ...base, credentials: { ...credentials, [field]: secret } }]);
+        // (One might by chance also look like a known kind of secret: refused so too.)
+        expect(message).toMatch(
+          new RegExp(
+            `credentials\\.${field} (must be the name of an environment variable|holds what looks like)`,
+          ),
+        );
+        expect(message).not.toContain(secret.slice(0, 8));
+      }
+    }
+    // A name as names are written is taken.
+    expect(() => fromEnv([{ ...EU, credentials: { apiKeyEnv: 'LLMQ_EU_KEY_2' } }])).not.toThrow();
   });
 
   it('wants a region for bedrock and vertex, a project for vertex, and credentials of the kind', () => {
