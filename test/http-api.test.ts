@@ -126,7 +126,10 @@ describe('HTTP API: auth', () => {
   it('answers 401 without a key or with an unknown one, and never echoes the key', async () => {
     const none = await post({ request: message() }, null);
     expect(none.status).toBe(401);
-    expect(none.body).toEqual({ error: { code: 'unauthorized', message: expect.any(String) } });
+    expect(none.body).toEqual({
+      error: { code: 'unauthorized', message: expect.any(String) },
+      request_id: expect.stringMatching(/^req_llmq_/),
+    });
     expect(none.headers.get('www-authenticate')).toBe('Bearer');
     const wrong = await post({ request: message() }, `${ACME_KEY}x`);
     expect(wrong.status).toBe(401);

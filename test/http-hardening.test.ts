@@ -109,13 +109,11 @@ describe('idempotency keys', () => {
       expect(res.body.error).toMatchObject({ code: 'invalid_request', field: 'idempotency_key' });
       expect(res.body.error.message).toMatch(/lone surrogate \(\\ud[8b][0f]{2}/);
     }
+    // U+FFFD too: it is what invalid UTF-8 in a body decodes to (test/idempotency-conflicts).
+    const replaced = await job({ request: message(), idempotency_key: 'k\uFFFD' });
+    expect(replaced.status).toBe(400);
+    expect(replaced.body.error.message).toMatch(/must be valid UTF-8 without U\+FFFD/);
     expect(await jobCount()).toBe(before);
-    // U+FFFD is a character like any other: it makes its job, and a second key its own.
-    const a = await job({ request: message(), idempotency_key: 'k\uFFFD' });
-    const b = await job({ request: message(), idempotency_key: 'k\uFFFD\uFFFD' }, BETA);
-    expect([a.status, b.status]).toEqual([202, 202]);
-    expect(a.body.id).not.toBe(b.body.id);
-    await api.producer.queue.obliterate({ force: true });
   });
 });
 

@@ -9,6 +9,7 @@ import {
   type HandlerResponse,
   type Route,
 } from './handlers.ts';
+import { noteCause, requestIdOf } from './server-errors.ts';
 
 /** The code of the JSON parser's error, for error handlers of other route sets. */
 export const INVALID_JSON = 'LLMQ_INVALID_JSON';
@@ -41,12 +42,17 @@ function parseJsonBody(body: string): unknown {
   return value;
 }
 
+/** Sends an answer; an error body carries the request's id, to find its log line by. */
 function send(reply: FastifyReply, res: HandlerResponse): FastifyReply {
+  const body =
+    res.status >= 400 && res.body !== null && typeof res.body === 'object'
+      ? { ...res.body, request_id: requestIdOf(reply) }
+      : res.body;
   return reply
     .code(res.status)
     .headers({ 'cache-control': 'no-store', ...(res.headers ?? {}) })
     .type('application/json; charset=utf-8')
-    .send(JSON.stringify(res.body));
+    .send(JSON.stringify(body));
 }
 
 function flat(o: unknown): Record<string, string | undefined> {
@@ -94,9 +100,11 @@ export function mountRoutes(
       done(err as Error, undefined);
     }
   });
-  app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, _req, reply) =>
-    send(reply, frameworkError(err)),
-  );
+  app.setErrorHandler((err: Error & { code?: string; statusCode?: number }, req, reply) => {
+    const res = frameworkError(err);
+    if (res.status >= 500) noteCause(req, err);
+    return send(reply, res);
+  });
   app.setNotFoundHandler((req, reply) =>
     send(reply, errorResponse(404, 'not_found', `no route ${req.method} ${req.url.split('?')[0]}`)),
   );
@@ -155,5 +163,6 @@ async function handle(
   };
   const res = await route.handler(request);
   reply.raw.off('close', onClose);
+  if (res.cause !== undefined) noteCause(req, res.cause);
   return send(reply, res);
 }

@@ -22,6 +22,8 @@ export interface HandlerResponse {
   readonly status: number;
   readonly body: unknown;
   readonly headers?: Readonly<Record<string, string>>;
+  /** The error behind a 5xx: logged with the request's id, never sent. */
+  readonly cause?: unknown;
 }
 
 export type Handler = (req: HandlerRequest) => Promise<HandlerResponse>;
@@ -132,7 +134,7 @@ export function toErrorResponse(err: unknown): HandlerResponse {
         break;
     }
   }
-  return errorResponse(500, 'internal_error', 'internal error');
+  return { ...errorResponse(500, 'internal_error', 'internal error'), cause: err };
 }
 
 const UNAUTHORIZED = errorResponse(

@@ -11,7 +11,6 @@ import {
   type ApiErrorAnswer,
   apiError,
   deadLetterError,
-  newRequestId,
   statusText,
   toApiError,
 } from './anthropic-errors.ts';
@@ -22,6 +21,7 @@ import { INVALID_JSON, JSON_TOO_DEEP } from './fastify-adapter.ts';
 import { gatewayCaller } from './gateway-auth.ts';
 import { header, readCall, versionMissing } from './gateway-request.ts';
 import { listModels, patternsOf, retrieveModel } from './models-route.ts';
+import { noteCause, requestIdOf } from './server-errors.ts';
 import { type CallOutcome, EventStreamReader, messageBody, relayEvents } from './sse-relay.ts';
 
 export interface GatewayOptions {
@@ -40,11 +40,6 @@ export interface GatewayOptions {
   readonly countTokens?: CountTokensForwarder | undefined;
   /** Ends every relay and wait (the server is closing): as if each caller had left. */
   readonly shutdown?: AbortSignal | undefined;
-}
-
-/** The `request-id` this answer carries (set for every request; the provider's replaces it). */
-function requestIdOf(reply: FastifyReply): string {
-  return String(reply.getHeader('request-id') ?? '');
 }
 
 /** Sends an answer with its status line as the API writes it (`529 Overloaded`). */
@@ -226,6 +221,7 @@ class MessagesGateway {
       // A body the producer refuses is answered in the API's words where llmq knows them.
       const reworded = isShapeRefusal(err) ? apiValidationError(call.body) : undefined;
       const a = reworded ?? toApiError(err);
+      if (a.status >= 500) noteCause(req, err);
       const message = a.body.error.message.replace(/^idempotencyKey:/, 'idempotency-key:');
       return send(reply, { ...a, body: { ...a.body, error: { ...a.body.error, message } } });
     }
@@ -321,12 +317,11 @@ export function mountMessagesGateway(
 ): { close(): Promise<void> } {
   const gateway = new MessagesGateway(options);
   void app.register(async (scope) => {
-    // Every answer carries a request-id, as the API's do (the provider's own where it gave one).
-    // A request without a valid key is refused from its headers, before its body is read, and
+    // Every answer carries a request-id (server-errors.ts), as the API's do (the provider's own
+    // where it gave one). A request without a valid key is refused from its headers, before its body is read, and
     // its connection closed.
     // A request without anthropic-version is refused next, as the API refuses it.
     scope.addHook('onRequest', async (req, reply) => {
-      reply.header('request-id', newRequestId());
       const who = await gateway.authenticate(req);
       const refused = 'status' in who ? who : versionMissing(req);
       if (!refused) return;

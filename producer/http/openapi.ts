@@ -6,7 +6,7 @@ const error = (codes: string[], description: string) => ({
   content: {
     'application/json': {
       schema: { $ref: '#/components/schemas/Error' },
-      example: { error: { code: codes[0], message: '…' } },
+      example: { error: { code: codes[0], message: '…' }, request_id: 'req_llmq_…' },
     },
   },
   'x-error-codes': codes,
@@ -27,7 +27,8 @@ export const OPENAPI = {
     description:
       'Enqueue Anthropic Messages requests into an llmq queue and collect their results. Every call but ' +
       '/openapi.json needs an API key, as `x-api-key: <key>` or `Authorization: Bearer <key>`; the key decides the tenant. Errors are ' +
-      '`{ "error": { "code", "message", "field"? } }` with stable codes.',
+      '`{ "error": { "code", "message", "field"? }, "request_id" }` with stable codes; `request_id` is also the ' +
+      "answer's `request-id` header, and a 5xx is logged under it.",
   },
   // Either scheme: OpenAPI lists alternatives as separate requirement objects.
   security: [{ bearer: [] }, { apiKey: [] }],
@@ -69,6 +70,10 @@ export const OPENAPI = {
           '403': error(
             ['priority_not_allowed'],
             "The priority is more urgent than the API key's max-priority allows.",
+          ),
+          '409': error(
+            ['idempotency_conflict'],
+            'The idempotency_key was used for another request (by its digest); nothing was queued.',
           ),
           '413': error(['body_too_large'], 'The body is larger than the server accepts.'),
           '415': error(['unsupported_media_type'], 'The body is not application/json.'),
@@ -294,8 +299,12 @@ export const OPENAPI = {
       },
       Error: {
         type: 'object',
-        required: ['error'],
+        required: ['error', 'request_id'],
         properties: {
+          request_id: {
+            type: 'string',
+            description: "The answer's request-id: a 5xx is logged under it.",
+          },
           error: {
             type: 'object',
             required: ['code', 'message'],
@@ -312,6 +321,7 @@ export const OPENAPI = {
                   'unauthorized',
                   'conflicting_credentials',
                   'priority_not_allowed',
+                  'idempotency_conflict',
                   'too_many_auth_failures',
                   'not_found',
                   'job_not_found',

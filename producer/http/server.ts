@@ -8,9 +8,10 @@ import {
   RedisAuthThrottle,
   type RedisAuthThrottleOptions,
 } from '../../shared/redis-auth-throttle.ts';
-import { ThrottledWarning, type WarningSink } from '../../shared/telemetry/throttled-warning.ts';
+import { ThrottledWarning } from '../../shared/telemetry/throttled-warning.ts';
 import { createProducer } from '../create-producer.ts';
 import type { Producer, ProducerOptions } from '../producer.ts';
+import { newRequestId } from './anthropic-errors.ts';
 import { ApiKeyStore } from './api-keys.ts';
 import { CountTokensForwarder } from './count-tokens.ts';
 import { mountRoutes } from './fastify-adapter.ts';
@@ -18,6 +19,7 @@ import { type ApiErrorCode, apiKeyAuth, errorResponse } from './handlers.ts';
 import { healthRoutes } from './health-routes.ts';
 import { createRoutes } from './job-routes.ts';
 import { mountMessagesGateway } from './messages-gateway.ts';
+import { type ServerErrorSink, trackServerErrors } from './server-errors.ts';
 
 /**
  * What the HTTP API serves: the queue of `config`, to the keys in `apiKeys`, on `host:port`.
@@ -44,8 +46,11 @@ export interface HttpApiOptions {
   readonly bodyLimit?: number;
   /** Header, body and idle timeouts, and the connection cap. @default see ServerLimits */
   readonly limits?: ServerLimits;
-  /** Where the server's warnings go (Redis out of memory, once a minute at most). */
-  readonly logger?: WarningSink;
+  /**
+   * Where the server's warnings go (Redis out of memory, once a minute at most), and one line
+   * for each 5xx answer, by its request id (to `error` when the logger has one).
+   */
+  readonly logger?: ServerErrorSink;
   /** Longest `/wait` long-poll in ms. @default 60_000 */
   readonly maxWaitMs?: number;
   /** A Redis command that takes longer answers 503. @default 5_000 */
@@ -106,9 +111,11 @@ function newServer(options: HttpApiOptions): FastifyInstance {
         .type('application/json; charset=utf-8')
         .header('cache-control', 'no-store')
         .send(
-          JSON.stringify(
-            errorResponse(400, 'invalid_request', 'the URL could not be decoded').body,
-          ),
+          JSON.stringify({
+            ...(errorResponse(400, 'invalid_request', 'the URL could not be decoded')
+              .body as object),
+            request_id: newRequestId(),
+          }),
         ),
     // What Node's parser refuses (headers too large, a malformed request line) still answers
     // in the API's error format.
@@ -120,7 +127,10 @@ function newServer(options: HttpApiOptions): FastifyInstance {
           : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
             ? [408, 'request_timeout', 'the request took too long to arrive']
             : [400, 'invalid_request', 'the request could not be read as HTTP'];
-      const body = JSON.stringify(errorResponse(status, code, message).body);
+      const body = JSON.stringify({
+        ...(errorResponse(status, code, message).body as object),
+        request_id: newRequestId(),
+      });
       // Not after an answer already sent on this connection (bytes after a `Connection: close`).
       if (socket.writable && !socket.writableEnded) {
         socket.write(
@@ -181,6 +191,7 @@ export async function startHttpApi(options: HttpApiOptions): Promise<HttpApi> {
   );
   const producer = await openProducer(options, keys, () => outOfMemory.hit());
   const app = newServer(options);
+  trackServerErrors(app, options.logger);
   capConnections(app.server, options.limits);
   const shutdown = new AbortController();
   const gatewayRedis = connectRedis(options.config.redisUrl, {

@@ -129,9 +129,11 @@ function readableStderr(): DestinationStream {
 export function workerLogger(log: Logger): {
   info(message: string, fields?: Record<string, unknown>): void;
   warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
 } {
   return {
     info: (m, f) => log.info(f ?? {}, m),
     warn: (m, f) => log.warn(f ?? {}, m),
+    error: (m, f) => log.error(f ?? {}, m),
   };
 }
