@@ -4,6 +4,7 @@ import { RedisOutOfMemoryError, RequestValidationError } from '../shared/errors.
 import type { LimitSet } from '../shared/fleet-limits.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
+import { stampQueue } from '../shared/layout.ts';
 import { type DeadLetterQueue, type LlmqQueue, registerQueue } from '../shared/queues.ts';
 import { describeRedis, type RedisClient, untilReady } from '../shared/redis.ts';
 import { BatchJobs, checkBatchable } from './batches/batch-jobs.ts';
@@ -436,6 +437,7 @@ export class Producer {
   private async ensureRegistered(): Promise<void> {
     if (this.registered) return;
     await this.redisCall(() => registerQueue(this.redis, this.names));
+    await this.redisCall(() => stampQueue(this.redis, this.names));
     this.registered = true;
   }
 

@@ -165,6 +165,16 @@ export class LayoutMismatchError extends LlmqError {
   }
 }
 
+/** The queue holds jobs of a newer format than this build reads (a newer build wrote them). */
+export class JobFormatError extends LlmqError {
+  constructor(queue: string, written: number, reads: number) {
+    super(
+      'LAYOUT_MISMATCH',
+      `queue "${queue}" holds jobs of format ${written}, written by a newer llmq build; this build reads up to format ${reads}: run workers of that newer build (or newer) on this queue`,
+    );
+  }
+}
+
 /** Redis did not answer at the configured URL. */
 export class RedisUnavailableError extends LlmqError {
   readonly url: string;

@@ -46,6 +46,12 @@ export interface RetryClock {
   readonly outageMs: number;
 }
 
+/**
+ * The newest job format this build writes and reads (`JobData.v`). A queue holding a newer one
+ * (`queueStampKey`) is refused by this build's workers.
+ */
+export const JOB_FORMAT = 1;
+
 /** What a BullMQ job of llmq carries. Never holds a secret. */
 export interface JobData {
   readonly v: 1;

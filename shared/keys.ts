@@ -87,6 +87,11 @@ export function authFailuresKey(prefix: string, address: string): string {
 }
 
 /** The worker processes of a queue that are running: id -> present until (Redis time, ms). */
+/** The queue's stamp: the newest job format written to it, and the builds that used it. */
+export function queueStampKey(names: QueueNames): string {
+  return llmqKey(names, 'stamp');
+}
+
 export function workersKey(names: QueueNames): string {
   return llmqKey(names, 'workers');
 }

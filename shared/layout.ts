@@ -9,7 +9,8 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LayoutMismatchError } from './errors.ts';
+import { JobFormatError, LayoutMismatchError } from './errors.ts';
+import { JOB_FORMAT } from './job.ts';
 import {
   batchesKey,
   batchQueueName,
@@ -21,10 +22,13 @@ import {
   llmqKey,
   type QueueNames,
   queueRegistryKey,
+  queueStampKey,
+  workersKey,
 } from './keys.ts';
 import { limiterKeys, wakeChannel } from './limiter/limiter-keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
 import type { RedisClient } from './redis.ts';
+import { VERSION } from './version.ts';
 
 /** The folders of Lua scripts, from the package's root (the same under dist/). */
 const LUA_DIRS = ['shared/lua', 'shared/limiter/lua', 'producer/lua', 'worker/lua'];
@@ -43,6 +47,8 @@ function keyLayout(): string[] {
     llmqKey(n, 'x'),
     jobEventsKey(n, 'J'),
     historyKey(n, 'H'),
+    queueStampKey(n),
+    workersKey(n),
     wakeChannel(n),
     ...(['inflight', 'handoffs', 'totals', 'lease'] as const).map((p) => batchesKey(n, p)),
     ...Object.entries(limiterKeys(n)).map(([k, v]) => `${k}=${v}`),
@@ -87,6 +93,14 @@ export interface FleetLayoutOptions {
 }
 
 /**
+ * Stamps the queue with the job format this build writes (and its version), once per producer:
+ * a worker of a build that cannot read that format refuses the queue.
+ */
+export async function stampQueue(redis: RedisClient, names: QueueNames): Promise<void> {
+  await runLua(redis, SCRIPTS['stampFormat']!, [queueStampKey(names)], [JOB_FORMAT, VERSION]);
+}
+
+/**
  * A worker's entry in the fleet of its queue, under its build's stamp, renewed while it runs.
  * {@link FleetLayout.claim} throws {@link LayoutMismatchError} when workers of another stamp are
  * alive.
@@ -107,7 +121,10 @@ export class FleetLayout {
       options.leaseMs ?? 30_000,
     );
     await layout.register();
-    layout.timer = setInterval(() => void layout.register().catch(() => {}), layout.leaseMs / 3);
+    layout.timer = setInterval(
+      () => void layout.register(true).catch(() => {}),
+      layout.leaseMs / 3,
+    );
     layout.timer.unref();
     return layout;
   }
@@ -115,26 +132,26 @@ export class FleetLayout {
   /** Drops the entry: a worker of another build may start once no entry of this one is left. */
   async release(): Promise<void> {
     clearInterval(this.timer);
-    await this.o.redis.zrem(this.key(), `${this.stamp}:${this.o.workerId}`).catch(() => {});
+    const key = llmqKey(this.o.names, 'fleet', 'layout');
+    await this.o.redis.zrem(key, `${this.stamp}:${this.o.workerId}`).catch(() => {});
   }
 
-  private async register(): Promise<void> {
-    const reply = (await runLua(
-      this.o.redis,
-      SCRIPTS['claimLayout']!,
-      [this.key()],
-      [this.stamp, this.o.workerId, this.leaseMs],
-    )) as [number, string?, number?, number?];
+  /** Registers (checking the queue is this build's) or, with `renew`, only renews the entry. */
+  private async register(renew = false): Promise<void> {
+    const { redis, names, workerId } = this.o;
+    const keys = [llmqKey(names, 'fleet', 'layout'), workersKey(names), queueStampKey(names)];
+    const args = [this.stamp, workerId, this.leaseMs, JOB_FORMAT, VERSION, renew ? 'renew' : ''];
+    const reply = (await runLua(redis, SCRIPTS['claimLayout']!, keys, args)) as number[];
+    const queue = names.queue;
     if (reply[0] === 1) {
-      throw new LayoutMismatchError(this.o.names.queue, this.stamp, {
-        stamp: String(reply[1]),
-        workers: Number(reply[2]),
-        leftMs: Number(reply[3]),
-      });
+      const [, stamp, workers, leftMs] = reply as [number, string, number, number];
+      throw new LayoutMismatchError(queue, this.stamp, { stamp, workers, leftMs });
     }
-  }
-
-  private key(): string {
-    return llmqKey(this.o.names, 'fleet', 'layout');
+    if (reply[0] === 2) {
+      const [, workers, leftMs] = reply as [number, number, number];
+      const stamp = 'none: a build from before the layout stamp';
+      throw new LayoutMismatchError(queue, this.stamp, { stamp, workers, leftMs });
+    }
+    if (reply[0] === 3) throw new JobFormatError(queue, Number(reply[1]), JOB_FORMAT);
   }
 }

@@ -19,6 +19,7 @@ import { createPoolEntries } from '../../worker/deployment-clients.ts';
 import { startHealthServer } from '../../worker/health-server.ts';
 import { createProviderClient } from '../../worker/provider.ts';
 import { startWorker } from '../../worker/worker.ts';
+import type { WorkerOptions } from '../../worker/worker-options.ts';
 import { configFrom, namesOf, queueOptions } from './common.ts';
 
 /**
@@ -61,6 +62,46 @@ function healthPortOf(raw: unknown): number | undefined {
   throw new ConfigError(
     `--health-port must be a whole number from 0 to 65535, got ${JSON.stringify(raw)}`,
   );
+}
+
+/** The worker's options from the resolved config and the fleet's limits. */
+function workerOptionsOf(
+  redis: RedisClient,
+  config: Config,
+  fleet: FleetLimits,
+  deployments: Awaited<ReturnType<typeof createPoolEntries>> | undefined,
+  flags: Record<string, unknown>,
+): Omit<WorkerOptions, 'logger'> {
+  const set = limitSetOf(fleet);
+  return {
+    redis,
+    names: namesOf(config),
+    ...(deployments
+      ? { deployments }
+      : {
+          client: createProviderClient({
+            apiKey: config.anthropicApiKey ?? '',
+            baseURL: config.anthropicBaseUrl,
+          }),
+        }),
+    limiter: {
+      windowMs: fleet.windowS * 1000,
+      limits: set.limits,
+      scopes: set.scopes,
+      headroom: fleet.headroom,
+      outputAccounting: config.outputAccounting,
+    },
+    concurrency: config.concurrency,
+    retryForMs: config.retryForMs,
+    firstByteTimeoutMs: config.firstByteTimeoutMs,
+    idleTimeoutMs: config.idleTimeoutMs,
+    lockDurationMs: config.recoverAfterMs,
+    stalledIntervalMs: Math.round(config.recoverAfterMs / 2),
+    budgets: budgetSettingsOf(config),
+    fairShare: fairShareOf({ ...config, scopes: fleet.scopes }),
+    ...(fleet.maxInFlight === undefined ? {} : { maxInFlight: fleet.maxInFlight }),
+    stream: flags['stream'] as 'always' | 'auto',
+  };
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -149,37 +190,16 @@ export function registerWorkerCommand(program: Command): void {
     const redis = connectRedis(config.redisUrl);
     redis.on('error', errorEventLog(stderrLogger, 'redis error'));
     const { fleet, action } = await fleetLimitsFor(redis, config, flags['replaceLimits'] === true);
-    const set = limitSetOf(fleet);
-    const handle = await startWorker({
-      redis,
-      names: namesOf(config),
-      ...(deployments
-        ? { deployments }
-        : {
-            client: createProviderClient({
-              apiKey: config.anthropicApiKey ?? '',
-              baseURL: config.anthropicBaseUrl,
-            }),
-          }),
-      limiter: {
-        windowMs: fleet.windowS * 1000,
-        limits: set.limits,
-        scopes: set.scopes,
-        headroom: fleet.headroom,
-        outputAccounting: config.outputAccounting,
+    // A worker refused at start (another build's queue, bad options) exits at once: nothing of
+    // it may keep the process alive.
+    const options = workerOptionsOf(redis, config, fleet, deployments, flags);
+    const handle = await startWorker({ ...options, logger: stderrLogger }).catch(
+      async (err: unknown) => {
+        redis.disconnect();
+        await stopTracing?.();
+        throw err;
       },
-      concurrency: config.concurrency,
-      retryForMs: config.retryForMs,
-      firstByteTimeoutMs: config.firstByteTimeoutMs,
-      idleTimeoutMs: config.idleTimeoutMs,
-      lockDurationMs: config.recoverAfterMs,
-      stalledIntervalMs: Math.round(config.recoverAfterMs / 2),
-      budgets: budgetSettingsOf(config),
-      fairShare: fairShareOf({ ...config, scopes: fleet.scopes }),
-      ...(fleet.maxInFlight === undefined ? {} : { maxInFlight: fleet.maxInFlight }),
-      stream: flags['stream'] as 'always' | 'auto',
-      logger: stderrLogger,
-    });
+    );
     stderrLogger.info(`limits ${action}: ${describeLimits(fleet)}`, { limits: action });
     const probes =
       healthPort === undefined
