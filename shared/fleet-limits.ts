@@ -11,6 +11,14 @@ import type { Config, ScopeLimits } from './config.ts';
 import { toDimensionLimits } from './config-views.ts';
 import { DIMENSIONS } from './dimensions.ts';
 import { ConfigError } from './errors.ts';
+import {
+  deploymentDifferences,
+  describeDeployments,
+  type FleetDeployments,
+  fleetDeploymentsOf,
+  fleetDeploymentsSchema,
+  normalizeDeployments,
+} from './fleet-deployments.ts';
 import { fleetLimitsKey, type QueueNames } from './keys.ts';
 import type { DimensionLimits } from './limiter/types.ts';
 import { MODEL_PATTERN, modelScopeName } from './models.ts';
@@ -34,6 +42,8 @@ export interface FleetLimits {
   readonly models: Readonly<Record<string, ScopeLimits>>;
   /** Only models matching a pattern of `models` are served. */
   readonly modelsStrict: boolean;
+  /** The pool's deployments (names, kinds, limits); absent for the one default key. */
+  readonly deployments?: FleetDeployments | undefined;
 }
 
 /** The stored value: the limits and who wrote them when. */
@@ -74,6 +84,7 @@ const storedSchema = z.strictObject({
     scopes: z.record(z.string().regex(/^[^|,\s]{1,200}$/), scopeSchema),
     models: z.record(z.string().regex(MODEL_PATTERN), scopeSchema),
     modelsStrict: z.boolean(),
+    deployments: fleetDeploymentsSchema.optional(),
   }),
   setBy: z.string().max(300),
   setAt: z.number(),
@@ -94,6 +105,7 @@ export function fleetLimitsOf(c: Config): FleetLimits {
     scopes: c.scopes,
     models: c.models,
     modelsStrict: c.modelsStrict,
+    deployments: fleetDeploymentsOf(c.deployments),
   });
 }
 
@@ -103,7 +115,8 @@ export function hasLimits(l: FleetLimits): boolean {
     LIMIT_NAMES.some((n) => l[n] !== undefined) ||
     l.maxInFlight !== undefined ||
     Object.keys(l.scopes).length > 0 ||
-    Object.keys(l.models).length > 0
+    Object.keys(l.models).length > 0 ||
+    l.deployments !== undefined
   );
 }
 
@@ -127,6 +140,7 @@ function normalize(l: FleetLimits): FleetLimits {
     scopes: table(l.scopes),
     models: table(l.models),
     modelsStrict: l.modelsStrict,
+    ...(l.deployments ? { deployments: normalizeDeployments(l.deployments) } : {}),
   };
 }
 
@@ -150,6 +164,7 @@ export function describeLimits(l: FleetLimits): string {
     ...Object.entries(l.scopes).map(([name, s]) => `${name} ${scopeText(s)}`),
     ...Object.entries(l.models).map(([p, s]) => `${modelScopeName(p)} ${scopeText(s)}`),
   ];
+  if (l.deployments) nested.push(`deployments ${describeDeployments(l.deployments)}`);
   return [head, ...nested].join('; ');
 }
 
@@ -176,6 +191,7 @@ export function limitDifferences(here: FleetLimits, stored: FleetLimits): string
       out.push(`${label} ${x ? scopeText(x) : 'none'} here, ${y ? scopeText(y) : 'none'} stored`);
     }
   }
+  out.push(...deploymentDifferences(a.deployments, b.deployments));
   return out;
 }
 
@@ -264,9 +280,12 @@ export async function settleWorkerLimits(o: {
   const key = fleetLimitsKey(o.names);
   if (!hasLimits(o.own)) {
     const existing = await readFleetLimits(o.redis, o.names);
-    return existing
-      ? { limits: existing.limits, action: 'adopted' }
-      : { limits: undefined, action: 'none' };
+    if (!existing) return { limits: undefined, action: 'none' };
+    // Limits can be adopted; a pool's deployments cannot (this worker has no credentials for them).
+    const differences = deploymentDifferences(undefined, existing.limits.deployments);
+    if (differences.length > 0 && !o.replace)
+      throw new FleetLimitsConflictError(differences, existing);
+    return { limits: existing.limits, action: 'adopted' };
   }
   if (o.replace) {
     await writeFleetLimits(o.redis, o.names, o.own, o.setBy);
