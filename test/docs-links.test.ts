@@ -47,6 +47,6 @@ describe('the docs', () => {
     const api = read('docs/http-api.md');
     for (const option of ['max-waiting', 'max-bytes', 'max-priority', 'count-tokens-rpm'])
       expect(api).toContain(option);
-    expect(api).toMatch(/After 5 wrong keys in a row/);
+    expect(api).toMatch(/After 5 wrong keys from one address/);
   });
 });
