@@ -3,13 +3,14 @@
  * many, a map-reduce flow): reserve room, add, then release the reservations, added or not.
  */
 import type { FlowProducer } from 'bullmq';
-import { IdempotencyConflictError, RequestValidationError } from '../shared/errors.ts';
+import { RequestValidationError } from '../shared/errors.ts';
 import { JOB_NAME, type JobData } from '../shared/job.ts';
 import type { QueueNames } from '../shared/keys.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
 import { endEnqueueSpan, startEnqueueSpan } from '../shared/telemetry/job-spans.ts';
 import type { DepthGate } from './depth-gate.ts';
 import { type BuiltMapReduce, type EnqueuedFlow, mapReduceFlow } from './flows.ts';
+import { refuseOtherRequest } from './idempotency.ts';
 import type { EnqueuedJob, EnqueueManyOptions, EnqueueOptions } from './producer-options.ts';
 
 /** What adding needs of the producer: its queue and depth gate, Redis under its deadline. */
@@ -36,7 +37,7 @@ export async function addOne(
     const bytes = ctx.gate.weigh([traced], data.tenant);
     const [exists] = await ctx.gate.reserveOrWait([id], data.tenant, options, bytes);
     if (exists) {
-      await refuseOtherRequest(ctx, id, data);
+      refuseOtherRequest(id, await ctx.call(() => ctx.queue.getJob(id)), data.digest);
       endEnqueueSpan(span, undefined, false);
       return { id, created: false };
     }
@@ -57,21 +58,24 @@ export async function addOne(
   return { id, created: true };
 }
 
-/**
- * Throws IdempotencyConflictError when the job under `id` holds another request than `data`
- * (by digest): a key's second request never gets the first one's answer. A job of an older
- * producer (no digest) is taken as the same.
- */
-async function refuseOtherRequest(ctx: AddContext, id: string, data: JobData): Promise<void> {
-  const job = await ctx.call(() => ctx.queue.getJob(id));
-  const theirs = (job?.data as Partial<JobData> | undefined)?.digest;
-  if (theirs !== undefined && theirs !== data.digest) throw new IdempotencyConflictError(id);
+/** Throws IdempotencyConflictError when a job already under one of `ids` holds another request. */
+async function refuseOtherRequests(
+  ctx: AddContext,
+  ids: readonly string[],
+  datas: readonly JobData[],
+  first: ReadonlyMap<string, number>,
+): Promise<void> {
+  for (const id of ids) {
+    const job = await ctx.call(() => ctx.queue.getJob(id));
+    refuseOtherRequest(id, job, datas[first.get(id)!]!.digest);
+  }
 }
 
 /**
  * Adds `datas` under `ids` with addBulk, `size` at a time: each chunk is added whole once it
  * fits under the bound, or not at all; an id repeated in a chunk is added once, and one that
- * exists already is left as it is. `onChunk` hears of each chunk once it is in.
+ * exists already is left as it is (unless it holds another request: IdempotencyConflictError,
+ * and that chunk is not added). `onChunk` hears of each chunk once it is in.
  */
 export async function addInChunks(
   ctx: AddContext,
@@ -87,6 +91,8 @@ export async function addInChunks(
     const first = new Map<string, number>();
     chunkIds.forEach((id, j) => {
       if (!first.has(id)) first.set(id, start + j);
+      // One key given twice in a call must name one request.
+      else refuseOtherRequest(id, { data: datas[first.get(id)!] }, datas[start + j]!.digest);
     });
     const unique = [...first.keys()];
     const weights = ctx.gate.weigh(
@@ -100,6 +106,12 @@ export async function addInChunks(
     );
     let failed: unknown;
     try {
+      await refuseOtherRequests(
+        ctx,
+        unique.filter((_, j) => existing[j]),
+        datas,
+        first,
+      );
       if (fresh.length > 0) {
         await ctx.call(() =>
           ctx.queue.addBulk(

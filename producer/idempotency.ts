@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { RequestValidationError } from '../shared/errors.ts';
+import { IdempotencyConflictError, RequestValidationError } from '../shared/errors.ts';
 
 /**
  * Idempotency: a key maps to one deterministic job id (`i-` and 40 hex digits of
@@ -78,4 +78,18 @@ export function keyFromHeader(raw: string, field = 'idempotency-key'): string {
   }
   checkIdempotencyKey(key, field);
   return key;
+}
+
+/**
+ * Throws IdempotencyConflictError when `existing`, the job already under `id`, holds another
+ * request than the one of `digest`: a key's second request never gets the first one's answer.
+ * A job of an older producer (no digest) is taken as the same.
+ */
+export function refuseOtherRequest(
+  id: string,
+  existing: { readonly data?: unknown } | undefined,
+  digest: string | undefined,
+): void {
+  const theirs = (existing?.data as { digest?: unknown } | undefined)?.digest;
+  if (typeof theirs === 'string' && theirs !== digest) throw new IdempotencyConflictError(id);
 }

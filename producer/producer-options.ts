@@ -125,8 +125,9 @@ export interface EnqueueOptions extends WaitForRoomOptions {
   readonly maxPriority?: number;
   /**
    * The same key never makes a second job (in any process) while the first exists: the first
-   * job's id comes back instead. Scoped by tenant. See `idempotency.ts` for what happens after
-   * the first job is removed.
+   * job's id comes back instead, for the same request; for another request it throws (code
+   * `IDEMPOTENCY_CONFLICT`). Scoped by tenant. See `idempotency.ts` for what happens after the
+   * first job is removed.
    */
   readonly idempotencyKey?: string;
   /** Stream the response. */
@@ -184,7 +185,7 @@ export interface EnqueueOptions extends WaitForRoomOptions {
  * ```
  */
 export interface EnqueueManyOptions extends Omit<EnqueueOptions, 'idempotencyKey'> {
-  /** One key (or undefined) per request, in the same order. */
+  /** One key (or undefined) per request, in the same order; a used key with another request throws. */
   readonly idempotencyKeys?: readonly (string | undefined)[];
   /** Jobs per addBulk call and per depth reservation (capped by the bounds). @default 1_000 */
   readonly chunkSize?: number;

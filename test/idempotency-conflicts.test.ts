@@ -98,6 +98,32 @@ describe('idempotency keys on the job API', () => {
     await expect(
       pool.producer.enqueue(request('four', 20), { idempotencyKey: 'k\ufffd' }),
     ).rejects.toThrow(RequestValidationError);
+    // enqueueMany: a used key, or one key twice in a call, with another request.
+    const reqs = [request('m1', 20), request('m2', 20)];
+    const ids = await pool.producer.enqueueMany(reqs, { idempotencyKeys: ['m-1', 'm-2'] });
+    expect(await pool.producer.enqueueMany(reqs, { idempotencyKeys: ['m-1', 'm-2'] })).toEqual(ids);
+    const before = await jobCount();
+    await expect(
+      pool.producer.enqueueMany([request('m3', 20), request('other', 20)], {
+        idempotencyKeys: ['m-3', 'm-2'],
+      }),
+    ).rejects.toThrow(IdempotencyConflictError);
+    await expect(
+      pool.producer.enqueueMany([request('m4', 20), request('m5', 20)], {
+        idempotencyKeys: ['m-4', 'm-4'],
+      }),
+    ).rejects.toThrow(IdempotencyConflictError);
+    expect(await jobCount()).toBe(before);
+    // Jobs bound for Message Batches too.
+    const batches = { idempotencyKey: 'lib-2', via: 'batches' as const };
+    const first = await pool.producer.enqueueJob(request('five', 20), batches);
+    expect(await pool.producer.enqueueJob(request('five', 20), batches)).toEqual({
+      id: first.id,
+      created: false,
+    });
+    await expect(pool.producer.enqueueJob(request('six', 20), batches)).rejects.toThrow(
+      IdempotencyConflictError,
+    );
   });
 });
 

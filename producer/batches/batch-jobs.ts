@@ -8,7 +8,7 @@ import {
   openBatchQueue,
 } from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
-import { jobIdForKey, newJobId } from '../idempotency.ts';
+import { jobIdForKey, newJobId, refuseOtherRequest } from '../idempotency.ts';
 import type { EnqueuedJob, EnqueueOptions } from '../producer-options.ts';
 import { ResultWaiter, type WaitOptions } from '../result-waiter.ts';
 
@@ -59,7 +59,11 @@ export class BatchJobs {
       options.idempotencyKey !== undefined
         ? jobIdForKey(options.idempotencyKey, data.tenant)
         : newJobId();
-    if (await this.queue.getJob(id)) return { id, created: false };
+    const existing = await this.queue.getJob(id);
+    if (existing) {
+      refuseOtherRequest(id, existing, data.digest);
+      return { id, created: false };
+    }
     const withDeadline =
       options.deadlineAt !== undefined ? { ...data, deadlineAt: options.deadlineAt } : data;
     await this.queue.add(JOB_NAME, withDeadline, { ...jobOptions, jobId: id });
