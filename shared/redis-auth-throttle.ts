@@ -2,8 +2,8 @@
  * Slows down guessing: after `maxFailures` failed authentications from one address, each within
  * `windowMs` of the last, that address is refused for a while that doubles with each further
  * failure. Only time clears the count: a good key in between does not (a guesser who holds one
- * key must not reset the count of its guesses at others). Counted in Redis, on Redis's clock, so every `llmq serve` under one prefix counts together
- * (and a restart forgets nothing); each address's count expires once it stays quiet. When Redis
+ * key must not reset the count of its guesses at others). Counted in Redis, on Redis's clock,
+ * so every `llmq serve` under one prefix counts together (and a restart forgets nothing); each address's count expires once it stays quiet. When Redis
  * does not answer in time the throttle lets the request through to the key check (fail open:
  * an outage must not lock every caller out, and a wrong key is still refused).
  */
@@ -18,7 +18,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
  * @inline
  */
 export interface RedisAuthThrottleOptions {
-  /** Failed authentications (each within `windowMs` of the last) after which the address is refused. @default 5 */
+  /** Failures (each within `windowMs` of the last) after which the address is refused. @default 5 */
   readonly maxFailures?: number;
   /** Failures are forgotten once none came for this long (and no refusal runs). @default 60_000 */
   readonly windowMs?: number;

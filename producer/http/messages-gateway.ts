@@ -318,8 +318,8 @@ export function mountMessagesGateway(
   const gateway = new MessagesGateway(options);
   void app.register(async (scope) => {
     // Every answer carries a request-id (server-errors.ts), as the API's do (the provider's own
-    // where it gave one). A request without a valid key is refused from its headers, before its body is read, and
-    // its connection closed.
+    // where it gave one). A request without a valid key is refused from its headers, before its
+    // body is read, and its connection closed.
     // A request without anthropic-version is refused next, as the API refuses it.
     scope.addHook('onRequest', async (req, reply) => {
       const who = await gateway.authenticate(req);
