@@ -3,9 +3,10 @@
  * `windowMs` of the last, that address is refused for a while that doubles with each further
  * failure. Only time clears the count: a good key in between does not (a guesser who holds one
  * key must not reset the count of its guesses at others). Counted in Redis, on Redis's clock,
- * so every `llmq serve` under one prefix counts together (and a restart forgets nothing); each address's count expires once it stays quiet. When Redis
- * does not answer in time the throttle lets the request through to the key check (fail open:
- * an outage must not lock every caller out, and a wrong key is still refused).
+ * so every `llmq serve` under one prefix counts together (and a restart forgets nothing); each
+ * address's count expires once it stays quiet. When Redis does not answer in time the throttle
+ * lets the request through to the key check (fail open: an outage must not lock every caller
+ * out, and a wrong key is still refused).
  */
 import { authFailuresKey } from './keys.ts';
 import { loadLuaScripts, runLua } from './lua-scripts.ts';
