@@ -5,7 +5,13 @@ import type { LlmqQueue } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { type AddContext, addMapReduce } from './bounded-adds.ts';
 import type { Costing } from './costing.ts';
-import { buildMapReduce, type EnqueuedFlow, type MapReduceRequest } from './flows.ts';
+import {
+  type BuiltMapReduce,
+  buildMapReduce,
+  type EnqueuedFlow,
+  type MapReduceRequest,
+} from './flows.ts';
+import { refuseOtherRequest } from './idempotency.ts';
 import { checkAttempts, type JobBuilder } from './job-builder.ts';
 import type { EnqueueOptions } from './producer-options.ts';
 
@@ -41,7 +47,10 @@ export class FlowAdds {
     const built = buildMapReduce(o.builder, flow, options, counts);
     await o.registered();
     const partIds = await this.existing(built.id, 'messages');
-    if (partIds) return { id: built.id, partIds, created: false };
+    if (partIds) {
+      await this.refuseOtherFlow(built);
+      return { id: built.id, partIds, created: false };
+    }
     const { names } = o.adds;
     this.flows ??= new FlowProducer({ connection: o.redis, prefix: bullPrefix(names) });
     return addMapReduce(o.adds, this.flows, built, attempts, options);
@@ -59,6 +68,19 @@ export class FlowAdds {
       if (job) return job.data?.combine?.parts ?? [];
     }
     return undefined;
+  }
+
+  /**
+   * Throws IdempotencyConflictError when the flow already under the key holds other requests
+   * (its combine job's, or a part's that is still kept).
+   */
+  private async refuseOtherFlow(built: BuiltMapReduce): Promise<void> {
+    const adds = this.o.adds;
+    const jobs = [built.combine, ...built.parts];
+    for (const [i, id] of [built.id, ...built.partIds].entries()) {
+      const job = (await adds.call(() => adds.queue.getJob(id))) ?? undefined;
+      refuseOtherRequest(id, job, jobs[i]!.digest);
+    }
   }
 
   async close(): Promise<void> {

@@ -114,6 +114,15 @@ describe('idempotency keys on the job API', () => {
       }),
     ).rejects.toThrow(IdempotencyConflictError);
     expect(await jobCount()).toBe(before);
+    // A map-reduce: its combine job and its parts.
+    const flow = (part: string) => ({ parts: [request(part, 20)], combine: request('join', 20) });
+    const mr = await pool.producer.enqueueMapReduce(flow('p1'), { idempotencyKey: 'mr-1' });
+    expect(
+      (await pool.producer.enqueueMapReduce(flow('p1'), { idempotencyKey: 'mr-1' })).created,
+    ).toBe(false);
+    await expect(
+      pool.producer.enqueueMapReduce(flow('p2'), { idempotencyKey: 'mr-1' }),
+    ).rejects.toThrow(new IdempotencyConflictError(mr.partIds[0]!).message);
     // Jobs bound for Message Batches too.
     const batches = { idempotencyKey: 'lib-2', via: 'batches' as const };
     const first = await pool.producer.enqueueJob(request('five', 20), batches);
