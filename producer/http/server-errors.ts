@@ -35,12 +35,14 @@ export function trackServerErrors(app: FastifyInstance, sink: ServerErrorSink | 
     reply.header('request-id', newRequestId());
   });
   app.addHook('onResponse', async (req, reply) => {
-    if (reply.statusCode < 500 || !sink) return;
+    const route = req.routeOptions.url ?? req.url.split('?')[0];
+    // A 503 from /readyz is the state a probe reads every few seconds, not an error.
+    if (reply.statusCode < 500 || !sink || route === '/readyz') return;
     const cause = causes.get(req);
     const fields = {
       request_id: requestIdOf(reply),
       method: req.method,
-      route: req.routeOptions.url ?? req.url.split('?')[0],
+      route,
       status: reply.statusCode,
       ...(cause !== undefined ? { error: describe(cause) } : {}),
     };
