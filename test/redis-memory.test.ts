@@ -55,6 +55,7 @@ function cli(
 describe('Redis out of memory', () => {
   let api: HttpApi;
   const warnings: string[] = [];
+  const errors: Record<string, unknown>[] = [];
   const names = testNames('oom');
 
   beforeAll(async () => {
@@ -65,7 +66,7 @@ describe('Redis out of memory', () => {
       }),
       apiKeys: `acme:${hashApiKey(KEY)}`,
       port: 0,
-      logger: { warn: (m) => warnings.push(m) },
+      logger: { warn: (m) => warnings.push(m), error: (_m, f) => errors.push(f ?? {}) },
     });
   });
   afterAll(async () => {
@@ -102,9 +103,11 @@ describe('Redis out of memory', () => {
     expect(((await viaGateway.json()) as { error: { type: string } }).error.type).toBe(
       'overloaded_error',
     );
-    // Seven refusals, one line in the log.
+    // Seven refusals, one warning of the state; each answer's line names its request id.
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(/is out of memory \(maxmemory reached\)/);
+    expect(errors).toHaveLength(7);
+    for (const e of errors) expect(e).toMatchObject({ status: 503, request_id: /^req_/ });
     // The CLI says so in one line, without a stack trace.
     for (const args of [['enqueue', '--file', '-'], ['status']]) {
       const run = await cli(args, { LLMQ_QUEUE: names.queue, LLMQ_PREFIX: names.prefix });
