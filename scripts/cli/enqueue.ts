@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { checkBatchable } from '../../producer/batches/batch-jobs.ts';
 import { Producer } from '../../producer/producer.ts';
+import type { EnqueueOptions } from '../../producer/producer-options.ts';
 import { parseDeadline, resolveVia } from '../../shared/batch-via.ts';
 import {
   batchDeploymentsOf,
@@ -120,34 +121,59 @@ export function registerEnqueueCommand(program: Command): void {
           }
         });
         const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
-        const wait = flags['wait'] === true;
-        for (const [i, r] of requests.entries()) {
-          let id: string;
-          try {
-            id = await producer.enqueue(r, {
-              priority,
-              wait,
-              via,
-              ...(deadlineAt ? { deadlineAt } : {}),
-              ...(tenant ? { tenant } : {}),
-              ...(deployment ? { deployment } : {}),
-              ...(retryForMs !== undefined ? { retryForMs } : {}),
-            });
-          } catch (err) {
-            if (!(err instanceof QueueFullError)) throw err;
-            throw new LlmqError(
-              'QUEUE_FULL',
-              `${err.summary}: retry in ${Math.ceil(err.retryAfterMs / 1000)} s, or pass --wait to wait for room; ` +
-                (i === 0
-                  ? 'nothing was enqueued'
-                  : `the ${i} request(s) before request ${i + 1} were enqueued (their ids are printed above)`),
-            );
-          }
-          process.stdout.write(`${id}\n`);
-        }
+        await addAll(producer, requests, {
+          priority,
+          wait: flags['wait'] === true,
+          via,
+          ...(deadlineAt ? { deadlineAt } : {}),
+          ...(tenant ? { tenant } : {}),
+          ...(deployment ? { deployment } : {}),
+          ...(retryForMs !== undefined ? { retryForMs } : {}),
+        });
       } finally {
         await producer.close();
       }
     });
   });
+}
+
+/**
+ * Adds the requests in chunks (one reservation and one addBulk each), printing each chunk's ids
+ * once it is in. A chunk refused whole by a full queue is retried line by line, so the lines
+ * that fit are added and the refusal names the first that did not.
+ */
+async function addAll(
+  producer: Producer,
+  requests: readonly unknown[],
+  options: EnqueueOptions,
+): Promise<void> {
+  let printed = 0;
+  try {
+    await producer.enqueueMany(requests, {
+      ...options,
+      onChunk: (ids) => {
+        process.stdout.write(ids.map((id) => `${id}\n`).join(''));
+        printed += ids.length;
+      },
+    });
+    return;
+  } catch (err) {
+    if (!(err instanceof QueueFullError)) throw err;
+  }
+  for (let i = printed; i < requests.length; i++) {
+    let id: string;
+    try {
+      id = await producer.enqueue(requests[i], options);
+    } catch (err) {
+      if (!(err instanceof QueueFullError)) throw err;
+      throw new LlmqError(
+        'QUEUE_FULL',
+        `${err.summary}: retry in ${Math.ceil(err.retryAfterMs / 1000)} s, or pass --wait to wait for room; ` +
+          (i === 0
+            ? 'nothing was enqueued'
+            : `the ${i} request(s) before request ${i + 1} were enqueued (their ids are printed above)`),
+      );
+    }
+    process.stdout.write(`${id}\n`);
+  }
 }
