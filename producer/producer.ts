@@ -119,6 +119,11 @@ export class Producer {
     return this.costing.limits(force);
   }
 
+  /** What costing `requests` reads first: the limits, the provider's readings. @internal */
+  loadCosting(requests: readonly unknown[]): Promise<void> {
+    return this.costing.load(requests);
+  }
+
   /** The job's data from the estimate, or a typed error; writes nothing. @internal */
   prepare(request: unknown, options: EnqueueOptions = {}): JobData {
     return this.costing.builder.prepare(request, options);
@@ -269,7 +274,7 @@ export class Producer {
         },
       ]);
     }
-    const attempts = checkAttempts(options.attempts);
+    checkAttempts(options.attempts);
     await this.costing.load(requests);
     const datas = await this.prepareEach(requests, options);
     if (options.via === 'batches') {
@@ -285,6 +290,16 @@ export class Producer {
       options.onChunk?.(added, 0);
       return added;
     }
+    return this.addPrepared(datas, options);
+  }
+
+  /**
+   * The adding half of {@link enqueueMany}, for job data already {@link prepare}d (after
+   * `costing.load`) under the same options; not for `via: 'batches'`. @internal
+   */
+  async addPrepared(datas: readonly JobData[], options: EnqueueManyOptions): Promise<string[]> {
+    const keys = options.idempotencyKeys;
+    const attempts = checkAttempts(options.attempts);
     const tenant = datas[0]?.tenant;
     const ids = datas.map((_, i) => {
       const key = keys?.[i];

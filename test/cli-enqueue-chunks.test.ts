@@ -23,7 +23,11 @@ afterAll(async () => {
 });
 
 const line = (text: string) =>
-  JSON.stringify({ model: 'claude-test', max_tokens: 20, messages: [{ role: 'user', content: text }] });
+  JSON.stringify({
+    model: 'claude-test',
+    max_tokens: 20,
+    messages: [{ role: 'user', content: text }],
+  });
 
 function envFor(names: { queue: string; prefix: string }, maxDepth: number) {
   return {
@@ -59,7 +63,7 @@ describe('llmq enqueue --file in chunks', () => {
     const queue = openQueue(redis, names);
     for (const i of [0, 999, 1_000, 2_499]) {
       const job = await queue.getJob(ids[i]!);
-      expect(job?.data.request.messages[0].content).toBe(texts[i]);
+      expect(job?.data.request.messages[0]?.content).toBe(texts[i]);
       expect(job?.data.tenant).toBe('acme');
     }
     expect(await queue.count()).toBe(2_500);
@@ -99,7 +103,7 @@ describe('llmq enqueue --file in chunks', () => {
     const queue = openQueue(redis, names);
     const waiting = await queue.getJobs(['wait', 'prioritized']);
     expect(waiting.map((j) => j.id).sort()).toEqual([first.stdout.trim(), ...ids].sort());
-    expect(waiting.map((j) => j.data.request.messages[0].content).sort()).toEqual([
+    expect(waiting.map((j) => j.data.request.messages[0]?.content).sort()).toEqual([
       'a',
       'already there',
       'b',

@@ -17,6 +17,7 @@ import {
   QueueFullError,
   RequestValidationError,
 } from '../../shared/errors.ts';
+import type { JobData } from '../../shared/job.ts';
 import { resolvePriority } from '../../shared/priority.ts';
 import { configFrom, namesOf, queueOptions, withRedis } from './common.ts';
 
@@ -99,29 +100,8 @@ export function registerEnqueueCommand(program: Command): void {
         batchDeployments: batchDeploymentsOf(config),
       });
       try {
-        // Validate every request before adding any, so a bad line leaves nothing behind; the
-        // fleet's stored limits first, so a request that never fits them is one too.
-        await producer.loadLimits(true);
-        requests.forEach((r, i) => {
-          try {
-            if (via === 'batches') checkBatchable(r, {});
-            producer.prepare(r, { priority, ...(deployment ? { deployment } : {}) });
-          } catch (err) {
-            if (err instanceof RequestValidationError && requests.length > 1) {
-              throw new RequestValidationError(
-                err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })),
-              );
-            }
-            if (err instanceof CostExceedsLimitError && requests.length > 1) {
-              throw new RequestValidationError([
-                { field: `request ${i + 1}`, message: err.message },
-              ]);
-            }
-            throw err;
-          }
-        });
         const tenant = typeof flags['tenant'] === 'string' ? flags['tenant'] : undefined;
-        await addAll(producer, requests, {
+        const options: EnqueueOptions = {
           priority,
           wait: flags['wait'] === true,
           via,
@@ -129,12 +109,39 @@ export function registerEnqueueCommand(program: Command): void {
           ...(tenant ? { tenant } : {}),
           ...(deployment ? { deployment } : {}),
           ...(retryForMs !== undefined ? { retryForMs } : {}),
+        };
+        // Validate every request before adding any, so a bad line leaves nothing behind; the
+        // fleet's stored limits first, so a request that never fits them is one too.
+        await producer.loadLimits(true);
+        await producer.loadCosting(requests);
+        const datas = requests.map((r, i) => {
+          try {
+            if (via === 'batches') checkBatchable(r, {});
+            return producer.prepare(r, options);
+          } catch (err) {
+            throw numbered(err, i, requests.length);
+          }
         });
+        await addAll(producer, requests, via === 'batches' ? undefined : datas, options);
       } finally {
         await producer.close();
       }
     });
   });
+}
+
+/** A request's validation error naming it (`request 3: …`) when there are several. */
+function numbered(err: unknown, i: number, count: number): unknown {
+  if (count <= 1) return err;
+  if (err instanceof RequestValidationError) {
+    return new RequestValidationError(
+      err.issues.map((x) => ({ ...x, field: `request ${i + 1}: ${x.field}` })),
+    );
+  }
+  if (err instanceof CostExceedsLimitError) {
+    return new RequestValidationError([{ field: `request ${i + 1}`, message: err.message }]);
+  }
+  return err;
 }
 
 /**
@@ -145,17 +152,20 @@ export function registerEnqueueCommand(program: Command): void {
 async function addAll(
   producer: Producer,
   requests: readonly unknown[],
+  prepared: readonly JobData[] | undefined,
   options: EnqueueOptions,
 ): Promise<void> {
   let printed = 0;
+  const many = {
+    ...options,
+    onChunk: (ids: readonly string[]) => {
+      process.stdout.write(ids.map((id) => `${id}\n`).join(''));
+      printed += ids.length;
+    },
+  };
   try {
-    await producer.enqueueMany(requests, {
-      ...options,
-      onChunk: (ids) => {
-        process.stdout.write(ids.map((id) => `${id}\n`).join(''));
-        printed += ids.length;
-      },
-    });
+    if (prepared) await producer.addPrepared(prepared, many);
+    else await producer.enqueueMany(requests, many);
     return;
   } catch (err) {
     if (!(err instanceof QueueFullError)) throw err;
