@@ -63,6 +63,7 @@ export function resolveDashboardOptions(sources: {
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
     budgets: config.budgets,
+    metricsTenants: config.metricsTenants,
     queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,
     authThrottle: { log: (line) => process.stderr.write(`llmq dashboard: ${line}\n`) },
   };

@@ -20,6 +20,7 @@ import { registerPages } from './page-routes.ts';
 import { registerProbes } from './probe-routes.ts';
 import { PrometheusExporter } from './prometheus.ts';
 import { guardRequests } from './request-guard.ts';
+import { capTenants, DEFAULT_METRICS_TENANTS } from './tenant-cap.ts';
 import { registerPageApi } from './usage-api.ts';
 
 /**
@@ -65,6 +66,11 @@ export interface DashboardOptions {
   readonly limits?: ServerLimits;
   /** Money budgets (Config.budgets), shown against spend on the limiter page and in /metrics. */
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
+  /**
+   * Tenants `/metrics` names, the busiest first; the rest are summed as `other`.
+   * @default 20
+   */
+  readonly metricsTenants?: number;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */
   readonly rescanMs?: number;
   /** The queue the limiter page opens on (LLMQ_QUEUE); without it, the busiest one. */
@@ -109,16 +115,25 @@ function checked(options: DashboardOptions) {
   }
   const rescanMs = options.rescanMs ?? 5_000;
   if (!(rescanMs >= 100)) throw new TypeError(`rescanMs must be at least 100, got ${rescanMs}`);
-  return { host, port, rescanMs };
+  const tenants = options.metricsTenants ?? DEFAULT_METRICS_TENANTS;
+  if (!Number.isInteger(tenants) || tenants < 0) {
+    throw new TypeError(`metricsTenants must be a whole number from 0 up, got ${tenants}`);
+  }
+  return { host, port, rescanMs, tenants };
 }
 
 /** `GET /metrics`: every queue's view in Prometheus text. */
-function registerMetrics(app: FastifyInstance, board: Board, reader: FleetReader): void {
+function registerMetrics(
+  app: FastifyInstance,
+  board: Board,
+  reader: FleetReader,
+  tenants: number,
+): void {
   const exporter = new PrometheusExporter();
   app.get('/metrics', async (_req, reply) => {
     const queues = await board.refresh();
     const views = await Promise.all(queues.map((q) => reader.read(q)));
-    const text = await exporter.render(views);
+    const text = await exporter.render(views.map((v) => capTenants(v, tenants)));
     return reply.type(exporter.registry.contentType).header('cache-control', 'no-store').send(text);
   });
 }
@@ -175,7 +190,7 @@ function displayHost(host: string): string {
  * console.log(dash.url); // http://127.0.0.1:40211/overview?token=…
  */
 export async function startDashboard(options: DashboardOptions = {}): Promise<DashboardHandle> {
-  const { host, port, rescanMs } = checked(options);
+  const { host, port, rescanMs, tenants } = checked(options);
   const guard = new AccessGuard(options.auth ?? {});
   const throttle = new AuthThrottle(options.authThrottle);
   const readOnly = options.readOnly ?? false;
@@ -212,7 +227,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     registerPages(app, readOnly);
     registerPageApi(app, { reader, board, queue: options.queue });
 
-    registerMetrics(app, board, reader);
+    registerMetrics(app, board, reader, tenants);
     registerProbes(app, redis);
 
     await app.listen({ host, port });

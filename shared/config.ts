@@ -141,6 +141,12 @@ export interface Config {
    */
   readonly fairShare: boolean;
   /**
+   * Tenants the dashboard's `/metrics` names, the busiest first; every other tenant's series are
+   * summed into one `tenant="other"` (scope `tenant:other`), so a scrape stays small with
+   * thousands of tenants. @default 20 (env LLMQ_METRICS_TENANTS)
+   */
+  readonly metricsTenants: number;
+  /**
    * The pool: more than one key, organization or platform serving the queue, each a scope
    * `deployment:<name>` with its own limits, pause and breaker (config file `deployments`, or
    * env LLMQ_DEPLOYMENTS as JSON; see docs/deployments.md). Empty: the one key,
@@ -384,6 +390,12 @@ const SETTINGS: Record<Key, Setting> = {
     schema: z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]),
     default: false,
     expect: 'true or false',
+  },
+  metricsTenants: {
+    env: 'LLMQ_METRICS_TENANTS',
+    schema: wholeAtLeast(0).refine((n) => n <= 1_000),
+    default: 20,
+    expect: 'a whole number from 0 (every tenant as "other") to 1000',
   },
   budgetPolicy: {
     env: 'LLMQ_BUDGET_POLICY',

@@ -1,10 +1,12 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveDashboardOptions } from '../dashboard/options.ts';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { MetricsWriter } from '../shared/metrics.ts';
+import { registerQueue } from '../shared/queues.ts';
 import { deleteKeys, newRedis, settle, testNames } from './helpers.ts';
 
 /** What a scrape held: samples by `name{label="v",…}` (labels sorted) and the family types. */
@@ -312,5 +314,122 @@ describe('/metrics', () => {
     );
     expect(tenants.has('other')).toBe(true);
     expect(tenants.size).toBeLessThanOrEqual(52); // 50, the tenant-less '-', and 'other'
+  });
+});
+
+describe('/metrics with 2,000 tenants', () => {
+  let redis: Redis;
+  let names: ReturnType<typeof testNames>;
+  const dashboards: DashboardHandle[] = [];
+  const TENANTS = 2_000;
+  const BUSY = ['busy-a', 'busy-b', 'busy-c', 'busy-d', 'busy-e'];
+  const tenantOf = (i: number) => `t${String(i).padStart(4, '0')}`;
+
+  beforeAll(async () => {
+    redis = newRedis();
+    names = testNames('dten');
+    await registerQueue(redis, names);
+    const limiter = new Limiter({
+      redis,
+      names,
+      windowMs: 60_000,
+      limits: { requests: 1_000_000, tokens: 1_000_000_000 },
+    });
+    await limiter.publishConfig();
+    const cost = { requests: 1, inputTokens: 10, outputTokens: 10 };
+    // Every tenant one call in the window; the busy ones three more each.
+    const calls = [
+      ...Array.from({ length: TENANTS }, (_, i) => tenantOf(i)),
+      ...BUSY.flatMap((t) => [t, t, t, t]),
+    ];
+    for (let i = 0; i < calls.length; i += 250) {
+      await Promise.all(
+        calls.slice(i, i + 250).map(async (t) => {
+          const d = await limiter.tryAcquire(cost, { scopes: [`tenant:${t}`] });
+          expect(d.ok).toBe(true);
+        }),
+      );
+    }
+    // 40 worker processes, each seeing 50 tenants (its own label cap): every tenant is named
+    // in Redis's histograms.
+    for (let w = 0; w < TENANTS / 50; w++) {
+      const writer = new MetricsWriter(redis, names);
+      await Promise.all(
+        Array.from({ length: 50 }, (_, j) =>
+          writer.observe({
+            model: 'claude-a',
+            tenant: tenantOf(w * 50 + j),
+            waitMs: 5,
+            callMs: 300,
+            ok: true,
+          }),
+        ),
+      );
+    }
+    const busy = new MetricsWriter(redis, names);
+    await Promise.all(
+      BUSY.map((t) =>
+        busy.observe({ model: 'claude-a', tenant: t, waitMs: 5, callMs: 300, ok: true }),
+      ),
+    );
+  });
+
+  afterAll(async () => {
+    for (const d of dashboards) await d.close();
+    await deleteKeys(redis, names.prefix);
+    redis.disconnect();
+  });
+
+  const scrapeWith = async (metricsTenants?: number) => {
+    const dashboard = await startDashboard({
+      redis,
+      prefix: names.prefix,
+      port: 0,
+      auth: { token: 't' },
+      ...(metricsTenants !== undefined ? { metricsTenants } : {}),
+    });
+    dashboards.push(dashboard);
+    const res = await fetch(`${dashboard.baseUrl}/metrics`, {
+      headers: { authorization: 'Bearer t' },
+    });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    return { bytes: Buffer.byteLength(text), e: parseExposition(text) };
+  };
+  /** Every value of `name` by its tenant (scope `tenant:x` or label `tenant="x"`). */
+  const byTenant = (e: Exposition, name: string, also = '') => {
+    const out = new Map<string, number>();
+    for (const [key, v] of e.samples) {
+      if (!key.startsWith(`${name}{`) || !key.includes(also)) continue;
+      const t = /(?:scope="tenant:|tenant=")([^"]*)"/.exec(key)?.[1];
+      if (t !== undefined) out.set(t, v);
+    }
+    return out;
+  };
+  const total = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
+
+  it('names the 20 busiest tenants, sums the rest as other, and stays under 100 KB', async () => {
+    const { bytes, e } = await scrapeWith();
+    expect(bytes).toBeLessThan(100 * 1024);
+    const used = byTenant(e, 'llmq_window_used', 'dimension="requests"');
+    expect(used.size).toBe(21);
+    for (const t of BUSY) expect(used.get(t)).toBe(4);
+    // Every call of the window is counted once: named or in other.
+    expect(used.get('other')).toBe(TENANTS - 15);
+    expect(total(used)).toBe(TENANTS + BUSY.length * 4);
+    const calls = byTenant(e, 'gen_ai_client_operation_duration_seconds_count');
+    expect([...calls.keys()].sort()).toEqual([...used.keys()].sort());
+    expect(total(calls)).toBe(TENANTS + BUSY.length);
+  });
+
+  it('names as many tenants as configured', async () => {
+    const { e } = await scrapeWith(3);
+    const used = byTenant(e, 'llmq_window_used', 'dimension="requests"');
+    expect([...used.keys()].sort()).toEqual(['busy-a', 'busy-b', 'busy-c', 'other']);
+    expect(used.get('other')).toBe(TENANTS + 2 * 4);
+    expect(resolveDashboardOptions({ env: { LLMQ_METRICS_TENANTS: '3' } }).metricsTenants).toBe(3);
+    expect(() => resolveDashboardOptions({ env: { LLMQ_METRICS_TENANTS: 'many' } })).toThrow(
+      'LLMQ_METRICS_TENANTS must be a whole number from 0 (every tenant as "other") to 1000, got "many"',
+    );
   });
 });
