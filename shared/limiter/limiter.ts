@@ -206,7 +206,7 @@ export class Limiter {
 
   /** Extends the lease of a call in flight; false when the lease was already lost. */
   async renew(reservation: Reservation): Promise<boolean> {
-    return (await this.scripts.renew(reservation.id, this.settings.leaseMs)) > 0;
+    return (await this.scripts.renew(reservation.id, this.settings.leaseMs, this.windowMs)) > 0;
   }
 
   /** Gives back a reservation that no call used: its budget, slot and money. */

@@ -218,10 +218,10 @@ export class LimiterScripts {
   }
 
   /** The new lease expiry (ms), or 0 when the lease was already lost. */
-  async renew(id: string, leaseMs: number): Promise<number> {
+  async renew(id: string, leaseMs: number, windowMs: number): Promise<number> {
     const k = this.keys;
-    const args = { now: this.now(), id, leaseMs };
-    return Number(await this.run('renew', [k.log, k.res, k.slots], args));
+    const args = { now: this.now(), id, leaseMs, windowMs };
+    return Number(await this.run('renew', [k.log, k.res, k.slots, k.tot], args));
   }
 
   /** Runs a script, failing closed ({@link runFailClosed}); `undo` reverses a lost answer. */

@@ -32,6 +32,7 @@
 --- @include "money"
 --- @include "expiry"
 --- @include "view"
+--- @include "window-keys"
 --- @include "admission"
 
 local waitersKey, waitexpKey = KEYS[4], KEYS[5]
@@ -141,4 +142,5 @@ if redis.call('ZCARD', waitersKey) == 0 then
     k = i
   end
 elseif args.channel then redis.call('SPUBLISH', args.channel, '1') end
+keep_window(run.log, run.res, run.tot, now, run.windowMs)
 return finish_run(run, { 0, now, run.leaseExpiry, k })

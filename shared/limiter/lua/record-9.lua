@@ -19,6 +19,7 @@
     remaining, reset (ms, -1 unknown) } } })
   Output: { pausedUntil (0: none), now, dropped (left the window: at most 500 a run), then per
     end: known (0: already gone), inputDelta, outputDelta }; with nothing to record, it prunes
+  (and leaves the window's keys to expire: window-keys.lua)
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -27,6 +28,7 @@
 --- @include "expiry"
 --- @include "view"
 --- @include "reading"
+--- @include "window-keys"
 
 -- The entry holding a begun call's request and input (flags "b", see reservation.lua).
 local function input_part(id) return id .. ':in' end
@@ -150,6 +152,9 @@ if args.pauseMs then
   out[1] = untilMs
 end
 for _, g in ipairs(args.readings or {}) do store_reading(ctx, g) end
+if #(args.stamps or {}) + #(args.ends or {}) + #(args.readings or {}) > 0 then
+  keep_window(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+end
 if args.periods then money_keep(mk) end
 flush(stats, KEYS[6])
 if wake and args.channel ~= '' then redis.call('SPUBLISH', args.channel, '1') end

@@ -3,11 +3,13 @@
   KEYS[1] log (KEYS as in acquire-12.lua)
   KEYS[2] res
   KEYS[3] slots
-  ARGV[1] msgpack: now (absent: TIME), id, leaseMs
+  KEYS[4] tot
+  ARGV[1] msgpack: now (absent: TIME), id, leaseMs, windowMs
   Output: the new lease expiry, or 0 when the lease was already lost
 ]]
 --- @include "args"
 --- @include "reservation"
+--- @include "window-keys"
 
 local now = now_ms(args.now)
 local id = args.id
@@ -16,5 +18,8 @@ if lease <= now then return 0 end
 local expiry = now + args.leaseMs
 redis.call('ZADD', KEYS[3], expiry, id)
 local enc = redis.call('HGET', KEYS[2], id)
-if enc and decode(enc).flags ~= 's' then redis.call('ZADD', KEYS[1], 'GT', expiry, id) end
+if enc and decode(enc).flags ~= 's' then
+  redis.call('ZADD', KEYS[1], 'GT', expiry, id)
+  keep_window(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+end
 return expiry
