@@ -19,7 +19,7 @@ import { attemptInPool, type GateAttempt, othersGoElsewhere } from './pool-admis
 import { DeploymentRooms } from './pool-room.ts';
 import type { PromptCaches } from './prompt-caches.ts';
 import { RoundPeek } from './round-peek.ts';
-import { sameScopes, type TakeParts, takeJobs } from './take.ts';
+import { type TakeParts, takeJobs } from './take.ts';
 
 /** The worker's slots, as the gate sees them. */
 export interface GateSlots {
@@ -81,15 +81,15 @@ function neverFits(err: CostExceedsLimitError, head: HeadJob): string {
   return `${err.message} (it claimed ${c.inputTokens} input and ${c.outputTokens} output tokens; its request implies more)`;
 }
 
-/** The jobs behind the head that may share its round trip: those charged to its scopes. */
+/**
+ * The jobs behind the head that may share its round trip, whatever their scopes (each is
+ * charged to its own): up to the first that cannot be scheduled. The acquire admits them in
+ * this order while each fits, so a round stays full with many tenants.
+ */
 function followers(heads: readonly HeadJob[]): HeadJob[] {
-  const [first, ...rest] = heads;
-  const out: HeadJob[] = [];
-  for (const h of rest) {
-    if (!first || h.problem || !sameScopes(h.scopes, first.scopes)) break;
-    out.push(h);
-  }
-  return out;
+  const rest = heads.slice(1);
+  const i = rest.findIndex((h) => h.problem);
+  return i < 0 ? rest : rest.slice(0, i);
 }
 
 /**
@@ -182,8 +182,8 @@ export class Gate {
 
   /**
    * The round's jobs in the order to admit them, as of a fresh peek (or, first, the one `sent`):
-   * with fair share, turn by turn by tenant (each charged to its own scopes); else the head and
-   * the jobs behind it charged to its scopes. Every free slot at once, a trial call alone. With
+   * with fair share, turn by turn by tenant; else in BullMQ's order (each charged to its own
+   * scopes). Every free slot at once, a trial call alone. With
    * prompt caching, each costs what the provider will count (prompt-caches.ts), and a head whose
    * prefix another job is writing waits for it (`cacheWaitMs`).
    */
@@ -239,15 +239,16 @@ export class Gate {
   /**
    * The gate's place in the limiter's line: attempt, step around a job held by its own scope or
    * money budget, sleep, look at the queue again. Each job's charge: its tokens, its money (held
-   * with its admission), with fair share its own scopes (the jobs behind the head may be other
-   * tenants'). Undefined when the round ends without an admission.
+   * with its admission), its own scopes (the jobs behind the head may be other tenants').
+   * Undefined when the round ends without an admission.
    */
   private async admit(trial: boolean, first: RoundView): Promise<Admitted | undefined> {
     const { p } = this;
     let v = first;
     let head = v.turn[0]!;
     let behind = v.turn.slice(1);
-    const charge = (h: HeadJob) => chargeOf(p.ledger, h, p.fair !== undefined);
+    // Each job charged to its own scopes: the jobs behind the head may be other tenants'.
+    const charge = (h: HeadJob) => chargeOf(p.ledger, h, true);
     const line = p.limiter.line(charge(head), {
       scopes: head.scopes,
       priority: head.priority,

@@ -1,0 +1,31 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+
+let pool: Pool | undefined;
+afterEach(async () => {
+  await pool?.cleanup();
+  pool = undefined;
+});
+
+/** `n` jobs, each of a tenant of its own, in that order. */
+async function interleaved(p: Pool, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++)
+    ids.push(await p.producer.enqueue(request(`Item ${i}.`, 20), { tenant: `t${i}` }));
+  return ids;
+}
+
+describe('a queue of many tenants', () => {
+  it("fills a gate round with every tenant's jobs, not the head's alone", async () => {
+    pool = await openPool('manyround', { latencyMs: 40 });
+    const ids = await interleaved(pool, 120);
+    const worker = await pool.worker({
+      concurrency: 20,
+      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+    });
+    await allCompleted(pool, ids, 60_000);
+    // 120 jobs over 20 slots: a round per job would be 120; rounds of many take a few dozen.
+    expect(worker.health().rounds).toBeLessThan(50);
+    expect(worker.health().calls).toBe(120);
+  });
+});
