@@ -29,3 +29,20 @@ describe('a queue of many tenants', () => {
     expect(worker.health().calls).toBe(120);
   });
 });
+
+describe('two workers on a queue of many tenants', () => {
+  it('never admit the same job twice: no admission is given back for a race', async () => {
+    pool = await openPool('manyrace', { latencyMs: 5 });
+    const ids = await interleaved(pool, 400);
+    const options = {
+      concurrency: 20,
+      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+    };
+    const a = await pool.worker(options);
+    const b = await pool.worker(options);
+    await allCompleted(pool, ids, 60_000);
+    const snap = await a.limiter.snapshot();
+    expect(snap.counters.admitted).toBe(400);
+    expect(snap.counters.released).toBe(0);
+  });
+});

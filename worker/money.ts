@@ -7,7 +7,10 @@ import type { Charge } from '../shared/limiter/types.ts';
 import type { PricedUsage } from '../shared/prices.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 
-/** What admitting a head job charges: its tokens, its money with budgets, its own scopes if asked. */
+/**
+ * What admitting a head job charges: its tokens, its money with budgets, its own scopes if asked;
+ * it claims the job.
+ */
 export function chargeOf(
   ledger: BudgetLedger | undefined,
   head: HeadJob,
@@ -17,6 +20,8 @@ export function chargeOf(
     ...head.cost,
     money: ledger?.claim(head.model, head.tenant, head.cost),
     scopes: ownScopes ? head.scopes : undefined,
+    // One admission per job, whichever worker peeked it first.
+    claim: head.id,
   };
 }
 

@@ -13,6 +13,7 @@ const PARTS = [
   'view',
   'stats',
   'config',
+  'claims',
 ] as const;
 
 /**

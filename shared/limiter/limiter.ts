@@ -36,7 +36,7 @@ import { WakeUps } from './wake.ts';
 export type { AcquireOptions, LimiterOptions };
 
 /** The reason of a denial that only says how long to wait, by acquire's code. */
-const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency' } as const;
+const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency', 8: 'claimed' } as const;
 
 /**
  * The shared budget of every worker process (docs/limiter.md): our own window of reservations
@@ -102,7 +102,7 @@ export class Limiter {
     return this.decide(reply, ticket, r, more);
   }
 
-  /** Acquire's reply (see acquire-12.lua's header) as a decision; throws when it never fits. */
+  /** Acquire's reply (see acquire-13.lua's header) as a decision; throws when it never fits. */
   private decide(
     [code, a, b, c, d]: (number | string)[],
     ticket: string,
@@ -124,12 +124,13 @@ export class Limiter {
         };
       case 1:
       case 2:
-      case 4: {
+      case 4:
+      case 8: {
         // A 4 with a scope: that scope's calls waiting for their first answer hold its slots.
         const scope = b === undefined || b === null ? {} : { scope: String(b) };
         return {
           ok: false,
-          reason: DENIAL[Number(code) as 1 | 2 | 4],
+          reason: DENIAL[Number(code) as 1 | 2 | 4 | 8],
           waitMs: Number(a),
           ...scope,
         };

@@ -21,7 +21,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 const DIMS = DIMENSIONS.map((d) => d.lua);
 const packed = (args: Record<string, unknown>): LuaArg => packLuaArg({ dims: DIMS, ...args });
 
-/** Acquire's argument (see acquire-12.lua's header). */
+/** Acquire's argument (see acquire-13.lua's header). */
 export interface AcquireArgs
   extends Pick<LimiterSettings, 'windowMs' | 'headroom' | 'leaseMs' | 'concurrency'> {
   readonly ticket: string;
@@ -40,6 +40,12 @@ export interface AcquireArgs
     readonly scopes?: readonly ScriptScope[] | undefined;
   }[];
 }
+
+/**
+ * How long an admission holds its claim (`Charge.claim`): its taker moves the job to active in
+ * the same transaction, or a few ms later; a taker that died frees it then.
+ */
+const CLAIM_MS = 1_000;
 
 /** An end's usage when none is known (see `EndRecord`). */
 export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
@@ -111,7 +117,13 @@ function packMoney(m: MoneyClaim | undefined) {
 }
 
 function packCost(c: Charge) {
-  return { req: c.requests, inp: c.inputTokens, out: c.outputTokens, money: packMoney(c.money) };
+  return {
+    req: c.requests,
+    inp: c.inputTokens,
+    out: c.outputTokens,
+    money: packMoney(c.money),
+    claim: c.claim,
+  };
 }
 
 /** Scripts that only read: run as EVALSHA_RO, which Redis refuses to let write. */
@@ -137,16 +149,16 @@ export class LimiterScripts {
     return this.clock ? Math.floor(this.clock()) : undefined;
   }
 
-  /** Acquire's reply as Lua gives it (see acquire-12.lua's header: a code, then its values). */
+  /** Acquire's reply as Lua gives it (see acquire-13.lua's header: a code, then its values). */
   async acquire(a: AcquireArgs, along?: Along): Promise<(number | string)[]> {
     const k = this.keys;
     const names = a.scopes.map((s) => s.name);
     const pause = pauseKeyOf(k, names);
     const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, pause, k.tot, k.view];
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
-    const args = { ...a, now: this.now(), cost: packCost(a.cost), extras };
+    const args = { ...a, now: this.now(), cost: packCost(a.cost), extras, claimMs: CLAIM_MS };
     const undo = () => this.undoAcquire(a);
-    const all = [...keys, k.stats, k.spend, k.held];
+    const all = [...keys, k.stats, k.spend, k.held, k.claims];
     const own = along?.([a.ticket, ...a.extras.map((x) => x.ticket)], k.res);
     const tx = own && (() => runLuaWith(this.redis, script('acquire'), all, [packed(args)], own));
     return (await this.run('acquire', all, args, undo, tx)) as (number | string)[];

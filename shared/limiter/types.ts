@@ -12,6 +12,11 @@ export type DimensionLimits = { readonly [D in Dimension]?: number | undefined }
 export interface Charge extends Cost {
   readonly money?: MoneyClaim | undefined;
   readonly scopes?: readonly string[] | undefined;
+  /**
+   * What the admission is for (the gate's: the job's id): while one admission holds it (a
+   * second), no other is made for it, so two workers never admit the same job.
+   */
+  readonly claim?: string | undefined;
 }
 
 /**
@@ -46,8 +51,11 @@ export interface Reservation {
   readonly leaseExpiresAt: number;
 }
 
-/** `money`: a money budget has no room for its worst case (it left the line). */
-export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'money';
+/**
+ * `money`: a money budget has no room for its worst case (it left the line); `claimed`: another
+ * admission holds the call's claim (see {@link Charge.claim}).
+ */
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'money' | 'claimed';
 
 /** A denial is a value: how long to wait and why. */
 export type Decision =

@@ -3,7 +3,7 @@
   kept or released, with their money), the pause (a 429), the provider's readings (reading.lua).
   Lapsed leases and what left the window go first.
 
-  KEYS[1] log (each key as in acquire-12.lua)
+  KEYS[1] log (each key as in acquire-13.lua)
   KEYS[2] res
   KEYS[3] slots
   KEYS[4] tot

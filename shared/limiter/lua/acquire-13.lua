@@ -15,17 +15,23 @@
   KEYS[10] stats    HASH counters
   KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent
   KEYS[12] held     HASH id -> the money it holds
+  KEYS[13] claims   ZSET claim (a job's id) -> until when an admission holds it (see below)
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
-    concurrency (0: none), cost { req, inp, out, money }, scopes ({ name, limits, slots }, global
+    concurrency (0: none), cost { req, inp, out, money, claim }, scopes ({ name, limits, slots }, global
     first; slots: how many of its calls may wait for their first answer at once, 0 none),
-    extras ({ id, req, inp, out, money, scopes }: admitted with it while each fits, nobody waits),
+    extras ({ id, req, inp, out, money, claim, scopes }: admitted with it while each fits, nobody
+    waits, and none is claimed), claimMs (how long an admission holds its claim),
     channel (SPUBLISH when it is admitted with others in line: the next is first now)
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
     there yet; {4, waitMs} no slot (or a first call out); {4, waitMs, scope} that scope's calls
     waiting for their first answer hold its slots; {5, scope, dim, cost, limit} never fits;
-    {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line)
+    {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line);
+    {8, waitMs} another admission holds its claim (another worker is taking that job: look again)
+  A claim names what an admission is for (the gate's: the job's id), so two workers that peeked
+  the same jobs never both admit them: one admission, one taker. It lapses after claimMs, by
+  when the taker has moved the job to active.
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -42,7 +48,7 @@ local function charge(x, limits)
   local names = {}
   for i, s in ipairs(limits or args.scopes) do names[i] = s.name end
   return { req = x.req, inp = x.inp, out = x.out, flags = '', money = x.money, limits = limits,
-    scopes = names }
+    scopes = names, claim = x.claim }
 end
 local cost = charge(args.cost)
 local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view = KEYS[9],
@@ -52,6 +58,8 @@ local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view
   unanswered = {} }
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
+-- How soon a head another admission claims looks again (its taker moves it to active at once).
+local CLAIM_RETRY_MS = 20
 
 local function drop(t) redis.call('ZREM', waitersKey, t); redis.call('ZREM', waitexpKey, t) end
 local function wait_as_head(reply)
@@ -92,6 +100,18 @@ if head ~= nil and head ~= ticket then
   return { 1, math.max(retryAt - now, 0) }
 end
 
+-- 4b. Claimed: another worker's admission holds this call's job; it looks again soon.
+local claimsKey = KEYS[13]
+redis.call('ZREMRANGEBYSCORE', claimsKey, '-inf', now)
+local function claimed(c)
+  return c.claim and redis.call('ZSCORE', claimsKey, c.claim)
+end
+local holder = claimed(cost)
+if holder then return wait_as_head({ 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }) end
+local function claim(c)
+  if c.claim then redis.call('ZADD', claimsKey, now + args.claimMs, c.claim) end
+end
+
 -- 5. Money: a head whose budget has no room for its worst case leaves the line.
 local l, spent = money_short(run.money, cost.money or { limits = {} })
 if l then
@@ -127,6 +147,7 @@ end
 
 -- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
+claim(cost)
 count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
@@ -136,8 +157,9 @@ if redis.call('ZCARD', waitersKey) == 0 then
     local c = charge(x, x.scopes)
     local full = run.maxSlots > 0 and busy + i >= run.maxSlots
     if full or redis.call('HEXISTS', run.res, x.id) == 1 or short_of(run, c) or share_full(run, c)
-      or (c.money and money_short(run.money, c.money)) then break end
+      or (c.money and money_short(run.money, c.money)) or claimed(c) then break end
     admit(run, x.id, c)
+    claim(c)
     count_unanswered(run, c)
     k = i
   end
