@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import { eachTestRedis, settle, start, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestRedis, settle, start, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -100,5 +100,33 @@ describe('limiter memory', () => {
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
     expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(0);
     expect(await redis.hlen(`${names.prefix}:{${names.queue}}:limiter:res`)).toBe(0);
+  });
+});
+
+describe('claims', () => {
+  it('admits one call per claim until it lapses; the calls behind stop at a claimed one', async () => {
+    const lim = make({ limits: { tokens: 10_000 } });
+    const first = await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' });
+    expect(first.ok).toBe(true);
+    // Another worker that peeked the same job is told to look again, not admitted.
+    const again = await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' });
+    expect(again).toMatchObject({ ok: false, reason: 'claimed' });
+    expect(again.ok || again.waitMs).toBeLessThanOrEqual(20);
+    const [head, ...more] = await acquireMany(
+      lim,
+      { ...cost(10, 10), claim: 'job-2' },
+      {
+        more: [
+          { ...cost(10, 10), claim: 'job-3' },
+          { ...cost(10, 10), claim: 'job-1' },
+          { ...cost(10, 10), claim: 'job-4' },
+        ],
+      },
+    );
+    expect(head).toBeDefined();
+    expect(more).toHaveLength(1);
+    // A second later the claim has lapsed: its taker had its chance.
+    t += 1_001;
+    expect((await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' })).ok).toBe(true);
   });
 });

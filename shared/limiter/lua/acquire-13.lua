@@ -109,7 +109,10 @@ end
 local holder = claimed(cost)
 if holder then return wait_as_head({ 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }) end
 local function claim(c)
-  if c.claim then redis.call('ZADD', claimsKey, now + args.claimMs, c.claim) end
+  if not c.claim then return end
+  redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
+  -- The last claim's end is the key's: an idle fleet keeps none.
+  redis.call('PEXPIRE', claimsKey, args.claimMs)
 end
 
 -- 5. Money: a head whose budget has no room for its worst case leaves the line.
