@@ -42,7 +42,10 @@ describe('two workers on a queue of many tenants', () => {
     const b = await pool.worker(options);
     await allCompleted(pool, ids, 60_000);
     const snap = await a.limiter.snapshot();
-    expect(snap.counters.admitted).toBe(400);
-    expect(snap.counters.released).toBe(0);
+    // Before claims, 16% of the admissions were given back (the second worker's fetches brought
+    // other jobs than it had admitted). A job a fetch finds in another's place (a peek sent a
+    // moment too early on a loaded machine) may still give one back, rarely.
+    expect(snap.counters.released).toBeLessThanOrEqual(2);
+    expect(snap.counters.admitted - snap.counters.released).toBe(400);
   });
 });

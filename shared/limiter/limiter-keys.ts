@@ -14,6 +14,7 @@ const PARTS = [
   'stats',
   'config',
   'claims',
+  'claimed',
 ] as const;
 
 /**

@@ -21,7 +21,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 const DIMS = DIMENSIONS.map((d) => d.lua);
 const packed = (args: Record<string, unknown>): LuaArg => packLuaArg({ dims: DIMS, ...args });
 
-/** Acquire's argument (see acquire-13.lua's header). */
+/** Acquire's argument (see acquire-14.lua's header). */
 export interface AcquireArgs
   extends Pick<LimiterSettings, 'windowMs' | 'headroom' | 'leaseMs' | 'concurrency'> {
   readonly ticket: string;
@@ -50,7 +50,7 @@ const CLAIM_MS = 1_000;
 /** An end's usage when none is known (see `EndRecord`). */
 export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
 
-/** One call's end for `record-9.lua` (see its header). */
+/** One call's end for `record-11.lua` (see its header). */
 export interface EndRecord {
   readonly id: string;
   readonly mode: 'usage' | 'keep' | 'release';
@@ -63,7 +63,7 @@ export interface EndRecord {
   readonly micros: number;
 }
 
-/** A provider's reading for `record-9.lua`: one scope, the dimensions it gave figures for. */
+/** A provider's reading for `record-11.lua`: one scope, the dimensions it gave figures for. */
 export interface ReadingRecord {
   readonly scope: string;
   /** The call that brought it (its reservation's id). */
@@ -73,7 +73,7 @@ export interface ReadingRecord {
   readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;
 }
 
-/** What one `record-9.lua` run writes, in its order: stamps, ends, the pause, readings. */
+/** What one `record-11.lua` run writes, in its order: stamps, ends, the pause, readings. */
 export interface RecordBatch {
   readonly stamps: readonly string[];
   readonly ends: readonly EndRecord[];
@@ -149,7 +149,7 @@ export class LimiterScripts {
     return this.clock ? Math.floor(this.clock()) : undefined;
   }
 
-  /** Acquire's reply as Lua gives it (see acquire-13.lua's header: a code, then its values). */
+  /** Acquire's reply as Lua gives it (see acquire-14.lua's header: a code, then its values). */
   async acquire(a: AcquireArgs, along?: Along): Promise<(number | string)[]> {
     const k = this.keys;
     const names = a.scopes.map((s) => s.name);
@@ -158,7 +158,7 @@ export class LimiterScripts {
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
     const args = { ...a, now: this.now(), cost: packCost(a.cost), extras, claimMs: CLAIM_MS };
     const undo = () => this.undoAcquire(a);
-    const all = [...keys, k.stats, k.spend, k.held, k.claims];
+    const all = [...keys, k.stats, k.spend, k.held, k.claims, k.claimed];
     const own = along?.([a.ticket, ...a.extras.map((x) => x.ticket)], k.res);
     const tx = own && (() => runLuaWith(this.redis, script('acquire'), all, [packed(args)], own));
     return (await this.run('acquire', all, args, undo, tx)) as (number | string)[];
@@ -182,7 +182,19 @@ export class LimiterScripts {
   private recordKeys(pauseScopes: readonly string[] = []): string[] {
     const k = this.keys;
     const pause = pauseKeyOf(k, pauseScopes);
-    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.spend, k.held, pause];
+    return [
+      k.log,
+      k.res,
+      k.slots,
+      k.tot,
+      k.view,
+      k.stats,
+      k.spend,
+      k.held,
+      pause,
+      k.claims,
+      k.claimed,
+    ];
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run (nothing: a prune). */

@@ -3,7 +3,7 @@
   kept or released, with their money), the pause (a 429), the provider's readings (reading.lua).
   Lapsed leases and what left the window go first.
 
-  KEYS[1] log (each key as in acquire-13.lua)
+  KEYS[1] log (each key as in acquire-14.lua)
   KEYS[2] res
   KEYS[3] slots
   KEYS[4] tot
@@ -12,6 +12,8 @@
   KEYS[7] spend
   KEYS[8] held
   KEYS[9] pause
+  KEYS[10] claims
+  KEYS[11] claimed
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
     comes back, or ''), split (output counted as produced), periods (money periods kept),
     stamps (ids), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
@@ -98,8 +100,17 @@ local function forget(id, r)
   redis.call('ZREM', KEYS[1], id)
 end
 
+-- A call's end ends its claim (acquire-14.lua): a job its worker did not take is free at once.
+local function unclaim(id)
+  local c = redis.call('HGET', KEYS[11], id)
+  if not c then return end
+  redis.call('ZREM', KEYS[10], c)
+  redis.call('HDEL', KEYS[11], id)
+end
+
 -- One call's end; returns known, inputDelta, outputDelta.
 local function finish(e)
+  unclaim(e.id)
   money_settle(mk, e.id, (e.mode == 'release' and 0) or (e.mode == 'usage' and e.micros >= 0 and e.micros) or nil)
   if redis.call('ZREM', KEYS[3], e.id) == 1 then wake = true end
   local enc = redis.call('HGET', KEYS[2], e.id)

@@ -16,6 +16,7 @@
   KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent
   KEYS[12] held     HASH id -> the money it holds
   KEYS[13] claims   ZSET claim (a job's id) -> until when an admission holds it (see below)
+  KEYS[14] claimed  HASH reservation id -> its claim (dropped with it by record-11.lua)
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
     concurrency (0: none), cost { req, inp, out, money, claim }, scopes ({ name, limits, slots }, global
@@ -30,8 +31,8 @@
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line);
     {8, waitMs} another admission holds its claim (another worker is taking that job: look again)
   A claim names what an admission is for (the gate's: the job's id), so two workers that peeked
-  the same jobs never both admit them: one admission, one taker. It lapses after claimMs, by
-  when the taker has moved the job to active.
+  the same jobs never both admit them: one admission, one taker. It ends with its reservation
+  (a job its worker did not take is free at once), or after claimMs.
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -108,11 +109,13 @@ local function claimed(c)
 end
 local holder = claimed(cost)
 if holder then return wait_as_head({ 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }) end
-local function claim(c)
+local function claim(id, c)
   if not c.claim then return end
   redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
-  -- The last claim's end is the key's: an idle fleet keeps none.
+  redis.call('HSET', KEYS[14], id, c.claim)
+  -- The last claim's end is the keys': an idle fleet keeps none.
   redis.call('PEXPIRE', claimsKey, args.claimMs)
+  redis.call('PEXPIRE', KEYS[14], args.claimMs)
 end
 
 -- 5. Money: a head whose budget has no room for its worst case leaves the line.
@@ -150,7 +153,7 @@ end
 
 -- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
-claim(cost)
+claim(ticket, cost)
 count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
@@ -162,7 +165,7 @@ if redis.call('ZCARD', waitersKey) == 0 then
     if full or redis.call('HEXISTS', run.res, x.id) == 1 or short_of(run, c) or share_full(run, c)
       or (c.money and money_short(run.money, c.money)) or claimed(c) then break end
     admit(run, x.id, c)
-    claim(c)
+    claim(x.id, c)
     count_unanswered(run, c)
     k = i
   end
