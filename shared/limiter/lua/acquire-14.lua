@@ -87,7 +87,29 @@ end
 -- 3. What left the window goes (lapsed leases go on the write path; a slot counts while live).
 expire_log(run.log, run.res, run.tot, now, run.windowMs)
 
--- 4. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
+-- 4. Claimed: another worker's admission holds this call's job. It leaves the line (a place
+-- held for a job another is taking would keep every other worker's rounds to one job) and
+-- looks again soon.
+local claimsKey = KEYS[13]
+redis.call('ZREMRANGEBYSCORE', claimsKey, '-inf', now)
+local function claimed(c)
+  return c.claim and redis.call('ZSCORE', claimsKey, c.claim)
+end
+local holder = claimed(cost)
+if holder then
+  drop(ticket)
+  return { 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }
+end
+local function claim(id, c)
+  if not c.claim then return end
+  redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
+  redis.call('HSET', KEYS[14], id, c.claim)
+  -- The last claim's end is the keys': an idle fleet keeps none.
+  redis.call('PEXPIRE', claimsKey, args.claimMs)
+  redis.call('PEXPIRE', KEYS[14], args.claimMs)
+end
+
+-- 5. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
 for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do drop(t) end
 if queue then
   local rank = redis.call('ZSCORE', waitersKey, ticket)
@@ -101,24 +123,7 @@ if head ~= nil and head ~= ticket then
   return { 1, math.max(retryAt - now, 0) }
 end
 
--- 4b. Claimed: another worker's admission holds this call's job; it looks again soon.
-local claimsKey = KEYS[13]
-redis.call('ZREMRANGEBYSCORE', claimsKey, '-inf', now)
-local function claimed(c)
-  return c.claim and redis.call('ZSCORE', claimsKey, c.claim)
-end
-local holder = claimed(cost)
-if holder then return wait_as_head({ 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }) end
-local function claim(id, c)
-  if not c.claim then return end
-  redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
-  redis.call('HSET', KEYS[14], id, c.claim)
-  -- The last claim's end is the keys': an idle fleet keeps none.
-  redis.call('PEXPIRE', claimsKey, args.claimMs)
-  redis.call('PEXPIRE', KEYS[14], args.claimMs)
-end
-
--- 5. Money: a head whose budget has no room for its worst case leaves the line.
+-- 6. Money: a head whose budget has no room for its worst case leaves the line.
 local l, spent = money_short(run.money, cost.money or { limits = {} })
 if l then
   drop(ticket)
@@ -126,11 +131,11 @@ if l then
   return { 7, l.budget, l.period, spent, l.limit }
 end
 
--- 6. The shared pause.
+-- 7. The shared pause.
 local pausedUntil = tonumber(redis.call('GET', KEYS[7]) or '0')
 if pausedUntil > now then return wait_as_head({ 2, pausedUntil - now }) end
 
--- 7. Budget in every scope and dimension; a model's unanswered first call holds it like a slot.
+-- 8. Budget in every scope and dimension; a model's unanswered first call holds it like a slot.
 local s, d, need, rate, lapse = short_of(run, cost)
 if s and d == 'req' and unanswered(run, s) then return wait_as_head({ 4, args.leaseMs }) end
 if s then
@@ -138,7 +143,7 @@ if s then
   return wait_as_head({ 3, wait_for(run, s, d, need, rate, lapse), s.name, d })
 end
 
--- 8. A slot; and room in each scope's share of calls waiting for their first answer.
+-- 9. A slot; and room in each scope's share of calls waiting for their first answer.
 local busy = redis.call('ZCOUNT', run.slots, '(' .. now, '+inf')
 if run.maxSlots > 0 and busy >= run.maxSlots then
   local first = redis.call('ZRANGEBYSCORE', run.slots, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -151,7 +156,7 @@ if held then
   return wait_as_head({ 4, SHARE_RETRY_MS, held.name })
 end
 
--- 9. Admit; then the extras, while nobody waits in line and each fits now (in their order).
+-- 10. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
 claim(ticket, cost)
 count_unanswered(run, cost)
