@@ -15,7 +15,7 @@ export interface CommandCounts {
 const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
 
 /** sha → script name for llmq's scripts and BullMQ's, so EVALSHA shows as `evalsha:acquire`. */
-async function scriptNames(): Promise<Map<string, string>> {
+export async function scriptNames(): Promise<Map<string, string>> {
   const names = new Map<string, string>();
   const root = new URL('../../', import.meta.url).pathname;
   for (const dir of ['shared/lua', 'shared/limiter/lua', 'worker/lua', 'producer/lua']) {

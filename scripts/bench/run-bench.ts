@@ -19,6 +19,7 @@ import { publishedScenario } from './scenarios/published.ts';
 import { refundsScenario } from './scenarios/refunds.ts';
 import { scaleScenario } from './scenarios/scale.ts';
 import { splitScenario } from './scenarios/split.ts';
+import { tenantsScenario } from './scenarios/tenants.ts';
 import { unconfiguredScenario } from './scenarios/unconfigured.ts';
 import { DIFFERING_COUNTER } from './workload.ts';
 
@@ -41,6 +42,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   cluster: clusterScenario,
   chaos: chaosScenario,
   pool: poolScenario,
+  tenants: tenantsScenario,
 };
 
 export interface BenchOptions {

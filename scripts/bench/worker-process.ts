@@ -92,6 +92,7 @@ async function go(): Promise<void> {
       limiter: config.limiter,
       concurrency: config.concurrency,
       maxInFlight: config.maxInFlight,
+      ...(config.fairShare ? { fairShare: config.fairShare } : {}),
       ...(config.firstByteTimeoutMs ? { firstByteTimeoutMs: config.firstByteTimeoutMs } : {}),
       feedback: config.feedback ?? true,
       stream: 'always',

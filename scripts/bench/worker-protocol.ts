@@ -34,6 +34,8 @@ export interface WorkerProcessConfig {
   readonly breaker?: WorkerOptions['breaker'];
   /** llmq's limiter settings (`llmq` mode). */
   readonly limiter?: WorkerOptions['limiter'];
+  /** Fair share between tenants (`llmq` mode). @default off */
+  readonly fairShare?: WorkerOptions['fairShare'];
   /** Calls in flight across every worker (`llmq` mode). @default no cap */
   readonly maxInFlight?: number | undefined;
   /** The wait for a call's first byte (`llmq` mode). @default the worker's (20 s) */

@@ -1,0 +1,282 @@
+import { type DashboardHandle, startDashboard } from '../../../dashboard/server.ts';
+import { Producer } from '../../../producer/producer.ts';
+import type { QueueNames } from '../../../shared/keys.ts';
+import { limiterKeys } from '../../../shared/limiter/limiter-keys.ts';
+import { startPrivateRedis } from '../../../shared/private-redis.ts';
+import type { RedisClient } from '../../../shared/redis.ts';
+import { scriptNames } from '../command-counter.ts';
+import { withMock } from '../mock.ts';
+import { startWorkers, type WorkerChild } from '../processes.ts';
+import { redisCpuSeconds } from '../redis-info.ts';
+import { benchRedis, withBenchScope } from '../redis-scope.ts';
+import type { ScenarioContext, ScenarioResult, Target } from '../report.ts';
+import { count, millis } from '../table.ts';
+import type { WorkerProcessReport } from '../worker-protocol.ts';
+import { shortCall } from '../workload.ts';
+import { drained } from './overhead.ts';
+
+const CONCURRENCY = 50;
+/** Calls slower than this (µs) are kept by SLOWLOG: the longest script call is read from it. */
+const SLOWLOG_US = 200;
+
+interface Setup {
+  /** 0: no tenant at all. */
+  readonly tenants: number;
+  readonly fair: boolean;
+  readonly workers: number;
+  readonly mode: 'llmq' | 'bare-call';
+}
+
+interface Drain extends Setup {
+  readonly jobs: number;
+  readonly jobsPerSecond: number;
+  readonly redisCpuMsPerJob: number;
+  /** The longest single command during the drain (ms) and its name; 0 when none passed SLOWLOG_US. */
+  readonly longestMs: number;
+  readonly longestCommand: string;
+  readonly admitted: number;
+  readonly released: number;
+  /** The workers' Redis commands a job, the most sent first (scripts by name). */
+  readonly commandsPerJob: Readonly<Record<string, number>>;
+  /** `/metrics` of the dashboard once drained, bytes (the last setup of each tenant count). */
+  readonly metricsBytes?: number;
+}
+
+/** `jobs` short requests, job i of tenant `t<i % tenants>` (none with 0), in that order. */
+async function enqueue(redis: RedisClient, names: QueueNames, jobs: number, tenants: number) {
+  const producer = new Producer({ redis, names, maxDepth: 0 });
+  try {
+    const requests = Array.from({ length: jobs }, (_, i) => shortCall(i, 16));
+    if (tenants === 0) {
+      await producer.enqueueMany(requests);
+      return;
+    }
+    for (let i = 0; i < jobs; i += 100) {
+      await Promise.all(
+        requests
+          .slice(i, i + 100)
+          .map((r, j) => producer.enqueue(r, { tenant: `t${(i + j) % tenants}` })),
+      );
+    }
+  } finally {
+    await producer.close();
+  }
+}
+
+/** The longest command SLOWLOG kept since its reset: ms and name (a script's own). */
+async function longestCommand(
+  redis: RedisClient,
+  scripts: ReadonlyMap<string, string>,
+): Promise<{ ms: number; name: string }> {
+  const entries = (await redis.call('SLOWLOG', 'GET', '100000')) as [
+    number,
+    number,
+    number,
+    string[],
+  ][];
+  let best = { ms: 0, name: '' };
+  for (const [, , us, args] of entries) {
+    const name = String(args[0]).toLowerCase();
+    const named = name.startsWith('evalsha') ? scripts.get(String(args[1])) : undefined;
+    if (us / 1000 > best.ms) best = { ms: us / 1000, name: named ?? name };
+  }
+  return best;
+}
+
+/** The workers' commands a job, the ten most sent. */
+function commandsPerJob(reports: readonly WorkerProcessReport[], jobs: number) {
+  const sums: Record<string, number> = {};
+  for (const r of reports)
+    for (const [k, v] of Object.entries(r.redis?.commands ?? {})) sums[k] = (sums[k] ?? 0) + v;
+  return Object.fromEntries(
+    Object.entries(sums)
+      .sort(([, a], [, b]) => b - a)
+      .slice(0, 10)
+      .map(([k, v]) => [k, Math.round((v / jobs) * 100) / 100]),
+  );
+}
+
+/** `/metrics` of a dashboard on the queue's prefix, in bytes. */
+async function metricsBytes(redis: RedisClient, names: QueueNames): Promise<number> {
+  let dash: DashboardHandle | undefined;
+  try {
+    dash = await startDashboard({ redis, prefix: names.prefix, port: 0, auth: { token: 'b' } });
+    const res = await fetch(`${dash.baseUrl}/metrics`, { headers: { authorization: 'Bearer b' } });
+    return Buffer.byteLength(await res.text());
+  } finally {
+    await dash?.close();
+  }
+}
+
+/** One drain: enqueue, start the workers, drain, and read what Redis did meanwhile. */
+function drain(
+  url: string,
+  mockUrl: string,
+  s: Setup,
+  jobs: number,
+  withMetrics: boolean,
+): Promise<Drain> {
+  return withBenchScope(url, 'tenants', async (redis, names) => {
+    await enqueue(redis, names, jobs, s.tenants);
+    let children: WorkerChild[] = [];
+    try {
+      children = await startWorkers(s.workers, () => ({
+        mode: s.mode,
+        redisUrl: url,
+        names,
+        mockUrl,
+        concurrency: CONCURRENCY,
+        limiter: { windowMs: 60_000, limits: {} },
+        countCommands: true,
+        ...(s.fair ? { fairShare: {} } : {}),
+      }));
+      await redis.call('SLOWLOG', 'RESET');
+      const cpu0 = await redisCpuSeconds(redis);
+      const t0 = performance.now();
+      for (const c of children) c.go();
+      const wallMs = await drained(redis, names, jobs, t0, 600_000);
+      const cpuS = (await redisCpuSeconds(redis)) - cpu0;
+      const longest = await longestCommand(redis, await scriptNames());
+      const reports = await Promise.all(children.map((c) => c.stop()));
+      children = [];
+      const stats = await redis.hgetall(limiterKeys(names).stats);
+      return {
+        ...s,
+        jobs,
+        jobsPerSecond: jobs / (wallMs / 1000),
+        redisCpuMsPerJob: (cpuS * 1000) / jobs,
+        longestMs: longest.ms,
+        longestCommand: longest.name,
+        admitted: Number(stats['admitted'] ?? 0),
+        released: Number(stats['released'] ?? 0),
+        commandsPerJob: commandsPerJob(reports, jobs),
+        ...(withMetrics ? { metricsBytes: await metricsBytes(redis, names) } : {}),
+      };
+    } finally {
+      for (const c of children) c.kill();
+    }
+  });
+}
+
+/** Every setup, in the order run: bare BullMQ first, then by tenants, fair share, workers. */
+function setups(tenantCounts: readonly number[]): Setup[] {
+  const out: Setup[] = [{ tenants: 0, fair: false, workers: 4, mode: 'bare-call' }];
+  for (const tenants of tenantCounts)
+    for (const fair of [false, true])
+      for (const workers of [1, 4]) out.push({ tenants, fair, workers, mode: 'llmq' });
+  return out;
+}
+
+const label = (d: Setup) =>
+  d.mode === 'bare-call'
+    ? `bare BullMQ, ${d.workers} workers`
+    : `${d.tenants === 0 ? 'no tenant' : `${count(d.tenants)} tenants`}, fair share ${d.fair ? 'on' : 'off'}, ${d.workers} worker${d.workers > 1 ? 's' : ''}`;
+
+/**
+ * Many tenants, many jobs: drains of short jobs interleaved over 0, 200 and 2,000 tenants, fair
+ * share off and on, 1 and 4 worker processes × 50, against a mock with no latency and no limits,
+ * on a Redis of its own (SLOWLOG and INFO are this run's alone); bare BullMQ making the same call
+ * for Redis's CPU per job. The longest single command of each drain, and `/metrics` once drained.
+ */
+export async function tenantsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const jobs = ctx.smoke ? 200 : ctx.quick ? 1_000 : 4_000;
+  const tenantCounts = ctx.smoke ? [0, 20] : [0, 200, 2_000];
+  const server = await startPrivateRedis();
+  const drains: Drain[] = [];
+  try {
+    const admin = benchRedis(server.url);
+    await admin.config('SET', 'slowlog-log-slower-than', String(SLOWLOG_US));
+    await admin.config('SET', 'slowlog-max-len', '100000');
+    await admin.quit();
+    await withMock({ latencyMs: 0, latencyPerOutputTokenMs: 0, outputShare: 0.5 }, async (mock) => {
+      const all = setups(tenantCounts);
+      for (const [i, s] of all.entries()) {
+        ctx.log(`tenants: ${label(s)}`);
+        const last = all[i + 1]?.tenants !== s.tenants;
+        drains.push(await drain(server.url, mock.url, s, jobs, last && s.mode === 'llmq'));
+      }
+    });
+  } finally {
+    await server.stop();
+  }
+  return report(drains, jobs);
+}
+
+function report(drains: readonly Drain[], jobs: number): ScenarioResult {
+  const llmq = drains.filter((d) => d.mode === 'llmq');
+  const bare = drains.find((d) => d.mode === 'bare-call');
+  const same = (d: Drain, tenants: number, o: Partial<Setup> = {}) =>
+    llmq.find(
+      (x) =>
+        x.tenants === tenants &&
+        x.fair === (o.fair ?? d.fair) &&
+        x.workers === (o.workers ?? d.workers),
+    );
+  const rows = drains.map((d) => [
+    label(d),
+    `${count(d.jobsPerSecond)} jobs/s`,
+    d.mode === 'llmq' && d.tenants > 0
+      ? `${(d.jobsPerSecond / (same(d, 0)?.jobsPerSecond ?? Number.NaN)).toFixed(2)}×`
+      : '',
+    millis(d.redisCpuMsPerJob, 3),
+    d.longestMs > 0 ? `${millis(d.longestMs)} (${d.longestCommand})` : `< ${SLOWLOG_US / 1000} ms`,
+    d.mode === 'llmq' ? `${count(d.released)} of ${count(d.admitted)}` : '',
+    d.metricsBytes !== undefined ? `${count(d.metricsBytes / 1024)} KB` : '',
+  ]);
+  const tenanted = llmq.filter((d) => d.tenants > 0);
+  const worst = (f: (d: Drain) => number) => Math.min(...tenanted.map(f));
+  const share = worst((d) => d.jobsPerSecond / (same(d, 0)?.jobsPerSecond ?? Number.NaN));
+  const scaling = worst((d) =>
+    d.workers === 4
+      ? d.jobsPerSecond / (same(d, d.tenants, { workers: 1 })?.jobsPerSecond ?? 0)
+      : 1,
+  );
+  const longest = Math.max(...llmq.map((d) => d.longestMs));
+  const cpu = Math.max(...llmq.map((d) => d.redisCpuMsPerJob));
+  const metrics = Math.max(...llmq.map((d) => d.metricsBytes ?? 0));
+  const targets: Target[] = [
+    {
+      name: 'tenanted drains ≥ 0.8× the untenanted rate',
+      met: share >= 0.8,
+      detail: `worst ${share.toFixed(2)}×`,
+    },
+    {
+      name: '4 workers never slower than 1',
+      met: scaling >= 1,
+      detail: `worst ${scaling.toFixed(2)}×`,
+    },
+    { name: 'longest command ≤ 2 ms', met: longest <= 2, detail: millis(longest) },
+    {
+      name: "Redis CPU per job ≤ 1.5× bare BullMQ's",
+      met: bare !== undefined && cpu <= 1.5 * bare.redisCpuMsPerJob,
+      detail: `${millis(cpu, 3)} at most, bare ${millis(bare?.redisCpuMsPerJob, 3)}`,
+    },
+    {
+      name: '/metrics ≤ 100 KB',
+      met: metrics <= 100 * 1024,
+      detail: `${count(metrics / 1024)} KB`,
+    },
+  ];
+  return {
+    name: 'tenants',
+    title: `${count(jobs)} short jobs a drain, worker processes × ${CONCURRENCY}, no latency, no limits`,
+    settings: { jobs, concurrency: CONCURRENCY, slowlogUs: SLOWLOG_US },
+    headers: [
+      'setup',
+      'drain',
+      '/ untenanted',
+      'Redis CPU a job',
+      'longest command',
+      'released / admitted',
+      '/metrics',
+    ],
+    rows,
+    figures: drains,
+    targets,
+    notes: [
+      'a Redis of its own (not REDIS_URL): SLOWLOG keeps commands slower than 0.2 ms, INFO cpu is the drain’s',
+      'Redis CPU a job includes the bench polling the counts every 25 ms',
+      '/metrics is read once after the last drain of each tenant count (fair share on, 4 workers), its window still holding every tenant',
+    ],
+  };
+}
