@@ -80,6 +80,8 @@ function sumScopes(scope: string, scopes: readonly ScopeSnapshot[]): ScopeSnapsh
       limit: sumDefined(uses.map((u) => u.limit)),
       providerLimit: sumDefined(uses.map((u) => u.providerLimit)),
       providerRoom: sumDefined(uses.map((u) => u.providerRoom)),
+      room: sumDefined(uses.map((u) => u.room)),
+      perWindow: sumDefined(uses.map((u) => u.perWindow)),
     };
   }
   return {

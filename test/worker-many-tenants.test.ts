@@ -47,5 +47,6 @@ describe('two workers on a queue of many tenants', () => {
     // moment too early on a loaded machine) may still give one back, rarely.
     expect(snap.counters.released).toBeLessThanOrEqual(2);
     expect(snap.counters.admitted - snap.counters.released).toBe(400);
+    expect(a.health().calls + b.health().calls).toBe(400);
   });
 });
