@@ -68,7 +68,7 @@ export interface DashboardOptions {
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
   /**
    * Tenants `/metrics` names, the busiest first; the rest are summed as `other`.
-   * @default 20
+   * @default 10
    */
   readonly metricsTenants?: number;
   /** How often the registry of queues is re-read besides page loads, ms. @default 5_000 */

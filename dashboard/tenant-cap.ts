@@ -9,7 +9,7 @@ import { type HistogramSeries, NO_TENANT } from '../shared/telemetry/histograms.
 import type { QueueView } from './fleet-reader.ts';
 
 /** Tenants named in `/metrics` unless configured (`LLMQ_METRICS_TENANTS`). */
-export const DEFAULT_METRICS_TENANTS = 20;
+export const DEFAULT_METRICS_TENANTS = 10;
 
 const OTHER = 'other';
 const TENANT_SCOPE = 'tenant:';

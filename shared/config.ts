@@ -143,7 +143,7 @@ export interface Config {
   /**
    * Tenants the dashboard's `/metrics` names, the busiest first; every other tenant's series are
    * summed into one `tenant="other"` (scope `tenant:other`), so a scrape stays small with
-   * thousands of tenants. @default 20 (env LLMQ_METRICS_TENANTS)
+   * thousands of tenants. @default 10 (env LLMQ_METRICS_TENANTS)
    */
   readonly metricsTenants: number;
   /**
@@ -394,7 +394,7 @@ const SETTINGS: Record<Key, Setting> = {
   metricsTenants: {
     env: 'LLMQ_METRICS_TENANTS',
     schema: wholeAtLeast(0).refine((n) => n <= 1_000),
-    default: 20,
+    default: 10,
     expect: 'a whole number from 0 (every tenant as "other") to 1000',
   },
   budgetPolicy: {
