@@ -99,7 +99,7 @@ describe('a pool on Bedrock and Vertex AI', () => {
     const status = formatStatus(await getQueueStatus(pool.redis, pool.names, w.limiter));
     // Each line ends with the deployment's calls by outcome: Bedrock's 429s among them.
     expect(status).toMatch(
-      /^ {4}aws: requests \d+\/100, .* pause until \S+ {2}breaker closed {2}calls \d+ \(.*\d+ 429\)$/m,
+      /^ {4}aws: requests \d+\/100 \d+ free, .* pause until \S+ {2}breaker closed {2}calls \d+ \(.*\d+ 429\)$/m,
     );
     expect(status).toMatch(/^ {4}gcp: .* pause none {2}breaker closed( {2}calls .*)?$/m);
   });
