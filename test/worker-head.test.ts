@@ -1,14 +1,23 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { unpack } from 'msgpackr';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import type { Limiter } from '../shared/limiter/limiter.ts';
 import {
   assertBullmqVersion,
+  BULLMQ_WRITTEN_FOR,
+  type GateWorker,
   HeadPeeker,
   installedBullmqVersion,
+  MOVE_TO_ACTIVE,
+  openGateWorker,
 } from '../worker/bullmq-internals.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import { FetchAlong } from '../worker/fetch-along.ts';
+import { deleteKeys, newRedis, testLimiter, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -128,18 +137,141 @@ describe('peeking at the jobs BullMQ hands out next', () => {
 });
 
 describe('the BullMQ version check', () => {
-  it('accepts the installed bullmq, 6.7.x', () => {
-    expect(installedBullmqVersion()).toMatch(/^6\.7\./);
+  it('accepts the installed bullmq, the one version package.json pins', () => {
+    const pinned = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
+      .dependencies.bullmq;
+    expect(pinned).toBe(BULLMQ_WRITTEN_FOR);
+    expect(installedBullmqVersion()).toBe(BULLMQ_WRITTEN_FOR);
     expect(() => assertBullmqVersion()).not.toThrow();
-    expect(() => assertBullmqVersion('6.7.12')).not.toThrow();
   });
 
-  it('refuses another version, naming it and what to install', () => {
-    for (const v of ['6.8.0', '7.0.0', '5.7.1']) {
+  it('refuses any other version, a patch release too, naming it and what to install', () => {
+    for (const v of ['6.7.1', '6.8.0', '7.0.0', '5.7.1']) {
       expect(() => assertBullmqVersion(v)).toThrow(
-        `bullmq ${v} is installed, but llmq's worker reads BullMQ 6.7's keys and scripts`,
+        `bullmq ${v} is installed, but llmq's worker reads BullMQ 6.7.0's keys and scripts`,
       );
     }
-    expect(() => assertBullmqVersion('7.0.0')).toThrow(/install bullmq 6\.7\.x/);
+    expect(() => assertBullmqVersion('6.7.1')).toThrow(/npm install bullmq@6\.7\.0/);
+  });
+});
+
+const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
+
+/** MONITOR's quoting of an argument undone (Redis escapes `\\ " \\n \\r \\t \\a \\b` and `\\xHH`). */
+function unquote(text: string): string {
+  const named: Record<string, string> = { n: '\n', r: '\r', t: '\t', a: '\x07', b: '\b' };
+  return text.replace(/\\(x[0-9a-f]{2}|.)/g, (_, e: string) =>
+    e.length === 3 ? String.fromCharCode(Number.parseInt(e.slice(1), 16)) : (named[e] ?? e),
+  );
+}
+
+/** The KEYS and ARGV of one script call, as MONITOR shows it (EVALSHA or EVAL). */
+interface SeenCall {
+  /** The script's sha1. */
+  readonly sha: string;
+  readonly keys: string[];
+  readonly args: string[];
+}
+
+/** Watches the commands that name `waitKey` as their first key, from MONITOR on a connection of its own. */
+async function watchMoveToActive(numberOfKeys: number, waitKey: string) {
+  const monitor = await newRedis().monitor();
+  const seen: SeenCall[] = [];
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    const [command, script, n, ...rest] = args;
+    if (!/^eval(sha)?$/i.test(command ?? '') || Number(n) !== numberOfKeys) return;
+    if (rest[0] !== waitKey) return;
+    const sha = /^evalsha$/i.test(command!) ? script! : sha1(unquote(script!));
+    seen.push({ sha, keys: rest.slice(0, numberOfKeys), args: rest.slice(numberOfKeys) });
+  });
+  return { seen, stop: () => monitor.disconnect() };
+}
+
+/** The KEYS and ARGV lines of a BullMQ script's `--[[ ]]` header. */
+function headerOf(lua: string) {
+  const header = lua.slice(0, lua.indexOf(']]'));
+  const lines = (what: string) =>
+    [...header.matchAll(new RegExp(`^\\s*${what}\\[(\\d+)\\]\\s+(.+)$`, 'gm'))].map((m) => ({
+      n: Number(m[1]),
+      what: m[2]!.trim(),
+    }));
+  const opts = [...header.matchAll(/^\s*opts - (\w+)/gm)].map((m) => m[1]!);
+  return { keys: lines('KEYS'), argv: lines('ARGV'), opts };
+}
+
+describe("BullMQ's moveToActive, as llmq's gate sends it", () => {
+  let bull: GateWorker;
+  let limiter: Limiter;
+  let base: string;
+  beforeEach(() => {
+    bull = openGateWorker(redis, names, {
+      lockDuration: 30_000,
+      stalledInterval: 30_000,
+      maxStalledCount: 1,
+    });
+    limiter = testLimiter({ redis, names, limits: { requests: 10 } });
+    base = `${bullPrefix(names)}:${names.queue}`;
+  });
+  afterEach(async () => {
+    await bull.close();
+    await (bull.opts.connection as Redis).quit();
+    await limiter.close();
+  });
+
+  it('sends the keys and arguments its shipped header lists, in that order', () => {
+    const header = headerOf(MOVE_TO_ACTIVE.lua);
+    // What each KEYS line of the header names, as BullMQ's key type.
+    const keyType: Record<string, string> = {
+      'wait key': 'wait',
+      'active key': 'active',
+      'prioritized key': 'prioritized',
+      'stream events key': 'events',
+      'stalled key': 'stalled',
+      'rate limiter key': 'limiter',
+      'delayed key': 'delayed',
+      'paused key': 'paused',
+      'meta key': 'meta',
+      'pc priority counter': 'pc',
+      'marker key': 'marker',
+    };
+    expect(header.keys.map((k) => k.n)).toEqual(header.keys.map((_, i) => i + 1));
+    expect(header.keys).toHaveLength(MOVE_TO_ACTIVE.numberOfKeys);
+    expect(bull.moveToActiveKeys).toEqual(
+      header.keys.map((k) => `${base}:${keyType[k.what] ?? `(unknown: ${k.what})`}`),
+    );
+
+    expect(header.argv.map((a) => a.what)).toEqual(['key prefix', 'timestamp', 'opts']);
+    const [prefix, timestamp, opts] = bull.moveToActiveArgs('tok');
+    expect(prefix).toBe(`${base}:`);
+    expect(typeof timestamp).toBe('number');
+    expect(Object.keys(unpack(opts as Buffer)).sort()).toEqual([...header.opts].sort());
+  });
+
+  it("sends exactly what BullMQ's own worker sends: the same script, keys and arguments", async () => {
+    await producer.enqueue(request('a'));
+    await producer.enqueue(request('b'));
+    const watch = await watchMoveToActive(MOVE_TO_ACTIVE.numberOfKeys, `${base}:wait`);
+    try {
+      // BullMQ's own fetch, then llmq's: a moveToActive sent behind the limiter's acquire.
+      expect(await bull.nextJob('same-token')).toBeDefined();
+      const along = new FetchAlong(bull, 1, () => 'same-token');
+      const cost = { requests: 1, inputTokens: 10, outputTokens: 16 };
+      expect((await limiter.line(cost).attempt(along.along)).ok).toBe(true);
+      expect(await along.fetches[0]!.job).toBeDefined();
+      await until(() => watch.seen.length >= 2);
+    } finally {
+      watch.stop();
+    }
+    const [bullmqSent, llmqSent] = watch.seen as [SeenCall, SeenCall];
+    expect(watch.seen).toHaveLength(2);
+    expect([bullmqSent.sha, llmqSent.sha]).toEqual([
+      sha1(MOVE_TO_ACTIVE.lua),
+      sha1(MOVE_TO_ACTIVE.lua),
+    ]);
+    expect(llmqSent.keys).toEqual(bullmqSent.keys);
+    // The key prefix and the packed options alike; the timestamps are each call's own.
+    expect(llmqSent.args).toHaveLength(3);
+    expect([llmqSent.args[0], llmqSent.args[2]]).toEqual([bullmqSent.args[0], bullmqSent.args[2]]);
+    expect(Number(llmqSent.args[1])).toBeGreaterThanOrEqual(Number(bullmqSent.args[1]));
   });
 });

@@ -5,6 +5,7 @@
  * internals, not its API: {@link assertBullmqVersion} refuses another minor version.
  */
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { type Job, raw2NextJobData, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { Cost } from '../shared/estimate.ts';
@@ -198,21 +199,36 @@ export class HeadPeeker {
   }
 }
 
-/** The BullMQ versions this module was written against (and tested with). */
-export const BULLMQ_WRITTEN_FOR = /^6\.7\.\d+$/;
+/** The one BullMQ version this module was written against and tested with (package.json pins it). */
+export const BULLMQ_WRITTEN_FOR = '6.7.0';
 
 /** The installed bullmq's version, from its package.json. */
 export function installedBullmqVersion(): string {
   return (createRequire(import.meta.url)('bullmq/package.json') as { version: string }).version;
 }
 
-/** Throws unless `version` (the installed bullmq's by default) is one this module was written for. */
+/** Throws unless `version` (the installed bullmq's by default) is the one this module was written for. */
 export function assertBullmqVersion(version: string = installedBullmqVersion()): void {
-  if (BULLMQ_WRITTEN_FOR.test(version)) return;
+  if (version === BULLMQ_WRITTEN_FOR) return;
   throw new ConfigError(
-    `bullmq ${version} is installed, but llmq's worker reads BullMQ 6.7's keys and scripts ` +
-      '(worker/bullmq-internals.ts): install bullmq 6.7.x (npm install bullmq@6.7)',
+    `bullmq ${version} is installed, but llmq's worker reads BullMQ ${BULLMQ_WRITTEN_FOR}'s keys ` +
+      `and scripts (worker/bullmq-internals.ts): install bullmq ${BULLMQ_WRITTEN_FOR} ` +
+      `(npm install bullmq@${BULLMQ_WRITTEN_FOR})`,
   );
+}
+
+/**
+ * BullMQ's marker key, `<prefix>:<queue>:marker`: a sorted set its scripts write when a job
+ * becomes ready (see marker-wait.ts).
+ */
+export function markerKey(names: QueueNames): string {
+  return `${bullPrefix(names)}:${names.queue}:marker`;
+}
+
+/** The folder of BullMQ's compiled scripts (`<name>-<keys>.js`, each exporting its Lua). */
+export function bullmqScriptsDir(): string {
+  const pkg = createRequire(import.meta.url).resolve('bullmq/package.json');
+  return join(dirname(pkg), 'dist/esm/scripts');
 }
 
 /**

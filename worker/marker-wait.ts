@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import type { QueueNames } from '../shared/keys.ts';
 import { isCluster, type RedisClient } from '../shared/redis.ts';
-import { type HeadJob, HeadPeeker } from './bullmq-internals.ts';
+import { type HeadJob, HeadPeeker, markerKey } from './bullmq-internals.ts';
 
 /** Extra time a blocking pop gets before it is given up as stuck (a dropped connection). */
 const STUCK_MS = 1_000;
@@ -36,7 +36,7 @@ export class MarkerWait {
       isCluster(redis) ? redis.duplicate() : redis.duplicate({ connectionName: name })
     ) as Redis;
     this.conn.on('error', () => {});
-    this.key = `${bullPrefix(names)}:${names.queue}:marker`;
+    this.key = markerKey(names);
     this.peeker = new HeadPeeker(this.conn, names, clock);
   }
 

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { readdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { loadLuaScripts } from '../../shared/lua-scripts.ts';
+import { bullmqScriptsDir } from '../../worker/bullmq-internals.ts';
 
 /** Redis commands a process sent, by name (scripts by their own name), and its round trips. */
 export interface CommandCounts {
@@ -26,8 +26,7 @@ export async function scriptNames(): Promise<Map<string, string>> {
       // A folder another engineer moved: its scripts just show by sha.
     }
   }
-  const require = createRequire(import.meta.url);
-  const bullScripts = join(dirname(require.resolve('bullmq/package.json')), 'dist/esm/scripts');
+  const bullScripts = bullmqScriptsDir();
   for (const file of readdirSync(bullScripts)) {
     if (!/^[A-Za-z]+-\d+\.js$/.test(file)) continue;
     const mod = (await import(join(bullScripts, file))) as Record<
