@@ -14,6 +14,7 @@ import {
   createRateLimiter,
   type LimitTicket,
   type Charge as ProviderCharge,
+  type RateLimiter,
 } from '../testing/mock-anthropic/rate-limits.ts';
 import { deleteKeys, newRedis, rateHeaders, testNames } from './helpers.ts';
 
@@ -25,9 +26,11 @@ import { deleteKeys, newRedis, rateHeaders, testNames } from './helpers.ts';
  *    concurrency / never fits), every settle's answer and every snapshot (our window, the
  *    provider's limit and projected room, the shape, the pause, calls in flight) equals the
  *    model's, with provider readings drawn at random (any limit, remaining, reset).
- * 2. Safety, what a user would notice: with readings from a provider of either shape (the mock's
- *    exact sliding window or its token bucket, the configured limits, no other client), rounded
- *    as the API rounds them, the provider admits every call llmq admits.
+ * 2. Safety, what a user would notice: at the default headroom (0), with readings from a
+ *    provider of either shape (the mock's exact sliding window or its token bucket, the
+ *    configured limits), exact or rounded as the API rounds them, and another client spending
+ *    on the same key, the provider admits every call llmq admits once llmq has read a reading
+ *    taken after the other client's last spend.
  *
  * Leases are far longer than a run (a lapsed lease is another contract).
  */
@@ -67,6 +70,8 @@ interface Entry {
   a: Amounts;
   /** '' open, 's' stamped, 'b' begun with its input apart. */
   flags: '' | 's' | 'b';
+  /** Stamped, and its answer brought a reading. */
+  read?: boolean;
   score: number;
   readonly scopes: readonly string[];
 }
@@ -144,10 +149,8 @@ class Model {
       const level = Math.min(v.lim, v.rem - half + rate * (this.now - v.at));
       return { room: level - (used + left - v.seen), rate };
     }
-    // Within a step of our own count the reading is ours; beyond it, at its low end.
     const ours = v.seen - v.gone;
-    const h = v.rem + 2 * half + ours >= v.lim ? half : -half;
-    return { room: Math.min(v.lim, v.rem + h + ours) - used, rate: 0 };
+    return { room: Math.min(v.lim, v.rem - half + ours) - used, rate: 0 };
   }
 
   lack(scope: string, d: Dim, a: Amounts) {
@@ -240,7 +243,12 @@ class Model {
         e.score = this.now;
       }
     }
-    if (reading) this.observe(reading.scope, reading.dims, ageMs, id);
+    if (!reading) return;
+    this.observe(reading.scope, reading.dims, ageMs, id);
+    for (const key of [id, `${id}:in`]) {
+      const own = this.entries.get(key);
+      if (own?.flags === 's') own.read = true;
+    }
   }
 
   end(id: string, mode: 'usage' | 'keep' | 'release', use?: { in: number; out: number }) {
@@ -258,21 +266,20 @@ class Model {
     const dIn = holder && mode === 'usage' ? use!.in - holder.a.in : 0;
     const dOut = mode === 'usage' && this.cfg.accounting !== 'reserve' ? use!.out - e.a.out : 0;
     // A reading that may have counted the call counted its input as it was: an estimate above it
-    // moves its count of ours down; one below, a window's count (seen − gone) up, not a
-    // bucket's. The unused output goes back into its bucket.
-    const [up, down] = [Math.max(dIn, 0), Math.min(dIn, 0)];
+    // moves its count of ours down; one below stays charged. The unused output goes back into
+    // its bucket.
+    const down = Math.min(dIn, 0);
     const refund = e.flags === 's' && dOut < 0 ? dOut : 0;
     if (holder && (dIn !== 0 || refund < 0) && holder.flags === 's')
       for (const s of e.scopes)
-        for (const [d, seen, gone, rem] of [
-          ['in', down, up, 0],
-          ['out', refund, 0, refund],
-          ['tok', down + refund, up, refund],
+        for (const [d, seen, rem] of [
+          ['in', down, 0],
+          ['out', refund, refund],
+          ['tok', down + refund, refund],
         ] as const) {
           const v = this.views.get(`${s}|${d}`);
           if (!v || holder.score > v.at) continue;
           v.seen += seen;
-          v.gone -= gone;
           v.rem -= rem;
         }
     if (holder) holder.a.in += dIn;
@@ -284,14 +291,16 @@ class Model {
 
   /**
    * Ours the reading of call `id` (sent at `since`) may not have counted: calls not begun (with
-   * `produced`, output still to come), and calls begun since (`late`). Its own call it counted.
+   * `produced`, output still to come), and calls begun since without a reading (`late`). Its own
+   * call it counted.
    */
   private uncounted(scope: string, since: number, id: string) {
     const pending = { req: 0, in: 0, out: 0, tok: 0 };
     const late = { req: 0, in: 0, out: 0, tok: 0 };
     for (const e of this.entries.values()) {
-      if (e.score < since || !e.scopes.includes(scope)) continue;
+      if (e.score <= since || !e.scopes.includes(scope)) continue;
       if ((e.id === id || e.id === `${id}:in`) && e.flags === 's') continue;
+      if (e.flags === 's' && e.read) continue;
       const t = e.flags === 's' ? late : pending;
       for (const d of DIMS) t[d] += amount(e.a, d);
     }
@@ -299,16 +308,16 @@ class Model {
   }
 
   /**
-   * Whether the stored reading stands against `fresh`: on a bucket, readings of calls in flight
-   * together (stored since fresh's call was sent) each bound the provider's room from below; the
-   * one that leaves more stands.
+   * Whether the stored reading stands against `fresh`: of readings of calls in flight together
+   * (stored since fresh's call was sent), the one that leaves less room stands (another client
+   * may have spent between them).
    */
   private stands(scope: string, d: Dim, fresh: View, since: number): boolean {
     const v = this.views.get(`${scope}|${d}`);
-    if (!v || v.at < since || v.lim !== fresh.lim || this.shape.get(scope) !== 'b') return false;
+    if (!v || v.at <= since || v.lim !== fresh.lim) return false;
     const used = this.used(scope, d);
     const old = this.projected(scope, d, v, used);
-    return old !== undefined && old.room > this.projected(scope, d, fresh, used)!.room;
+    return old !== undefined && old.room < this.projected(scope, d, fresh, used)!.room;
   }
 
   /** The reading of call `id`, sent `ageMs` ago. */
@@ -336,7 +345,7 @@ class Model {
       const f = `${scope}|${d}`;
       const left = this.left.get(f) ?? 0;
       const seen = this.used(scope, d) + left - pending[d] - late[d];
-      const gone = left - late[d];
+      const gone = left;
       const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone };
       if (!this.stands(scope, d, fresh, this.now - age)) this.views.set(f, fresh);
       if (r.reset > 0 && r.limit > 0) {
@@ -643,11 +652,66 @@ async function agreementScenario(cfg: Config, ops: readonly Op[]): Promise<void>
   }
 }
 
-/** Calls of random sizes against a provider of `shape` with the configured global limits. */
+/** One step of a safety run: llmq's call, then time passing; before it, a foreign client's. */
+interface SafetyStep {
+  in: number;
+  out: number;
+  outPct: number;
+  ms: number;
+  lateMs: number;
+  /** Tokens the foreign client spends on the key before llmq's call (0: none). */
+  foreign: number;
+}
+
+/** Token limits made multiples of {@link ROUNDING}. */
+function roundLimits(l: DimensionLimits): DimensionLimits {
+  const round = (n: number | undefined) =>
+    n === undefined ? undefined : Math.max(1, Math.round(n / ROUNDING)) * ROUNDING;
+  return {
+    ...l,
+    ...(l.inputTokens !== undefined ? { inputTokens: round(l.inputTokens) } : {}),
+    ...(l.outputTokens !== undefined ? { outputTokens: round(l.outputTokens) } : {}),
+    ...(l.tokens !== undefined ? { tokens: round(l.tokens) } : {}),
+  };
+}
+
+/** The rounding of rounded readings: limits are multiples of it, as the API's are of 1,000. */
+const ROUNDING = 50;
+
+const HEADER_OF_CHARGE = {
+  requests: 'requests',
+  input_tokens: 'input-tokens',
+  output_tokens: 'output-tokens',
+  tokens: 'tokens',
+} as const;
+
+/**
+ * The provider's rate-limit headers now: exact, or each token reading rounded to the nearest
+ * {@link ROUNDING}, as the API rounds its readings to the nearest thousand.
+ */
+function providerHeaders(provider: RateLimiter, t: number, rounded: boolean) {
+  const headers: Record<string, string> = {};
+  const state = Object.entries(provider.state(t));
+  const step = rounded ? ROUNDING : 1;
+  for (const [dim, st] of state) {
+    const round = dim === 'requests' ? 1 : step;
+    const remaining = Math.round(st.remaining / round) * round;
+    const name = HEADER_OF_CHARGE[dim as keyof typeof HEADER_OF_CHARGE];
+    Object.assign(headers, rateHeaders(name, st.limit, remaining, st.resetAt - t, t));
+  }
+  return headers;
+}
+
+/**
+ * Calls of random sizes against a provider of `shape` with the configured global limits, and a
+ * foreign client spending on the same key. llmq cannot see a foreign spend before a reading
+ * taken after it: a call it admits blind (no such reading yet) may draw a 429, which brings
+ * the reading. Every call admitted with the provider's word on every foreign spend must fit.
+ */
 async function safetyScenario(
-  cfg: Config,
+  cfg: Config & { rounded: boolean },
   shape: 'sliding' | 'bucket',
-  steps: readonly { in: number; out: number; outPct: number; ms: number; lateMs: number }[],
+  steps: readonly SafetyStep[],
 ): Promise<void> {
   const names = testNames('limsafe');
   let t = 1_800_000_000_000;
@@ -668,21 +732,38 @@ async function safetyScenario(
     /** Its headers reach llmq then (a slow process, a late packet): calls sent after go first. */
     beginAt: number;
     headers: Record<string, string> | undefined;
+    /** The provider's events before its reading (see `event`). */
+    readingOf: number;
     endsAt: number;
     call: CallHandle;
-    ticket: LimitTicket;
+    /** The provider's admission; undefined: it refused the call (a 429). */
+    ticket: LimitTicket | undefined;
     out: number;
   }
   const inFlight: Sent[] = [];
   const trace: string[] = [];
-  const begin = async (f: Sent) => {
+  // The provider's events in order: the last foreign spend's, and the newest reading llmq holds.
+  let event = 0;
+  let foreignAt = -1;
+  let readAt = -1;
+  // An answer: a 429's reading, its budget back; or the response's start and its reading.
+  const answer = async (f: Sent) => {
     if (!f.headers) return;
-    await f.call.begin(f.headers, t - f.sentAt);
+    if (!f.ticket) {
+      await f.call.failed({ charged: false }, f.headers, t - f.sentAt);
+      inFlight.splice(inFlight.indexOf(f), 1);
+    } else await f.call.begin(f.headers, t - f.sentAt);
+    readAt = Math.max(readAt, f.readingOf);
     f.headers = undefined;
   };
   try {
     for (const s of steps) {
       trace.push(`t+${t - 1_800_000_000_000} ${JSON.stringify(s)}`);
+      if (s.foreign > 0) {
+        const half = Math.ceil(s.foreign / 2);
+        const charge = { requests: 1, input_tokens: half, output_tokens: half, tokens: 2 * half };
+        if (provider.consume(charge, t).admitted) foreignAt = ++event;
+      }
       const c = { requests: 1, inputTokens: s.in, outputTokens: s.out };
       const d = await lim.tryAcquire(c).catch(() => undefined);
       if (d?.ok) {
@@ -692,43 +773,30 @@ async function safetyScenario(
           output_tokens: s.out,
           tokens: s.in + s.out,
         };
+        const informed = readAt >= foreignAt;
         const a = provider.consume(charge, t);
-        expect(a.admitted, `the provider refused a call llmq admitted:\n${trace.join('\n')}`).toBe(
-          true,
-        );
-        if (!a.admitted) break;
-        const headers: Record<string, string> = {};
-        // One step for every token reading, as the API rounds each to the nearest thousand.
-        const state = Object.entries(provider.state(t));
-        const tokenLimits = state.filter(([d]) => d !== 'requests').map(([, st]) => st.limit);
-        const step = Math.max(1, Math.floor(Math.min(...tokenLimits) / 40));
-        for (const [dim, st] of state) {
-          const name = {
-            requests: 'requests',
-            input_tokens: 'input-tokens',
-            output_tokens: 'output-tokens',
-            tokens: 'tokens',
-          }[dim]!;
-          const round = dim === 'requests' ? 1 : step;
-          const remaining = Math.round(st.remaining / round) * round;
-          Object.assign(headers, rateHeaders(name, st.limit, remaining, st.resetAt - t, t));
-        }
-        const f: Sent = {
+        if (!a.admitted)
+          expect(informed, `the provider refused a call llmq admitted:\n${trace.join('\n')}`).toBe(
+            false,
+          );
+        // Its answer (a 429 too) comes after the provider's decision: a millisecond at least.
+        inFlight.push({
           sentAt: t,
-          beginAt: t + s.lateMs,
-          headers,
-          endsAt: t + Math.max(200, s.lateMs),
+          beginAt: t + 1 + s.lateMs,
+          headers: providerHeaders(provider, t, cfg.rounded),
+          readingOf: ++event,
+          endsAt: t + Math.max(200, 1 + s.lateMs),
           call: lim.call(d.reservation),
-          ticket: a.ticket,
+          ticket: a.admitted ? a.ticket : undefined,
           out: Math.floor((s.out * s.outPct) / 100),
-        };
-        inFlight.push(f);
-        if (s.lateMs === 0) await begin(f);
+        });
       }
       t += s.ms;
       const due = inFlight.filter((x) => x.headers && x.beginAt <= t);
-      for (const f of due.sort((x, y) => x.beginAt - y.beginAt)) await begin(f);
-      for (const f of inFlight.filter((x) => x.endsAt <= t)) {
+      for (const f of due.sort((x, y) => x.beginAt - y.beginAt)) await answer(f);
+      for (const f of inFlight.filter(
+        (x): x is Sent & { ticket: LimitTicket } => x.ticket !== undefined && x.endsAt <= t,
+      )) {
         if (cfg.accounting !== 'reserve')
           provider.refund(
             f.ticket,
@@ -749,7 +817,9 @@ async function safetyScenario(
 
 // LIM_RUNS: runs per accounting mode; LIM_SEED: replay the seed a failure printed.
 const runs = Number(process.env['LIM_RUNS'] ?? 150);
-const seed = process.env['LIM_SEED'] ? { seed: Number(process.env['LIM_SEED']) } : {};
+const seed = process.env['LIM_SEED']
+  ? { seed: Number(process.env['LIM_SEED']), path: process.env['LIM_PATH'] }
+  : {};
 
 describe('the limiter against a reference model', () => {
   for (const accounting of ['reserve', 'actual', 'produced'] as const) {
@@ -765,28 +835,37 @@ describe('the limiter against a reference model', () => {
   }
 
   for (const shape of ['sliding', 'bucket'] as const) {
-    it(`never admits a call a ${shape} provider refuses, its readings rounded`, async () => {
-      const step = fc.record({
-        in: fc.integer({ min: 0, max: 600 }),
-        out: fc.integer({ min: 1, max: 600 }),
-        outPct: fc.integer({ min: 0, max: 100 }),
-        ms: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 2_000 })),
-        // Its headers come late: calls sent after it may begin first.
-        lateMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 400 })),
-      });
-      const scenario = fc.record({
-        cfg: fc.record({
-          accounting: fc.constantFrom<OutputAccounting>('reserve', 'actual', 'produced'),
-          headroom: fc.constantFrom(0.01, 0.05),
-          concurrency: fc.constantFrom(0, 4),
-          limits: fc.record({ global: limitsArb(1_000, 4_000) }),
-        }),
-        steps: fc.array(step, { minLength: 5, maxLength: 80 }),
-      });
-      await fc.assert(
-        fc.asyncProperty(scenario, ({ cfg, steps }) => safetyScenario(cfg, shape, steps)),
-        { numRuns: Math.ceil(runs / 2), ...seed },
-      );
-    }, 300_000);
+    for (const rounded of [false, true]) {
+      const readings = rounded ? 'rounded' : 'exact';
+      it(`at the default headroom, never admits a call a ${shape} provider refuses once it read every foreign spend (${readings} readings)`, async () => {
+        const step = fc.record({
+          in: fc.integer({ min: 0, max: 600 }),
+          out: fc.integer({ min: 1, max: 600 }),
+          outPct: fc.integer({ min: 0, max: 100 }),
+          ms: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 2_000 })),
+          // Its headers come late: calls sent after it may begin first.
+          lateMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 400 })),
+          // Another client on the key: about a third of the steps, calls as large as llmq's.
+          foreign: fc.oneof(
+            { weight: 2, arbitrary: fc.constant(0) },
+            { weight: 1, arbitrary: fc.integer({ min: 1, max: 1_200 }) },
+          ),
+        });
+        const scenario = fc.record({
+          cfg: fc.record({
+            accounting: fc.constantFrom<OutputAccounting>('reserve', 'actual', 'produced'),
+            headroom: fc.constant(0),
+            concurrency: fc.constantFrom(0, 4),
+            limits: fc.record({ global: limitsArb(1_000, 4_000).map(roundLimits) }),
+            rounded: fc.constant(rounded),
+          }),
+          steps: fc.array(step, { minLength: 5, maxLength: 80 }),
+        });
+        await fc.assert(
+          fc.asyncProperty(scenario, ({ cfg, steps }) => safetyScenario(cfg, shape, steps)),
+          { numRuns: Math.ceil(runs / 2), ...seed },
+        );
+      }, 300_000);
+    }
   }
 });

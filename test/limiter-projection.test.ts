@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
-import { eachTestRedis, rateHeaders, settle, start, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestRedis, rateHeaders, settle, start, testLimiter } from './helpers.ts';
 
 /*
  * The provider's view (docs/limiter.md): a reading is the provider's count when it admitted the
@@ -111,12 +111,13 @@ describe('a window-shaped provider', () => {
     expect((await lim.tryAcquire(cost(1_000))).ok).toBe(true);
   });
 
-  it("takes spend within the reading's rounding for ours, and beyond it for another client's", async () => {
+  it('counts a rounded reading at the low end of its rounding, ours or not', async () => {
     const lim = make();
     const r = await admitted(lim, cost(300));
-    // Rounded to the nearest 100: 3,700 is within it of our 3,700 left; the step is learned.
+    // Rounded to the nearest 100 (the step is learned): 3,700 may be 50 above the truth, even
+    // where it agrees with our 3,700 left (another client may have spent up to 50).
     await start(lim, r, windowReading(3_700));
-    expect(await tokensView(lim)).toMatchObject({ step: 100, providerRoom: 3_700 });
+    expect(await tokensView(lim)).toMatchObject({ step: 100, providerRoom: 3_650 });
     t += 1;
     const b = await admitted(lim, cost(300));
     // 3,400 of ours left, the provider says 3,000: another client's spend, and the reading
@@ -124,6 +125,23 @@ describe('a window-shaped provider', () => {
     await start(lim, b, windowReading(3_000));
     expect((await tokensView(lim)).providerRoom).toBe(2_950);
     expect((await lim.tryAcquire(cost(2_951))).ok).toBe(false);
+  });
+
+  it('takes the calls past a cut-short scan of pending calls as not counted: no room added', async () => {
+    const lim = make({ limits: { tokens: 20_000 } });
+    const r = await admitted(lim, cost(1));
+    // More calls not begun than one reading's scan of them reads (2,000): 2,050 of 2 tokens.
+    let pending = 0;
+    while (pending < 2_050) {
+      const n = Math.min(500, 2_050 - pending);
+      const more = Array.from({ length: n - 1 }, () => cost(2));
+      pending += (await acquireMany(lim, cost(2), { more })).length;
+    }
+    // The reading counted r alone (4,999 is no multiple of a step: exact). The provider has
+    // 4,999 less the 4,100 not begun at most; the 50 calls the scan did not read count too.
+    await start(lim, r, windowReading(4_999, 20_000));
+    expect((await tokensView(lim)).providerRoom).toBeLessThanOrEqual(4_999 - 4_100);
+    expect((await lim.tryAcquire(cost(900))).ok).toBe(false);
   });
 
   it("caps the configured limit by the provider's, and reads one where none is configured", async () => {
@@ -215,21 +233,24 @@ describe('a bucket-shaped provider', () => {
     const b = await admitted(lim, cost(1_000));
     t += 10;
     await start(lim, b, bucketReading(1_997), 10);
-    // a's answer comes after b's with what was left before b: b, begun since a was sent, is
-    // taken from it (the provider has 2,001 now: 1,997 and 10 ms of refill).
+    // b's reading cannot tell whether a, not begun then, was admitted before it: it leaves
+    // 998 (1,997, 4 refilled, less a). a's answer comes after b's, with what was left before
+    // b; of readings of calls in flight together, the one that leaves less room stands: a
+    // reading older than another client's spend would show room that is gone.
     t += 10;
     await start(lim, a, bucketReading(2_997), 30);
-    expect((await tokensView(lim)).providerRoom).toBe(1_997);
+    expect((await tokensView(lim)).providerRoom).toBe(998);
   });
 
-  it('keeps, of the answers of calls in flight together, the one that leaves more room', async () => {
+  it('takes a call begun with a reading as counted by the newest reading', async () => {
     const lim = make();
     // Both sent at once; the provider admits a, then b: 2,997 left after a, 1,994 after b.
     const a = await admitted(lim, cost(1_003));
     const b = await admitted(lim, cost(1_003));
     t += 2;
     await start(lim, a, bucketReading(2_997), 2);
-    // b's answer cannot tell whether a came before it: by itself it leaves 991 (1,994 less a).
+    // a brought a reading: it was admitted before the newest reading, whichever that is, and
+    // of the two the one that leaves less room stands: b's, which counted a.
     await start(lim, b, bucketReading(1_994), 2);
     expect((await tokensView(lim)).providerRoom).toBe(1_994);
     expect((await lim.tryAcquire(cost(1_995))).ok).toBe(false);

@@ -74,19 +74,18 @@ local function stamp(id)
 end
 
 -- A call begun before the reading settles. The provider had counted its input as it was: an
--- estimate above it is no room coming back (the reading's count follows it down); one below it,
--- a window's count of ours (seen − gone) follows up, a bucket's keeps charged (the call may be
--- late, see reading.lua). Its unused output (`refund` < 0) goes back into the reading's bucket,
--- which its capacity caps.
+-- estimate above it is no room coming back (the reading's count follows it down); one below it
+-- stays charged (the call may be late, see reading.lua). Its unused output (`refund` < 0) goes
+-- back into the reading's bucket, which its capacity caps.
 local function recount(id, scopes, dIn, refund)
   local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
-  local up, down = math.max(dIn, 0), math.min(dIn, 0)
-  local by = { ['in'] = { down, up, 0 }, out = { refund, 0, refund }, tok = { down + refund, up, refund } }
+  local down = math.min(dIn, 0)
+  local by = { ['in'] = { down, 0 }, out = { refund, refund }, tok = { down + refund, refund } }
   for _, s in ipairs(scopes) do
     for d, c in pairs(by) do
       local f = s .. '|' .. d .. '|'
       if stamped <= tonumber(redis.call('HGET', KEYS[5], f .. 'at') or '-inf') then
-        for k, n in pairs({ seen = c[1], gone = -c[2], rem = -c[3] }) do
+        for k, n in pairs({ seen = c[1], rem = -c[2] }) do
           if n ~= 0 then redis.call('HINCRBY', KEYS[5], f .. k, n) end
         end
       end

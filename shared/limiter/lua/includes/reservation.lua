@@ -1,5 +1,6 @@
 -- A reservation in the res hash: "requests|input|output|flags|scopes"; flags "" open, "s" stamped,
--- "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the output open).
+-- "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the output open),
+-- and "r" beside "s" once the call's answer brought a reading (`read`, see reading.lua).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -12,11 +13,14 @@ local function decode(enc)
   local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   local list = {}
   for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
-  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out), flags = flags, scopes = list }
+  local read = string.find(flags, 'r', 1, true) ~= nil
+  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out),
+    flags = (string.gsub(flags, 'r', '')), read = read, scopes = list }
 end
 
 local function encode(r)
-  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. r.flags .. '|' .. table.concat(r.scopes, ',')
+  local flags = r.flags .. (r.read and 'r' or '')
+  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. flags .. '|' .. table.concat(r.scopes, ',')
 end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }

@@ -1,6 +1,6 @@
 -- The provider's view (docs/limiter.md), per "scope|dim": `|lim` its limit, `|rem` its remaining
--- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending), `|gone`
--- our left then; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
+-- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending − late),
+-- `|gone` our left then; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
 
 -- The stored reading of `field`, or false (read once a run).
 local function view_of(ctx, field)
@@ -23,8 +23,7 @@ local function shape_of(ctx, scope, d)
 end
 
 -- The provider's room in d by reading v (our `used`, `left`), its refill per ms (0: a window);
--- nil once v is a window old. A reading counts at the low end of its rounding; a window's as
--- ours while within a step of our own count (the dead band).
+-- nil once v is a window old. A reading counts at the low end of its rounding.
 local function projected(ctx, scope, d, v, used, left)
   if not v or ctx.now >= v.at + ctx.windowMs then return nil, 0 end
   local shape, half = shape_of(ctx, scope, d)
@@ -33,6 +32,5 @@ local function projected(ctx, scope, d, v, used, left)
     return math.min(v.lim, v.rem - half + rate * (ctx.now - v.at)) - (used + left - v.seen), rate
   end
   local ours = v.seen - v.gone
-  local h = v.rem + 2 * half + ours >= v.lim and half or -half
-  return math.min(v.lim, v.rem + h + ours) - used, 0
+  return math.min(v.lim, v.rem - half + ours) - used, 0
 end
