@@ -115,7 +115,10 @@ describe('the mock-anthropic command', () => {
     [{ otpm: '0' }, '--otpm must be a positive integer, got "0"'],
     [{ tpm: '1.5' }, '--tpm must be a positive integer, got "1.5"'],
     [{ window: '0' }, '--window must be a number of seconds from 0.001 to 86400, got "0"'],
-    [{ outputAccounting: 'lazy' }, '--output-accounting must be reserve or actual, got "lazy"'],
+    [
+      { outputAccounting: 'lazy' },
+      '--output-accounting must be reserve, actual or produced, got "lazy"',
+    ],
     [{ outputShare: '0.9-0.3' }, '--output-share must be a share from 0 to 1, or a range'],
     [{ outputShare: 'half' }, '--output-share must be a share from 0 to 1, or a range'],
     [{ faultDrop: '1.5' }, '--fault-drop must be a rate from 0 to 1, got "1.5"'],

@@ -204,6 +204,39 @@ describe('mock Anthropic rate limits, as the SDK sees them', () => {
     expect(actual.stats().worstWindow.output_tokens).toBeLessThanOrEqual(1000);
   });
 
+  it("charges output as it is produced with 'produced' accounting: none at admission, yet a spent output budget refuses", async () => {
+    const mock = await start({
+      limits: { outputTokens: 1000 },
+      outputShare: 0.25,
+      outputAccounting: 'produced',
+      latencyPerOutputTokenMs: 1,
+    });
+    const client = sdk(mock);
+    // max_tokens above the limit: not charged at admission, so admitted; it writes 500 tokens.
+    const first = await client.messages.create(request(2000)).withResponse();
+    expect(first.response.headers.get('anthropic-ratelimit-output-tokens-remaining')).toBe('1000');
+    expect(first.data.usage.output_tokens).toBe(500);
+    expect(mock.stats().spent.output_tokens).toBe(500);
+    // A stream is charged as its tokens go out: partly while it runs, all of it at the end.
+    const stream = client.messages.stream(request(2000));
+    let deltas = 0;
+    let midway = 0;
+    stream.on('text', () => {
+      deltas++;
+      if (deltas === 8) midway = mock.stats().spent.output_tokens;
+    });
+    const second = await stream.finalMessage();
+    expect(second.usage.output_tokens).toBe(500);
+    expect(midway).toBeGreaterThan(500);
+    expect(midway).toBeLessThan(1000);
+    expect(mock.stats().spent.output_tokens).toBe(1000);
+    // The output budget is spent: the next call is refused, whatever its max_tokens.
+    const refused = await client.messages.create(request(1)).catch((caught: unknown) => caught);
+    expect(refused).toBeInstanceOf(RateLimitError);
+    expect(mock.stats().rateLimited.output_tokens).toBe(1);
+    expect(mock.stats().outputAccounting).toBe('produced');
+  });
+
   it('tells the SDK not to retry a request that can never fit', async () => {
     const mock = await start({ limits: { outputTokens: 1000 } });
     const refused = await sdk(mock, 2)

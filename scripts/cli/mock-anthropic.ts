@@ -65,7 +65,11 @@ export function registerMockAnthropicCommand(program: Command): void {
     )
     .option('--window <seconds>', 'rate-limit window in seconds (decimals allowed)', '60')
     .option('--algo <algorithm>', 'sliding (exact window log) or bucket (token bucket)', 'sliding')
-    .option('--output-accounting <mode>', 'reserve (max_tokens stays charged) or actual', 'reserve')
+    .option(
+      '--output-accounting <mode>',
+      'reserve (max_tokens stays charged), actual (the unused part given back) or produced (output charged as produced, as the API does today)',
+      'reserve',
+    )
     .option(
       '--chars-per-token <n>',
       'count input as characters / n + a per-message overhead (default: the mock tokenizer)',

@@ -184,6 +184,7 @@ async function answer(
           }
         : {};
     res.write(chunkMessage({ ...data, ...metrics }));
+    outcome.produce(progress.sent);
   }
   res.end();
   outcome.settle(progress.sent);

@@ -23,7 +23,7 @@ import {
   retryAfterSeconds,
   spendCapMessage,
 } from './rate-limit-responses.ts';
-import type { Charge } from './rate-limits.ts';
+import type { Admission, Charge, OutputAccounting, RateLimiter } from './rate-limits.ts';
 import {
   describeIssue,
   firstIssue,
@@ -58,7 +58,15 @@ export interface Admitted {
   readonly headers: OutgoingHttpHeaders;
   /** Whether the stream fails midway with an error event, or goes silent (a fault). */
   readonly midway: MidwayFault;
-  /** Gives back the unused output (`outputAccounting: 'actual'`) once `sent` tokens went out. */
+  /**
+   * Charges the output produced so far, `sent` tokens in all (`outputAccounting: 'produced'`);
+   * the answer calls it as its tokens go out.
+   */
+  produce(sent: number): void;
+  /**
+   * The response ended with `sent` tokens out: the unused output given back (`actual`), or the
+   * rest of what was produced charged (`produced`).
+   */
   settle(sent: number): void;
 }
 
@@ -162,6 +170,26 @@ function frontDoor(
   return undefined;
 }
 
+/**
+ * Charges `cost`, or refuses it. Under `produced` the output is charged as it comes, yet a call
+ * finds no room while the output budget is spent: it must fit one output token, taken back.
+ */
+function consumeCall(
+  limiter: RateLimiter,
+  cost: Charge,
+  accounting: OutputAccounting,
+  now: number,
+): Admission {
+  if (accounting !== 'produced') return limiter.consume(cost, now);
+  const one = { output_tokens: 1, tokens: 1 };
+  const admission = limiter.consume(
+    { ...cost, output_tokens: cost.output_tokens + 1, tokens: cost.tokens + 1 },
+    now,
+  );
+  if (admission.admitted) limiter.refund(admission.ticket, one, now);
+  return admission;
+}
+
 /** Charges the call to its model's limits, or refuses it with the limit that said no. */
 function admit(
   state: MockState,
@@ -173,14 +201,15 @@ function admit(
   const { options, stats } = state;
   const usage = planned.use;
   const input = usage.inputTokens + usage.creationTokens;
+  const output = options.outputAccounting === 'produced' ? 0 : request.max_tokens;
   const cost: Charge = {
     requests: 1,
     input_tokens: input,
-    output_tokens: request.max_tokens,
-    tokens: input + request.max_tokens,
+    output_tokens: output,
+    tokens: input + output,
   };
   const limiter = state.limiterFor(request.model);
-  const admission = limiter.consume(cost, now);
+  const admission = consumeCall(limiter, cost, options.outputAccounting, now);
   const headers: OutgoingHttpHeaders = rateLimitHeaders(limiter.state(now), options.roundReadings);
   if (!admission.admitted) {
     stats.rateLimited(admission.dimension);
@@ -201,7 +230,18 @@ function admit(
   const record = stats.admit(now, cost);
   stats.cache(usage);
   const generation = state.generation;
+  let charged = 0;
+  const produce = (sent: number) => {
+    if (options.outputAccounting !== 'produced' || generation !== state.generation) return;
+    const more = Math.min(sent, request.max_tokens) - charged;
+    if (more <= 0) return;
+    charged += more;
+    const amount: Partial<Charge> = { output_tokens: more, tokens: more };
+    limiter.spend(amount, Date.now());
+    stats.produced(record, amount);
+  };
   const settle = (sent: number) => {
+    produce(sent);
     if (options.outputAccounting !== 'actual' || generation !== state.generation) return;
     const unused = request.max_tokens - sent;
     if (unused <= 0) return;
@@ -218,5 +258,5 @@ function admit(
   };
   const midway = call.stream ? state.faults.midStream() : null;
   if (midway) stats.fault(midway === 'error' ? 'midStreamError' : 'stall');
-  return { kind: 'admitted', answer, headers, midway, settle };
+  return { kind: 'admitted', answer, headers, midway, produce, settle };
 }

@@ -98,6 +98,7 @@ export async function streamAnswer(
   )) {
     if (res.destroyed) break;
     res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    outcome.produce(progress.sent);
   }
   res.end();
   outcome.settle(progress.sent);

@@ -71,7 +71,9 @@ export const mockAnthropicOptionsSchema = z
       limits: limitsSchema.optional(),
       modelLimits: z.record(z.string().min(1), limitsSchema).optional(),
       algorithm: z.enum(['sliding', 'bucket'], { error: 'sliding or bucket' }).optional(),
-      outputAccounting: z.enum(['reserve', 'actual'], { error: 'reserve or actual' }).optional(),
+      outputAccounting: z
+        .enum(['reserve', 'actual', 'produced'], { error: 'reserve, actual or produced' })
+        .optional(),
       charsPerToken: z
         .number({ error: 'a number of characters from 0.1 to 100' })
         .min(0.1, { error: 'a number of characters from 0.1 to 100' })

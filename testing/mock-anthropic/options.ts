@@ -9,7 +9,7 @@ import type { FaultRates } from './faults.ts';
 import { type OptionLabels, toConfigError } from './options-errors.ts';
 import { faultRatesSchema, mockAnthropicOptionsSchema } from './options-schema.ts';
 import type { OutputShare } from './output.ts';
-import type { Algorithm, Limits } from './rate-limits.ts';
+import type { Algorithm, Limits, OutputAccounting } from './rate-limits.ts';
 import { type InputCounting, MESSAGE_OVERHEAD_TOKENS } from './tokenizer.ts';
 
 /**
@@ -26,6 +26,7 @@ import { type InputCounting, MESSAGE_OVERHEAD_TOKENS } from './tokenizer.ts';
  * };
  * ```
  */
+
 export interface MockAnthropicOptions {
   /** Interface to bind. @default '127.0.0.1' */
   readonly host?: string;
@@ -61,9 +62,11 @@ export interface MockAnthropicOptions {
    * `reserve`: `max_tokens` is charged as output at admission and stays charged.
    * `actual`: `max_tokens` is charged at admission, and the unused part is given back when the
    * response ends (successfully or not).
+   * `produced`: nothing of the output is charged at admission (an exhausted output budget still
+   * refuses), and the output is charged as it is produced: the API's current documentation.
    * @default 'reserve'
    */
-  readonly outputAccounting?: 'reserve' | 'actual';
+  readonly outputAccounting?: OutputAccounting;
   /**
    * Count input tokens as `ceil(characters / charsPerToken)` plus `perMessageTokens` a message,
    * in `/v1/messages` (usage and limits) and `count_tokens` alike: a provider whose counter
@@ -130,7 +133,7 @@ export interface ResolvedMockAnthropicOptions {
   /** Limits by model name prefix. */
   readonly modelLimits: Readonly<Record<string, Limits>>;
   readonly algorithm: Algorithm;
-  readonly outputAccounting: 'reserve' | 'actual';
+  readonly outputAccounting: OutputAccounting;
   readonly inputCounting: InputCounting;
   readonly latencyMs: number;
   readonly latencyPerOutputTokenMs: number;

@@ -21,6 +21,12 @@ export type Dimension = (typeof DIMENSIONS)[number];
  */
 export type Charge = Record<Dimension, number>;
 
+/**
+ * When the mock charges a call's output: all of `max_tokens` at admission (`reserve`), then less
+ * what went unused (`actual`), or only as it is produced (`produced`).
+ */
+export type OutputAccounting = 'reserve' | 'actual' | 'produced';
+
 /** Limit per window for each limited dimension; an absent dimension is unlimited. */
 export type Limits = Partial<Record<Dimension, number>>;
 
@@ -65,6 +71,11 @@ export interface RateLimiter {
   consume(cost: Charge, now: number): Admission;
   /** Gives back part of an admission's charge (never more than is still charged). */
   refund(ticket: LimitTicket, amount: Partial<Charge>, now: number): void;
+  /**
+   * Charges `amount` at `now` whatever is left (output as it is produced: the API counts it,
+   * it does not refuse it midway); a bucket may go below empty.
+   */
+  spend(amount: Partial<Charge>, now: number): void;
   /** The state of each limited dimension at `now`. */
   state(now: number): Partial<Record<Dimension, DimensionState>>;
 }
@@ -190,6 +201,12 @@ export function createSlidingWindowLimiter(limits: Limits, windowMs: number): Ra
         if (inWindow) used[dimension] -= back;
       }
     },
+    spend(amount, now) {
+      prune(now);
+      const charge = { ...zeroCharge(), ...amount };
+      log.push({ at: now, charge });
+      for (const dimension of DIMENSIONS) used[dimension] += charge[dimension];
+    },
     state(now) {
       prune(now);
       const states: Partial<Record<Dimension, DimensionState>> = {};
@@ -265,6 +282,12 @@ export function createTokenBucketLimiter(limits: Limits, windowMs: number): Rate
         if (limit !== undefined) {
           level.set(dimension, Math.min(limit, (level.get(dimension) ?? limit) + back));
         }
+      }
+    },
+    spend(amount, now) {
+      refill(now);
+      for (const [dimension, limit] of limited) {
+        level.set(dimension, (level.get(dimension) ?? limit) - (amount[dimension] ?? 0));
       }
     },
     state(now) {

@@ -11,6 +11,7 @@ import {
   type Charge,
   DIMENSIONS,
   type Dimension,
+  type OutputAccounting,
   zeroCharge,
 } from './rate-limits.ts';
 
@@ -28,7 +29,7 @@ import {
 export interface MockStats {
   windowMs: number;
   algorithm: Algorithm;
-  outputAccounting: 'reserve' | 'actual';
+  outputAccounting: OutputAccounting;
   limits: { requests?: number; input_tokens?: number; output_tokens?: number; tokens?: number };
   /** Every `POST /v1/messages` received. */
   attempts: number;
@@ -41,7 +42,7 @@ export interface MockStats {
   responses: Record<string, number>;
   /** 429s by the limit that refused. */
   rateLimited: Record<Dimension | 'spend_cap', number>;
-  /** Totals actually charged (after refunds in 'actual' mode). */
+  /** Totals actually charged (after refunds in 'actual' mode, output as produced in 'produced'). */
   spent: Charge;
   /**
    * Per dimension, the largest total charged to admissions that fall in one interval
@@ -81,7 +82,7 @@ export interface AdmissionRecord {
 export interface StatsConfig {
   windowMs: number;
   algorithm: Algorithm;
-  outputAccounting: 'reserve' | 'actual';
+  outputAccounting: OutputAccounting;
   limits: Partial<Record<Dimension, number>>;
 }
 
@@ -95,6 +96,8 @@ export interface StatsRecorder {
   /** What an admitted call wrote to and read from the prompt cache. */
   cache(use: CacheUse): void;
   refund(record: AdmissionRecord, amount: Partial<Charge>): void;
+  /** Charges an admitted call what it produced since (`outputAccounting: 'produced'`). */
+  produced(record: AdmissionRecord, amount: Partial<Charge>): void;
   snapshot(): MockStats;
 }
 
@@ -154,6 +157,13 @@ export function createStatsRecorder(config: StatsConfig): StatsRecorder {
         const back = Math.min(Math.max(amount[dimension] ?? 0, 0), record.charge[dimension]);
         record.charge[dimension] -= back;
         spent[dimension] -= back;
+      }
+    },
+    produced(record, amount) {
+      for (const dimension of DIMENSIONS) {
+        const more = Math.max(amount[dimension] ?? 0, 0);
+        record.charge[dimension] += more;
+        spent[dimension] += more;
       }
     },
     snapshot() {
