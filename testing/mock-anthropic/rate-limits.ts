@@ -24,6 +24,7 @@ export type Charge = Record<Dimension, number>;
 /**
  * When the mock charges a call's output: all of `max_tokens` at admission (`reserve`), then less
  * what went unused (`actual`), or only as it is produced (`produced`).
+ * @inline
  */
 export type OutputAccounting = 'reserve' | 'actual' | 'produced';
 
