@@ -5,12 +5,14 @@ import {
   type SpendLine,
   spendReport,
 } from '../shared/budgets.ts';
+
 /**
  * Reads what the fleet wrote to Redis about each queue (BullMQ's job counts, the limiter's
  * window, the shared pause, the breaker, the workers' counters) into one plain view. The
  * limiter page's JSON and `/metrics` are both made from it, so they never disagree.
  */
 
+import { type BreakerReading, type BreakerState, readBreaker } from '../shared/breaker-state.ts';
 import {
   type DeploymentCalls,
   type DeploymentStatus,
@@ -31,9 +33,8 @@ import {
 } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { type HistogramSeries, readHistograms } from '../shared/telemetry/histograms.ts';
-import { type BreakerReading, type BreakerState, readBreaker } from '../worker/breaker-state.ts';
 
-export type { BreakerState } from '../worker/breaker-state.ts';
+export type { BreakerState } from '../shared/breaker-state.ts';
 
 /** Everything the dashboard shows about one queue, at one instant (Redis time). */
 export interface QueueView {

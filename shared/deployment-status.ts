@@ -3,7 +3,7 @@
  * of its scope (`deployment:<name>`) against its limits, its pause, its breaker and the calls the
  * workers made on it. Reads only.
  */
-import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
+import { type BreakerReading, readBreaker } from './breaker-state.ts';
 import { deploymentOfScope, deploymentScopeAmong } from './deployment-scope.ts';
 import type { QueueNames } from './keys.ts';
 import { limiterKeys, pauseKeyOf } from './limiter/limiter-keys.ts';

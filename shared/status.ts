@@ -1,4 +1,4 @@
-import { type BreakerReading, readBreaker } from '../worker/breaker-state.ts';
+import { type BreakerReading, readBreaker } from './breaker-state.ts';
 import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { type DeploymentStatus, readDeployments } from './deployment-status.ts';
 import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';

@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
-import type { HeadJob } from '../worker/bullmq-internals.ts';
 import { FairShare } from '../worker/fair-share.ts';
+import type { HeadJob } from '../worker/head-job.ts';
 import { eachTestRedis } from './helpers.ts';
 
 let redis: Redis;

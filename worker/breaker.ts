@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { type BreakerReading, readBreaker } from '../shared/breaker-state.ts';
 import { breakerKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import { type BreakerReading, readBreaker } from './breaker-state.ts';
 
-export type { BreakerState } from './breaker-state.ts';
+export type { BreakerState } from '../shared/breaker-state.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 

@@ -2,7 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import type { QueueNames } from '../shared/keys.ts';
 import { isCluster, type RedisClient } from '../shared/redis.ts';
-import { type HeadJob, HeadPeeker, markerKey } from './bullmq-internals.ts';
+import { HeadPeeker, markerKey } from './bullmq-internals.ts';
+import type { HeadJob } from './head-job.ts';
 
 /** Extra time a blocking pop gets before it is given up as stuck (a dropped connection). */
 const STUCK_MS = 1_000;

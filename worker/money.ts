@@ -5,7 +5,7 @@
 import { actualMicros, type BudgetLedger } from '../shared/budgets.ts';
 import type { Charge } from '../shared/limiter/types.ts';
 import type { PricedUsage } from '../shared/prices.ts';
-import type { HeadJob } from './bullmq-internals.ts';
+import type { HeadJob } from './head-job.ts';
 
 /**
  * What admitting a head job charges: its tokens, its money with budgets, its own scopes if asked;

@@ -2,8 +2,8 @@ import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import { isModelScope } from '../shared/models.ts';
-import type { HeadJob } from './bullmq-internals.ts';
 import type { SentFetch } from './fetch-along.ts';
+import type { HeadJob } from './head-job.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
 import type { DeploymentRooms } from './pool-room.ts';
 

@@ -1,6 +1,6 @@
 import { llmqKey, type QueueNames } from '../shared/keys.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import type { HeadJob } from './bullmq-internals.ts';
+import type { HeadJob } from './head-job.ts';
 
 /** How long a job writing a prefix holds the others back at most (a writer that died). */
 const WRITING_MS = 30_000;

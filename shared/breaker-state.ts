@@ -1,10 +1,10 @@
-import { breakerKey, type QueueNames } from '../shared/keys.ts';
-import type { RedisClient } from '../shared/redis.ts';
+import { breakerKey, type QueueNames } from './keys.ts';
+import type { RedisClient } from './redis.ts';
 
 /** Where the shared breaker stands; `half_open` while one process makes the trial call. */
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
-/** The breaker as its script (`lua/breaker-1.lua`) keeps it in the queue's breaker hash. */
+/** The breaker as its script (`worker/lua/breaker-1.lua`) keeps it in the queue's breaker hash. */
 export interface BreakerReading {
   readonly state: BreakerState;
   /** Consecutive provider failures. */
