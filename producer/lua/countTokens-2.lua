@@ -17,10 +17,14 @@
     {2, limit}  the tenant's limit is spent this minute
 ]]
 local queueLimit, tenantLimit, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if tonumber(redis.call('GET', KEYS[2]) or '0') >= tenantLimit then return {2, tenantLimit} end
-if tonumber(redis.call('GET', KEYS[1]) or '0') >= queueLimit then return {1, queueLimit} end
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= tenantLimit then
+  return { 2, tenantLimit }
+end
+if tonumber(redis.call('GET', KEYS[1]) or '0') >= queueLimit then
+  return { 1, queueLimit }
+end
 for i = 1, 2 do
   redis.call('INCR', KEYS[i])
   redis.call('EXPIRE', KEYS[i], ttl)
 end
-return {0}
+return { 0 }

@@ -69,7 +69,7 @@ for i = 7, #ARGV, 2 do
   if rcall('EXISTS', jobPrefix .. id) == 1 then
     flags[#flags + 1] = '1'
   elseif rcall('ZSCORE', resKey, id) then
-    return {3, id}
+    return { 3, id }
   else
     flags[#flags + 1] = '0'
     fresh[#fresh + 1] = id
@@ -80,15 +80,26 @@ end
 local n = #fresh
 
 if n > 0 and bound > 0 then
-  local depth = rcall('ZCARD', prioritizedKey) + rcall('LLEN', waitKey) + rcall('LLEN', pausedKey)
-    + rcall('ZCARD', delayedKey) + rcall('ZCARD', resKey)
-  if depth + n > bound then return {1, depth, bound} end
+  local depth = rcall('ZCARD', prioritizedKey)
+    + rcall('LLEN', waitKey)
+    + rcall('LLEN', pausedKey)
+    + rcall('ZCARD', delayedKey)
+    + rcall('ZCARD', resKey)
+  if depth + n > bound then
+    return { 1, depth, bound }
+  end
 end
 
 local function isWaiting(id)
-  if rcall('ZSCORE', prioritizedKey, id) or rcall('ZSCORE', delayedKey, id) then return true end
-  if rcall('LLEN', waitKey) > 0 and rcall('LPOS', waitKey, id) then return true end
-  if rcall('LLEN', pausedKey) > 0 and rcall('LPOS', pausedKey, id) then return true end
+  if rcall('ZSCORE', prioritizedKey, id) or rcall('ZSCORE', delayedKey, id) then
+    return true
+  end
+  if rcall('LLEN', waitKey) > 0 and rcall('LPOS', waitKey, id) then
+    return true
+  end
+  if rcall('LLEN', pausedKey) > 0 and rcall('LPOS', pausedKey, id) then
+    return true
+  end
   return false
 end
 
@@ -103,7 +114,9 @@ if n > 0 and tenantBound > 0 then
         count = count - 1
       end
     end
-    if count + n > tenantBound then return {2, count, tenantBound} end
+    if count + n > tenantBound then
+      return { 2, count, tenantBound }
+    end
   end
 end
 
@@ -126,16 +139,27 @@ local function prunedTotal(key)
 end
 
 local function bytesFull(key, limit, fullCode, neverCode)
-  if freshBytes == 0 or limit <= 0 then return nil end
-  if freshBytes > limit then return {neverCode, freshBytes, limit} end
+  if freshBytes == 0 or limit <= 0 then
+    return nil
+  end
+  if freshBytes > limit then
+    return { neverCode, freshBytes, limit }
+  end
   local total = tonumber(rcall('HGET', key, ':total') or '0')
-  if total + freshBytes > limit then total = prunedTotal(key) end
-  if total + freshBytes > limit then return {fullCode, total, limit} end
+  if total + freshBytes > limit then
+    total = prunedTotal(key)
+  end
+  if total + freshBytes > limit then
+    return { fullCode, total, limit }
+  end
   return nil
 end
 
-local full = bytesFull(sizesKey, bytesBound, 4, 6) or bytesFull(tenantSizesKey, tenantBytesBound, 5, 7)
-if full then return full end
+local full = bytesFull(sizesKey, bytesBound, 4, 6)
+  or bytesFull(tenantSizesKey, tenantBytesBound, 5, 7)
+if full then
+  return full
+end
 
 -- A job id may come back (a key's job was removed): its old size is replaced, not added to.
 local function addSize(key, id, size)
@@ -148,10 +172,16 @@ if n > 0 then
   local expiry = now + ttl
   for i = 1, n do
     rcall('ZADD', resKey, expiry, fresh[i])
-    if tenantBound > 0 then rcall('ZADD', tenantKey, expiry, fresh[i]) end
-    if bytesBound > 0 then addSize(sizesKey, fresh[i], freshSizes[i]) end
-    if tenantBytesBound > 0 then addSize(tenantSizesKey, fresh[i], freshSizes[i]) end
+    if tenantBound > 0 then
+      rcall('ZADD', tenantKey, expiry, fresh[i])
+    end
+    if bytesBound > 0 then
+      addSize(sizesKey, fresh[i], freshSizes[i])
+    end
+    if tenantBytesBound > 0 then
+      addSize(tenantSizesKey, fresh[i], freshSizes[i])
+    end
   end
   rcall('PEXPIRE', resKey, ttl * 2)
 end
-return {0, table.concat(flags)}
+return { 0, table.concat(flags) }

@@ -23,7 +23,9 @@ local taken = redis.call('ZREM', KEYS[1], id) == 1
   or redis.call('LREM', KEYS[2], 0, id) > 0
   or redis.call('LREM', KEYS[3], 0, id) > 0
   or redis.call('ZREM', KEYS[4], id) == 1
-if not taken then return 0 end
+if not taken then
+  return 0
+end
 local t = redis.call('TIME')
 redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), id)
 return 1

@@ -47,32 +47,65 @@ local now, ticket, queue = now_ms(args.now), args.ticket, args.queue
 -- A call's cost as a reservation; `limits`: an extra's own scopes, else the head's.
 local function charge(x, limits)
   local names = {}
-  for i, s in ipairs(limits or args.scopes) do names[i] = s.name end
-  return { req = x.req, inp = x.inp, out = x.out, flags = '', money = x.money, limits = limits,
-    scopes = names, claim = x.claim }
+  for i, s in ipairs(limits or args.scopes) do
+    names[i] = s.name
+  end
+  return {
+    req = x.req,
+    inp = x.inp,
+    out = x.out,
+    flags = '',
+    money = x.money,
+    limits = limits,
+    scopes = names,
+    claim = x.claim,
+  }
 end
 local cost = charge(args.cost)
-local run = { log = KEYS[1], res = KEYS[2], slots = KEYS[3], tot = KEYS[8], view = KEYS[9],
-  statsKey = KEYS[10], money = { spend = KEYS[11], held = KEYS[12] }, now = now,
-  windowMs = args.windowMs, headroom = args.headroom, leaseExpiry = now + args.leaseMs,
-  maxSlots = args.concurrency, scopes = args.scopes, totals = {}, stats = {}, own = {}, views = {}, shapes = {},
-  unanswered = {} }
+local run = {
+  log = KEYS[1],
+  res = KEYS[2],
+  slots = KEYS[3],
+  tot = KEYS[8],
+  view = KEYS[9],
+  statsKey = KEYS[10],
+  money = { spend = KEYS[11], held = KEYS[12] },
+  now = now,
+  windowMs = args.windowMs,
+  headroom = args.headroom,
+  leaseExpiry = now + args.leaseMs,
+  maxSlots = args.concurrency,
+  scopes = args.scopes,
+  totals = {},
+  stats = {},
+  own = {},
+  views = {},
+  shapes = {},
+  unanswered = {},
+}
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
 -- How soon a head another admission claims looks again (its taker moves it to active at once).
 local CLAIM_RETRY_MS = 20
 
-local function drop(t) redis.call('ZREM', waitersKey, t); redis.call('ZREM', waitexpKey, t) end
+local function drop(t)
+  redis.call('ZREM', waitersKey, t)
+  redis.call('ZREM', waitexpKey, t)
+end
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])
-  if not queue then drop(ticket) end
+  if not queue then
+    drop(ticket)
+  end
   return finish_run(run, reply)
 end
 
 -- 1. Admitted already: ioredis resent this acquire after a reconnect. Answer the same again.
 if redis.call('HEXISTS', run.res, ticket) == 1 then
   local lease, k = tonumber(redis.call('ZSCORE', run.slots, ticket) or now), 0
-  while k < #args.extras and redis.call('HEXISTS', run.res, args.extras[k + 1].id) == 1 do k = k + 1 end
+  while k < #args.extras and redis.call('HEXISTS', run.res, args.extras[k + 1].id) == 1 do
+    k = k + 1
+  end
   return { 0, lease - args.leaseMs, lease, k }
 end
 
@@ -80,7 +113,10 @@ end
 for _, s in ipairs(run.scopes) do
   for _, d in ipairs(DIMS) do
     local _, _, most = limit_of(run, s, d)
-    if most > 0 and amount(cost, d) > most then drop(ticket); return { 5, s.name, d, amount(cost, d), most } end
+    if most > 0 and amount(cost, d) > most then
+      drop(ticket)
+      return { 5, s.name, d, amount(cost, d), most }
+    end
   end
 end
 
@@ -101,7 +137,9 @@ if holder then
   return { 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }
 end
 local function claim(id, c)
-  if not c.claim then return end
+  if not c.claim then
+    return
+  end
   redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
   redis.call('HSET', KEYS[14], id, c.claim)
   -- The last claim's end is the keys': an idle fleet keeps none.
@@ -110,7 +148,9 @@ local function claim(id, c)
 end
 
 -- 5. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
-for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do drop(t) end
+for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do
+  drop(t)
+end
 if queue then
   local rank = redis.call('ZSCORE', waitersKey, ticket)
   local arrival = rank and tonumber(rank) % 4294967296 or redis.call('INCR', KEYS[6]) % 4294967296
@@ -133,11 +173,15 @@ end
 
 -- 7. The shared pause.
 local pausedUntil = tonumber(redis.call('GET', KEYS[7]) or '0')
-if pausedUntil > now then return wait_as_head({ 2, pausedUntil - now }) end
+if pausedUntil > now then
+  return wait_as_head({ 2, pausedUntil - now })
+end
 
 -- 8. Budget in every scope and dimension; a model's unanswered first call holds it like a slot.
 local s, d, need, rate, lapse = short_of(run, cost)
-if s and d == 'req' and unanswered(run, s) then return wait_as_head({ 4, args.leaseMs }) end
+if s and d == 'req' and unanswered(run, s) then
+  return wait_as_head({ 4, args.leaseMs })
+end
 if s then
   run.stats.denied_budget = 1
   return wait_as_head({ 3, wait_for(run, s, d, need, rate, lapse), s.name, d })
@@ -146,7 +190,8 @@ end
 -- 9. A slot; and room in each scope's share of calls waiting for their first answer.
 local busy = redis.call('ZCOUNT', run.slots, '(' .. now, '+inf')
 if run.maxSlots > 0 and busy >= run.maxSlots then
-  local first = redis.call('ZRANGEBYSCORE', run.slots, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first =
+    redis.call('ZRANGEBYSCORE', run.slots, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   run.stats.denied_slots = 1
   return wait_as_head({ 4, math.max(tonumber(first[2] or now) - now, 1) })
 end
@@ -167,13 +212,23 @@ if redis.call('ZCARD', waitersKey) == 0 then
   for i, x in ipairs(args.extras) do
     local c = charge(x, x.scopes)
     local full = run.maxSlots > 0 and busy + i >= run.maxSlots
-    if full or redis.call('HEXISTS', run.res, x.id) == 1 or short_of(run, c) or share_full(run, c)
-      or (c.money and money_short(run.money, c.money)) or claimed(c) then break end
+    if
+      full
+      or redis.call('HEXISTS', run.res, x.id) == 1
+      or short_of(run, c)
+      or share_full(run, c)
+      or (c.money and money_short(run.money, c.money))
+      or claimed(c)
+    then
+      break
+    end
     admit(run, x.id, c)
     claim(x.id, c)
     count_unanswered(run, c)
     k = i
   end
-elseif args.channel then redis.call('SPUBLISH', args.channel, '1') end
+elseif args.channel then
+  redis.call('SPUBLISH', args.channel, '1')
+end
 keep_window(run.log, run.res, run.tot, now, run.windowMs)
 return finish_run(run, { 0, now, run.leaseExpiry, k })

@@ -10,7 +10,9 @@
 --- @include "reservation"
 
 local enc = redis.call('HGET', KEYS[1], args.id)
-if not enc then return 0 end
+if not enc then
+  return 0
+end
 local r = decode(enc)
 local dIn, dOut = args.input - r.inp, args.output - r.out
 local t = {}

@@ -33,34 +33,50 @@
 --- @include "window-keys"
 
 -- The entry holding a begun call's request and input (flags "b", see reservation.lua).
-local function input_part(id) return id .. ':in' end
+local function input_part(id)
+  return id .. ':in'
+end
 
 local now = now_ms(args.now)
-local ctx = { log = KEYS[1], res = KEYS[2], tot = KEYS[4], view = KEYS[5], now = now,
-  windowMs = args.windowMs }
+local ctx = {
+  log = KEYS[1],
+  res = KEYS[2],
+  tot = KEYS[4],
+  view = KEYS[5],
+  now = now,
+  windowMs = args.windowMs,
+}
 local mk = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
 local totals, stats = {}, {}
 local wake = expire_slots(KEYS[3], now, mk) > 0
 local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 
-local function count(t, f, n) t[f] = (t[f] or 0) + n end
+local function count(t, f, n)
+  t[f] = (t[f] or 0) + n
+end
 
 -- The provider answered a call: its model's scopes (see admission.lua's `unknown`) are known.
 local function answered(r)
   for _, s in ipairs(r.scopes) do
-    if string.sub(s, 1, 6) == 'model:' and redis.call('HSETNX', KEYS[5], s .. '|answered', 1) == 1 then
+    if
+      string.sub(s, 1, 6) == 'model:' and redis.call('HSETNX', KEYS[5], s .. '|answered', 1) == 1
+    then
       wake = true
     end
   end
 end
-local function store(id, r) redis.call('HSET', KEYS[2], id, encode(r)) end
+local function store(id, r)
+  redis.call('HSET', KEYS[2], id, encode(r))
+end
 
 -- The provider admitted the call: stamped now; with `split`, only its request and input, in an
 -- entry of their own (its output is counted until the end).
 local function stamp(id)
   local enc = redis.call('HGET', KEYS[2], id)
   local r = enc and decode(enc)
-  if not r or r.flags ~= '' then return end
+  if not r or r.flags ~= '' then
+    return
+  end
   answered(r)
   if args.split then
     store(input_part(id), { req = r.req, inp = r.inp, out = 0, flags = 's', scopes = r.scopes })
@@ -86,7 +102,9 @@ local function recount(id, scopes, dIn, refund)
       local f = s .. '|' .. d .. '|'
       if stamped <= tonumber(redis.call('HGET', KEYS[5], f .. 'at') or '-inf') then
         for k, n in pairs({ seen = c[1], rem = -c[2] }) do
-          if n ~= 0 then redis.call('HINCRBY', KEYS[5], f .. k, n) end
+          if n ~= 0 then
+            redis.call('HINCRBY', KEYS[5], f .. k, n)
+          end
         end
       end
     end
@@ -102,7 +120,9 @@ end
 -- A call's end ends its claim (acquire-14.lua): a job its worker did not take is free at once.
 local function unclaim(id)
   local c = redis.call('HGET', KEYS[11], id)
-  if not c then return end
+  if not c then
+    return
+  end
   redis.call('ZREM', KEYS[10], c)
   redis.call('HDEL', KEYS[11], id)
 end
@@ -110,19 +130,33 @@ end
 -- One call's end; returns known, inputDelta, outputDelta.
 local function finish(e)
   unclaim(e.id)
-  money_settle(mk, e.id, (e.mode == 'release' and 0) or (e.mode == 'usage' and e.micros >= 0 and e.micros) or nil)
-  if redis.call('ZREM', KEYS[3], e.id) == 1 then wake = true end
+  money_settle(
+    mk,
+    e.id,
+    (e.mode == 'release' and 0) or (e.mode == 'usage' and e.micros >= 0 and e.micros) or nil
+  )
+  if redis.call('ZREM', KEYS[3], e.id) == 1 then
+    wake = true
+  end
   local enc = redis.call('HGET', KEYS[2], e.id)
-  if not enc then return 0, 0, 0 end
+  if not enc then
+    return 0, 0, 0
+  end
   local r = decode(enc)
-  if e.mode ~= 'release' then answered(r) end
+  if e.mode ~= 'release' then
+    answered(r)
+  end
   local partEnc = r.flags == 'b' and redis.call('HGET', KEYS[2], input_part(e.id))
   local part = partEnc and decode(partEnc)
   local inp = r.inp + (part and part.inp or 0)
   if e.mode == 'release' then
     forget(e.id, r)
-    if part then forget(input_part(e.id), part) end
-    for name, n in pairs({ released = 1, reserved_in = -inp, reserved_out = -r.out }) do count(stats, name, n) end
+    if part then
+      forget(input_part(e.id), part)
+    end
+    for name, n in pairs({ released = 1, reserved_in = -inp, reserved_out = -r.out }) do
+      count(stats, name, n)
+    end
     wake = true
     return 1, -inp, -r.out
   end
@@ -135,20 +169,37 @@ local function finish(e)
   if (dIn ~= 0 or refund < 0) and holder.flags == 's' then
     recount(part and input_part(e.id) or e.id, r.scopes, dIn, refund)
   end
-  if holder then holder.inp = holder.inp + dIn end
+  if holder then
+    holder.inp = holder.inp + dIn
+  end
   r.out = r.out + dOut
-  if part then store(input_part(e.id), part) end
-  if r.flags ~= 's' then redis.call('ZADD', KEYS[1], now, e.id) end
+  if part then
+    store(input_part(e.id), part)
+  end
+  if r.flags ~= 's' then
+    redis.call('ZADD', KEYS[1], now, e.id)
+  end
   r.flags = 's'
   store(e.id, r)
   local reported = e.reported >= 0 and e.reported or r.out
-  for name, n in pairs({ settled = 1, actual_in = inp + dIn, actual_out = reported,
-    settled_reserved_in = inp, settled_reserved_out = r.out - dOut }) do count(stats, name, n) end
-  if dIn < 0 or dOut < 0 then wake = true end
+  for name, n in pairs({
+    settled = 1,
+    actual_in = inp + dIn,
+    actual_out = reported,
+    settled_reserved_in = inp,
+    settled_reserved_out = r.out - dOut,
+  }) do
+    count(stats, name, n)
+  end
+  if dIn < 0 or dOut < 0 then
+    wake = true
+  end
   return 1, dIn, dOut
 end
 
-for _, id in ipairs(args.stamps or {}) do stamp(id) end
+for _, id in ipairs(args.stamps or {}) do
+  stamp(id)
+end
 local out = { 0, now, dropped }
 for _, e in ipairs(args.ends or {}) do
   local known, dIn, dOut = finish(e)
@@ -161,11 +212,17 @@ if args.pauseMs then
   redis.call('SET', KEYS[9], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
   out[1] = untilMs
 end
-for _, g in ipairs(args.readings or {}) do store_reading(ctx, g) end
+for _, g in ipairs(args.readings or {}) do
+  store_reading(ctx, g)
+end
 if #(args.stamps or {}) + #(args.ends or {}) + #(args.readings or {}) > 0 then
   keep_window(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
 end
-if args.periods then money_keep(mk) end
+if args.periods then
+  money_keep(mk)
+end
 flush(stats, KEYS[6])
-if wake and args.channel ~= '' then redis.call('SPUBLISH', args.channel, '1') end
+if wake and args.channel ~= '' then
+  redis.call('SPUBLISH', args.channel, '1')
+end
 return out

@@ -14,7 +14,9 @@
 local now = now_ms(args.now)
 local id = args.id
 local lease = tonumber(redis.call('ZSCORE', KEYS[3], id) or '0')
-if lease <= now then return 0 end
+if lease <= now then
+  return 0
+end
 local expiry = now + args.leaseMs
 redis.call('ZADD', KEYS[3], expiry, id)
 local enc = redis.call('HGET', KEYS[2], id)

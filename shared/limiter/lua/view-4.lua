@@ -21,28 +21,45 @@
 --- @include "admission"
 
 local now = now_ms(args.now)
-local run = { log = KEYS[1], res = KEYS[2], tot = KEYS[3], view = KEYS[4], now = now,
-  windowMs = args.windowMs, headroom = args.headroom or 0, scopes = args.scopes, totals = {},
-  own = {}, views = {}, shapes = {} }
+local run = {
+  log = KEYS[1],
+  res = KEYS[2],
+  tot = KEYS[3],
+  view = KEYS[4],
+  now = now,
+  windowMs = args.windowMs,
+  headroom = args.headroom or 0,
+  scopes = args.scopes,
+  totals = {},
+  own = {},
+  views = {},
+  shapes = {},
+}
 
 -- What left the window, not dropped yet, per "scope|dim".
 local gone = {}
 local ids = redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'LIMIT', 0, 5000)
 if #ids > 0 then
   for _, enc in ipairs(redis.call('HMGET', run.res, unpack(ids))) do
-    if enc then add_spend(gone, decode(enc), 1) end
+    if enc then
+      add_spend(gone, decode(enc), 1)
+    end
   end
 end
 
 -- A number JSON can carry: nil for none or no bound.
 local function finite(x)
-  if x and x ~= math.huge then return x end
+  if x and x ~= math.huge then
+    return x
+  end
 end
 
 local out = { now = now, scopes = {} }
 for _, s in ipairs(args.scopes) do
   local call = { { name = s.name } }
-  if args.model then call[2] = { name = args.model } end
+  if args.model then
+    call[2] = { name = args.model }
+  end
   local dims = {}
   for _, d in ipairs(DIMS) do
     local f = s.name .. '|' .. d
@@ -52,9 +69,13 @@ for _, s in ipairs(args.scopes) do
     run.own[f] = { used, left }
     local v = view_of(run, f)
     local lim, _, most = limit_of(run, s, d)
-    dims[d] = { used = used, limit = v and v.lim or nil,
+    dims[d] = {
+      used = used,
+      limit = v and v.lim or nil,
       room = projected(run, s.name, d, v, used, left),
-      fit = finite(room_of(run, s, d, { limits = call })), most = lim > 0 and most or nil }
+      fit = finite(room_of(run, s, d, { limits = call })),
+      most = lim > 0 and most or nil,
+    }
   end
   local shape, half = shape_of(run, s.name, 'tok')
   out.scopes[s.name] = { shape = shape, step = half * 2, dims = dims }

@@ -4,7 +4,9 @@
 -- a call; the rest is still counted, which errs on the safe side. Needs "reservation".
 local function expire_log(logKey, resKey, totKey, now, windowMs)
   local ids = redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs, 'LIMIT', 0, 500)
-  if #ids == 0 then return 0 end
+  if #ids == 0 then
+    return 0
+  end
   local t = {}
   for _, enc in ipairs(redis.call('HMGET', resKey, unpack(ids))) do
     if enc then

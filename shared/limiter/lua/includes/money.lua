@@ -6,10 +6,14 @@
 local function money_short(mk, m)
   for _, l in ipairs(m.limits) do
     local spent = tonumber(redis.call('HGET', mk.spend, l.field) or '0')
-    if spent + m.micros > l.limit then return l, spent end
+    if spent + m.micros > l.limit then
+      return l, spent
+    end
   end
 end
 local function money_hold(mk, id, m)
-  for _, f in ipairs(m.fields) do redis.call('HINCRBY', mk.spend, f, m.micros) end
+  for _, f in ipairs(m.fields) do
+    redis.call('HINCRBY', mk.spend, f, m.micros)
+  end
   redis.call('HSET', mk.held, id, cmsgpack.pack({ m.micros, m.fields }))
 end

@@ -1,16 +1,25 @@
 -- Storing a provider's reading in the view (see view.lua). Needs "reservation", "view".
-local function gcd(a, b) while b > 0 do a, b = b, a % b end return a end
+local function gcd(a, b)
+  while b > 0 do
+    a, b = b, a % b
+  end
+  return a
+end
 
 -- What reading r says of the shape: 'b' when its reset is when a bucket would be full, well
 -- before a window; 'w' at a window or later; nil when both or neither fit. `slack`: the reset's
 -- resolution (a second), the rounding, the reading's age.
 local function shape_says(ctx, r, half, ageMs)
-  if not r.reset or r.reset <= 0 or r.limit <= 0 then return nil end
+  if not r.reset or r.reset <= 0 or r.limit <= 0 then
+    return nil
+  end
   local slack = 1000 + 2 * half * ctx.windowMs / r.limit + ageMs
   local untilReset = r.reset - (ctx.now - ageMs)
   local bucket = math.abs(untilReset - (r.limit - r.remaining) * ctx.windowMs / r.limit) <= slack
   local window = untilReset >= ctx.windowMs - slack
-  if bucket ~= window then return bucket and 'b' or 'w' end
+  if bucket ~= window then
+    return bucket and 'b' or 'w'
+  end
 end
 
 -- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
@@ -21,23 +30,32 @@ end
 -- cut short takes our whole spend past what it read as not counted.
 local SCAN = 2000
 local function uncounted(ctx, scope, since, id, used)
-  local p, late = { req = 0, ['in'] = 0, out = 0, tok = 0 }, { req = 0, ['in'] = 0, out = 0, tok = 0 }
+  local p, late =
+    { req = 0, ['in'] = 0, out = 0, tok = 0 }, { req = 0, ['in'] = 0, out = 0, tok = 0 }
   local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. since, '+inf', 'LIMIT', 0, SCAN)
-  if #ids == 0 then return p, late end
+  if #ids == 0 then
+    return p, late
+  end
   local scanned = { req = 0, ['in'] = 0, out = 0, tok = 0 }
   for i, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
     local r = enc and decode(enc)
     local own = ids[i] == id or ids[i] == id .. ':in'
     if r and in_scope(r, scope) then
-      for _, d in ipairs(DIMS) do scanned[d] = scanned[d] + amount(r, d) end
+      for _, d in ipairs(DIMS) do
+        scanned[d] = scanned[d] + amount(r, d)
+      end
       if not (own and r.flags == 's') and not (r.flags == 's' and r.read) then
         local t = r.flags == 's' and late or p
-        for _, d in ipairs(DIMS) do t[d] = t[d] + amount(r, d) end
+        for _, d in ipairs(DIMS) do
+          t[d] = t[d] + amount(r, d)
+        end
       end
     end
   end
   if #ids == SCAN then
-    for _, d in ipairs(DIMS) do p[d] = p[d] + math.max(0, used[d] - scanned[d]) end
+    for _, d in ipairs(DIMS) do
+      p[d] = p[d] + math.max(0, used[d] - scanned[d])
+    end
   end
   return p, late
 end
@@ -60,7 +78,9 @@ end
 -- else spent since its own reading, so the one that leaves less room stands.
 local function stands(ctx, scope, d, new, since, used, left)
   local v = view_of(ctx, scope .. '|' .. d)
-  if not v or v.at <= since or v.lim ~= new.lim then return false end
+  if not v or v.at <= since or v.lim ~= new.lim then
+    return false
+  end
   local old = projected(ctx, scope, d, v, used, left)
   return old ~= nil and old < projected(ctx, scope, d, new, used, left)
 end
@@ -95,16 +115,37 @@ local function store_reading(ctx, g)
       local half = d ~= 'req' and math.floor(step / 2) or 0
       local e = redis.call('HMGET', ctx.tot, field, field .. '|left')
       local used, left = tonumber(e[1] or '0'), tonumber(e[2] or '0')
-      local new = { lim = r.limit, rem = r.remaining, at = ctx.now,
-        seen = used + left - pending[d] - late[d], gone = left }
+      local new = {
+        lim = r.limit,
+        rem = r.remaining,
+        at = ctx.now,
+        seen = used + left - pending[d] - late[d],
+        gone = left,
+      }
       if not stands(ctx, scope, d, new, ctx.now - ageMs, used, left) then
-        redis.call('HSET', ctx.view, field .. '|lim', new.lim, field .. '|rem', new.rem,
-          field .. '|at', new.at, field .. '|seen', new.seen, field .. '|gone', new.gone)
+        redis.call(
+          'HSET',
+          ctx.view,
+          field .. '|lim',
+          new.lim,
+          field .. '|rem',
+          new.rem,
+          field .. '|at',
+          new.at,
+          field .. '|seen',
+          new.seen,
+          field .. '|gone',
+          new.gone
+        )
       end
       shape = shape_says(ctx, r, half, ageMs) or shape
     end
   end
   mark_read(ctx, g.id)
-  if step > 0 then redis.call('HSET', ctx.view, scope .. '|step', step, scope .. '|rg', rg) end
-  if shape then redis.call('HSET', ctx.view, scope .. '|shape', shape) end
+  if step > 0 then
+    redis.call('HSET', ctx.view, scope .. '|step', step, scope .. '|rg', rg)
+  end
+  if shape then
+    redis.call('HSET', ctx.view, scope .. '|shape', shape)
+  end
 end

@@ -4,18 +4,29 @@
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
-  if given ~= nil then return given end
+  if given ~= nil then
+    return given
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes = string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local req, inp, out, flags, scopes =
+    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   local list = {}
-  for s in string.gmatch(scopes, '[^,]+') do list[#list + 1] = s end
+  for s in string.gmatch(scopes, '[^,]+') do
+    list[#list + 1] = s
+  end
   local read = string.find(flags, 'r', 1, true) ~= nil
-  return { req = tonumber(req), inp = tonumber(inp), out = tonumber(out),
-    flags = (string.gsub(flags, 'r', '')), read = read, scopes = list }
+  return {
+    req = tonumber(req),
+    inp = tonumber(inp),
+    out = tonumber(out),
+    flags = (string.gsub(flags, 'r', '')),
+    read = read,
+    scopes = list,
+  }
 end
 
 local function encode(r)
@@ -25,12 +36,18 @@ end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }
 local function amount(r, dim)
-  if dim == 'tok' then return r.inp + r.out end
+  if dim == 'tok' then
+    return r.inp + r.out
+  end
   return r[FIELD[dim]]
 end
 
 local function in_scope(r, scope)
-  for _, s in ipairs(r.scopes) do if s == scope then return true end end
+  for _, s in ipairs(r.scopes) do
+    if s == scope then
+      return true
+    end
+  end
 end
 
 -- Sums of increments by field (`t`), written once each by `flush`: a run that admits, settles
@@ -45,5 +62,9 @@ local function add_spend(t, r, sign, suffix)
 end
 
 local function flush(t, key)
-  for f, n in pairs(t) do if n ~= 0 then redis.call('HINCRBY', key, f, n) end end
+  for f, n in pairs(t) do
+    if n ~= 0 then
+      redis.call('HINCRBY', key, f, n)
+    end
+  end
 end

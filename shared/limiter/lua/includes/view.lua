@@ -6,9 +6,17 @@
 local function view_of(ctx, field)
   if ctx.views[field] == nil then
     local f = field .. '|'
-    local e = redis.call('HMGET', ctx.view, f .. 'lim', f .. 'rem', f .. 'at', f .. 'seen', f .. 'gone')
-    ctx.views[field] = e[1] and { lim = tonumber(e[1]), rem = tonumber(e[2]), at = tonumber(e[3]),
-      seen = tonumber(e[4]), gone = tonumber(e[5]) } or false
+    local e =
+      redis.call('HMGET', ctx.view, f .. 'lim', f .. 'rem', f .. 'at', f .. 'seen', f .. 'gone')
+    ctx.views[field] = e[1]
+        and {
+          lim = tonumber(e[1]),
+          rem = tonumber(e[2]),
+          at = tonumber(e[3]),
+          seen = tonumber(e[4]),
+          gone = tonumber(e[5]),
+        }
+      or false
   end
   return ctx.views[field]
 end
@@ -25,7 +33,9 @@ end
 -- The provider's room in d by reading v (our `used`, `left`), its refill per ms (0: a window);
 -- nil once v is a window old. A reading counts at the low end of its rounding.
 local function projected(ctx, scope, d, v, used, left)
-  if not v or ctx.now >= v.at + ctx.windowMs then return nil, 0 end
+  if not v or ctx.now >= v.at + ctx.windowMs then
+    return nil, 0
+  end
   local shape, half = shape_of(ctx, scope, d)
   if shape == 'b' then
     local rate = v.lim / ctx.windowMs
