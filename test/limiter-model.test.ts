@@ -817,9 +817,13 @@ async function safetyScenario(
 
 // LIM_RUNS: runs per accounting mode; LIM_SEED: replay the seed a failure printed.
 const runs = Number(process.env['LIM_RUNS'] ?? 150);
-const seed = process.env['LIM_SEED']
-  ? { seed: Number(process.env['LIM_SEED']), path: process.env['LIM_PATH'] }
-  : {};
+// LIM_PATH: with LIM_SEED, the path it printed; LIM_NO_SHRINK: report the first failure as is.
+const seed = {
+  ...(process.env['LIM_SEED']
+    ? { seed: Number(process.env['LIM_SEED']), path: process.env['LIM_PATH'] }
+    : {}),
+  ...(process.env['LIM_NO_SHRINK'] ? { endOnFailure: true } : {}),
+};
 
 describe('the limiter against a reference model', () => {
   for (const accounting of ['reserve', 'actual', 'produced'] as const) {
