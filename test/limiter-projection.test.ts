@@ -173,6 +173,18 @@ describe('a bucket-shaped provider', () => {
     expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
   });
 
+  it("takes no shape from a 429's reading: its reset dates from another call", async () => {
+    const lim = make();
+    const r = await admitted(lim, cost(1_003));
+    // A window refusing a call tells when its newest admission leaves, which may look like a
+    // bucket's full time: only an admitted call's reading says what shape the limit has.
+    await lim.call(r).failed({ charged: false }, bucketReading(2_997));
+    expect((await tokensView(lim)).shape).toBe('unknown');
+    const b = await admitted(lim, cost(1_003));
+    await start(lim, b, bucketReading(1_994));
+    expect((await tokensView(lim)).shape).toBe('bucket');
+  });
+
   it('refills no more than its capacity, and lapses to our own window after a window', async () => {
     const lim = make();
     const r = await admitted(lim, cost(1_003));

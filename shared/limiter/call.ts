@@ -156,7 +156,7 @@ export class CallHandle {
     const ms = f.pauseMs === undefined ? undefined : Math.max(0, Math.ceil(f.pauseMs));
     const pause = ms === undefined ? undefined : this.recorder.push({ kind: 'pause', ms, scopes });
     const ended = this.end(f.charged || this.begun ? 'keep' : 'release');
-    await Promise.all([ended, this.read(headers, sentAgoMs)]);
+    await Promise.all([ended, this.read(headers, sentAgoMs, !this.begun)]);
     return (await pause) as number | undefined;
   }
 
@@ -177,10 +177,21 @@ export class CallHandle {
     return this.recorder.push({ kind: 'end', end, periods: cost.money?.periods });
   }
 
-  private async read(headers: HeaderSource | undefined, sentAgoMs: number): Promise<void> {
+  private async read(
+    headers: HeaderSource | undefined,
+    sentAgoMs: number,
+    refused = false,
+  ): Promise<void> {
     const dims = readingOf(headers);
     const { scope, reservation, recorder } = this;
-    const reading = dims && { scope, id: reservation.id, ageMs: Math.ceil(sentAgoMs), dims };
+    const ageMs = Math.ceil(sentAgoMs);
+    const reading = dims && {
+      scope,
+      id: reservation.id,
+      ageMs,
+      dims,
+      ...(refused ? { refused } : {}),
+    };
     if (reading) await recorder.push({ kind: 'reading', reading, at: recorder.clock() });
   }
 }

@@ -71,6 +71,11 @@ export interface ReadingRecord {
   /** How long ago that call was sent, ms. */
   readonly ageMs: number;
   readonly dims: Readonly<Record<string, { limit: number; remaining: number; reset: number }>>;
+  /**
+   * Brought by a refusal (a 429): the provider admitted nothing, so its reset is no news of
+   * the shape (a window's counts from its newest admission, not this call).
+   */
+  readonly refused?: boolean;
 }
 
 /** What one `record-11.lua` run writes, in its order: stamps, ends, the pause, readings. */

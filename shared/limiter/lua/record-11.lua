@@ -17,8 +17,8 @@
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
     comes back, or ''), split (output counted as produced), periods (money periods kept),
     stamps (ids), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
-    micros: -1 unknown }), pauseMs, readings ({ scope, ageMs, dims = { [dim] = { limit,
-    remaining, reset (ms, -1 unknown) } } })
+    micros: -1 unknown }), pauseMs, readings ({ scope, id, ageMs, refused (a 429's: no shape
+    vote), dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
   Output: { pausedUntil (0: none), now, dropped (left the window: at most 500 a run), then per
     end: known (0: already gone), inputDelta, outputDelta }; with nothing to record, it prunes
   (and leaves the window's keys to expire: window-keys.lua)

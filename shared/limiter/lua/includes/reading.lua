@@ -138,7 +138,10 @@ local function store_reading(ctx, g)
           new.gone
         )
       end
-      shape = shape_says(ctx, r, half, ageMs) or shape
+      -- A refusal's reset dates from the provider's last admission, not this call's.
+      if not g.refused then
+        shape = shape_says(ctx, r, half, ageMs) or shape
+      end
     end
   end
   mark_read(ctx, g.id)
