@@ -10,6 +10,7 @@ import { FastifyAdapter } from '@bull-board/fastify';
 import type { FastifyInstance } from 'fastify';
 import type { Producer } from '../producer/producer.ts';
 import type { JobData } from '../shared/job.ts';
+import { modelOf, type StoredJobData } from '../shared/job-kept.ts';
 import { QueueAdapter } from './board-adapters.ts';
 import { serveBoardPage } from './board-page.ts';
 import { DeadLetterAdapter } from './dead-letter-adapter.ts';
@@ -34,8 +35,8 @@ export interface Board {
 }
 
 /** A job's name in Bull Board's lists: its model and tenant (every llmq job is `messages`). */
-function jobTitle(data: JobData | undefined): string {
-  const model = data?.request?.model ?? 'messages';
+function jobTitle(data: StoredJobData | undefined): string {
+  const model = modelOf(data) ?? 'messages';
   return data?.tenant ? `${model} · ${data.tenant}` : model;
 }
 
@@ -54,7 +55,7 @@ function queueAdapters(options: BoardOptions, name: string): readonly BullMQAdap
     description: `dead letters of ${name}: the original request, the reason and the attempts`,
   });
   for (const a of [main, letters]) a.setFormatter('data', (data: unknown) => displayData(data));
-  main.setFormatter('name', (job: { data?: JobData }) => jobTitle(job.data));
+  main.setFormatter('name', (job: { data?: StoredJobData }) => jobTitle(job.data));
   letters.setFormatter('name', (job: { data?: { data?: JobData } }) => jobTitle(job.data?.data));
   return [main, letters];
 }

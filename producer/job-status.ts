@@ -1,4 +1,5 @@
 import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
+import type { StoredJobData } from '../shared/job-kept.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
 
 /** Where a job is, as producers see it. `waiting` covers BullMQ's wait and prioritized. */
@@ -46,8 +47,8 @@ type StatusByState =
       readonly id: string;
       /** Finished with an answer. */
       readonly state: 'completed';
-      /** The job's stored data. @internal */
-      readonly data: JobData;
+      /** The job's stored data: its request let go, only its record kept. @internal */
+      readonly data: StoredJobData;
       /** The answer and how it went. */
       readonly result: JobResult;
     }

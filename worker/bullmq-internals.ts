@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { type Job, raw2NextJobData, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
+import { finishedData } from '../shared/job-kept.ts';
 import type { JobTicket } from '../shared/job-ticket.ts';
 import { bullPrefix, type QueueNames } from '../shared/keys.ts';
 import {
@@ -169,6 +170,19 @@ export class GateWorker extends Worker<JobData, JobResult> {
     return this.getNextJob(token, { block: false }) as Promise<Job<JobData, JobResult> | undefined>;
   }
 
+  /**
+   * Completes a job under `token`, letting its request go ({@link completeJob}); with
+   * `fetchNext`, resolves with the next job's raw data for {@link jobFrom}.
+   */
+  complete(
+    job: Job<JobData, JobResult>,
+    result: JobResult,
+    token: string,
+    fetchNext: boolean,
+  ): Promise<unknown> {
+    return completeJob(this.opts.connection as RedisClient, job, result, token, fetchNext);
+  }
+
   /** The keys of BullMQ's `moveToActive`, in its order. */
   get moveToActiveKeys(): string[] {
     const k = this.keys;
@@ -187,8 +201,9 @@ export class GateWorker extends Worker<JobData, JobResult> {
 
   /**
    * Stores a successful job's result after its lock lapsed (lua/reclaim-7.lua, then BullMQ's own
-   * moveToFinished with the arguments its completion sends, in one transaction): when no other
-   * worker took the job, it takes the lock back under `token` and completes it.
+   * moveToFinished with the arguments its completion sends, then lua/keepResult-2.lua, in one
+   * transaction): when no other worker took the job, it takes the lock back under `token` and
+   * completes it.
    */
   async completeLate(
     job: Job<JobData, JobResult>,
@@ -200,13 +215,8 @@ export class GateWorker extends Worker<JobData, JobResult> {
     const k = this.keys;
     const reclaimKeys = [this.toKey(id), `${this.toKey(id)}:lock`, k.active, k.wait];
     const keys = [...reclaimKeys, k.prioritized, k.delayed, k.events].map(String);
-    const backend = this.backend as unknown as { moveToCompletedArgs: CompletedArgs };
-    const args = backend
-      .moveToCompletedArgs(job, JSON.stringify(result), job.opts.removeOnComplete, token)
-      .filter((a) => a !== undefined)
-      .map((a) => (typeof a === 'boolean' ? Number(a) : a));
-    const finishedKeys = args.slice(0, MOVE_TO_FINISHED.numberOfKeys).map(String);
-    const finishedArgs = args.slice(MOVE_TO_FINISHED.numberOfKeys);
+    const completion = completionOf(job, result, token, false);
+    const keep = keepResultOf(job);
     let finished: unknown;
     const holder = await runLuaWith(
       redis,
@@ -214,8 +224,14 @@ export class GateWorker extends Worker<JobData, JobResult> {
       keys,
       [id, token, this.opts.lockDuration ?? 30_000],
       {
-        prepare: (conn) => defineLua(conn, MOVE_TO_FINISHED, finishedKeys),
-        queue: (tx) => queueLua(tx, MOVE_TO_FINISHED, finishedKeys, finishedArgs),
+        prepare: (conn) => {
+          defineLua(conn, MOVE_TO_FINISHED, completion.keys);
+          defineLua(conn, KEEP_RESULT, keep.keys);
+        },
+        queue: (tx) => {
+          queueLua(tx, MOVE_TO_FINISHED, completion.keys, completion.args);
+          queueLua(tx, KEEP_RESULT, keep.keys, keep.args);
+        },
         took: (replies) => {
           finished = replies instanceof Error ? replies : replies[0];
         },
@@ -224,6 +240,7 @@ export class GateWorker extends Worker<JobData, JobResult> {
     if (finished instanceof Error) throw finished;
     if (typeof finished === 'number' && finished < 0)
       return { stored: false, holder: typeof holder === 'string' ? holder : null };
+    completed(job, result, completion.finishedOn);
     return { stored: true };
   }
 
@@ -246,8 +263,99 @@ function bullmqScript(file: string, name: string): LuaScript {
 /** BullMQ's own moveToActive script, run by llmq inside the gate's transaction. */
 export const MOVE_TO_ACTIVE: LuaScript = bullmqScript('moveToActive-11', 'moveToActive');
 
-/** BullMQ's own moveToFinished script, sent behind a reclaim (`completeLate`). */
+/** BullMQ's own moveToFinished script, run by llmq's completions (`completeJob`, `completeLate`). */
 const MOVE_TO_FINISHED: LuaScript = bullmqScript('moveToFinished-14', 'moveToFinished');
+
+/** lua/keepResult-2.lua: a completed job lets its request go. */
+const KEEP_RESULT: LuaScript = SCRIPTS['keepResult']!;
+
+/** BullMQ's side of a job, as its own methods reach it. */
+interface JobInternals {
+  readonly queue: { toKey(type: string): string; readonly keys: Record<string, string> };
+  readonly backend: { moveToCompletedArgs: CompletedArgs; finishedErrors: FinishedErrors };
+  finishedOn?: number;
+}
+
+/** BullMQ's moveToFinished keys and ARGV for a job's completion, as its `moveToCompleted` sends them. */
+function completionOf(
+  job: Job<JobData, JobResult>,
+  result: JobResult,
+  token: string,
+  fetchNext: boolean,
+): { keys: string[]; args: LuaArg[]; finishedOn: number } {
+  const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
+    job,
+    JSON.stringify(result),
+    job.opts.removeOnComplete,
+    token,
+    fetchNext,
+  );
+  const n = MOVE_TO_FINISHED.numberOfKeys;
+  const finishedOn = Number(raw[n + 1]);
+  const args = raw
+    .filter((a) => a !== undefined)
+    .map((a) => (typeof a === 'boolean' ? Number(a) : a)) as LuaArg[];
+  return { keys: args.slice(0, n).map(String), args: args.slice(n), finishedOn };
+}
+
+/** lua/keepResult-2.lua's keys and arguments for a job: the record it keeps once completed. */
+function keepResultOf(job: Job<JobData, JobResult>): { keys: string[]; args: LuaArg[] } {
+  const q = (job as unknown as JobInternals).queue;
+  const id = job.id ?? '';
+  return {
+    keys: [q.toKey(id), String(q.keys['completed'])],
+    args: [id, JSON.stringify(finishedData(job.data))],
+  };
+}
+
+/** What BullMQ's `moveToCompleted` sets on the job object once it stored the result. */
+function completed(job: Job<JobData, JobResult>, result: JobResult, finishedOn: number): void {
+  job.returnvalue = result;
+  (job as unknown as JobInternals).finishedOn = finishedOn;
+  job.attemptsMade += 1;
+}
+
+/**
+ * Completes a job as BullMQ's `job.moveToCompleted` does (its own moveToFinished script, with
+ * the arguments it sends) and, in the same transaction, lets its request go
+ * (lua/keepResult-2.lua): a completed job keeps its result and its request's record, never its
+ * request. Resolves with the next job's raw data when `fetchNext` fetched one (for
+ * {@link GateWorker.jobFrom}); throws BullMQ's own error (with its `code`) when refused.
+ */
+export async function completeJob(
+  redis: RedisClient,
+  job: Job<JobData, JobResult>,
+  result: JobResult,
+  token: string,
+  fetchNext: boolean,
+): Promise<unknown> {
+  const completion = completionOf(job, result, token, fetchNext);
+  const keep = keepResultOf(job);
+  const reply = await runLuaWith(redis, MOVE_TO_FINISHED, completion.keys, completion.args, {
+    prepare: (conn) => defineLua(conn, KEEP_RESULT, keep.keys),
+    queue: (tx) => queueLua(tx, KEEP_RESULT, keep.keys, keep.args),
+    took: () => {},
+  });
+  if (typeof reply === 'number' && reply < 0) {
+    const errors = (job as unknown as JobInternals).backend;
+    throw errors.finishedErrors({
+      code: reply,
+      jobId: job.id,
+      command: 'moveToFinished',
+      state: 'active',
+    });
+  }
+  completed(job, result, completion.finishedOn);
+  return Array.isArray(reply) ? raw2NextJobData(reply) : undefined;
+}
+
+/** BullMQ's error for a refused finish (its `code` kept on the error). */
+type FinishedErrors = (e: {
+  code: number;
+  jobId: string | undefined;
+  command: string;
+  state: string;
+}) => Error;
 
 /** BullMQ's builder of its completion's arguments (its 14 keys, then its ARGV). */
 type CompletedArgs = (

@@ -60,7 +60,7 @@ export class Handoff {
    */
   complete(r: Finishing, result: JobResult): Promise<void> {
     if (this.stopped.aborted || this.gateIdle)
-      return r.job.moveToCompleted(result, r.token, false).then(() => {});
+      return this.bull.complete(r.job, result, r.token, false).then(() => {});
     return new Promise<void>((resolve, reject) => {
       r.ended = true;
       const w: WaitingCompletion = {
@@ -103,7 +103,7 @@ export class Handoff {
     this.waiting = this.waiting.filter((c) => !set.has(c));
     for (const c of which) {
       clearTimeout(c.timer);
-      c.r.job.moveToCompleted(c.result, c.r.token, false).then(
+      this.bull.complete(c.r.job, c.result, c.r.token, false).then(
         () => c.done(),
         (err: unknown) => c.done(err),
       );
@@ -138,7 +138,7 @@ export class Handoff {
   async fetchVia(c: WaitingCompletion): Promise<Job<JobData, JobResult> | undefined> {
     let raw: unknown;
     try {
-      raw = await c.r.job.moveToCompleted(c.result, c.r.token, true);
+      raw = await this.bull.complete(c.r.job, c.result, c.r.token, true);
     } catch (err) {
       c.done(err);
       return undefined;

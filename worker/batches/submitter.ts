@@ -13,6 +13,7 @@ import {
   openQueue,
 } from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
+import { completeJob } from '../bullmq-internals.ts';
 import { deadLetter } from '../dead-letters.ts';
 import { store } from '../provider.ts';
 import {
@@ -313,7 +314,7 @@ export class BatchSubmitter {
         ...where,
       };
       await job.updateData({ ...job.data, history });
-      await job.moveToCompleted(result, NO_LOCK, false);
+      await completeJob(this.redis, job, result, NO_LOCK, false);
       await this.state.count('succeeded', batchSavingUsd(message.model, message.usage));
       return;
     }
@@ -368,7 +369,7 @@ export class BatchSubmitter {
       if (job && (await job.getState()) === 'active') {
         if (state === 'completed') {
           const done = await this.messages.getJob(id);
-          await job.moveToCompleted(done!.returnvalue, NO_LOCK, false);
+          await completeJob(this.redis, job, done!.returnvalue, NO_LOCK, false);
         } else if (state === 'failed' || state === 'unknown') {
           const letter = (await this.dlq.getJob(id))?.data;
           const reason = letter?.reason ?? 'its messages job was removed';

@@ -1,0 +1,108 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { hashApiKey } from '../producer/http/api-keys.ts';
+import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
+import { resolveConfig } from '../shared/config.ts';
+import type { QueueNames } from '../shared/keys.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import { requestDigest } from '../shared/request-digest.ts';
+import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { REDIS_URL } from './helpers.ts';
+
+const KEY = 'sk-held-0123456789';
+
+let pool: Pool | undefined;
+let api: HttpApi | undefined;
+afterEach(async () => {
+  await api?.close();
+  await pool?.cleanup();
+  api = undefined;
+  pool = undefined;
+});
+
+/** Bytes Redis holds for every key under the test's prefix (MEMORY USAGE, all samples). */
+async function bytesHeld(redis: RedisClient, names: QueueNames): Promise<number> {
+  let total = 0;
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${names.prefix}*`, 'COUNT', 500);
+    cursor = next;
+    for (const k of keys) total += Number((await redis.memory('USAGE', k, 'SAMPLES', 0)) ?? 0);
+  } while (cursor !== '0');
+  return total;
+}
+
+/** A request of about `kb` KB of text that varies from job to job (no two compress alike). */
+const large = (i: number, kb: number) =>
+  request(
+    Array.from({ length: kb * 32 }, (_, n) => `line ${i}.${n} of a long report. `).join(''),
+    20,
+  );
+
+function openApi(names: QueueNames): Promise<HttpApi> {
+  return startHttpApi({
+    config: resolveConfig({
+      flags: { queue: names.queue, prefix: names.prefix, redisUrl: REDIS_URL },
+      env: {},
+    }),
+    apiKeys: `acme:${hashApiKey(KEY)}`,
+    port: 0,
+  });
+}
+
+const call = async (a: HttpApi, method: string, path: string, body?: unknown) => {
+  const res = await fetch(`${a.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  // biome-ignore lint/suspicious/noExplicitAny: JSON bodies read by the test
+  return { status: res.status, body: (await res.json()) as any };
+};
+
+describe('what a completed job keeps', () => {
+  it('keeps its result and its request’s digest, not its request: the queue holds a small fraction of what it ran', async () => {
+    pool = await openPool('held', { latencyMs: 5 });
+    api = await openApi(pool.names);
+    const requests = Array.from({ length: 8 }, (_, i) => large(i, 300));
+    const requestBytes = requests.reduce((n, r) => n + Buffer.byteLength(JSON.stringify(r)), 0);
+    const ids: string[] = [];
+    for (const [i, r] of requests.entries()) {
+      const sent = await call(api, 'POST', '/v1/jobs', { request: r, idempotency_key: `doc-${i}` });
+      expect(sent.status, JSON.stringify(sent.body)).toBe(202);
+      ids.push(sent.body.id);
+    }
+    // While they wait, Redis holds every request.
+    expect(await bytesHeld(pool.redis, pool.names)).toBeGreaterThan(requestBytes);
+
+    await pool.worker({ limiter: { limits: { tokens: 10_000_000 }, windowMs: 2_000 } });
+    await allCompleted(pool, ids, 30_000);
+
+    const held = await bytesHeld(pool.redis, pool.names);
+    expect(held).toBeLessThan(requestBytes * 0.05);
+
+    // The result is still read as before, the job keeps what names its request.
+    const job = (await pool.job(ids[0]!))!;
+    expect(job.data.request).toBeUndefined();
+    expect(job.data).toMatchObject({
+      digest: requestDigest(requests[0]),
+      model: 'claude-test-1',
+      requestBytes: Buffer.byteLength(JSON.stringify(requests[0])),
+      priority: expect.any(Number),
+    });
+    const result = await pool.producer.waitForResult(ids[0]!);
+    expect(result.message.content[0]).toMatchObject({ type: 'text' });
+
+    // GET answers with the result; the same idempotency key gives the same job, not a new one.
+    const got = await call(api, 'GET', `/v1/jobs/${ids[0]}`);
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ id: ids[0], state: 'completed', result: { attempts: 1 } });
+    expect(got.body.result.message.usage.output_tokens).toBeGreaterThan(0);
+    const again = await call(api, 'POST', '/v1/jobs', {
+      request: requests[0],
+      idempotency_key: 'doc-0',
+    });
+    expect(again.body).toMatchObject({ id: ids[0], created: false });
+    expect(await pool.queue.getJobState(ids[0]!)).toBe('completed');
+    expect(pool.mock.stats().attempts).toBe(8);
+  });
+});
