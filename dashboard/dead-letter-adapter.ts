@@ -20,6 +20,7 @@ import type {
 import type { Job } from 'bullmq';
 import type { AttemptRecord, DeadLetter } from '../shared/job.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
+import { forgetDeadLetter } from '../worker/dead-letter-bounds.ts';
 import { purgeDeadLetters, retryDeadLetter } from '../worker/dead-letters.ts';
 import { refused } from './board-adapters.ts';
 
@@ -66,8 +67,9 @@ class LetterJob implements QueueJob {
     if (id === undefined) throw refused(404, `dead letter ${this.job.id} is gone`);
   }
 
-  remove(): Promise<void> {
-    return this.job.remove();
+  async remove(): Promise<void> {
+    await this.job.remove();
+    await forgetDeadLetter(this.dead, this.job.id!);
   }
 
   updateData(): Promise<void> {

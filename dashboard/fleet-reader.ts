@@ -84,6 +84,9 @@ export interface QueueView {
     readonly connectionErrors: number;
     readonly retries: number;
     readonly deadLettered: number;
+    /** Dead letters the dead-letter bounds dropped, and their bytes. */
+    readonly deadLettersDropped: number;
+    readonly deadLetterBytesDropped: number;
     readonly completed: number;
     /** Calls whose job another worker had taken meanwhile (a worker stalled past its lock). */
     readonly duplicateCalls: number;
@@ -182,6 +185,8 @@ function providerOf(m: (field: string) => number): QueueView['provider'] {
     connectionErrors: m('provider_connection_errors'),
     retries: m('retries'),
     deadLettered: m('dead_lettered'),
+    deadLettersDropped: m('dead_letters_dropped'),
+    deadLetterBytesDropped: m('dead_letter_bytes_dropped'),
     completed: m('completed'),
     duplicateCalls: m('duplicate_calls'),
     tokensIn: m('tokens_in'),

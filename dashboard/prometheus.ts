@@ -173,6 +173,16 @@ export class PrometheusExporter {
     deadLettered: this.counter('llmq_dead_lettered_total', 'Jobs moved to the dead-letter queue.', [
       'queue',
     ]),
+    deadLettersDropped: this.counter(
+      'llmq_dead_letters_dropped_total',
+      'Dead letters dropped by the dead-letter bounds (age, bytes per queue, bytes per tenant), oldest first.',
+      ['queue'],
+    ),
+    deadLetterBytesDropped: this.counter(
+      'llmq_dead_letter_bytes_dropped_total',
+      'Bytes of the dead letters the bounds dropped.',
+      ['queue'],
+    ),
     completed: this.counter('llmq_completed_total', 'Jobs completed by workers.', ['queue']),
     duplicateCalls: this.counter(
       'llmq_duplicate_calls_total',
@@ -303,6 +313,8 @@ export class PrometheusExporter {
     total(m.providerTokens, { queue, direction: 'output' }, p.tokensOut);
     total(m.retries, { queue }, p.retries);
     total(m.deadLettered, { queue }, p.deadLettered);
+    total(m.deadLettersDropped, { queue }, p.deadLettersDropped);
+    total(m.deadLetterBytesDropped, { queue }, p.deadLetterBytesDropped);
     total(m.completed, { queue }, p.completed);
     total(m.duplicateCalls, { queue }, p.duplicateCalls);
     for (const state of BREAKER_STATES)

@@ -97,6 +97,12 @@ export interface Config {
   readonly maxDepth: number;
   /** Bytes of waiting requests' JSON in the queue; 0 is unbounded. @default 1gb (LLMQ_MAX_DEPTH_BYTES) */
   readonly maxDepthBytes: number;
+  /** A dead letter older than this is dropped; 0 keeps them. @default 30d (LLMQ_DEAD_LETTER_MAX_AGE) */
+  readonly deadLetterMaxAgeMs: number;
+  /** Bytes of a queue's dead letters; the oldest over it are dropped. @default 256mb (LLMQ_DEAD_LETTER_MAX_BYTES) */
+  readonly deadLetterMaxBytes: number;
+  /** Bytes of one tenant's dead letters. @default 64mb (LLMQ_DEAD_LETTER_TENANT_MAX_BYTES) */
+  readonly deadLetterTenantMaxBytes: number;
   /** The largest body `llmq serve` reads, as the API's. @default 32mb (--body-limit, LLMQ_BODY_LIMIT) */
   readonly bodyLimit: number;
   /**
@@ -207,6 +213,12 @@ interface Setting {
 const silence = (env: string, flag: string, ms: number): Setting => ({
   ...{ env, flag, schema: durationSchema(100, 3_600_000), default: ms },
   expect: `a duration from 100ms to 1h, such as ${ms / 1000}s`,
+});
+
+/** A bytes bound on dead letters: a size, or 0 for none. */
+const deadLetterBytes = (env: string, bytes: number): Setting => ({
+  ...{ env, schema: sizeSchema(0), default: bytes },
+  expect: 'a size such as 256mb or 1gb, or 0 (unbounded)',
 });
 
 const SETTINGS: Record<Key, Setting> = {
@@ -339,6 +351,14 @@ const SETTINGS: Record<Key, Setting> = {
     default: 1024 ** 3,
     expect: 'a size such as 512mb or 2gb, or 0 (unbounded)',
   },
+  deadLetterMaxAgeMs: {
+    env: 'LLMQ_DEAD_LETTER_MAX_AGE',
+    schema: durationSchema(0, 3_650 * 86_400_000),
+    default: 30 * 86_400_000,
+    expect: 'a duration such as 7d or 12h, or 0 (kept until purged)',
+  },
+  deadLetterMaxBytes: deadLetterBytes('LLMQ_DEAD_LETTER_MAX_BYTES', 256 * 1024 ** 2),
+  deadLetterTenantMaxBytes: deadLetterBytes('LLMQ_DEAD_LETTER_TENANT_MAX_BYTES', 64 * 1024 ** 2),
   bodyLimit: {
     env: 'LLMQ_BODY_LIMIT',
     flag: 'bodyLimit',

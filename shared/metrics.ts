@@ -35,6 +35,9 @@ export type MetricField =
   | 'deferred_by_budget'
   | 'backfilled'
   | 'dead_lettered'
+  /** Dead letters dropped by the dead-letter bounds, and their bytes (worker/lua/keepDead-5.lua). */
+  | 'dead_letters_dropped'
+  | 'dead_letter_bytes_dropped'
   | 'completed'
   /** Calls made twice: a worker resumed past its lock found another had taken its job. */
   | 'duplicate_calls'

@@ -201,7 +201,7 @@ export class GateWorker extends Worker<JobData, JobResult> {
 
   /**
    * Stores a successful job's result after its lock lapsed (lua/reclaim-7.lua, then BullMQ's own
-   * moveToFinished with the arguments its completion sends, then lua/keepResult-2.lua, in one
+   * moveToFinished with the arguments its completion sends, then lua/keepRecord-2.lua, in one
    * transaction): when no other worker took the job, it takes the lock back under `token` and
    * completes it.
    */
@@ -216,7 +216,7 @@ export class GateWorker extends Worker<JobData, JobResult> {
     const reclaimKeys = [this.toKey(id), `${this.toKey(id)}:lock`, k.active, k.wait];
     const keys = [...reclaimKeys, k.prioritized, k.delayed, k.events].map(String);
     const completion = completionOf(job, result, token, false);
-    const keep = keepResultOf(job);
+    const keep = keepRecordOf(job);
     let finished: unknown;
     const holder = await runLuaWith(
       redis,
@@ -226,11 +226,11 @@ export class GateWorker extends Worker<JobData, JobResult> {
       {
         prepare: (conn) => {
           defineLua(conn, MOVE_TO_FINISHED, completion.keys);
-          defineLua(conn, KEEP_RESULT, keep.keys);
+          defineLua(conn, KEEP_RECORD, keep.keys);
         },
         queue: (tx) => {
           queueLua(tx, MOVE_TO_FINISHED, completion.keys, completion.args);
-          queueLua(tx, KEEP_RESULT, keep.keys, keep.args);
+          queueLua(tx, KEEP_RECORD, keep.keys, keep.args);
         },
         took: (replies) => {
           finished = replies instanceof Error ? replies : replies[0];
@@ -266,8 +266,8 @@ export const MOVE_TO_ACTIVE: LuaScript = bullmqScript('moveToActive-11', 'moveTo
 /** BullMQ's own moveToFinished script, run by llmq's completions (`completeJob`, `completeLate`). */
 const MOVE_TO_FINISHED: LuaScript = bullmqScript('moveToFinished-14', 'moveToFinished');
 
-/** lua/keepResult-2.lua: a completed job lets its request go. */
-const KEEP_RESULT: LuaScript = SCRIPTS['keepResult']!;
+/** lua/keepRecord-2.lua: a finished job lets its request go. */
+const KEEP_RECORD: LuaScript = SCRIPTS['keepRecord']!;
 
 /** BullMQ's side of a job, as its own methods reach it. */
 interface JobInternals {
@@ -298,14 +298,31 @@ function completionOf(
   return { keys: args.slice(0, n).map(String), args: args.slice(n), finishedOn };
 }
 
-/** lua/keepResult-2.lua's keys and arguments for a job: the record it keeps once completed. */
-function keepResultOf(job: Job<JobData, JobResult>): { keys: string[]; args: LuaArg[] } {
+/** lua/keepRecord-2.lua's keys and arguments for a job: the record it keeps once finished. */
+function keepRecordOf(
+  job: Job<JobData, JobResult>,
+  finished: 'completed' | 'failed' = 'completed',
+  data: JobData = job.data,
+): { keys: string[]; args: LuaArg[] } {
   const q = (job as unknown as JobInternals).queue;
   const id = job.id ?? '';
   return {
-    keys: [q.toKey(id), String(q.keys['completed'])],
-    args: [id, JSON.stringify(finishedData(job.data))],
+    keys: [q.toKey(id), String(q.keys[finished])],
+    args: [id, JSON.stringify(finishedData(data))],
   };
+}
+
+/**
+ * Lets a dead-lettered job's request go once it is in failed (its dead letter holds the
+ * request, to be retried from). Resolves with whether it did.
+ */
+export async function keepFailedRecord(
+  redis: RedisClient,
+  job: Job<JobData, JobResult>,
+  data: JobData,
+): Promise<boolean> {
+  const keep = keepRecordOf(job, 'failed', data);
+  return (await runLua(redis, KEEP_RECORD, keep.keys, keep.args)) === 1;
 }
 
 /** What BullMQ's `moveToCompleted` sets on the job object once it stored the result. */
@@ -318,7 +335,7 @@ function completed(job: Job<JobData, JobResult>, result: JobResult, finishedOn: 
 /**
  * Completes a job as BullMQ's `job.moveToCompleted` does (its own moveToFinished script, with
  * the arguments it sends) and, in the same transaction, lets its request go
- * (lua/keepResult-2.lua): a completed job keeps its result and its request's record, never its
+ * (lua/keepRecord-2.lua): a completed job keeps its result and its request's record, never its
  * request. Resolves with the next job's raw data when `fetchNext` fetched one (for
  * {@link GateWorker.jobFrom}); throws BullMQ's own error (with its `code`) when refused.
  */
@@ -330,10 +347,10 @@ export async function completeJob(
   fetchNext: boolean,
 ): Promise<unknown> {
   const completion = completionOf(job, result, token, fetchNext);
-  const keep = keepResultOf(job);
+  const keep = keepRecordOf(job);
   const reply = await runLuaWith(redis, MOVE_TO_FINISHED, completion.keys, completion.args, {
-    prepare: (conn) => defineLua(conn, KEEP_RESULT, keep.keys),
-    queue: (tx) => queueLua(tx, KEEP_RESULT, keep.keys, keep.args),
+    prepare: (conn) => defineLua(conn, KEEP_RECORD, keep.keys),
+    queue: (tx) => queueLua(tx, KEEP_RECORD, keep.keys, keep.args),
     took: () => {},
   });
   if (typeof reply === 'number' && reply < 0) {

@@ -1,8 +1,17 @@
 import { type Job, UnrecoverableError } from 'bullmq';
 import type { AttemptRecord, DeadLetter, JobData, JobResult } from '../shared/job.ts';
 import { JOB_NAME } from '../shared/job.ts';
+import { holdsRequest, modelOf, type StoredJobData } from '../shared/job-kept.ts';
 import { ticketOf } from '../shared/job-ticket.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
+import type { RedisClient } from '../shared/redis.ts';
+import { keepFailedRecord } from './bullmq-internals.ts';
+import {
+  DEFAULT_DEAD_LETTER_BOUNDS,
+  type DeadLetterBounds,
+  forgetDeadLetter,
+  keepDeadLetter,
+} from './dead-letter-bounds.ts';
 
 export interface DeadLetterCause {
   readonly reason: string;
@@ -14,7 +23,9 @@ export interface DeadLetterCause {
 
 /**
  * Moves a job that cannot succeed to the dead letters: the letter first (its id is the job's,
- * so a crash between the two steps cannot make a second letter), then the job to failed.
+ * so a crash between the steps cannot make a second letter), counted against the dead-letter
+ * bounds (the oldest letters over them dropped); then the job to failed, where it keeps only
+ * its request's record: the letter holds the request, once.
  */
 export async function deadLetter(
   dlq: DeadLetterQueue,
@@ -22,6 +33,7 @@ export async function deadLetter(
   token: string,
   cause: DeadLetterCause,
   history: readonly AttemptRecord[],
+  bounds: DeadLetterBounds = DEFAULT_DEAD_LETTER_BOUNDS,
 ): Promise<void> {
   const letter: DeadLetter = {
     jobId: job.id!,
@@ -37,8 +49,30 @@ export async function deadLetter(
   };
   const jobId = letterIdOf(job.id!);
   await dlq.add(JOB_NAME, letter, { jobId, removeOnComplete: false, removeOnFail: false });
-  await job.updateData({ ...job.data, history });
+  const bytes = Buffer.byteLength(JSON.stringify(letter));
+  await keepDeadLetter(dlq, { id: jobId, bytes, tenant: job.data?.tenant }, bounds);
   await job.moveToFailed(new UnrecoverableError(cause.reason), token, false);
+  // A job whose data is no llmq job's has no request to let go.
+  if (letter.data?.request)
+    await keepFailedRecord(dlq.opts.connection as RedisClient, job, letter.data);
+}
+
+/**
+ * A dead-lettered job sent back to run without its letter (BullMQ's `job.retry`, a script)
+ * holds only its request's record: its request is read back from its letter, which holds it
+ * (the letter stays, settled by `llmq dlq retry` as for a job retried another way). Resolves
+ * with whether it was restored; false when it held its request or its letter is gone.
+ */
+export async function restoreFromLetter(
+  dlq: DeadLetterQueue,
+  job: Job<JobData, JobResult>,
+): Promise<boolean> {
+  const data = job.data as StoredJobData | undefined;
+  if (!data || holdsRequest(data) || typeof data.digest !== 'string') return false;
+  const letter = (await dlq.getJob(letterIdOf(job.id!)))?.data;
+  if (!letter?.data?.request) return false;
+  await job.updateData({ ...letter.data, history: data.history ?? [] });
+  return true;
 }
 
 /**
@@ -71,7 +105,7 @@ function summary(j: Job<DeadLetter>): DeadLetterSummary {
     deadAt: j.data.deadAt,
     tenant: j.data.data?.tenant,
     // A letter of a job that could not be read may have no request.
-    model: j.data.data?.request?.model,
+    model: modelOf(j.data.data) as string,
   };
 }
 
@@ -135,6 +169,7 @@ export async function retryDeadLetter(
     runId = added.id!;
   }
   await letter.remove();
+  await forgetDeadLetter(dlq, letter.id!);
   return runId;
 }
 
@@ -147,6 +182,7 @@ export async function purgeDeadLetters(dlq: DeadLetterQueue, olderThanMs = 0): P
     const j = await dlq.getJob(s.id);
     if (j) {
       await j.remove();
+      await forgetDeadLetter(dlq, s.id);
       removed++;
     }
   }

@@ -7,7 +7,8 @@ import type { DeadLetterQueue } from '../shared/queues.ts';
 import { type BackoffOptions, fullJitterBackoff } from './backoff.ts';
 import type { CircuitBreaker } from './breaker.ts';
 import type { Classified } from './classify.ts';
-import { type DeadLetterCause, deadLetter } from './dead-letters.ts';
+import type { DeadLetterBounds } from './dead-letter-bounds.ts';
+import { type DeadLetterCause, deadLetter, restoreFromLetter } from './dead-letters.ts';
 import { formatMs } from './gate-waits.ts';
 import type { JobHistory } from './job-history.ts';
 import { traceOutcome } from './job-trace.ts';
@@ -214,6 +215,8 @@ export class Outcomes {
       /** A job's retryFor when it sets none (ms). */
       readonly retryForMs: number;
       readonly backoff?: BackoffOptions | undefined;
+      /** What the queue's dead letters may hold. */
+      readonly deadLetterBounds?: DeadLetterBounds | undefined;
     },
   ) {}
 
@@ -277,6 +280,11 @@ export class Outcomes {
     return { healthy, outageMs, now };
   }
 
+  /** A dead-lettered job back without its letter gets its request back from it. */
+  restoreFromLetter(job: Job<JobData, JobResult>): Promise<boolean> {
+    return restoreFromLetter(this.parts.dlq, job);
+  }
+
   /** The letter, the job to failed, the counter and the log line. */
   async deadLetter(
     job: Job<JobData, JobResult>,
@@ -292,7 +300,7 @@ export class Outcomes {
     });
     // Written before the job leaves: a removed job takes no more log lines.
     await this.parts.history.write(job.id, line).catch(() => {});
-    await deadLetter(this.parts.dlq, job, token, cause, history);
+    await deadLetter(this.parts.dlq, job, token, cause, history, this.parts.deadLetterBounds);
     await this.parts.metrics.add({ dead_lettered: 1 });
     this.parts.log.warn('job dead-lettered', {
       job: job.id,

@@ -81,9 +81,10 @@ export async function takeJobs(
   const handled = new Set<Job<JobData, JobResult>>();
   const arrivals = fetches.map(({ token: t, job: fetch }) =>
     fetch
-      .then((job) => {
+      .then(async (job) => {
         if (!job) return;
         fetched.push({ job, token: t });
+        await p.outcomes.restoreFromLetter(job);
         // A job that comes with the reservation made for it starts at once, its call under
         // way while Redis still answers the other fetches.
         const mine =

@@ -185,6 +185,7 @@ export class Worker implements WorkerHandle {
       history,
       maxRateLimitReturns: options.maxRateLimitReturns ?? 20,
       retryForMs: options.retryForMs ?? DEFAULT_RETRY_FOR_MS,
+      deadLetterBounds: options.deadLetterBounds,
       backoff: options.backoff,
     });
     const ledger = options.budgets && new BudgetLedger(redis, names, options.budgets);

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
-import { ConfigError } from '../../shared/errors.ts';
+import { ConfigError, formatBytes } from '../../shared/errors.ts';
 import { openDeadLetterQueue, openQueue } from '../../shared/queues.ts';
+import { type DeadLetterHeld, deadLetterHeld } from '../../worker/dead-letter-bounds.ts';
 import {
   listDeadLetters,
   purgeDeadLetters,
@@ -27,6 +28,15 @@ async function withQueues<T>(
   });
 }
 
+/** What the letters hold, and what the bounds dropped: nothing is dropped unseen. */
+function heldLine(h: DeadLetterHeld): string {
+  const dropped =
+    h.dropped === 0
+      ? 'none dropped by the bounds'
+      : `${h.dropped} dropped by the bounds (${formatBytes(h.droppedBytes)}, oldest first)`;
+  return `dead letters hold ${formatBytes(h.bytes)}; ${dropped}`;
+}
+
 export function registerDlqCommand(program: Command): void {
   const dlq = program.command('dlq').description('list, show, retry or purge dead letters');
   queueOptions(
@@ -49,6 +59,7 @@ export function registerDlqCommand(program: Command): void {
             `${l.id}\t${new Date(l.deadAt).toISOString()}\t${l.errorClass}${l.status ? ` ${l.status}` : ''}\t${l.reason}\n`,
           );
         }
+        process.stdout.write(`${heldLine(await deadLetterHeld(d))}\n`);
       },
       true,
     );

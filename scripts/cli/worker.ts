@@ -93,6 +93,11 @@ function workerOptionsOf(
     },
     concurrency: config.concurrency,
     retryForMs: config.retryForMs,
+    deadLetterBounds: {
+      maxAgeMs: config.deadLetterMaxAgeMs,
+      maxBytes: config.deadLetterMaxBytes,
+      tenantMaxBytes: config.deadLetterTenantMaxBytes,
+    },
     firstByteTimeoutMs: config.firstByteTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     lockDurationMs: config.recoverAfterMs,
