@@ -58,7 +58,7 @@ export interface WaitForRoomOptions {
 /**
  * Keeps the queue's depth (and each tenant's) under its bound, under any number of producers in
  * any number of processes: reserve (one Lua script: count and reserve at once), add, release.
- * See `lua/reserveDepth-8.lua` for what counts as waiting.
+ * See `lua/reserveDepth-9.lua` for what counts as waiting.
  */
 export class DepthGate {
   readonly maxDepth: number;
@@ -135,6 +135,7 @@ export class DepthGate {
           this.tenantKey(tenant),
           this.sizesKey(),
           this.tenantSizesKey(tenant),
+          llmqKey(this.names, 'dead', 'bytes'),
         ],
         [
           this.maxDepth,
@@ -143,13 +144,21 @@ export class DepthGate {
           `${k['']}`,
           this.maxDepthBytes,
           boundOf(this.tenantMaxBytes, tenant),
+          tenant ?? '',
           ...ids.flatMap((id, i) => [id, bytes[i] ?? 0]),
         ],
       ),
-    )) as [number, string | number, number?];
+    )) as [number, string | number, number?, number?];
     const full = (who: string, unit: 'jobs' | 'bytes') => ({
       ok: false as const,
-      full: new QueueFullError(who, Number(reply[1]), Number(reply[2]), this.retryAfterMs, unit),
+      full: new QueueFullError(
+        who,
+        Number(reply[1]),
+        Number(reply[2]),
+        this.retryAfterMs,
+        unit,
+        Number(reply[3] ?? 0),
+      ),
     });
     const queue = `queue "${this.names.queue}"`;
     const ofTenant = `tenant "${tenant}" of ${queue}`;

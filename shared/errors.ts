@@ -302,6 +302,8 @@ export class QueueFullError extends LlmqError {
   readonly maxDepth: number;
   /** What the bound counts. */
   readonly unit: 'jobs' | 'bytes';
+  /** Bytes of the tenant's dead letters, counted against its bytes bound with what waits. */
+  readonly deadBytes: number;
   /** What is full and how full, without the advice (`queue "q" is full (4 waiting, bound 4)`). */
   readonly summary: string;
   /** @internal */
@@ -311,15 +313,19 @@ export class QueueFullError extends LlmqError {
     maxDepth: number,
     retryAfterMs: number,
     unit: 'jobs' | 'bytes' = 'jobs',
+    deadBytes = 0,
   ) {
+    const dead = deadBytes > 0 ? ` and ${formatBytes(deadBytes)} of dead letters` : '';
     const summary =
       unit === 'bytes'
-        ? `${what} is full (${formatBytes(depth)} of requests waiting, bound ${formatBytes(maxDepth)})`
+        ? `${what} is full (${formatBytes(depth)} of requests waiting${dead}, bound ${formatBytes(maxDepth)})`
         : `${what} is full (${depth} waiting, bound ${maxDepth})`;
+    const advice = deadBytes > 0 ? ', or retry or purge its dead letters (llmq dlq)' : '';
     super(
       'QUEUE_FULL',
-      `${summary}: retry in ${Math.ceil(retryAfterMs / 1000)} s or enqueue with { wait: true }`,
+      `${summary}: retry in ${Math.ceil(retryAfterMs / 1000)} s or enqueue with { wait: true }${advice}`,
     );
+    this.deadBytes = deadBytes;
     this.summary = summary;
     this.depth = depth;
     this.maxDepth = maxDepth;

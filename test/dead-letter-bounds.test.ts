@@ -1,9 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { Producer } from '../producer/producer.ts';
+import { QueueFullError } from '../shared/errors.ts';
 import { JOB_NAME } from '../shared/job.ts';
 import { metricsKey } from '../shared/metrics.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import { deadLetterHeld, keepDeadLetter } from '../worker/dead-letter-bounds.ts';
-import { listDeadLetters, showDeadLetter } from '../worker/dead-letters.ts';
+import { listDeadLetters, purgeDeadLetters, showDeadLetter } from '../worker/dead-letters.ts';
 import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
@@ -119,5 +121,47 @@ describe('dead letters are bounded', () => {
       dropped: 1,
       droppedBytes: 1_000,
     });
+  });
+
+  it('a tenant’s max-bytes counts its dead letters with what waits: full, it is refused, another tenant is not', async () => {
+    pool = await openPool('dlmax', { spendCappedKeys: ['sk-capped'] });
+    const requests = [0, 1, 2, 3].map((i) => large(i));
+    const one = letterBytes(requests[0]);
+    const producer = new Producer({
+      redis: pool.redis,
+      names: pool.names,
+      tenantMaxBytes: Math.round(one * 2.5),
+    });
+    try {
+      await pool.worker({
+        apiKey: 'sk-capped',
+        limiter: { windowMs: 5_000, limits: { tokens: 10_000_000 } },
+      });
+      const dead = await Promise.all(
+        requests.slice(0, 2).map((r) => producer.enqueue(r, { tenant: 'a', attempts: 5 })),
+      );
+      await until(async () => (await listDeadLetters(pool!.dlq)).length === 2, 15_000);
+      expect((await deadLetterHeld(pool.dlq)).tenants['a']).toBeGreaterThan(one * 2);
+
+      // Nothing of tenant a waits, but its dead letters fill its bytes: refused, with what to do.
+      const refused = await producer.enqueue(requests[2], { tenant: 'a' }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(QueueFullError);
+      expect((refused as QueueFullError).message).toMatch(
+        /tenant "a" of queue ".+" is full \(0 B of requests waiting and .+ of dead letters, bound .+\).*purge its dead letters/,
+      );
+      // Tenant b is taken as before.
+      await expect(producer.enqueue(requests[3], { tenant: 'b' })).resolves.toEqual(
+        expect.any(String),
+      );
+      // Once its letters are purged, tenant a is taken again.
+      expect(await purgeDeadLetters(pool.dlq)).toBe(2);
+      expect((await deadLetterHeld(pool.dlq)).tenants['a']).toBeUndefined();
+      await expect(producer.enqueue(requests[2], { tenant: 'a' })).resolves.toEqual(
+        expect.any(String),
+      );
+      expect(dead).toHaveLength(2);
+    } finally {
+      await producer.close();
+    }
   });
 });

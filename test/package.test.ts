@@ -133,7 +133,7 @@ describe('the npm package', () => {
       'dist/shared/limiter/lua/acquire-14.lua',
       'dist/shared/limiter/lua/includes/view.lua',
       'dist/worker/lua/peek-6.lua',
-      'dist/producer/lua/reserveDepth-8.lua',
+      'dist/producer/lua/reserveDepth-9.lua',
       'dist/shared/lua/count-1.lua',
     ])
       expect(shipped, f).toContain(f);

@@ -14,7 +14,8 @@
   waiting (started, finished, cancelled) leave; so the count is exact at the bound and
   conservative below it. The sizes hashes (the queue's, a tenant's) work the same way for bytes:
   job id -> the bytes of its data, and the field ':total' (no job id holds a ':') their sum;
-  kept only while a bytes bound is set.
+  kept only while a bytes bound is set. A tenant's bytes bound counts its dead letters too
+  (`dead bytes`, kept by the worker: worker/lua/keepDead-5.lua): all its jobs keep.
 
   Input:
     KEYS[1] prioritized   ZSET (BullMQ)
@@ -25,6 +26,7 @@
     KEYS[6] tenant        ZSET job id -> expiry ms, or 1 once added
     KEYS[7] sizes         HASH job id -> bytes, ':total' -> their sum (the queue's)
     KEYS[8] tenant sizes  HASH the same, for the tenant
+    KEYS[9] dead bytes    HASH "t:<tenant>" -> the bytes of a tenant's dead letters
 
     ARGV[1] queue bound, 0 for none
     ARGV[2] tenant bound, 0 for none (the tenant set is then not kept)
@@ -32,7 +34,8 @@
     ARGV[4] job key prefix (`<prefix>:{q}:<queue>:`), to see which ids exist already
     ARGV[5] queue bound in bytes, 0 for none (the sizes hash is then not kept)
     ARGV[6] tenant bound in bytes, 0 for none
-    ARGV[7..] job id, then its bytes, for each job
+    ARGV[7] the tenant ("" for none)
+    ARGV[8..] job id, then its bytes, for each job
 
   Output:
     {0, flags}          reserved; flags has one character per id: '1' the job exists already
@@ -41,19 +44,22 @@
     {2, depth, bound}   the tenant is full; nothing reserved
     {3, id}             another producer is adding that id right now; nothing reserved
     {4, bytes, bound}   the queue's bytes are full; nothing reserved
-    {5, bytes, bound}   the tenant's bytes are full; nothing reserved
+    {5, bytes, bound, dead}  the tenant's bytes (waiting, and its dead letters') are full;
+                        nothing reserved
     {6, bytes, bound}   the jobs' bytes are more than the queue's bound: they never fit
     {7, bytes, bound}   the jobs' bytes are more than the tenant's bound: they never fit
 ]]
 local rcall = redis.call
 local prioritizedKey, waitKey, pausedKey, delayedKey, resKey, tenantKey, sizesKey, tenantSizesKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local deadBytesKey = KEYS[9]
 local bound = tonumber(ARGV[1])
 local tenantBound = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local jobPrefix = ARGV[4]
 local bytesBound = tonumber(ARGV[5])
 local tenantBytesBound = tonumber(ARGV[6])
+local tenant = ARGV[7]
 
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -64,7 +70,7 @@ local flags = {}
 local fresh = {}
 local freshSizes = {}
 local freshBytes = 0
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   local id = ARGV[i]
   if rcall('EXISTS', jobPrefix .. id) == 1 then
     flags[#flags + 1] = '1'
@@ -138,7 +144,8 @@ local function prunedTotal(key)
   return total
 end
 
-local function bytesFull(key, limit, fullCode, neverCode)
+-- `dead`: bytes held beside the waiting ones (a tenant's dead letters).
+local function bytesFull(key, limit, fullCode, neverCode, dead)
   if freshBytes == 0 or limit <= 0 then
     return nil
   end
@@ -146,17 +153,21 @@ local function bytesFull(key, limit, fullCode, neverCode)
     return { neverCode, freshBytes, limit }
   end
   local total = tonumber(rcall('HGET', key, ':total') or '0')
-  if total + freshBytes > limit then
+  if total + dead + freshBytes > limit then
     total = prunedTotal(key)
   end
-  if total + freshBytes > limit then
-    return { fullCode, total, limit }
+  if total + dead + freshBytes > limit then
+    return { fullCode, total, limit, dead }
   end
   return nil
 end
 
-local full = bytesFull(sizesKey, bytesBound, 4, 6)
-  or bytesFull(tenantSizesKey, tenantBytesBound, 5, 7)
+local tenantDead = 0
+if tenant ~= '' then
+  tenantDead = tonumber(rcall('HGET', deadBytesKey, 't:' .. tenant) or '0')
+end
+local full = bytesFull(sizesKey, bytesBound, 4, 6, 0)
+  or bytesFull(tenantSizesKey, tenantBytesBound, 5, 7, tenantDead)
 if full then
   return full
 end
