@@ -87,6 +87,8 @@ export interface QueueView {
     /** Dead letters the dead-letter bounds dropped, and their bytes. */
     readonly deadLettersDropped: number;
     readonly deadLetterBytesDropped: number;
+    /** Finished jobs the results' bytes bound dropped. */
+    readonly resultsDropped: number;
     readonly completed: number;
     /** Calls whose job another worker had taken meanwhile (a worker stalled past its lock). */
     readonly duplicateCalls: number;
@@ -187,6 +189,7 @@ function providerOf(m: (field: string) => number): QueueView['provider'] {
     deadLettered: m('dead_lettered'),
     deadLettersDropped: m('dead_letters_dropped'),
     deadLetterBytesDropped: m('dead_letter_bytes_dropped'),
+    resultsDropped: m('results_dropped'),
     completed: m('completed'),
     duplicateCalls: m('duplicate_calls'),
     tokensIn: m('tokens_in'),

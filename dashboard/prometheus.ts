@@ -183,6 +183,11 @@ export class PrometheusExporter {
       'Bytes of the dead letters the bounds dropped.',
       ['queue'],
     ),
+    resultsDropped: this.counter(
+      'llmq_results_dropped_total',
+      "Finished jobs dropped by the results' bytes bound, oldest first.",
+      ['queue'],
+    ),
     completed: this.counter('llmq_completed_total', 'Jobs completed by workers.', ['queue']),
     duplicateCalls: this.counter(
       'llmq_duplicate_calls_total',
@@ -315,6 +320,7 @@ export class PrometheusExporter {
     total(m.deadLettered, { queue }, p.deadLettered);
     total(m.deadLettersDropped, { queue }, p.deadLettersDropped);
     total(m.deadLetterBytesDropped, { queue }, p.deadLetterBytesDropped);
+    total(m.resultsDropped, { queue }, p.resultsDropped);
     total(m.completed, { queue }, p.completed);
     total(m.duplicateCalls, { queue }, p.duplicateCalls);
     for (const state of BREAKER_STATES)

@@ -103,6 +103,8 @@ export interface Config {
   readonly deadLetterMaxBytes: number;
   /** Bytes of one tenant's dead letters. @default 64mb (LLMQ_DEAD_LETTER_TENANT_MAX_BYTES) */
   readonly deadLetterTenantMaxBytes: number;
+  /** Bytes of finished jobs' results and records; the oldest over it go. @default 512mb (LLMQ_RESULTS_MAX_BYTES) */
+  readonly resultsMaxBytes: number;
   /** The largest body `llmq serve` reads, as the API's. @default 32mb (--body-limit, LLMQ_BODY_LIMIT) */
   readonly bodyLimit: number;
   /**
@@ -215,8 +217,8 @@ const silence = (env: string, flag: string, ms: number): Setting => ({
   expect: `a duration from 100ms to 1h, such as ${ms / 1000}s`,
 });
 
-/** A bytes bound on dead letters: a size, or 0 for none. */
-const deadLetterBytes = (env: string, bytes: number): Setting => ({
+/** A bytes bound on what Redis keeps (dead letters, results): a size, or 0 for none. */
+const keptBytes = (env: string, bytes: number): Setting => ({
   ...{ env, schema: sizeSchema(0), default: bytes },
   expect: 'a size such as 256mb or 1gb, or 0 (unbounded)',
 });
@@ -357,8 +359,9 @@ const SETTINGS: Record<Key, Setting> = {
     default: 30 * 86_400_000,
     expect: 'a duration such as 7d or 12h, or 0 (kept until purged)',
   },
-  deadLetterMaxBytes: deadLetterBytes('LLMQ_DEAD_LETTER_MAX_BYTES', 256 * 1024 ** 2),
-  deadLetterTenantMaxBytes: deadLetterBytes('LLMQ_DEAD_LETTER_TENANT_MAX_BYTES', 64 * 1024 ** 2),
+  deadLetterMaxBytes: keptBytes('LLMQ_DEAD_LETTER_MAX_BYTES', 256 * 1024 ** 2),
+  deadLetterTenantMaxBytes: keptBytes('LLMQ_DEAD_LETTER_TENANT_MAX_BYTES', 64 * 1024 ** 2),
+  resultsMaxBytes: keptBytes('LLMQ_RESULTS_MAX_BYTES', 512 * 1024 ** 2),
   bodyLimit: {
     env: 'LLMQ_BODY_LIMIT',
     flag: 'bodyLimit',

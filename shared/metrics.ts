@@ -38,6 +38,8 @@ export type MetricField =
   /** Dead letters dropped by the dead-letter bounds, and their bytes (worker/lua/keepDead-5.lua). */
   | 'dead_letters_dropped'
   | 'dead_letter_bytes_dropped'
+  /** Finished jobs dropped by the results' bytes bound (worker/lua/keepRecord-6.lua). */
+  | 'results_dropped'
   | 'completed'
   /** Calls made twice: a worker resumed past its lock found another had taken its job. */
   | 'duplicate_calls'

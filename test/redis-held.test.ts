@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
-import type { QueueNames } from '../shared/keys.ts';
+import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { metricsKey } from '../shared/metrics.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { requestDigest } from '../shared/request-digest.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
@@ -104,5 +105,35 @@ describe('what a completed job keeps', () => {
     expect(again.body).toMatchObject({ id: ids[0], created: false });
     expect(await pool.queue.getJobState(ids[0]!)).toBe('completed');
     expect(pool.mock.stats().attempts).toBe(8);
+  });
+
+  it('the results’ bytes bound drops the oldest finished jobs, counts the drop, keeps the newest', async () => {
+    pool = await openPool('heldresults', { latencyMs: 5 });
+    const maxBytes = 4_000;
+    await pool.worker({
+      limiter: { limits: { tokens: 10_000_000 }, windowMs: 2_000 },
+      resultBounds: { maxBytes },
+    });
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const id = await pool.producer.enqueue(request(`Say hello, number ${i}.`, 20));
+      await allCompleted(pool, [id], 15_000);
+      ids.push(id);
+    }
+    const states = await Promise.all(ids.map((id) => pool!.queue.getJobState(id)));
+    const left = ids.filter((_, i) => states[i] === 'completed');
+    const dropped = ids.length - left.length;
+    // The newest are kept, the oldest went, every drop counted; what is kept is under the bound.
+    expect(left.length).toBeGreaterThan(0);
+    expect(dropped).toBeGreaterThan(0);
+    expect(left).toEqual(ids.slice(dropped));
+    expect(states.slice(0, dropped).every((s) => s === 'unknown')).toBe(true);
+    const metrics = await pool.redis.hget(metricsKey(pool.names), 'results_dropped');
+    expect(Number(metrics)).toBe(dropped);
+    const held = Number(await pool.redis.hget(llmqKey(pool.names, 'finished', 'bytes'), '*'));
+    expect(held).toBeGreaterThan(0);
+    expect(held).toBeLessThanOrEqual(maxBytes);
+    const last = await pool.producer.waitForResult(ids[5]!);
+    expect(last.message.content[0]).toMatchObject({ type: 'text' });
   });
 });

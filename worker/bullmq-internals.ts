@@ -160,6 +160,9 @@ export function bullmqScriptsDir(): string {
  * job the way `getNextJob` turns one.
  */
 export class GateWorker extends Worker<JobData, JobResult> {
+  /** What the queue's finished jobs may hold (set by {@link openGateWorker}). */
+  resultBounds: ResultBounds = DEFAULT_RESULT_BOUNDS;
+
   async jobFrom(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
     if (!Array.isArray(raw) || !raw[0]) return undefined;
     return this.nextJobFromJobData(raw[0], raw[1] as string, token);
@@ -180,7 +183,14 @@ export class GateWorker extends Worker<JobData, JobResult> {
     token: string,
     fetchNext: boolean,
   ): Promise<unknown> {
-    return completeJob(this.opts.connection as RedisClient, job, result, token, fetchNext);
+    return completeJob(
+      this.opts.connection as RedisClient,
+      job,
+      result,
+      token,
+      fetchNext,
+      this.resultBounds,
+    );
   }
 
   /** The keys of BullMQ's `moveToActive`, in its order. */
@@ -216,7 +226,7 @@ export class GateWorker extends Worker<JobData, JobResult> {
     const reclaimKeys = [this.toKey(id), `${this.toKey(id)}:lock`, k.active, k.wait];
     const keys = [...reclaimKeys, k.prioritized, k.delayed, k.events].map(String);
     const completion = completionOf(job, result, token, false);
-    const keep = keepRecordOf(job);
+    const keep = keepRecordOf(job, 'completed', job.data, completion.resultJson, this.resultBounds);
     let finished: unknown;
     const holder = await runLuaWith(
       redis,
@@ -271,7 +281,11 @@ const KEEP_RECORD: LuaScript = SCRIPTS['keepRecord']!;
 
 /** BullMQ's side of a job, as its own methods reach it. */
 interface JobInternals {
-  readonly queue: { toKey(type: string): string; readonly keys: Record<string, string> };
+  readonly queue: {
+    toKey(type: string): string;
+    readonly keys: Record<string, string>;
+    readonly opts: { readonly prefix?: string };
+  };
   readonly backend: { moveToCompletedArgs: CompletedArgs; finishedErrors: FinishedErrors };
   finishedOn?: number;
 }
@@ -282,10 +296,11 @@ function completionOf(
   result: JobResult,
   token: string,
   fetchNext: boolean,
-): { keys: string[]; args: LuaArg[]; finishedOn: number } {
+): { keys: string[]; args: LuaArg[]; finishedOn: number; resultJson: string } {
+  const resultJson = JSON.stringify(result);
   const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
     job,
-    JSON.stringify(result),
+    resultJson,
     job.opts.removeOnComplete,
     token,
     fetchNext,
@@ -295,20 +310,49 @@ function completionOf(
   const args = raw
     .filter((a) => a !== undefined)
     .map((a) => (typeof a === 'boolean' ? Number(a) : a)) as LuaArg[];
-  return { keys: args.slice(0, n).map(String), args: args.slice(n), finishedOn };
+  return { keys: args.slice(0, n).map(String), args: args.slice(n), finishedOn, resultJson };
 }
 
-/** lua/keepRecord-2.lua's keys and arguments for a job: the record it keeps once finished. */
+/**
+ * What finished jobs may hold; 0 leaves the bound off. Their age and count are the producer's
+ * `keepCompletedS` and `keepCompletedCount` (BullMQ's removeOnComplete).
+ * @inline
+ */
+export interface ResultBounds {
+  /** Bytes of the finished jobs' records and results; the oldest over it go. @default 512mb */
+  readonly maxBytes: number;
+}
+
+export const DEFAULT_RESULT_BOUNDS: ResultBounds = { maxBytes: 512 * 1024 ** 2 };
+
+/** lua/keepRecord-6.lua's keys and arguments for a job: the record it keeps once finished. */
 function keepRecordOf(
   job: Job<JobData, JobResult>,
-  finished: 'completed' | 'failed' = 'completed',
-  data: JobData = job.data,
+  finished: 'completed' | 'failed',
+  data: JobData,
+  resultJson: string,
+  bounds: ResultBounds,
 ): { keys: string[]; args: LuaArg[] } {
   const q = (job as unknown as JobInternals).queue;
   const id = job.id ?? '';
+  const record = JSON.stringify(finishedData(data));
+  const llmq = (part: string) => `${q.opts.prefix}:${part}`;
   return {
-    keys: [q.toKey(id), String(q.keys[finished])],
-    args: [id, JSON.stringify(finishedData(data))],
+    keys: [
+      q.toKey(id),
+      String(q.keys[finished]),
+      llmq('finished:sizes'),
+      llmq('finished:order'),
+      llmq('finished:bytes'),
+      llmq('metrics'),
+    ],
+    args: [
+      id,
+      record,
+      Buffer.byteLength(record) + Buffer.byteLength(resultJson),
+      bounds.maxBytes,
+      String(q.keys['']),
+    ],
   };
 }
 
@@ -320,8 +364,9 @@ export async function keepFailedRecord(
   redis: RedisClient,
   job: Job<JobData, JobResult>,
   data: JobData,
+  bounds: ResultBounds = DEFAULT_RESULT_BOUNDS,
 ): Promise<boolean> {
-  const keep = keepRecordOf(job, 'failed', data);
+  const keep = keepRecordOf(job, 'failed', data, '', bounds);
   return (await runLua(redis, KEEP_RECORD, keep.keys, keep.args)) === 1;
 }
 
@@ -345,9 +390,10 @@ export async function completeJob(
   result: JobResult,
   token: string,
   fetchNext: boolean,
+  bounds: ResultBounds = DEFAULT_RESULT_BOUNDS,
 ): Promise<unknown> {
   const completion = completionOf(job, result, token, fetchNext);
-  const keep = keepRecordOf(job);
+  const keep = keepRecordOf(job, 'completed', job.data, completion.resultJson, bounds);
   const reply = await runLuaWith(redis, MOVE_TO_FINISHED, completion.keys, completion.args, {
     prepare: (conn) => defineLua(conn, KEEP_RECORD, keep.keys),
     queue: (tx) => queueLua(tx, KEEP_RECORD, keep.keys, keep.args),
@@ -399,13 +445,16 @@ export function openGateWorker(
   redis: RedisClient,
   names: QueueNames,
   options: { lockDuration: number; stalledInterval: number; maxStalledCount: number },
+  resultBounds: ResultBounds = DEFAULT_RESULT_BOUNDS,
 ): GateWorker {
   assertBullmqVersion();
-  return new GateWorker(names.queue, null, {
+  const worker = new GateWorker(names.queue, null, {
     connection: duplicateRedis(redis),
     prefix: bullPrefix(names),
     autorun: false,
     ...bullmqTelemetry(),
     ...options,
   });
+  worker.resultBounds = resultBounds;
+  return worker;
 }

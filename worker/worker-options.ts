@@ -7,6 +7,7 @@ import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import type { BackoffOptions } from './backoff.ts';
 import type { BreakerOptions, CircuitBreaker } from './breaker.ts';
+import type { ResultBounds } from './bullmq-internals.ts';
 import type { DeadLetterBounds } from './dead-letter-bounds.ts';
 import type { FairShareOptions } from './fair-share.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -117,6 +118,8 @@ export interface WorkerOptions {
   readonly retryForMs?: number;
   /** What the queue's dead letters may hold. @default DEFAULT_DEAD_LETTER_BOUNDS (30 days, 256mb, 64mb a tenant) */
   readonly deadLetterBounds?: DeadLetterBounds | undefined;
+  /** What the queue's finished jobs may hold. @default DEFAULT_RESULT_BOUNDS (512mb) */
+  readonly resultBounds?: ResultBounds | undefined;
   /** When the shared circuit breaker opens after consecutive provider failures. */
   readonly breaker?: BreakerOptions;
   /** 429s with retry-after a job may take before it is dead-lettered. @default 20 */

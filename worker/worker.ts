@@ -161,11 +161,16 @@ export class Worker implements WorkerHandle {
     this.dlq = openDeadLetterQueue(this.dlqRedis, names);
     const metrics = new MetricsWriter(this.metricsRedis, names);
     const history = new JobHistory(this.metricsRedis, names, { enabled: options.jobLogs ?? true });
-    const bull = openGateWorker(redis, names, {
-      lockDuration: this.lockDurationMs,
-      stalledInterval: options.stalledIntervalMs ?? 15_000,
-      maxStalledCount: options.maxStalledCount ?? 10,
-    });
+    const bull = openGateWorker(
+      redis,
+      names,
+      {
+        lockDuration: this.lockDurationMs,
+        stalledInterval: options.stalledIntervalMs ?? 15_000,
+        maxStalledCount: options.maxStalledCount ?? 10,
+      },
+      options.resultBounds,
+    );
     bull.on('error', errorEventLog(log, 'bullmq error'));
     this.bull = bull;
     const signal = this.stopper.signal;

@@ -98,6 +98,7 @@ function workerOptionsOf(
       maxBytes: config.deadLetterMaxBytes,
       tenantMaxBytes: config.deadLetterTenantMaxBytes,
     },
+    resultBounds: { maxBytes: config.resultsMaxBytes },
     firstByteTimeoutMs: config.firstByteTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     lockDurationMs: config.recoverAfterMs,

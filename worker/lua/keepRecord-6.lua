@@ -1,0 +1,70 @@
+--[[
+  Lets a finished job's request go: run right behind BullMQ's moveToFinished (in the same
+  transaction for a completion), it replaces the job's data with the record a finished job
+  keeps (its request's digest, model and size; see shared/job-kept.ts), once the job is in its
+  finished set. A finish that BullMQ refused (lock lost), or a job it removed at once
+  (removeOnComplete), is left alone.
+
+  It counts what the finished job keeps (record and result) against the results' bytes bound:
+  while the finished jobs hold more, the oldest go (and are counted). Jobs the queue's own
+  retention (age, count) removed are forgotten as they come to the front.
+
+  Input:
+    KEYS[1] job       HASH BullMQ's job
+    KEYS[2] finished  ZSET completed, or failed (a dead letter holds the request)
+    KEYS[3] sizes     HASH id -> bytes a finished job keeps
+    KEYS[4] order     ZSET id by when it finished (ms, Redis's clock)
+    KEYS[5] bytes     HASH "*" -> the finished jobs' bytes
+    KEYS[6] metrics   HASH the queue's counters
+    ARGV[1] job id
+    ARGV[2] the record, JSON
+    ARGV[3] the bytes the job keeps (record and result)
+    ARGV[4] the finished jobs' bytes bound (0: none)
+    ARGV[5] the queue's key prefix (BullMQ's, ending in ":")
+
+  Output: 1 the request was let go; 0 the job is not in the set (or gone)
+]]
+local jobKey, finished, sizes, order, bytesKey, metrics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, record, bytes, maxBytes, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+
+if not redis.call('ZSCORE', finished, id) then
+  return 0
+end
+redis.call('HSET', jobKey, 'data', record)
+
+local function forget(job)
+  local size = redis.call('HGET', sizes, job)
+  if size then
+    redis.call('HDEL', sizes, job)
+    redis.call('HINCRBY', bytesKey, '*', -tonumber(size))
+  end
+  redis.call('ZREM', order, job)
+end
+
+local time = redis.call('TIME')
+forget(id)
+redis.call('HSET', sizes, id, bytes)
+redis.call('ZADD', order, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), id)
+redis.call('HINCRBY', bytesKey, '*', bytes)
+
+-- Removed by the queue's own retention: forgotten, a few at a time.
+for _, old in ipairs(redis.call('ZRANGE', order, 0, 1)) do
+  if redis.call('EXISTS', prefix .. old) == 0 then
+    forget(old)
+  end
+end
+
+while maxBytes > 0 and tonumber(redis.call('HGET', bytesKey, '*') or '0') > maxBytes do
+  local oldest = redis.call('ZRANGE', order, 0, 0)[1]
+  if not oldest or oldest == id then
+    break
+  end
+  forget(oldest)
+  if redis.call('EXISTS', prefix .. oldest) == 1 then
+    redis.call('DEL', prefix .. oldest, prefix .. oldest .. ':logs')
+    redis.call('ZREM', prefix .. 'completed', oldest)
+    redis.call('ZREM', prefix .. 'failed', oldest)
+    redis.call('HINCRBY', metrics, 'results_dropped', 1)
+  end
+end
+return 1
