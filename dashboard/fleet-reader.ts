@@ -5,7 +5,7 @@ import {
   type SpendLine,
   spendReport,
 } from '../shared/budgets.ts';
-
+import { type HeldBounds, type HeldBytes, readHeldBytes } from '../shared/held.ts';
 /**
  * Reads what the fleet wrote to Redis about each queue (BullMQ's job counts, the limiter's
  * window, the shared pause, the breaker, the workers' counters) into one plain view. The
@@ -67,6 +67,8 @@ export interface QueueView {
   readonly depth: { readonly waiting: number; readonly bound: number | null };
   /** BullMQ's job counts by state. */
   readonly jobs: Readonly<Record<string, number>>;
+  /** Redis bytes the queue's jobs hold, by what they keep, and the bounds on them. */
+  readonly held: HeldBytes & { readonly bounds: HeldBounds };
   readonly deadLetters: number;
   /** Money spent this day and month, by budget (against it) and by model. */
   readonly spend: readonly SpendLine[];
@@ -127,6 +129,8 @@ export interface FleetReaderOptions {
   /** Money budgets (Config.budgets), to show spend against them; spend alone without. */
   readonly budgets?: Readonly<Record<string, BudgetLimits>> | undefined;
   readonly headroom?: number;
+  /** The bounds on what a queue holds in Redis (Config: maxDepthBytes, resultsMaxBytes, …). */
+  readonly heldBounds?: HeldBounds | undefined;
 }
 
 const DEPTH_STATES = ['prioritized', 'waiting', 'delayed'] as const;
@@ -206,6 +210,7 @@ function providerOf(m: (field: string) => number): QueueView['provider'] {
 export class FleetReader {
   readonly prefix: string;
   readonly maxDepth: number;
+  private readonly heldBounds: HeldBounds;
   /** Used, not owned. */
   readonly redis: RedisClient;
   private readonly budgets: BudgetSettings;
@@ -215,6 +220,7 @@ export class FleetReader {
     this.redis = options.redis;
     this.prefix = options.prefix;
     this.maxDepth = options.maxDepth ?? 10_000;
+    this.heldBounds = options.heldBounds ?? {};
     this.budgets = { budgets: options.budgets ?? {}, policy: 'wait', prices: {} };
     if (!Number.isInteger(this.maxDepth) || this.maxDepth < 0) {
       throw new TypeError(
@@ -321,7 +327,7 @@ export class FleetReader {
     const names = this.names(queue);
     const { queue: q, dead } = this.queues(queue);
     const limiter = await this.limiter(queue);
-    const [snap, metrics, breaker, jobs, deadCounts, backlog, spend] = await Promise.all([
+    const [snap, metrics, breaker, jobs, deadCounts, backlog, spend, held] = await Promise.all([
       limiter.snapshot(),
       readMetrics(this.redis, names),
       readBreaker(this.redis, names),
@@ -329,6 +335,7 @@ export class FleetReader {
       dead.getJobCounts(),
       readBacklog(this.redis, names),
       spendReport(new BudgetLedger(this.redis, names, this.budgets)),
+      readHeldBytes(this.redis, names),
     ]);
     const deployments = await readDeployments(this.redis, names, snap, metrics);
     const m = (f: string) => (Number.isFinite(metrics[f]) ? metrics[f]! : 0);
@@ -358,6 +365,7 @@ export class FleetReader {
         bound: this.maxDepth > 0 ? this.maxDepth : null,
       },
       jobs,
+      held: { ...held, bounds: this.heldBounds },
       deadLetters: Object.values(deadCounts).reduce((a, b) => a + b, 0),
       spend,
       budgetsConfigured: Object.keys(this.budgets.budgets).length > 0,

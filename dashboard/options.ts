@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import { resolveConfig } from '../shared/config.ts';
 import { ConfigError } from '../shared/errors.ts';
+import { heldBoundsOf } from '../shared/held.ts';
 import { dashboardAuthFromEnv } from './auth.ts';
 import type { DashboardOptions } from './server.ts';
 
@@ -62,6 +63,7 @@ export function resolveDashboardOptions(sources: {
     auth: dashboardAuthFromEnv(env),
     maxDepth: config.maxDepth,
     maxDepthBytes: config.maxDepthBytes,
+    heldBounds: heldBoundsOf(config),
     budgets: config.budgets,
     metricsTenants: config.metricsTenants,
     queue: typeof flags['queue'] === 'string' ? flags['queue'] : env['LLMQ_QUEUE'] || undefined,

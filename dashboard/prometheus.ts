@@ -105,6 +105,16 @@ export class PrometheusExporter {
     depth: this.gauge('llmq_queue_depth', 'Waiting jobs (prioritized + wait + delayed).', [
       'queue',
     ]),
+    heldBytes: this.gauge(
+      'llmq_redis_bytes',
+      "Redis bytes the queue's jobs hold, by what they keep: waiting, running, finished, dead.",
+      ['queue', 'state'],
+    ),
+    heldBound: this.gauge(
+      'llmq_redis_bytes_bound',
+      'Bound on those bytes (waiting, finished, dead); 0 is unbounded.',
+      ['queue', 'state'],
+    ),
     depthBound: this.gauge('llmq_queue_depth_bound', 'Bound on waiting jobs; 0 is unbounded.', [
       'queue',
     ]),
@@ -270,6 +280,10 @@ export class PrometheusExporter {
     m.deadLetters.set({ queue }, v.deadLetters);
     m.depth.set({ queue }, v.depth.waiting);
     m.depthBound.set({ queue }, v.depth.bound ?? 0);
+    for (const state of ['waiting', 'running', 'finished', 'dead'] as const)
+      m.heldBytes.set({ queue, state }, v.held[state]);
+    for (const state of ['waiting', 'finished', 'dead'] as const)
+      m.heldBound.set({ queue, state }, v.held.bounds[state] ?? 0);
     m.windowSeconds.set({ queue }, v.windowMs / 1000);
     for (const s of v.scopes) {
       for (const d of DIMENSIONS) {

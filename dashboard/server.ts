@@ -1,4 +1,5 @@
 import type { BudgetLimits } from '../shared/budgets.ts';
+import type { HeldBounds } from '../shared/held.ts';
 /**
  * The dashboard's HTTP server: the overview at `/overview` (tenants' and models' pages at
  * `/tenant`, `/model`; their JSON at `/api/overview`, `/api/usage`), Bull Board at `/`, the
@@ -62,6 +63,8 @@ export interface DashboardOptions {
   readonly maxDepth?: number;
   /** The queues' bound in bytes of waiting requests, kept by "add job"; 0 is unbounded. @default 0 */
   readonly maxDepthBytes?: number;
+  /** The bounds on what a queue holds in Redis, shown against what it holds. */
+  readonly heldBounds?: HeldBounds | undefined;
   /** Header, body and idle timeouts, and the connection cap. @default see ServerLimits */
   readonly limits?: ServerLimits;
   /** Money budgets (Config.budgets), shown against spend on the limiter page and in /metrics. */
@@ -207,6 +210,7 @@ export async function startDashboard(options: DashboardOptions = {}): Promise<Da
     prefix: options.prefix ?? 'llmq',
     maxDepth: options.maxDepth,
     budgets: options.budgets,
+    heldBounds: options.heldBounds,
   });
   const app = Fastify({
     ...serverLimitOptions(options.limits),

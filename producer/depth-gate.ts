@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { formatBytes, QueueFullError, RequestValidationError } from '../shared/errors.ts';
-import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { depthSizesKey, llmqKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
@@ -254,8 +254,12 @@ export class DepthGate {
       runLua(
         this.redis,
         SCRIPTS['takeWaiting']!,
-        [k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!, this.cancellingKey()],
-        [id],
+        [
+          ...[k['prioritized']!, k['wait']!, k['paused']!, k['delayed']!, this.cancellingKey()],
+          this.sizesKey(),
+          `${k['']}${id}`,
+        ],
+        [id, depthSizesKey(this.names, '')],
       ),
     );
     return Number(taken) === 1;
@@ -307,11 +311,11 @@ export class DepthGate {
   }
 
   private sizesKey(): string {
-    return llmqKey(this.names, 'depth', 'sizes');
+    return depthSizesKey(this.names);
   }
 
   private tenantSizesKey(tenant: string | undefined): string {
-    return llmqKey(this.names, 'depth', 'tenant-sizes', tenant ?? '');
+    return depthSizesKey(this.names, tenant ?? '');
   }
 
   private tenantKey(tenant: string | undefined): string {

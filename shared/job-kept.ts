@@ -13,6 +13,8 @@ export interface FinishedJobData extends Omit<JobData, 'request' | 'digest'> {
   readonly digest: string;
   /** The request's model. */
   readonly model: string;
+  /** The request's max_tokens. */
+  readonly maxTokens: number;
   /** The request's size as stored (bytes of its JSON). */
   readonly requestBytes: number;
 }
@@ -30,6 +32,7 @@ export function finishedData(data: JobData): FinishedJobData {
     ...rest,
     digest: digest ?? requestDigest(request),
     model: request.model,
+    maxTokens: request.max_tokens,
     requestBytes: Buffer.byteLength(JSON.stringify(request)),
   };
 }
@@ -37,6 +40,12 @@ export function finishedData(data: JobData): FinishedJobData {
 /** Whether a job's stored data still holds its request (not yet completed, or written before). */
 export function holdsRequest(data: StoredJobData): data is JobData {
   return data.request !== undefined;
+}
+
+/** The max_tokens of a job's request, whether it still holds the request or only its record. */
+export function maxTokensOf(data: StoredJobData | undefined): number | undefined {
+  if (!data) return undefined;
+  return holdsRequest(data) ? data.request.max_tokens : data.maxTokens;
 }
 
 /** The model of a job's request, whether it still holds the request or only its record. */

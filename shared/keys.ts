@@ -48,6 +48,16 @@ export function legacyQueueRegistryKey(prefix: string): string {
   return `${prefix}:queues`;
 }
 
+/**
+ * The sizes of a queue's waiting jobs (job id -> bytes, ':total' -> their sum), or a tenant's:
+ * written by the producer's depth gate, forgotten as each job leaves waiting.
+ */
+export function depthSizesKey(names: QueueNames, tenant?: string): string {
+  return tenant === undefined
+    ? llmqKey(names, 'depth', 'sizes')
+    : llmqKey(names, 'depth', 'tenant-sizes', tenant);
+}
+
 /** The circuit breaker's hash of a queue (state, failures, open_until). */
 export function breakerKey(names: QueueNames, deployment?: string): string {
   return deployment === undefined

@@ -3,6 +3,7 @@ import { type BudgetLedger, type SpendLine, spendReport } from './budgets.ts';
 import { type DeploymentStatus, readDeployments } from './deployment-status.ts';
 import { readFleetLimits, type StoredFleetLimits } from './fleet-limits.ts';
 import { type Forecast, forecastDrain, readBacklog } from './forecast.ts';
+import { type HeldBounds, type HeldBytes, readHeldBytes } from './held.ts';
 import type { QueueNames } from './keys.ts';
 import { Limiter } from './limiter/limiter.ts';
 import type { DimensionLimits, LimiterSnapshot } from './limiter/types.ts';
@@ -43,6 +44,8 @@ export interface QueueStatus {
   readonly breaker: Pick<BreakerReading, 'state' | 'failures' | 'openUntil'>;
   /** The pool's deployments (scopes `deployment:<name>`): use, pause, breaker; empty without. */
   readonly deployments: readonly DeploymentStatus[];
+  /** Redis bytes the queue's jobs hold, by what they keep, and the bounds on them. */
+  readonly held: HeldBytes & { readonly bounds: HeldBounds };
 }
 
 /** The limits the provider's headers told, by scope and dimension; null before any reading. */
@@ -103,9 +106,10 @@ export async function getQueueStatus(
   names: QueueNames,
   limiter?: Limiter,
   ledger?: BudgetLedger,
+  bounds: HeldBounds = {},
 ): Promise<QueueStatus> {
   const lim = limiter ?? new Limiter({ redis, names });
-  const [counts, snapshot, b, backlog, metrics, spend, configured] = await Promise.all([
+  const [counts, snapshot, b, backlog, metrics, spend, configured, held] = await Promise.all([
     getQueueCounts(redis, names),
     lim.snapshot(),
     readBreaker(redis, names),
@@ -113,6 +117,7 @@ export async function getQueueStatus(
     readMetrics(redis, names),
     ledger ? spendReport(ledger) : undefined,
     readFleetLimits(redis, names),
+    readHeldBytes(redis, names),
   ]);
   const deployments = await readDeployments(redis, names, snapshot, metrics);
   return {
@@ -128,5 +133,6 @@ export async function getQueueStatus(
     ...(spend ? { spend } : {}),
     breaker: { state: b.state, failures: b.failures, openUntil: b.openUntil },
     deployments,
+    held: { ...held, bounds },
   };
 }

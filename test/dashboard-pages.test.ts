@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { BudgetLedger } from '../shared/budgets.ts';
 import type { AttemptRecord, JobData, JobResult } from '../shared/job.ts';
+import { modelOf } from '../shared/job-kept.ts';
 import { limiterKeys } from '../shared/limiter/limiter-keys.ts';
 import { readMetrics } from '../shared/metrics.ts';
 import { listPriceUsd, priceTable } from '../shared/prices.ts';
@@ -104,7 +105,7 @@ describe.skipIf(skip)('the dashboard a team watches', () => {
     const done = (await pool.queue.getJobs(['completed'], 0, -1)).filter(Boolean) as Done[];
     const metrics = await readMetrics(pool.redis, pool.names);
     const spend = (jobs: Done[]) =>
-      sum(jobs.map((j) => listPriceUsd(j.data.request.model, j.returnvalue.message.usage)));
+      sum(jobs.map((j) => listPriceUsd(modelOf(j.data)!, j.returnvalue.message.usage)));
     const of = (f: (j: Done) => boolean) => done.filter(f);
     // What the budgets count today (a call that may have been charged keeps its worst case).
     const ledger = new BudgetLedger(pool.redis, pool.names, SETTINGS);
@@ -179,8 +180,8 @@ describe.skipIf(skip)('the dashboard a team watches', () => {
     for (const [rows, key, name] of [
       ['tenant-rows', (j: Done) => j.data.tenant, 'acme'],
       ['tenant-rows', (j: Done) => j.data.tenant, 'globex'],
-      ['model-rows', (j: Done) => j.data.request.model, SONNET],
-      ['model-rows', (j: Done) => j.data.request.model, HAIKU],
+      ['model-rows', (j: Done) => modelOf(j.data)!, SONNET],
+      ['model-rows', (j: Done) => modelOf(j.data)!, HAIKU],
     ] as const) {
       const row = page.getByTestId(rows).locator(`tr[data-name="${name}"]`);
       const mine = t.of((j) => key(j) === name);
@@ -259,7 +260,7 @@ describe.skipIf(skip)('the dashboard a team watches', () => {
   it("a model's page says which limits hold it", async () => {
     const t = await truth();
     const page = await open(`/model?queue=${pool.names.queue}&name=${HAIKU}`);
-    const haiku = t.of((j) => j.data.request.model === HAIKU);
+    const haiku = t.of((j) => modelOf(j.data)! === HAIKU);
     await expect.poll(() => value(page, 'calls'), { timeout: 15_000 }).toBe(haiku.length);
     expect(await page.getByTestId('limit-rows-empty').textContent()).toContain(
       `No model scope matches ${HAIKU}`,

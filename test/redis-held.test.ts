@@ -1,13 +1,16 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { startDashboard } from '../dashboard/server.ts';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
+import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
-import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { depthSizesKey, llmqKey, type QueueNames } from '../shared/keys.ts';
 import { metricsKey } from '../shared/metrics.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import { requestDigest } from '../shared/request-digest.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
-import { REDIS_URL } from './helpers.ts';
+import type { QueueStatus } from '../shared/status.ts';
+import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
+import { REDIS_URL, until } from './helpers.ts';
 
 const KEY = 'sk-held-0123456789';
 
@@ -136,4 +139,83 @@ describe('what a completed job keeps', () => {
     const last = await pool.producer.waitForResult(ids[5]!);
     expect(last.message.content[0]).toMatchObject({ type: 'text' });
   });
+
+  it('status and /metrics show the bytes held by state against their bounds; a job’s waiting bytes leave as it starts or is cancelled', async () => {
+    pool = await openPool('heldshow', { latencyMs: 5 });
+    const producer = new Producer({
+      redis: pool.redis,
+      names: pool.names,
+      maxDepthBytes: 10 * 1024 ** 2,
+      tenantMaxBytes: 10 * 1024 ** 2,
+    });
+    const dashboard = await startDashboard({
+      redis: pool.redis,
+      prefix: pool.names.prefix,
+      port: 0,
+      auth: { token: TOKEN },
+      heldBounds: { waiting: 10 * 1024 ** 2, finished: 1024 ** 2, dead: 2 * 1024 ** 2 },
+    });
+    try {
+      const requests = [0, 1, 2].map((i) => large(i, 100));
+      const ids = await Promise.all(requests.map((r) => producer.enqueue(r, { tenant: 'a' })));
+      const sizes = depthSizesKey(pool.names);
+      const tenantSizes = depthSizesKey(pool.names, 'a');
+      const waiting = Number(await pool.redis.hget(sizes, ':total'));
+      expect(waiting).toBeGreaterThan(3 * Buffer.byteLength(JSON.stringify(requests[0])));
+
+      const env = pool.cliEnv({ LLMQ_RESULTS_MAX_BYTES: '1mb', LLMQ_DEAD_LETTER_MAX_BYTES: '2mb' });
+      const before = await statusOf(env);
+      expect(before.held).toMatchObject({ waiting, running: 0, finished: 0, dead: 0 });
+      expect(before.held.bounds).toEqual({
+        waiting: 1024 ** 3,
+        finished: 1024 ** 2,
+        dead: 2 * 1024 ** 2,
+      });
+      const text = await runCli(['status'], env);
+      expect(text.stdout).toMatch(
+        /redis holds: waiting [\d.]+ KB of 1 GB {2}running 0 B {2}finished 0 B of 1 MB {2}dead 0 B of 2 MB/,
+      );
+
+      // A cancelled job's bytes leave at once, the queue's and its tenant's.
+      expect(await producer.cancel(ids[0]!)).toBe('cancelled');
+      const one = waiting / 3;
+      expect(Number(await pool.redis.hget(sizes, ':total'))).toBeLessThan(waiting - one * 0.9);
+      expect(Number(await pool.redis.hget(tenantSizes, ':total'))).toBeLessThan(
+        waiting - one * 0.9,
+      );
+
+      // Started, they no longer wait: nothing is left of them in the hashes, no walk needed.
+      await pool.worker({ limiter: { limits: { tokens: 10_000_000 }, windowMs: 2_000 } });
+      await allCompleted(pool, ids.slice(1), 15_000);
+      await until(async () => Number(await pool!.redis.hget(sizes, ':total')) === 0, 5_000);
+      expect(await pool.redis.hkeys(sizes)).toEqual([':total']);
+      expect(Number(await pool.redis.hget(tenantSizes, ':total'))).toBe(0);
+
+      const after = await statusOf(env);
+      expect(after.held).toMatchObject({ waiting: 0, running: 0, dead: 0 });
+      expect(after.held.finished).toBeGreaterThan(0);
+      expect(after.held.finished).toBeLessThan(one);
+
+      const res = await fetch(`${dashboard.baseUrl}/metrics`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      const body = await res.text();
+      const q = `queue="${pool.names.queue}"`;
+      expect(body).toContain(`llmq_redis_bytes{${q},state="waiting"} 0`);
+      expect(body).toContain(`llmq_redis_bytes{${q},state="finished"} ${after.held.finished}`);
+      expect(body).toContain(`llmq_redis_bytes_bound{${q},state="finished"} ${1024 ** 2}`);
+      expect(body).toContain(`llmq_redis_bytes_bound{${q},state="dead"} ${2 * 1024 ** 2}`);
+    } finally {
+      await dashboard.close();
+      await producer.close();
+    }
+  });
 });
+
+const TOKEN = 'held-token-0123456789abcdef';
+
+async function statusOf(env: NodeJS.ProcessEnv) {
+  const r = await runCli(['status', '--json'], env);
+  expect(r.code, r.stderr).toBe(0);
+  return JSON.parse(r.stdout) as QueueStatus;
+}

@@ -11,7 +11,7 @@ import { ConfigError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { finishedData } from '../shared/job-kept.ts';
 import type { JobTicket } from '../shared/job-ticket.ts';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
+import { bullPrefix, depthSizesKey, type QueueNames } from '../shared/keys.ts';
 import {
   defineLua,
   type LuaArg,
@@ -162,6 +162,22 @@ export function bullmqScriptsDir(): string {
 export class GateWorker extends Worker<JobData, JobResult> {
   /** What the queue's finished jobs may hold (set by {@link openGateWorker}). */
   resultBounds: ResultBounds = DEFAULT_RESULT_BOUNDS;
+  /** The queue's names (set by {@link openGateWorker}). */
+  names: QueueNames = { prefix: '', queue: '' };
+
+  /**
+   * Forgets the sizes the depth bound counted for jobs this worker moved to active
+   * (lua/leftWaiting-1.lua): they no longer wait.
+   */
+  async leftWaiting(jobs: readonly Job<JobData, JobResult>[]): Promise<void> {
+    if (jobs.length === 0) return;
+    await runLua(
+      this.opts.connection as RedisClient,
+      SCRIPTS['leftWaiting']!,
+      [depthSizesKey(this.names)],
+      [depthSizesKey(this.names, ''), ...jobs.flatMap((j) => [j.id ?? '', j.data?.tenant ?? ''])],
+    );
+  }
 
   async jobFrom(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
     if (!Array.isArray(raw) || !raw[0]) return undefined;
@@ -456,5 +472,6 @@ export function openGateWorker(
     ...options,
   });
   worker.resultBounds = resultBounds;
+  worker.names = names;
   return worker;
 }

@@ -103,6 +103,8 @@ export async function takeJobs(
   hooks.onFetchesSent?.();
   await Promise.all(arrivals);
   hooks.onArrived?.();
+  // They no longer wait: the depth bound forgets their bytes (not awaited: their calls go on).
+  p.bull.leftWaiting(fetched.map((f) => f.job)).catch(() => {});
   try {
     // What is left: jobs another worker's take put in place of ours, and jobs to fail.
     const others = fetched.filter(({ job }) => !handled.has(job));

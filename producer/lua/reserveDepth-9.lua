@@ -12,9 +12,12 @@
   A tenant's set holds its job ids: score = reservation expiry while adding, 1 once added. It is
   pruned only when it looks full: members whose reservation lapsed and whose job is no longer
   waiting (started, finished, cancelled) leave; so the count is exact at the bound and
-  conservative below it. The sizes hashes (the queue's, a tenant's) work the same way for bytes:
-  job id -> the bytes of its data, and the field ':total' (no job id holds a ':') their sum;
-  kept only while a bytes bound is set. A tenant's bytes bound counts its dead letters too
+  conservative below it. The sizes hashes (the queue's, a tenant's) hold job id -> the bytes of
+  its data, and the field ':total' (no job id holds a ':') their sum; kept only while a bytes
+  bound is set. An entry leaves as its job leaves waiting (the worker's leftWaiting-1.lua, a
+  cancel's takeWaiting-6.lua), so no walk is needed; one that stayed behind (a job removed by
+  other means) is swept by a walk at most once a minute, when the hash looks full
+  (':pruned', Redis time of the last). A tenant's bytes bound counts its dead letters too
   (`dead bytes`, kept by the worker: worker/lua/keepDead-5.lua): all its jobs keep.
 
   Input:
@@ -132,7 +135,7 @@ local function prunedTotal(key)
   local total = 0
   for i = 1, #all, 2 do
     local id, size = all[i], tonumber(all[i + 1])
-    if id ~= ':total' then
+    if id ~= ':total' and id ~= ':pruned' then
       if rcall('ZSCORE', resKey, id) or isWaiting(id) then
         total = total + size
       else
@@ -140,8 +143,13 @@ local function prunedTotal(key)
       end
     end
   end
-  rcall('HSET', key, ':total', total)
+  rcall('HSET', key, ':total', total, ':pruned', now)
   return total
+end
+
+-- A walk at most once a minute: entries leave as their jobs leave waiting.
+local function prunable(key)
+  return now - tonumber(rcall('HGET', key, ':pruned') or '0') > 60000
 end
 
 -- `dead`: bytes held beside the waiting ones (a tenant's dead letters).
@@ -153,7 +161,7 @@ local function bytesFull(key, limit, fullCode, neverCode, dead)
     return { neverCode, freshBytes, limit }
   end
   local total = tonumber(rcall('HGET', key, ':total') or '0')
-  if total + dead + freshBytes > limit then
+  if total + dead + freshBytes > limit and prunable(key) then
     total = prunedTotal(key)
   end
   if total + dead + freshBytes > limit then

@@ -9,6 +9,7 @@ import {
   readPublishedDeploymentScopes,
 } from '../../shared/deployment-status.ts';
 import { DIMENSIONS } from '../../shared/dimensions.ts';
+import { formatBytes } from '../../shared/errors.ts';
 import {
   describeLimits,
   fleetLimitsOf,
@@ -17,6 +18,7 @@ import {
   readFleetLimits,
 } from '../../shared/fleet-limits.ts';
 import { formatForecast } from '../../shared/forecast-format.ts';
+import { heldBoundsOf } from '../../shared/held.ts';
 import { Limiter } from '../../shared/limiter/limiter.ts';
 import type { ScopeSnapshot } from '../../shared/limiter/types.ts';
 import { DEPLOYMENT_OUTCOMES } from '../../shared/metrics.ts';
@@ -86,6 +88,15 @@ function formatCalls(c: DeploymentCalls): string {
   return `  calls ${c.calls} (${by.join(', ')})`;
 }
 
+/** What the queue's jobs hold in Redis, against the bounds. */
+function formatHeld(h: QueueStatus['held']): string {
+  const part = (name: 'waiting' | 'running' | 'finished' | 'dead') => {
+    const bound = name === 'running' ? 0 : (h.bounds[name] ?? 0);
+    return `${name} ${formatBytes(h[name])}${bound > 0 ? ` of ${formatBytes(bound)}` : ''}`;
+  };
+  return `  redis holds: ${(['waiting', 'running', 'finished', 'dead'] as const).map(part).join('  ')}`;
+}
+
 export function formatStatus(s: QueueStatus): string {
   const c = s.counts;
   const lines = [
@@ -101,6 +112,7 @@ export function formatStatus(s: QueueStatus): string {
     lines.push(`  deployments (${s.deployments.length}):`);
     lines.push(...s.deployments.map(formatDeployment));
   }
+  lines.push(formatHeld(s.held));
   lines.push(...formatLimits(s.limits));
   lines.push(...formatForecast(s.forecast));
   for (const l of s.spend ?? []) {
@@ -141,7 +153,7 @@ export function registerStatusCommand(program: Command): void {
       });
       const budgets = budgetSettingsOf(config);
       const ledger = budgets && new BudgetLedger(redis, names, budgets);
-      const status = await getQueueStatus(redis, names, limiter, ledger);
+      const status = await getQueueStatus(redis, names, limiter, ledger, heldBoundsOf(config));
       process.stdout.write(
         flags['json'] ? `${JSON.stringify(status)}\n` : `${formatStatus(status)}\n`,
       );

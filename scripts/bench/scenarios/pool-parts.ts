@@ -7,6 +7,7 @@
 import type { Producer } from '../../../producer/producer.ts';
 import type { DeploymentConfig, DeploymentKind } from '../../../shared/deployments.ts';
 import type { AttemptRecord, JobData, JobResult } from '../../../shared/job.ts';
+import { maxTokensOf } from '../../../shared/job-kept.ts';
 import { breakerKey, bullPrefix, type QueueNames } from '../../../shared/keys.ts';
 import type { LlmqQueue } from '../../../shared/queues.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
@@ -104,7 +105,7 @@ export async function jobEnds(queue: LlmqQueue, ids: readonly string[]): Promise
           : data?.history?.length
             ? Math.max(active, result.completedAt - result.latencyMs)
             : active,
-        charge: result ? input + (data?.request.max_tokens ?? 0) : 0,
+        charge: result ? input + (maxTokensOf(data) ?? 0) : 0,
         tries: data?.history ?? [],
       };
     }),
