@@ -15,9 +15,9 @@
   conservative below it. The sizes hashes (the queue's, a tenant's) hold job id -> the bytes of
   its data, and the field ':total' (no job id holds a ':') their sum; kept only while a bytes
   bound is set. An entry leaves as its job leaves waiting (the worker's leftWaiting-1.lua, a
-  cancel's takeWaiting-6.lua), so no walk is needed; one that stayed behind (a job removed by
-  other means) is swept by a walk at most once a minute, when the hash looks full
-  (':pruned', Redis time of the last). A tenant's bytes bound counts its dead letters too
+  cancel's takeWaiting-7.lua), so no walk is needed; one that stayed behind (a job removed by
+  other means) is swept by a walk when the hash looks full and holds more entries than jobs
+  wait, or at most once a minute (':pruned', Redis time of the last). A tenant's bytes bound counts its dead letters too
   (`dead bytes`, kept by the worker: worker/lua/keepDead-5.lua): all its jobs keep.
 
   Input:
@@ -147,9 +147,14 @@ local function prunedTotal(key)
   return total
 end
 
--- A walk at most once a minute: entries leave as their jobs leave waiting.
+-- Entries leave as their jobs leave waiting: a walk only when the queue's hash holds more
+-- entries than jobs wait (some job was removed by other means), or at most once a minute.
 local function prunable(key)
-  return now - tonumber(rcall('HGET', key, ':pruned') or '0') > 60000
+  local entries = rcall('HLEN', sizesKey) - rcall('HEXISTS', sizesKey, ':total')
+    - rcall('HEXISTS', sizesKey, ':pruned')
+  local waiting = rcall('ZCARD', prioritizedKey) + rcall('LLEN', waitKey) + rcall('LLEN', pausedKey)
+    + rcall('ZCARD', delayedKey) + rcall('ZCARD', resKey)
+  return entries > waiting or now - tonumber(rcall('HGET', key, ':pruned') or '0') > 60000
 end
 
 -- `dead`: bytes held beside the waiting ones (a tenant's dead letters).
