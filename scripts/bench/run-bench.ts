@@ -12,6 +12,7 @@ import { fairnessScenario } from './scenarios/fairness.ts';
 import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
 import { httpScenario } from './scenarios/http.ts';
+import { memoryScenario } from './scenarios/memory.ts';
 import { neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { poolScenario } from './scenarios/pool.ts';
@@ -33,6 +34,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   cached: cachedScenario,
   documents: documentsScenario,
   'documents-long': documentsLongScenario,
+  memory: memoryScenario,
   unconfigured: unconfiguredScenario,
   fairness: fairnessScenario,
   overhead: overheadScenario,
