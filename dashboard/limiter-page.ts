@@ -26,6 +26,8 @@ const TILES = `
     <small>${span('waiters')} waiting for budget or a slot</small></div>
   <div class="tile"><h3>Queue depth</h3><b>${span('depth-waiting')} / ${span('depth-bound', '&infin;')}</b>
     <small>${span('jobs-active')} active, ${span('dead-letters')} dead letters</small></div>
+  <div class="tile"><h3>Redis holds</h3><b>${span('held-total', '&ndash;')}</b>
+    <small>waiting ${span('held-waiting', '&ndash;')} / ${span('held-waiting-bound', '&infin;')}, running ${span('held-running', '&ndash;')}, finished ${span('held-finished', '&ndash;')} / ${span('held-finished-bound', '&infin;')}, dead ${span('held-dead', '&ndash;')} / ${span('held-dead-bound', '&infin;')}</small></div>
   <div class="tile"><h3>429s from the provider</h3><b>${span('rejected-provider')}</b>
     <small>${span('rejected-provider-retry-after')} with retry-after, ${span('rejected-provider-final')} final</small></div>
   <div class="tile"><h3>Deferrals by llmq</h3><b>${span('rejected-llmq')}</b>
@@ -111,6 +113,13 @@ function tiles(v) {
   set('depth-bound', v.depth.bound, v.depth.bound === null ? '\\u221e' : undefined);
   set('jobs-active', v.jobs.active || 0);
   set('dead-letters', v.deadLetters);
+  const h = v.held;
+  set('held-total', h.waiting + h.running + h.finished + h.dead, bytes(h.waiting + h.running + h.finished + h.dead));
+  for (const s of ['waiting', 'running', 'finished', 'dead']) set('held-' + s, h[s], bytes(h[s]));
+  for (const s of ['waiting', 'finished', 'dead']) {
+    const b = h.bounds[s] || 0;
+    set('held-' + s + '-bound', b, b > 0 ? bytes(b) : '\u221e');
+  }
   set('rejected-llmq', v.rateLimited.llmq);
   set('rejected-provider', v.rateLimited.provider);
   $('rejected-provider').className = v.rateLimited.provider > 0 ? 'bad' : '';

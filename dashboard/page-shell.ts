@@ -139,6 +139,13 @@ function compact(n) {
   const a = Math.abs(n);
   return a >= 1e9 ? (n / 1e9).toFixed(1) + 'G' : a >= 1e6 ? (n / 1e6).toFixed(1) + 'M' : a >= 1e4 ? (n / 1e3).toFixed(1) + 'k' : num.format(n);
 }
+function bytes(n) {
+  if (n === null || n === undefined) return '\u2013';
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let v = n, u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+  return (u === 0 ? String(v) : v.toFixed(v < 10 ? 1 : 0)) + ' ' + units[u];
+}
 function ms(v) {
   if (v === null || v === undefined) return '\\u2013';
   return v < 1000 ? Math.round(v) + ' ms' : v < 60000 ? (v / 1000).toFixed(v < 10000 ? 2 : 1) + ' s' : v < 3600000 ? (v / 60000).toFixed(1) + ' min' : (v / 3600000).toFixed(1) + ' h';

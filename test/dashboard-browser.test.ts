@@ -140,6 +140,10 @@ describe.skipIf(skip)('the dashboard in a browser', () => {
     expect(await text(page, 'accuracy-input')).toBe('83%');
     expect(await text(page, 'depth-waiting')).toBe('3');
     expect(await text(page, 'depth-bound')).toBe('10,000');
+    // What Redis holds, by state, against the bounds (none given to this dashboard).
+    expect(await text(page, 'held-running')).toBe('0 B');
+    expect(await text(page, 'held-dead')).toBe('0 B');
+    expect(await text(page, 'held-dead-bound')).toBe('\u221e');
     expect(await text(page, 'pause-state')).toBe('none');
     expect(await text(page, 'breaker-state')).toBe('closed');
     // The chart: one 10 s bucket, the estimate (600 + 1,000) beside the usage (500 + 700).
