@@ -1,5 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { hashApiKey } from '../producer/http/api-keys.ts';
+import { startHttpApi } from '../producer/http/server.ts';
 import { Producer } from '../producer/producer.ts';
+import { resolveConfig } from '../shared/config.ts';
 import { QueueFullError } from '../shared/errors.ts';
 import { JOB_NAME } from '../shared/job.ts';
 import { metricsKey } from '../shared/metrics.ts';
@@ -7,7 +10,7 @@ import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import { deadLetterHeld, keepDeadLetter } from '../worker/dead-letter-bounds.ts';
 import { listDeadLetters, purgeDeadLetters, showDeadLetter } from '../worker/dead-letters.ts';
 import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
-import { until } from './helpers.ts';
+import { REDIS_URL, until } from './helpers.ts';
 
 let pool: Pool | undefined;
 afterEach(async () => {
@@ -164,4 +167,52 @@ describe('dead letters are bounded', () => {
       await producer.close();
     }
   });
+
+  it('through the job API: a tenant whose dead letters fill its max-bytes gets 429, another gets 202', async () => {
+    pool = await openPool('dlapi', { spendCappedKeys: ['sk-capped'] });
+    const requests = [0, 1, 2, 3].map((i) => large(i));
+    const one = letterBytes(requests[0]);
+    const bound = `${Math.round((one * 2.5) / 1024)}kb`;
+    const api = await startHttpApi({
+      config: resolveConfig({
+        flags: { queue: pool.names.queue, prefix: pool.names.prefix, redisUrl: REDIS_URL },
+        env: {},
+      }),
+      apiKeys: [
+        `acme:${hashApiKey(ACME)} max-bytes=${bound}`,
+        `beta:${hashApiKey(BETA)} max-bytes=${bound}`,
+      ].join(','),
+      port: 0,
+    });
+    const post = async (key: string, request: unknown) => {
+      const res = await fetch(`${api.url}/v1/jobs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ request }),
+      });
+      // biome-ignore lint/suspicious/noExplicitAny: a JSON body read by the test
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    try {
+      await pool.worker({
+        apiKey: 'sk-capped',
+        limiter: { windowMs: 5_000, limits: { tokens: 10_000_000 } },
+      });
+      for (const r of requests.slice(0, 2)) expect((await post(ACME, r)).status).toBe(202);
+      await until(async () => (await listDeadLetters(pool!.dlq)).length === 2, 15_000);
+
+      const full = await post(ACME, requests[2]);
+      expect(full.status).toBe(429);
+      expect(full.body.error.code).toBe('queue_full');
+      expect(full.body.error.message).toMatch(/of dead letters/);
+      expect((await post(BETA, requests[3])).status).toBe(202);
+      // Redis holds no more of acme's requests than its bound: nothing waits, its letters fit.
+      expect((await deadLetterHeld(pool.dlq)).tenants['acme']).toBeLessThanOrEqual(one * 2.5);
+    } finally {
+      await api.close();
+    }
+  });
 });
+
+const ACME = 'sk-dl-acme-0123456789';
+const BETA = 'sk-dl-beta-0123456789';

@@ -6,7 +6,7 @@ import { parseSize } from '../../shared/size.ts';
 export interface TenantLimits {
   /** Waiting jobs of the tenant at most (`max-waiting=N`). */
   readonly maxWaiting?: number | undefined;
-  /** Bytes of the tenant's waiting requests at most (`max-bytes=SIZE`, e.g. `64mb`). */
+  /** Bytes of the tenant's waiting requests and dead letters at most (`max-bytes=SIZE`, e.g. `64mb`). */
   readonly maxBytes?: number | undefined;
   /** count_tokens requests forwarded per minute for the tenant (`count-tokens-rpm=N`). */
   readonly countTokensRpm?: number | undefined;
