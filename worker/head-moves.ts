@@ -68,7 +68,7 @@ export class HeadMoves {
     if (!taken) return;
     const { job, token } = taken;
     if (this.p.ledger?.settings.policy === 'dead-letter' || over.resetsAt === undefined) {
-      await this.p.outcomes.deadLetter(job, token, {
+      await this.deadLetterTaken(job, token, {
         reason: over.message,
         errorClass: 'BudgetExhaustedError',
       });
@@ -95,7 +95,7 @@ export class HeadMoves {
       await job.moveToDelayed(Date.now() + NEWER_FORMAT_DELAY_MS, token);
       return;
     }
-    await this.p.outcomes.deadLetter(job, token, {
+    await this.deadLetterTaken(job, token, {
       reason: `the job cannot be read: ${problem.reason}`,
       errorClass: 'InvalidJobError',
     });
@@ -105,6 +105,16 @@ export class HeadMoves {
   async deadLetter(headId: string, cause: DeadLetterCause): Promise<void> {
     const taken = await this.takeHead(headId);
     if (!taken) return;
-    await this.p.outcomes.deadLetter(taken.job, taken.token, cause);
+    await this.deadLetterTaken(taken.job, taken.token, cause);
+  }
+
+  /** A head taken only to be dead-lettered no longer waits: the depth bound forgets its bytes. */
+  private async deadLetterTaken(
+    job: Job<JobData, JobResult>,
+    token: string,
+    cause: DeadLetterCause,
+  ): Promise<void> {
+    await this.p.bull.leftWaiting([job]).catch(() => {});
+    await this.p.outcomes.deadLetter(job, token, cause);
   }
 }
