@@ -28,6 +28,23 @@ export function heldBoundsOf(
   };
 }
 
+/** The bounds a config sets on what a worker keeps: dead letters and finished jobs. */
+export function keptBoundsOf(
+  config: Pick<
+    Config,
+    'deadLetterMaxAgeMs' | 'deadLetterMaxBytes' | 'deadLetterTenantMaxBytes' | 'resultsMaxBytes'
+  >,
+) {
+  return {
+    deadLetterBounds: {
+      maxAgeMs: config.deadLetterMaxAgeMs,
+      maxBytes: config.deadLetterMaxBytes,
+      tenantMaxBytes: config.deadLetterTenantMaxBytes,
+    },
+    resultBounds: { maxBytes: config.resultsMaxBytes },
+  };
+}
+
 /**
  * Reads what a queue holds: the counts the producer and the workers keep where they write
  * (waiting, finished, dead), and the running jobs' data (as many as run, bounded by the fleet's

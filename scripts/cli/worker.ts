@@ -11,6 +11,7 @@ import {
   type SettledLimits,
   settleWorkerLimits,
 } from '../../shared/fleet-limits.ts';
+import { keptBoundsOf } from '../../shared/held.ts';
 import { assertRedis, connectRedis, type RedisClient } from '../../shared/redis.ts';
 import { createLogger, workerLogger } from '../../shared/telemetry/logger.ts';
 import { startTracing } from '../../shared/telemetry/sdk.ts';
@@ -93,12 +94,7 @@ function workerOptionsOf(
     },
     concurrency: config.concurrency,
     retryForMs: config.retryForMs,
-    deadLetterBounds: {
-      maxAgeMs: config.deadLetterMaxAgeMs,
-      maxBytes: config.deadLetterMaxBytes,
-      tenantMaxBytes: config.deadLetterTenantMaxBytes,
-    },
-    resultBounds: { maxBytes: config.resultsMaxBytes },
+    ...keptBoundsOf(config),
     firstByteTimeoutMs: config.firstByteTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     lockDurationMs: config.recoverAfterMs,

@@ -1,6 +1,7 @@
 import type { Config } from '../../shared/config.ts';
 import { byPreference, takesBatches } from '../../shared/deployments.ts';
 import { ConfigError } from '../../shared/errors.ts';
+import { keptBoundsOf } from '../../shared/held.ts';
 import { formatUsd } from '../../shared/prices.ts';
 import { connectRedis } from '../../shared/redis.ts';
 import { batchesClientOf } from '../deployment-clients.ts';
@@ -74,6 +75,7 @@ export function startSubmitterFor(
     redis,
     names: { prefix: config.prefix, queue: config.queue },
     ...destinations,
+    ...keptBoundsOf(config),
     onProgress: (p) => {
       const line = batchProgressLine(p);
       if (line !== last) out.write(`${line}\n`);

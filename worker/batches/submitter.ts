@@ -13,7 +13,8 @@ import {
   openQueue,
 } from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
-import { completeJob } from '../bullmq-internals.ts';
+import { completeJob, type ResultBounds } from '../bullmq-internals.ts';
+import type { DeadLetterBounds } from '../dead-letter-bounds.ts';
 import { deadLetter } from '../dead-letters.ts';
 import { store } from '../provider.ts';
 import {
@@ -55,6 +56,10 @@ export interface BatchSubmitterOptions {
   readonly onProgress?: (p: BatchProgress) => void;
   /** Called with errors the loop survives (the provider or Redis failing for a while). */
   readonly onError?: (err: unknown) => void;
+  /** What the queue's dead letters may hold. @default DEFAULT_DEAD_LETTER_BOUNDS */
+  readonly deadLetterBounds?: DeadLetterBounds | undefined;
+  /** What the queue's finished jobs may hold. @default DEFAULT_RESULT_BOUNDS */
+  readonly resultBounds?: ResultBounds | undefined;
 }
 
 /** What progress shows: batches and items now, and the queue's totals. */
@@ -219,6 +224,7 @@ export class BatchSubmitter {
         NO_LOCK,
         { reason, errorClass: 'DeploymentNotFoundError' },
         job.data.history ?? [],
+        this.options.deadLetterBounds,
       );
       await this.state.count('deadLettered');
     }
@@ -314,7 +320,7 @@ export class BatchSubmitter {
         ...where,
       };
       await job.updateData({ ...job.data, history });
-      await completeJob(this.redis, job, result, NO_LOCK, false);
+      await completeJob(this.redis, job, result, NO_LOCK, false, this.options.resultBounds);
       await this.state.count('succeeded', batchSavingUsd(message.model, message.usage));
       return;
     }
@@ -327,7 +333,14 @@ export class BatchSubmitter {
           : 'errored';
     await this.state.count(kind);
     if (outcome.kind === 'dead') {
-      await deadLetter(this.dlq, job, NO_LOCK, outcome.cause, history);
+      await deadLetter(
+        this.dlq,
+        job,
+        NO_LOCK,
+        outcome.cause,
+        history,
+        this.options.deadLetterBounds,
+      );
       await this.state.count('deadLettered');
       return;
     }
@@ -369,7 +382,14 @@ export class BatchSubmitter {
       if (job && (await job.getState()) === 'active') {
         if (state === 'completed') {
           const done = await this.messages.getJob(id);
-          await completeJob(this.redis, job, done!.returnvalue, NO_LOCK, false);
+          await completeJob(
+            this.redis,
+            job,
+            done!.returnvalue,
+            NO_LOCK,
+            false,
+            this.options.resultBounds,
+          );
         } else if (state === 'failed' || state === 'unknown') {
           const letter = (await this.dlq.getJob(id))?.data;
           const reason = letter?.reason ?? 'its messages job was removed';
@@ -379,6 +399,7 @@ export class BatchSubmitter {
             NO_LOCK,
             { ...letter, reason, errorClass: letter?.errorClass ?? 'HandoffLost' },
             letter?.attempts ?? job.data.history ?? [],
+            this.options.deadLetterBounds,
           );
         } else continue;
       }
