@@ -150,10 +150,14 @@ end
 -- Entries leave as their jobs leave waiting: a walk only when the queue's hash holds more
 -- entries than jobs wait (some job was removed by other means), or at most once a minute.
 local function prunable(key)
-  local entries = rcall('HLEN', sizesKey) - rcall('HEXISTS', sizesKey, ':total')
+  local entries = rcall('HLEN', sizesKey)
+    - rcall('HEXISTS', sizesKey, ':total')
     - rcall('HEXISTS', sizesKey, ':pruned')
-  local waiting = rcall('ZCARD', prioritizedKey) + rcall('LLEN', waitKey) + rcall('LLEN', pausedKey)
-    + rcall('ZCARD', delayedKey) + rcall('ZCARD', resKey)
+  local waiting = rcall('ZCARD', prioritizedKey)
+    + rcall('LLEN', waitKey)
+    + rcall('LLEN', pausedKey)
+    + rcall('ZCARD', delayedKey)
+    + rcall('ZCARD', resKey)
   return entries > waiting or now - tonumber(rcall('HGET', key, ':pruned') or '0') > 60000
 end
 
