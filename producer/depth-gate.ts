@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { formatBytes, QueueFullError, RequestValidationError } from '../shared/errors.ts';
-import { depthSizesKey, llmqKey, type QueueNames } from '../shared/keys.ts';
+import {
+  depthSizesKey,
+  fairJobsKey,
+  fairServedKey,
+  fairTenantsKey,
+  llmqKey,
+  type QueueNames,
+} from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
@@ -222,8 +229,8 @@ export class DepthGate {
   }
 
   /**
-   * Drops the reservations of `ids` once they were added; with `added` false (the add failed)
-   * their counts in the tenant's set and the sizes go too.
+   * Drops the reservations of `ids` once they were added, and indexes them for fair share;
+   * with `added` false (the add failed) their counts in the tenant's set and the sizes go too.
    */
   async release(ids: readonly string[], tenant: string | undefined, added = true): Promise<void> {
     if (ids.length === 0) return;
@@ -236,8 +243,12 @@ export class DepthGate {
           this.tenantKey(tenant),
           this.sizesKey(),
           this.tenantSizesKey(tenant),
+          this.queue.keys['prioritized']!,
+          fairJobsKey(this.names, tenant ?? ''),
+          fairTenantsKey(this.names),
+          fairServedKey(this.names),
         ],
-        [added ? '1' : '0', ...ids],
+        [added ? '1' : '0', tenant ?? '', ...ids],
       ),
     );
   }

@@ -35,6 +35,27 @@ export function llmqKey(names: QueueNames, ...parts: string[]): string {
   return [bullPrefix(names), ...parts].join(':');
 }
 
+/** Fair share's count: tenant -> tokens per weight served, '|clock' -> the last pick's (HASH). */
+export function fairServedKey(names: QueueNames): string {
+  return llmqKey(names, 'fair');
+}
+
+/**
+ * Fair share's index of the tenants with waiting jobs (ZSET tenant -> tokens per weight
+ * served), kept by producers' adds and the fair gate's charges.
+ */
+export function fairTenantsKey(names: QueueNames): string {
+  return llmqKey(names, 'fair', 'tenants');
+}
+
+/**
+ * Fair share's index of a tenant's waiting jobs (ZSET job id -> BullMQ's prioritized score);
+ * with no tenant, the prefix the scripts append a tenant's name to.
+ */
+export function fairJobsKey(names: QueueNames, tenant = ''): string {
+  return `${llmqKey(names, 'fair', 'jobs')}:${tenant}`;
+}
+
 /**
  * The registry of queue names known under a prefix (used by the dashboard and status). Its own
  * hash tag: on a Cluster it lives in one slot, and is never written with a queue's keys.

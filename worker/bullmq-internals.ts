@@ -11,7 +11,13 @@ import { ConfigError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { finishedData } from '../shared/job-kept.ts';
 import type { JobTicket } from '../shared/job-ticket.ts';
-import { bullPrefix, depthSizesKey, type QueueNames } from '../shared/keys.ts';
+import {
+  bullPrefix,
+  depthSizesKey,
+  fairJobsKey,
+  fairTenantsKey,
+  type QueueNames,
+} from '../shared/keys.ts';
 import {
   defineLua,
   type LuaArg,
@@ -52,6 +58,8 @@ export async function writeTicket(
 
 /** BullMQ's delayed score: due time (ms) · 2^12 + a counter. */
 const DELAYED_SHIFT = 0x1000;
+/** Tenants read from fair share's index beyond one per job wanted. */
+const FAIR_EXTRA_TENANTS = 8;
 /** Due delayed jobs looked at per peek (BullMQ promotes up to 1000 at once). */
 const DUE_SCAN = 100;
 
@@ -68,35 +76,45 @@ const DUE_SCAN = 100;
  */
 export class HeadPeeker {
   private readonly base: string;
+  private readonly names: QueueNames;
   constructor(
     private readonly redis: RedisClient,
     names: QueueNames,
     private readonly clock: () => number = Date.now,
   ) {
     this.base = `${bullPrefix(names)}:${names.queue}`;
+    this.names = names;
   }
 
   /**
    * The next `n` jobs at most, in the order BullMQ hands them out (due delayed jobs where their
    * promotion will put them); fewer when the queue holds fewer, and only the first when more
-   * delayed jobs are due than one peek looks at. With `perTenant`, only the first that many
-   * jobs of each tenant, of the first job's priority, among the `n`.
+   * delayed jobs are due than one peek looks at. With `perTenant` (fair share), only the first
+   * that many jobs of each tenant, of the first job's priority, among the `n` and, behind them,
+   * the first jobs of the tenants furthest behind (fair share's index).
    */
   async peekMany(n: number, perTenant = 0): Promise<HeadJob[]> {
+    const want = Math.max(1, Math.floor(n));
     // BullMQ stamps and promotes delayed jobs with the worker's clock, not Redis's.
     const dueScore = (this.clock() + 1) * DELAYED_SHIFT - 1;
     const b = this.base;
     const reply = (await runLua(
       this.redis,
       SCRIPTS['peek']!,
-      [`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`, `${b}:pc`],
+      [
+        ...[`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`],
+        ...[`${b}:pc`, fairTenantsKey(this.names)],
+      ],
       [
         `${b}:`,
         dueScore,
         DUE_SCAN,
-        Math.max(1, Math.floor(n)),
+        want,
         perTenant > 0 ? 'tenants' : '',
         Math.max(1, Math.floor(perTenant)),
+        fairJobsKey(this.names),
+        // A few tenants more than the jobs wanted: the index's order is the charges' as of now.
+        want + FAIR_EXTRA_TENANTS,
       ],
     )) as string[] | null;
     const heads: HeadJob[] = [];

@@ -1,12 +1,13 @@
 /**
- * Fair share between tenants within a priority class: of the jobs at the head of the queue,
- * the gate serves next the first job of the tenant furthest behind in tokens served per weight
- * (worker/lua/fair-1.lua keeps that count in Redis, fleet-wide), and as many after it as fit a
- * round, in the same turn order. A tenant's jobs keep their order; a more urgent priority class
- * still goes first.
+ * Fair share between tenants within a priority class: of the jobs at the head of the queue and
+ * the first jobs of the tenants furthest behind (fair share's index, read by the peek: see
+ * docs/limiter.md), the gate serves next the first job of the tenant furthest behind in tokens
+ * served per weight (worker/lua/fair-2.lua keeps that count in Redis, fleet-wide), and as many
+ * after it as fit a round, in the same turn order. A tenant's jobs keep their order; a more
+ * urgent priority class still goes first.
  */
 
-import { llmqKey, type QueueNames } from '../shared/keys.ts';
+import { fairServedKey, fairTenantsKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import type { HeadJob } from './bullmq-internals.ts';
@@ -16,8 +17,6 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 export interface FairShareOptions {
   /** Weights by tenant name; a tenant not named weighs 1. */
   readonly weights?: Readonly<Record<string, number>>;
-  /** How many jobs at the head of the queue the gate looks among for tenants. @default 2000 */
-  readonly lookahead?: number;
 }
 
 /** A job without a tenant is served as the tenant "". */
@@ -25,15 +24,13 @@ const tenantOf = (h: HeadJob) => h.tenant ?? '';
 const tokensOf = (h: HeadJob) => h.cost.inputTokens + h.cost.outputTokens;
 
 export class FairShare {
-  readonly lookahead: number;
-  private readonly key: string;
+  private readonly keys: string[];
   constructor(
     private readonly redis: RedisClient,
     names: QueueNames,
     private readonly options: FairShareOptions,
   ) {
-    this.lookahead = options.lookahead ?? 2_000;
-    this.key = llmqKey(names, 'fair');
+    this.keys = [fairServedKey(names), fairTenantsKey(names)];
   }
 
   private weight(tenant: string): number {
@@ -66,7 +63,7 @@ export class FairShare {
     const picks = (await runLua(
       this.redis,
       SCRIPTS['fair']!,
-      [this.key],
+      this.keys,
       ['order', n, ...args],
     )) as number[];
     const next = lists.map(() => 0);
@@ -77,6 +74,6 @@ export class FairShare {
   async charge(admitted: readonly HeadJob[]): Promise<void> {
     if (admitted.length === 0) return;
     const args = admitted.flatMap((h) => [tenantOf(h), this.weight(tenantOf(h)), tokensOf(h)]);
-    await runLua(this.redis, SCRIPTS['fair']!, [this.key], ['charge', ...args]);
+    await runLua(this.redis, SCRIPTS['fair']!, this.keys, ['charge', ...args]);
   }
 }

@@ -196,7 +196,7 @@ export class Gate {
     const early = (await sent)?.slice(0, want);
     const seen = await p.costs.scale(
       early ??
-        (fair ? await p.peeker.peekMany(fair.lookahead, want) : await p.peeker.peekMany(want)),
+        (await p.peeker.peekMany(want, fair ? want : 0)),
     );
     const t = fair
       ? await fair.order(seen, want)

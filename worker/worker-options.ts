@@ -71,7 +71,8 @@ export interface WorkerOptions {
   /**
    * Fair share between tenants within a priority class (weights per tenant, default 1): the
    * gate serves next the first job of the tenant furthest behind in tokens per weight, among
-   * the first `lookahead` jobs of the queue, and as many as fit a round in that turn order.
+   * the queue's head and the tenants furthest behind (an index kept as jobs are added: never a
+   * scan of the queue), and as many as fit a round in that turn order.
    * @default undefined (off)
    */
   readonly fairShare?: FairShareOptions | undefined;

@@ -13,16 +13,24 @@
     KEYS[4] meta         HASH paused, concurrency
     KEYS[5] active       LIST
     KEYS[6] pc           STRING the priority counter
+    KEYS[7] fair tenants ZSET tenant -> tokens per weight served (fair share's index)
     ARGV[1] job key prefix (`<prefix>:<queue>:`), in the same hash tag
     ARGV[2] the highest delayed score that is due now
     ARGV[3] how many due delayed jobs to look at
     ARGV[4] how many jobs to give at most (with ARGV[5], how many to look at)
     ARGV[5] "tenants": give only the first ARGV[6] jobs of each tenant, of the first job's
-            priority (fair share: the gate orders tenants; their jobs keep their order)
+            priority (fair share: the gate orders tenants; their jobs keep their order), and
+            besides BullMQ's first ARGV[4], the first jobs of the ARGV[8] tenants furthest
+            behind, from fair share's index (never a scan of the queue)
     ARGV[6] with "tenants", how many of each tenant's jobs (default 1)
+    ARGV[7] with "tenants", the key prefix of a tenant's jobs in the index (ZSET job id ->
+            BullMQ's prioritized score; the tenant's name follows)
+    ARGV[8] with "tenants", how many tenants to read from the index
 
   Output: {jobId, opts JSON, data JSON or '', ...} in the order BullMQ hands them out, or false
-  when there is nothing to hand out. The data comes only for a job whose options carry no llmq
+  when there is nothing to hand out. With "tenants", the index's jobs follow BullMQ's first
+  ARGV[4], by their score; index entries of jobs no longer in the prioritized set are dropped
+  as they are read, and a tenant with none left leaves the index. The data comes only for a job whose options carry no llmq
   ticket (a format-1 job, or one added by other means). With "tenants", the tenant is the
   ticket's and the priority BullMQ's own: never searched for in the request's JSON. When more
   delayed jobs are due than it looks at, only the first job is given (what the others would do
@@ -74,27 +82,57 @@ if #heads < want then
   end
 end
 
-local out = {}
+for k = #heads, want + 1, -1 do heads[k] = nil end
+local bullmq = #heads
+
+-- Fair share: the first jobs of the tenants furthest behind, behind BullMQ's own (those cover
+-- jobs the index does not hold: added by an older build, stalled, promoted from delayed).
 local perTenant = ARGV[5] == 'tenants'
+if perTenant and #due < scan then
+  local inHeads = {}
+  for _, id in ipairs(heads) do inHeads[id] = true end
+  local tenants = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[8]) - 1)
+  local per = math.max(1, math.ceil(want / math.max(1, #tenants)))
+  local extra = {}
+  for _, t in ipairs(tenants) do
+    local key = ARGV[7] .. t
+    for _, id in ipairs(redis.call('ZRANGE', key, 0, per - 1)) do
+      local score = redis.call('ZSCORE', KEYS[2], id)
+      if not score then
+        redis.call('ZREM', key, id)
+      elseif not inHeads[id] then
+        extra[#extra + 1] = { id, tonumber(score) }
+      end
+    end
+    if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[7], t) end
+  end
+  table.sort(extra, function(a, b) return a[2] < b[2] end)
+  for _, e in ipairs(extra) do heads[#heads + 1] = e[1] end
+end
+
+local out = {}
 local each = tonumber(ARGV[6] or '1')
 local seen, firstPriority = {}, nil
-for k = 1, math.min(#heads, want) do
+for k = 1, #heads do
   local id = heads[k]
+  local fromIndex = k > bullmq
   local job = redis.call('HMGET', ARGV[1] .. id, 'opts', 'priority')
-  -- A job whose hash is gone ends the list: BullMQ would stumble on it first.
-  if not job[1] then break end
+  -- A job whose hash is gone ends BullMQ's list: BullMQ would stumble on it first.
+  if not job[1] and not fromIndex then break end
   local ticket = nil
-  local ok, opts = pcall(cjson.decode, job[1])
+  local ok, opts = false, nil
+  if job[1] then ok, opts = pcall(cjson.decode, job[1]) end
   if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then ticket = opts.llmq end
-  local keep = true
-  if perTenant then
+  local keep = job[1] and true or false
+  if perTenant and keep then
     local priority = job[2] or '0'
     if firstPriority == nil then firstPriority = priority end
-    if priority ~= firstPriority then break end
+    -- BullMQ's list ends at another priority; the index's jobs of another one are skipped.
+    if priority ~= firstPriority and not fromIndex then break end
     local tenant = ticket and type(ticket.t) == 'string' and ticket.t or ''
     local n = (seen[tenant] or 0) + 1
-    keep = n <= each
-    seen[tenant] = n
+    keep = n <= each and priority == firstPriority
+    if keep then seen[tenant] = n end
   end
   if keep then
     out[#out + 1] = id

@@ -6,7 +6,8 @@
   it was idle: deficit round robin over tokens, fleet-wide.
 
   Input:
-    KEYS[1] fair  HASH tenant -> tokens / weight served, "|clock" -> the last pick's
+    KEYS[1] fair     HASH tenant -> tokens / weight served, "|clock" -> the last pick's
+    KEYS[2] tenants  ZSET fair share's index: tenant -> the same, for tenants with waiting jobs
     ARGV[1] op: order | charge
     order:  ARGV[2] how many jobs at most, then per tenant (in queue order): tenant, weight,
             k, then the tokens of its first k jobs in their order
@@ -26,7 +27,10 @@ if ARGV[1] == 'charge' then
     local t = ARGV[i]
     sums[t] = (sums[t] or served_of(t)) + tonumber(ARGV[i + 2]) / tonumber(ARGV[i + 1])
   end
-  for t, v in pairs(sums) do redis.call('HSET', key, t, v) end
+  for t, v in pairs(sums) do
+    redis.call('HSET', key, t, v)
+    redis.call('ZADD', KEYS[2], 'XX', v, t)
+  end
   return 1
 end
 local want = tonumber(ARGV[2])
