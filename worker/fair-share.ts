@@ -7,7 +7,7 @@
  * urgent priority class still goes first.
  */
 
-import { fairServedKey, fairTenantsKey, type QueueNames } from '../shared/keys.ts';
+import { fairJobsKey, fairServedKey, fairTenantsKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import type { HeadJob } from './bullmq-internals.ts';
@@ -25,12 +25,14 @@ const tokensOf = (h: HeadJob) => h.cost.inputTokens + h.cost.outputTokens;
 
 export class FairShare {
   private readonly keys: string[];
+  private readonly jobsKey: string;
   constructor(
     private readonly redis: RedisClient,
     names: QueueNames,
     private readonly options: FairShareOptions,
   ) {
     this.keys = [fairServedKey(names), fairTenantsKey(names)];
+    this.jobsKey = fairJobsKey(names);
   }
 
   private weight(tenant: string): number {
@@ -70,10 +72,13 @@ export class FairShare {
     return picks.map((i) => lists[i - 1]![1][next[i - 1]!++]!);
   }
 
-  /** Counts the tokens the tenants' admitted jobs reserved. */
+  /** Counts the tokens the tenants' admitted jobs reserved; the jobs leave the index. */
   async charge(admitted: readonly HeadJob[]): Promise<void> {
     if (admitted.length === 0) return;
-    const args = admitted.flatMap((h) => [tenantOf(h), this.weight(tenantOf(h)), tokensOf(h)]);
-    await runLua(this.redis, SCRIPTS['fair']!, this.keys, ['charge', ...args]);
+    const args = admitted.flatMap((h) => {
+      const t = tenantOf(h);
+      return [t, this.weight(t), tokensOf(h), h.id];
+    });
+    await runLua(this.redis, SCRIPTS['fair']!, this.keys, ['charge', this.jobsKey, ...args]);
   }
 }

@@ -11,7 +11,9 @@
     ARGV[1] op: order | charge
     order:  ARGV[2] how many jobs at most, then per tenant (in queue order): tenant, weight,
             k, then the tokens of its first k jobs in their order
-    charge: ARGV[2..] tenant, weight, tokens, tenant, weight, tokens… (admitted jobs)
+    charge: ARGV[2] the key prefix of a tenant's jobs in the index (the tenant's name follows),
+            ARGV[3..] tenant, weight, tokens, job id… for each admitted job (it leaves the
+            index; a tenant with no jobs left there leaves the tenants' index)
 
   Output: order → the 1-based indexes of the tenants, one per job, in the order to serve them
           (each tenant's jobs in their own order; the first is the next pick); charge → 1
@@ -23,13 +25,18 @@ local function served_of(tenant)
 end
 if ARGV[1] == 'charge' then
   local sums = {}
-  for i = 2, #ARGV, 3 do
+  for i = 3, #ARGV, 4 do
     local t = ARGV[i]
     sums[t] = (sums[t] or served_of(t)) + tonumber(ARGV[i + 2]) / tonumber(ARGV[i + 1])
+    redis.call('ZREM', ARGV[2] .. t, ARGV[i + 3])
   end
   for t, v in pairs(sums) do
     redis.call('HSET', key, t, v)
-    redis.call('ZADD', KEYS[2], 'XX', v, t)
+    if redis.call('EXISTS', ARGV[2] .. t) == 1 then
+      redis.call('ZADD', KEYS[2], 'XX', v, t)
+    else
+      redis.call('ZREM', KEYS[2], t)
+    end
   end
   return 1
 end

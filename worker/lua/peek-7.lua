@@ -92,18 +92,30 @@ if perTenant and #due < scan then
   local inHeads = {}
   for _, id in ipairs(heads) do inHeads[id] = true end
   local tenants = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[8]) - 1)
-  local per = math.max(1, math.ceil(want / math.max(1, #tenants)))
+  -- Up to `want` jobs of the tenant furthest behind, fewer of the next (at least one each):
+  -- about twice the jobs wanted in all. Entries of jobs gone are dropped, a bounded number.
+  local budget = 2 * want + #tenants
+  local reads, maxReads = 0, budget + 4 * want + 64
   local extra = {}
-  for _, t in ipairs(tenants) do
+  for n, t in ipairs(tenants) do
     local key = ARGV[7] .. t
-    for _, id in ipairs(redis.call('ZRANGE', key, 0, per - 1)) do
-      local score = redis.call('ZSCORE', KEYS[2], id)
-      if not score then
-        redis.call('ZREM', key, id)
-      elseif not inHeads[id] then
-        extra[#extra + 1] = { id, tonumber(score) }
+    local per = math.min(want, math.max(1, budget - (#tenants - n)))
+    local got, from = 0, 0
+    while got < per and reads < maxReads do
+      local ids = redis.call('ZRANGE', key, from, from + per - got - 1)
+      if #ids == 0 then break end
+      for _, id in ipairs(ids) do
+        reads = reads + 1
+        local score = redis.call('ZSCORE', KEYS[2], id)
+        if score then
+          from, got = from + 1, got + 1
+          if not inHeads[id] then extra[#extra + 1] = { id, tonumber(score) } end
+        else
+          redis.call('ZREM', key, id)
+        end
       end
     end
+    budget = budget - got
     if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[7], t) end
   end
   table.sort(extra, function(a, b) return a[2] < b[2] end)
