@@ -20,8 +20,8 @@
     ARGV[4] how many jobs to give at most (with ARGV[5], how many to look at)
     ARGV[5] "tenants": give only the first ARGV[6] jobs of each tenant, of the first job's
             priority (fair share: the gate orders tenants; their jobs keep their order), and
-            besides BullMQ's first ARGV[4], the first jobs of the ARGV[8] tenants furthest
-            behind, from fair share's index (never a scan of the queue)
+            besides BullMQ's first few, the first jobs of the ARGV[8] tenants furthest behind,
+            from fair share's index (never a scan of the queue)
     ARGV[6] with "tenants", how many of each tenant's jobs (default 1)
     ARGV[7] with "tenants", the key prefix of a tenant's jobs in the index (ZSET job id ->
             BullMQ's prioritized score; the tenant's name follows)
@@ -29,14 +29,17 @@
 
   Output: {jobId, opts JSON, data JSON or '', ...} in the order BullMQ hands them out, or false
   when there is nothing to hand out. With "tenants", the index's jobs follow BullMQ's first
-  ARGV[4], by their score; index entries of jobs no longer in the prioritized set are dropped
-  as they are read, and a tenant with none left leaves the index. The data comes only for a job whose options carry no llmq
-  ticket (a format-1 job, or one added by other means). With "tenants", the tenant is the
-  ticket's and the priority BullMQ's own: never searched for in the request's JSON. When more
+  few, by their score; index entries of jobs no longer in the prioritized set are dropped as
+  they are read, and a tenant with none left leaves the index. The data comes only for a job
+  whose options carry no llmq ticket (a format-1 job, or one added by other means). With
+  "tenants", the tenant is the ticket's (the index's, for its jobs) and the priority BullMQ's
+  own: never searched for in the request's JSON. When more
   delayed jobs are due than it looks at, only the first job is given (what the others would do
   to the order is unknown).
 ]]
 local SHIFT = 4294967296
+-- With "tenants", how many of BullMQ's own first jobs are given before the index's.
+local FAIR_HEADS = 4
 local want = tonumber(ARGV[4] or '1')
 local meta = redis.call('HMGET', KEYS[4], 'paused', 'concurrency')
 if meta[1] then return false end
@@ -82,19 +85,20 @@ if #heads < want then
   end
 end
 
-for k = #heads, want + 1, -1 do heads[k] = nil end
-local bullmq = #heads
-
--- Fair share: the first jobs of the tenants furthest behind, behind BullMQ's own (those cover
--- jobs the index does not hold: added by an older build, stalled, promoted from delayed).
+-- Fair share: BullMQ's first few, then the first jobs of the tenants furthest behind (BullMQ's
+-- cover jobs the index does not hold: added by an older build, stalled, promoted from delayed).
 local perTenant = ARGV[5] == 'tenants'
+local bullmq = math.min(#heads, perTenant and FAIR_HEADS or want)
+for k = #heads, bullmq + 1, -1 do heads[k] = nil end
+local tenantOf = {}
 if perTenant and #due < scan then
   local inHeads = {}
   for _, id in ipairs(heads) do inHeads[id] = true end
   local tenants = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[8]) - 1)
   -- Up to `want` jobs of the tenant furthest behind, fewer of the next (at least one each):
-  -- about twice the jobs wanted in all. Entries of jobs gone are dropped, a bounded number.
-  local budget = 2 * want + #tenants
+  -- about the jobs wanted and one per tenant in all. Entries of jobs gone are dropped (a
+  -- bounded number).
+  local budget = want + #tenants
   local reads, maxReads = 0, budget + 4 * want + 64
   local extra = {}
   for n, t in ipairs(tenants) do
@@ -109,14 +113,17 @@ if perTenant and #due < scan then
         local score = redis.call('ZSCORE', KEYS[2], id)
         if score then
           from, got = from + 1, got + 1
-          if not inHeads[id] then extra[#extra + 1] = { id, tonumber(score) } end
+          if not inHeads[id] then
+            extra[#extra + 1] = { id, tonumber(score) }
+            tenantOf[id] = t
+          end
         else
           redis.call('ZREM', key, id)
         end
       end
     end
     budget = budget - got
-    if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[7], t) end
+    if got == 0 and redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[7], t) end
   end
   table.sort(extra, function(a, b) return a[2] < b[2] end)
   for _, e in ipairs(extra) do heads[#heads + 1] = e[1] end
@@ -132,9 +139,13 @@ for k = 1, #heads do
   -- A job whose hash is gone ends BullMQ's list: BullMQ would stumble on it first.
   if not job[1] and not fromIndex then break end
   local ticket = nil
-  local ok, opts = false, nil
-  if job[1] then ok, opts = pcall(cjson.decode, job[1]) end
-  if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then ticket = opts.llmq end
+  if fromIndex then
+    -- Added by llmq's producer, under the index's tenant: no need to decode its options.
+    ticket = job[1] and string.find(job[1], '"llmq":{', 1, true) and { t = tenantOf[id] }
+  elseif job[1] then
+    local ok, opts = pcall(cjson.decode, job[1])
+    if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then ticket = opts.llmq end
+  end
   local keep = job[1] and true or false
   if perTenant and keep then
     local priority = job[2] or '0'
