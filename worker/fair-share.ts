@@ -62,12 +62,11 @@ export class FairShare {
       jobs.length,
       ...jobs.map(tokensOf),
     ]);
-    const picks = (await runLua(
-      this.redis,
-      SCRIPTS['fair']!,
-      this.keys,
-      ['order', n, ...args],
-    )) as number[];
+    const picks = (await runLua(this.redis, SCRIPTS['fair']!, this.keys, [
+      'order',
+      n,
+      ...args,
+    ])) as number[];
     const next = lists.map(() => 0);
     return picks.map((i) => lists[i - 1]![1][next[i - 1]!++]!);
   }

@@ -194,10 +194,7 @@ export class Gate {
     // tenant than it gave of each).
     const want = trial ? 1 : this.free();
     const early = (await sent)?.slice(0, want);
-    const seen = await p.costs.scale(
-      early ??
-        (await p.peeker.peekMany(want, fair ? want : 0)),
-    );
+    const seen = await p.costs.scale(early ?? (await p.peeker.peekMany(want, fair ? want : 0)));
     const t = fair
       ? await fair.order(seen, want)
       : seen.length > 0
