@@ -53,7 +53,9 @@ for i = 3, #ARGV do
 end
 if indexed then
   for _, id in ipairs(redis.call('ZRANGE', KEYS[6], 0, 1)) do
-    if not redis.call('ZSCORE', KEYS[5], id) then redis.call('ZREM', KEYS[6], id) end
+    if not redis.call('ZSCORE', KEYS[5], id) then
+      redis.call('ZREM', KEYS[6], id)
+    end
   end
   local served = redis.call('HMGET', KEYS[8], ARGV[2], '|clock')
   local at = math.max(tonumber(served[1] or '0'), tonumber(served[2] or '0'))
