@@ -88,7 +88,7 @@ end
 -- Fair share: BullMQ's first few, then the first jobs of the tenants furthest behind (BullMQ's
 -- cover jobs the index does not hold: added by an older build, stalled, promoted from delayed).
 local perTenant = ARGV[5] == 'tenants'
-local bullmq = math.min(#heads, perTenant and FAIR_HEADS or want)
+local bullmq = math.min(#heads, want, perTenant and FAIR_HEADS or want)
 for k = #heads, bullmq + 1, -1 do heads[k] = nil end
 local tenantOf = {}
 if perTenant and #due < scan then
