@@ -38,7 +38,9 @@ export async function readSnapshot(
   });
   const published = config ? (JSON.parse(config) as PublishedConfig) : {};
   const windowMs = s.windowGiven ? s.windowMs : (published.windowMs ?? s.windowMs);
-  const names = new Set<string>([GLOBAL_SCOPE, ...Object.keys(s.scopes)]);
+  // Every scope with limits, spent on or idle (an idle window's keys expire), and every spent one.
+  const configured = [...Object.keys(s.scopes), ...Object.keys(published.scopes ?? {})];
+  const names = new Set<string>([GLOBAL_SCOPE, ...configured]);
   for (const f of totFields) names.add(f.split('|')[0]!);
   const limits = Object.keys(s.limits).length > 0 ? s.limits : (published.limits ?? {});
   const known = { ...s, limits, scopes: { ...published.scopes, ...s.scopes } };
