@@ -20,11 +20,15 @@ local chunk = 500
 for from = 0, total - 1, chunk do
   for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], from, from + chunk - 1)) do
     if redis.call('EXISTS', prefix .. id) == 0 then
-      if count >= start and (stop < 0 or count <= stop) then ids[#ids + 1] = id end
+      if count >= start and (stop < 0 or count <= stop) then
+        ids[#ids + 1] = id
+      end
       count = count + 1
     end
   end
 end
 local out = { count }
-for _, id in ipairs(ids) do out[#out + 1] = id end
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+end
 return out

@@ -33,11 +33,13 @@ local readsFormat = tonumber(ARGV[4])
 if ARGV[6] == 'renew' then
   redis.call('ZADD', KEYS[1], now + lease, stamp .. ':' .. id)
   redis.call('PEXPIRE', KEYS[1], lease * 2)
-  return {0}
+  return { 0 }
 end
 
 local written = tonumber(redis.call('HGET', KEYS[3], 'format') or '0')
-if written > readsFormat then return {3, written} end
+if written > readsFormat then
+  return { 3, written }
+end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
@@ -52,7 +54,9 @@ for i = 1, #members, 2 do
     last = math.max(last, tonumber(members[i + 1]))
   end
 end
-if other then return {1, other, count, last - now} end
+if other then
+  return { 1, other, count, last - now }
+end
 
 local present = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES')
 local unstamped, lastSeen = 0, now
@@ -62,9 +66,11 @@ for i = 1, #present, 2 do
     lastSeen = math.max(lastSeen, tonumber(present[i + 1]))
   end
 end
-if unstamped > 0 then return {2, unstamped, lastSeen - now} end
+if unstamped > 0 then
+  return { 2, unstamped, lastSeen - now }
+end
 
 redis.call('ZADD', KEYS[1], now + lease, stamp .. ':' .. id)
 redis.call('PEXPIRE', KEYS[1], lease * 2)
 redis.call('HSET', KEYS[3], 'layout', stamp, 'version', ARGV[5])
-return {0}
+return { 0 }

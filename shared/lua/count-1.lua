@@ -13,20 +13,26 @@
 ]]
 local key = KEYS[1]
 local bounds = {}
-for bound in string.gmatch(ARGV[2], '[^,]+') do bounds[#bounds + 1] = tonumber(bound) end
+for bound in string.gmatch(ARGV[2], '[^,]+') do
+  bounds[#bounds + 1] = tonumber(bound)
+end
 local counts, sum, n = {}, 0, 0
 for v in string.gmatch(ARGV[1], '[^,]+') do
   local latency = tonumber(v)
   if latency and latency >= 0 then
     for j, bound in ipairs(bounds) do
-      if latency <= bound then counts[j] = (counts[j] or 0) + 1 end
+      if latency <= bound then
+        counts[j] = (counts[j] or 0) + 1
+      end
     end
     sum = sum + math.floor(latency + 0.5)
     n = n + 1
   end
 end
 for j, bound in ipairs(bounds) do
-  if counts[j] then redis.call('HINCRBY', key, 'le_' .. bound, counts[j]) end
+  if counts[j] then
+    redis.call('HINCRBY', key, 'le_' .. bound, counts[j])
+  end
 end
 if n > 0 then
   redis.call('HINCRBY', key, 'latency_sum_ms', sum)

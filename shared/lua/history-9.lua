@@ -30,13 +30,17 @@ end
 
 local function decode(s)
   local at, t = nil, {}
-  if not s then return nil, t end
+  if not s then
+    return nil, t
+  end
   for tok in string.gmatch(s, '[^;]+') do
     if not at then
       at = tonumber(tok)
     else
       local k, v = string.match(tok, '^(%w+)=(%-?%d+)$')
-      if k then t[k] = tonumber(v) end
+      if k then
+        t[k] = tonumber(v)
+      end
     end
   end
   return at, t
@@ -44,7 +48,9 @@ end
 
 local function encode(at, t)
   local parts = { string.format('%.0f', at) }
-  for k, v in pairs(t) do parts[#parts + 1] = k .. '=' .. string.format('%.0f', v) end
+  for k, v in pairs(t) do
+    parts[#parts + 1] = k .. '=' .. string.format('%.0f', v)
+  end
   return table.concat(parts, ';')
 end
 
@@ -59,7 +65,9 @@ local function label(name)
   else
     return name
   end
-  if redis.call('SISMEMBER', set, name) == 1 then return name end
+  if redis.call('SISMEMBER', set, name) == 1 then
+    return name
+  end
   if redis.call('SCARD', set) < cap then
     redis.call('SADD', set, name)
     return name
@@ -72,10 +80,15 @@ local LEAST, GREATEST = { wn = true, ln = true }, { wx = true, lx = true }
 local function merge(into, from)
   for k, n in pairs(from) do
     local old = into[k]
-    if old == nil then into[k] = n
-    elseif LEAST[k] then into[k] = math.min(old, n)
-    elseif GREATEST[k] then into[k] = math.max(old, n)
-    else into[k] = old + n end
+    if old == nil then
+      into[k] = n
+    elseif LEAST[k] then
+      into[k] = math.min(old, n)
+    elseif GREATEST[k] then
+      into[k] = math.max(old, n)
+    else
+      into[k] = old + n
+    end
   end
 end
 
@@ -86,7 +99,9 @@ for name, fields in pairs(a.series) do
   merge(merged[l], fields)
 end
 
-local backlog = redis.call('LLEN', KEYS[7]) + redis.call('ZCARD', KEYS[8]) + redis.call('ZCARD', KEYS[9])
+local backlog = redis.call('LLEN', KEYS[7])
+  + redis.call('ZCARD', KEYS[8])
+  + redis.call('ZCARD', KEYS[9])
 local longest = 0
 for i, tier in ipairs(a.tiers) do
   local bucketMs, slots = tier[1], tier[2]
@@ -95,14 +110,20 @@ for i, tier in ipairs(a.tiers) do
   for name, fields in pairs(merged) do
     local field = name .. '|' .. slot
     local at, t = decode(redis.call('HGET', KEYS[i], field))
-    if at ~= bucket then t = {} end
+    if at ~= bucket then
+      t = {}
+    end
     merge(t, fields)
-    if name == '*' then t.q, t.qx = backlog, math.max(t.qx or 0, backlog) end
+    if name == '*' then
+      t.q, t.qx = backlog, math.max(t.qx or 0, backlog)
+    end
     redis.call('HSET', KEYS[i], field, encode(bucket, t))
   end
   local span = bucketMs * (slots + 1)
   redis.call('PEXPIRE', KEYS[i], span)
-  if span > longest then longest = span end
+  if span > longest then
+    longest = span
+  end
 end
 
 for _, pair in ipairs(a.jobs) do
@@ -110,10 +131,14 @@ for _, pair in ipairs(a.jobs) do
   local raw = redis.call('HGET', KEYS[6], tenant)
   local list = raw and cjson.decode(raw) or {}
   table.insert(list, 1, pair[2])
-  while #list > a.keepJobs do table.remove(list) end
+  while #list > a.keepJobs do
+    table.remove(list)
+  end
   redis.call('HSET', KEYS[6], tenant, cjson.encode(list))
 end
 for k = 4, 6 do
-  if redis.call('EXISTS', KEYS[k]) == 1 then redis.call('PEXPIRE', KEYS[k], longest) end
+  if redis.call('EXISTS', KEYS[k]) == 1 then
+    redis.call('PEXPIRE', KEYS[k], longest)
+  end
 end
 return 1

@@ -47,12 +47,17 @@ end
 
 local stored = redis.call('HMGET', learnKey, unpack(order))
 for k, band in ipairs(order) do
-  local l = stored[k] and cjson.decode(stored[k]) or { n = 0, base = 0, total = 0, b = {}, recent = {} }
+  local l = stored[k] and cjson.decode(stored[k])
+    or { n = 0, base = 0, total = 0, b = {}, recent = {} }
   local buckets = {}
-  for _, b in ipairs(l.b) do buckets[b[1]] = b[2] end
+  for _, b in ipairs(l.b) do
+    buckets[b[1]] = b[2]
+  end
   local weight = 0
   local recent = {}
-  for i = #bands[band], 1, -1 do recent[#recent + 1] = bands[band][i] end
+  for i = #bands[band], 1, -1 do
+    recent[#recent + 1] = bands[band][i]
+  end
   for _, ratio in ipairs(bands[band]) do
     local index = math.ceil(math.log(ratio) / STEP - 1e-9)
     index = math.max(-LIMIT, math.min(LIMIT, index))
@@ -74,9 +79,13 @@ for k, band in ipairs(order) do
     end
     l.base = l.n
   else
-    for index, w in pairs(buckets) do list[#list + 1] = { index, w } end
+    for index, w in pairs(buckets) do
+      list[#list + 1] = { index, w }
+    end
   end
-  table.sort(list, function(a, b) return a[1] < b[1] end)
+  table.sort(list, function(a, b)
+    return a[1] < b[1]
+  end)
   local q = recent[1]
   local need, sum = quantile * l.total, 0
   for _, b in ipairs(list) do
@@ -89,16 +98,24 @@ for k, band in ipairs(order) do
 
   -- The latest ratios, newest first.
   for _, v in ipairs(l.recent) do
-    if #recent >= keep then break end
+    if #recent >= keep then
+      break
+    end
     recent[#recent + 1] = v
   end
-  while #recent > keep do table.remove(recent) end
+  while #recent > keep do
+    table.remove(recent)
+  end
   local recentMax = 0
-  for _, v in ipairs(recent) do recentMax = math.max(recentMax, v) end
+  for _, v in ipairs(recent) do
+    recentMax = math.max(recentMax, v)
+  end
 
   local warm = l.n >= minSamples
   local ratio = recentMax
-  if warm then ratio = math.max(q * (1 + margin), recentMax) end
+  if warm then
+    ratio = math.max(q * (1 + margin), recentMax)
+  end
   ratio = math.min(ratio, maxRatio)
   l.b, l.recent, l.q = list, recent, q
   redis.call('HSET', learnKey, band, cjson.encode(l))

@@ -36,7 +36,15 @@ end
 local op, token = ARGV[2], ARGV[3]
 local threshold, cooldown, trialTtl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local h = redis.call(
-  'HMGET', key, 'state', 'failures', 'open_until', 'trial', 'trial_until', 'opened_at', 'outage_ms'
+  'HMGET',
+  key,
+  'state',
+  'failures',
+  'open_until',
+  'trial',
+  'trial_until',
+  'opened_at',
+  'outage_ms'
 )
 local state = h[1] or 'closed'
 local failures = tonumber(h[2] or '0')
@@ -45,11 +53,19 @@ local trial, trialUntil = h[4], tonumber(h[5] or '0')
 local openedAt, outageMs = tonumber(h[6] or ''), tonumber(h[7] or '0')
 
 if op == 'check' then
-  if state == 'closed' then return { 1, 0, failures } end
-  if state == 'open' and now < openUntil then return { 0, openUntil - now } end
+  if state == 'closed' then
+    return { 1, 0, failures }
+  end
+  if state == 'open' and now < openUntil then
+    return { 0, openUntil - now }
+  end
   -- Cool-down over (or the trial holder vanished): one process makes the trial call.
-  if trial == token then return { 1, 1 } end
-  if trial and trialUntil > now then return { 0, math.min(trialUntil - now, 1000) } end
+  if trial == token then
+    return { 1, 1 }
+  end
+  if trial and trialUntil > now then
+    return { 0, math.min(trialUntil - now, 1000) }
+  end
   redis.call('HSET', key, 'state', 'half_open', 'trial', token, 'trial_until', now + trialTtl)
   return { 1, 1 }
 end
@@ -69,7 +85,9 @@ if op == 'success' then
     redis.call('HDEL', key, 'trial', 'trial_until', 'open_until', 'opened_at')
     if state ~= 'closed' then
       redis.call('HINCRBY', key, 'closed_count', 1)
-      if openedAt then redis.call('HINCRBY', key, 'outage_ms', math.max(0, now - openedAt)) end
+      if openedAt then
+        redis.call('HINCRBY', key, 'outage_ms', math.max(0, now - openedAt))
+      end
     end
   end
   return { 1, 0 }
@@ -89,5 +107,7 @@ if state == 'half_open' or (state == 'closed' and failures >= threshold) then
   return { 1, 1, 0, outageMs + now - openedAt, now }
 end
 redis.call('HSET', key, 'failures', failures)
-if state == 'closed' then return { 1, 0, 1, outageMs, now } end
+if state == 'closed' then
+  return { 1, 0, 1, outageMs, now }
+end
 return { 1, 0, 0, outageMs + (openedAt and math.max(0, now - openedAt) or 0), now }

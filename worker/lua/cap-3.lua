@@ -18,16 +18,25 @@
 local meta = KEYS[1]
 if ARGV[1] == 'close' then
   local was = redis.call('HGET', meta, 'llmq:cap')
-  if not was then return 0 end
-  if was == '' then redis.call('HDEL', meta, 'concurrency')
-  else redis.call('HSET', meta, 'concurrency', was) end
+  if not was then
+    return 0
+  end
+  if was == '' then
+    redis.call('HDEL', meta, 'concurrency')
+  else
+    redis.call('HSET', meta, 'concurrency', was)
+  end
   redis.call('HDEL', meta, 'llmq:cap')
   return 0
 end
 local k = 0
-while k + 2 <= #ARGV and redis.call('HEXISTS', KEYS[3], ARGV[k + 2]) == 1 do k = k + 1 end
+while k + 2 <= #ARGV and redis.call('HEXISTS', KEYS[3], ARGV[k + 2]) == 1 do
+  k = k + 1
+end
 local cap = redis.call('LLEN', KEYS[2]) + k
 local was = redis.call('HGET', meta, 'concurrency')
-if was and tonumber(was) <= cap then return k end
+if was and tonumber(was) <= cap then
+  return k
+end
 redis.call('HSET', meta, 'concurrency', cap, 'llmq:cap', was or '')
 return k

@@ -46,7 +46,9 @@ local i = 3
 while i <= #ARGV do
   local k = tonumber(ARGV[i + 2])
   local t = { weight = tonumber(ARGV[i + 1]), served = served_of(ARGV[i]), costs = {}, next = 1 }
-  for j = 1, k do t.costs[j] = tonumber(ARGV[i + 2 + j]) end
+  for j = 1, k do
+    t.costs[j] = tonumber(ARGV[i + 2 + j])
+  end
   ts[#ts + 1] = t
   i = i + 3 + k
 end
@@ -55,14 +57,22 @@ local out, first = {}, nil
 while #out < want do
   local best
   for idx, t in ipairs(ts) do
-    if t.next <= #t.costs and (best == nil or t.served < ts[best].served) then best = idx end
+    if t.next <= #t.costs and (best == nil or t.served < ts[best].served) then
+      best = idx
+    end
   end
-  if best == nil then break end
+  if best == nil then
+    break
+  end
   local t = ts[best]
-  if first == nil then first = t.served end
+  if first == nil then
+    first = t.served
+  end
   out[#out + 1] = best
   t.served = t.served + t.costs[t.next] / t.weight
   t.next = t.next + 1
 end
-if first then redis.call('HSET', key, '|clock', tostring(first)) end
+if first then
+  redis.call('HSET', key, '|clock', tostring(first))
+end
 return out

@@ -67,7 +67,10 @@ if tenant ~= '' then
   redis.call('HINCRBY', bytesKey, 't:' .. tenant, bytes)
 end
 
-if (maxBytes > 0 and bytes > maxBytes) or (tenant ~= '' and tenantMaxBytes > 0 and bytes > tenantMaxBytes) then
+if
+  (maxBytes > 0 and bytes > maxBytes)
+  or (tenant ~= '' and tenantMaxBytes > 0 and bytes > tenantMaxBytes)
+then
   drop(id, order)
   return dropped
 end

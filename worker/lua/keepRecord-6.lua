@@ -24,8 +24,10 @@
 
   Output: 1 the request was let go; 0 the job is not in the set (or gone)
 ]]
-local jobKey, finished, sizes, order, bytesKey, metrics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local id, record, bytes, maxBytes, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local jobKey, finished, sizes, order, bytesKey, metrics =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, record, bytes, maxBytes, prefix =
+  ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
 if not redis.call('ZSCORE', finished, id) then
   return 0

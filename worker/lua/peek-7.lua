@@ -42,19 +42,27 @@ local SHIFT = 4294967296
 local FAIR_HEADS = 4
 local want = tonumber(ARGV[4] or '1')
 local meta = redis.call('HMGET', KEYS[4], 'paused', 'concurrency')
-if meta[1] then return false end
+if meta[1] then
+  return false
+end
 if meta[2] then
   want = math.min(want, tonumber(meta[2]) - redis.call('LLEN', KEYS[5]))
-  if want < 1 then return false end
+  if want < 1 then
+    return false
+  end
 end
 local scan = tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], 0, ARGV[2], 'LIMIT', 0, scan)
-if #due >= scan then want = 1 end
+if #due >= scan then
+  want = 1
+end
 
 -- The wait list hands out from its tail; due jobs without a priority come after it.
 local heads = {}
 local ids = redis.call('LRANGE', KEYS[1], 0 - want, -1)
-for i = #ids, 1, -1 do heads[#heads + 1] = ids[i] end
+for i = #ids, 1, -1 do
+  heads[#heads + 1] = ids[i]
+end
 
 -- The prioritized set as it will be once the due jobs are promoted: theirs, with the counters
 -- they will get, merged with the lowest scores already there.
@@ -89,11 +97,15 @@ end
 -- cover jobs the index does not hold: added by an older build, stalled, promoted from delayed).
 local perTenant = ARGV[5] == 'tenants'
 local bullmq = math.min(#heads, want, perTenant and FAIR_HEADS or want)
-for k = #heads, bullmq + 1, -1 do heads[k] = nil end
+for k = #heads, bullmq + 1, -1 do
+  heads[k] = nil
+end
 local tenantOf = {}
 if perTenant and #due < scan then
   local inHeads = {}
-  for _, id in ipairs(heads) do inHeads[id] = true end
+  for _, id in ipairs(heads) do
+    inHeads[id] = true
+  end
   local tenants = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[8]) - 1)
   -- Up to `want` jobs of the tenant furthest behind, fewer of the next (at least one each):
   -- about the jobs wanted and one per tenant in all. Entries of jobs gone are dropped (a
@@ -107,7 +119,9 @@ if perTenant and #due < scan then
     local got, from = 0, 0
     while got < per and reads < maxReads do
       local ids = redis.call('ZRANGE', key, from, from + per - got - 1)
-      if #ids == 0 then break end
+      if #ids == 0 then
+        break
+      end
       for _, id in ipairs(ids) do
         reads = reads + 1
         local score = redis.call('ZSCORE', KEYS[2], id)
@@ -123,10 +137,16 @@ if perTenant and #due < scan then
       end
     end
     budget = budget - got
-    if got == 0 and redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[7], t) end
+    if got == 0 and redis.call('EXISTS', key) == 0 then
+      redis.call('ZREM', KEYS[7], t)
+    end
   end
-  table.sort(extra, function(a, b) return a[2] < b[2] end)
-  for _, e in ipairs(extra) do heads[#heads + 1] = e[1] end
+  table.sort(extra, function(a, b)
+    return a[2] < b[2]
+  end)
+  for _, e in ipairs(extra) do
+    heads[#heads + 1] = e[1]
+  end
 end
 
 local out = {}
@@ -137,25 +157,35 @@ for k = 1, #heads do
   local fromIndex = k > bullmq
   local job = redis.call('HMGET', ARGV[1] .. id, 'opts', 'priority')
   -- A job whose hash is gone ends BullMQ's list: BullMQ would stumble on it first.
-  if not job[1] and not fromIndex then break end
+  if not job[1] and not fromIndex then
+    break
+  end
   local ticket = nil
   if fromIndex then
     -- Added by llmq's producer, under the index's tenant: no need to decode its options.
     ticket = job[1] and string.find(job[1], '"llmq":{', 1, true) and { t = tenantOf[id] }
   elseif job[1] then
     local ok, opts = pcall(cjson.decode, job[1])
-    if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then ticket = opts.llmq end
+    if ok and type(opts) == 'table' and type(opts.llmq) == 'table' then
+      ticket = opts.llmq
+    end
   end
   local keep = job[1] and true or false
   if perTenant and keep then
     local priority = job[2] or '0'
-    if firstPriority == nil then firstPriority = priority end
+    if firstPriority == nil then
+      firstPriority = priority
+    end
     -- BullMQ's list ends at another priority; the index's jobs of another one are skipped.
-    if priority ~= firstPriority and not fromIndex then break end
+    if priority ~= firstPriority and not fromIndex then
+      break
+    end
     local tenant = ticket and type(ticket.t) == 'string' and ticket.t or ''
     local n = (seen[tenant] or 0) + 1
     keep = n <= each and priority == firstPriority
-    if keep then seen[tenant] = n end
+    if keep then
+      seen[tenant] = n
+    end
   end
   if keep then
     out[#out + 1] = id
@@ -163,5 +193,7 @@ for k = 1, #heads do
     out[#out + 1] = ticket and '' or (redis.call('HGET', ARGV[1] .. id, 'data') or '')
   end
 end
-if #out == 0 then return false end
+if #out == 0 then
+  return false
+end
 return out

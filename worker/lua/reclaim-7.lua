@@ -26,8 +26,12 @@ local jobKey, lockKey, active = KEYS[1], KEYS[2], KEYS[3]
 local id, token = ARGV[1], ARGV[2]
 
 local holder = redis.call('GET', lockKey)
-if holder == token then return 1 end
-if holder then return holder end
+if holder == token then
+  return 1
+end
+if holder then
+  return holder
+end
 if redis.call('EXISTS', jobKey) == 0 or redis.call('HEXISTS', jobKey, 'finishedOn') == 1 then
   return 0
 end
@@ -36,7 +40,9 @@ if not redis.call('LPOS', active, id) then
   local waiting = redis.call('LREM', KEYS[4], 1, id) == 1
     or redis.call('ZREM', KEYS[5], id) == 1
     or redis.call('ZREM', KEYS[6], id) == 1
-  if not waiting then return 0 end
+  if not waiting then
+    return 0
+  end
   redis.call('LPUSH', active, id)
   redis.call('XADD', KEYS[7], '*', 'event', 'active', 'jobId', id, 'prev', 'waiting')
 end
