@@ -174,13 +174,16 @@ export class ResultWaiter {
       });
       events.on('error', () => {});
       this.eventsConns.add(conn);
+      // The event carries the result only for a job removed on completion; a kept job holds
+      // it (worker/bullmq-internals.ts, completionOf) and is read.
       events.on('completed', ({ jobId, returnvalue }) => {
         const set = this.pending.get(jobId);
         if (!set) return;
         const result = (
           typeof returnvalue === 'string' ? JSON.parse(returnvalue) : returnvalue
-        ) as JobResult;
-        for (const p of [...set]) p.resolve(result);
+        ) as JobResult | null;
+        if (result === null) void this.check(jobId, false);
+        else for (const p of [...set]) p.resolve(result);
       });
       events.on('failed', ({ jobId }) => {
         if (this.pending.has(jobId)) void this.check(jobId, false);

@@ -110,6 +110,50 @@ describe('what a completed job keeps', () => {
     expect(pool.mock.stats().attempts).toBe(8);
   });
 
+  it('stores the result once: BullMQ’s completed event carries none, waitForResult reads the job; a job removed on completion gets it from the event', async () => {
+    pool = await openPool('held-event', { latencyMs: 5 });
+    const { names, redis } = pool;
+    const kept = await pool.producer.enqueue(request('Keep me.', 50));
+    const waiting = pool.producer.waitForResult(kept);
+    const dropping = new Producer({ redis, names, keepCompletedCount: 0 });
+    try {
+      const dropped = await dropping.enqueue(request('Drop me.', 50));
+      const droppedResult = dropping.waitForResult(dropped);
+      const worker = await pool.worker({
+        limiter: { limits: { tokens: 10_000_000 }, windowMs: 2_000 },
+      });
+
+      const result = await waiting;
+      expect(result.message.content[0]).toMatchObject({ type: 'text' });
+      const keptJob = (await pool.job(kept))!;
+      expect(keptJob.returnvalue).toEqual(result);
+      // The gate's ticket repeated the record: gone with the request.
+      expect((keptJob.opts as { llmq?: unknown }).llmq).toBeUndefined();
+      expect(keptJob.data).toMatchObject({ model: 'claude-test-1', cost: expect.any(Object) });
+      // Taken once, not held, answered at once: no log lines repeat its result (a closed
+      // worker has written all it had to).
+      await worker.close();
+      expect((await pool.queue.getJobLogs(kept)).count).toBe(0);
+      expect((await droppedResult).message.usage.output_tokens).toBeGreaterThan(0);
+      expect(await pool.queue.getJob(dropped)).toBeUndefined();
+
+      const events = await redis.xrange(
+        `${names.prefix}:{${names.queue}}:${names.queue}:events`,
+        '-',
+        '+',
+      );
+      const completions = events
+        .map(([, fields]) => fields)
+        .filter((f) => f[1] === 'completed')
+        .map((f) => ({ id: f[3], returnvalue: f[5] }));
+      expect(completions).toContainEqual({ id: kept, returnvalue: 'null' });
+      const droppedEvent = completions.find((c) => c.id === dropped);
+      expect(JSON.parse(droppedEvent!.returnvalue!)).toMatchObject({ attempts: 1 });
+    } finally {
+      await dropping.close();
+    }
+  });
+
   it('the results’ bytes bound drops the oldest finished jobs, counts the drop, keeps the newest', async () => {
     pool = await openPool('heldresults', { latencyMs: 5 });
     const maxBytes = 4_000;

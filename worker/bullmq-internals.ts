@@ -6,7 +6,7 @@
  */
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { type Job, raw2NextJobData, Worker } from 'bullmq';
+import { type Job, type JobsOptions, raw2NextJobData, Worker } from 'bullmq';
 import { ConfigError } from '../shared/errors.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { finishedData } from '../shared/job-kept.ts';
@@ -245,7 +245,7 @@ export class GateWorker extends Worker<JobData, JobResult> {
 
   /**
    * Stores a successful job's result after its lock lapsed (lua/reclaim-7.lua, then BullMQ's own
-   * moveToFinished with the arguments its completion sends, then lua/keepRecord-2.lua, in one
+   * moveToFinished with the arguments its completion sends, then lua/keepRecord-6.lua, in one
    * transaction): when no other worker took the job, it takes the lock back under `token` and
    * completes it.
    */
@@ -310,7 +310,7 @@ export const MOVE_TO_ACTIVE: LuaScript = bullmqScript('moveToActive-11', 'moveTo
 /** BullMQ's own moveToFinished script, run by llmq's completions (`completeJob`, `completeLate`). */
 const MOVE_TO_FINISHED: LuaScript = bullmqScript('moveToFinished-14', 'moveToFinished');
 
-/** lua/keepRecord-2.lua: a finished job lets its request go. */
+/** lua/keepRecord-6.lua: a finished job lets its request go, and keeps its result. */
 const KEEP_RECORD: LuaScript = SCRIPTS['keepRecord']!;
 
 /** BullMQ's side of a job, as its own methods reach it. */
@@ -324,7 +324,12 @@ interface JobInternals {
   finishedOn?: number;
 }
 
-/** BullMQ's moveToFinished keys and ARGV for a job's completion, as its `moveToCompleted` sends them. */
+/**
+ * BullMQ's moveToFinished keys and ARGV for a job's completion, as its `moveToCompleted` sends
+ * them, but with no result (null) when the job is kept: keepRecord writes it into the job, so
+ * that BullMQ's `completed` event (its stream holds the last 10,000) does not carry a second
+ * copy. A job removed on completion has only the event: it carries the result there.
+ */
 function completionOf(
   job: Job<JobData, JobResult>,
   result: JobResult,
@@ -334,7 +339,7 @@ function completionOf(
   const resultJson = JSON.stringify(result);
   const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
     job,
-    resultJson,
+    keptOnCompletion(job.opts.removeOnComplete) ? 'null' : resultJson,
     job.opts.removeOnComplete,
     token,
     fetchNext,
@@ -345,6 +350,18 @@ function completionOf(
     .filter((a) => a !== undefined)
     .map((a) => (typeof a === 'boolean' ? Number(a) : a)) as LuaArg[];
   return { keys: args.slice(0, n).map(String), args: args.slice(n), finishedOn, resultJson };
+}
+
+/**
+ * Whether BullMQ keeps a job once completed, as its moveToFinished reads `removeOnComplete`:
+ * `true`, a count of 0 or an age of 0 remove it at once.
+ */
+export function keptOnCompletion(remove: JobsOptions['removeOnComplete']): boolean {
+  if (remove === undefined || remove === false) return true;
+  if (remove === true) return false;
+  if (typeof remove === 'number') return remove !== 0;
+  const age = 'age' in remove ? remove.age : undefined;
+  return remove.count !== 0 && (age === undefined || age > 0);
 }
 
 /**
@@ -386,6 +403,7 @@ function keepRecordOf(
       Buffer.byteLength(record) + Buffer.byteLength(resultJson),
       bounds.maxBytes,
       String(q.keys['']),
+      resultJson,
     ],
   };
 }
@@ -414,7 +432,7 @@ function completed(job: Job<JobData, JobResult>, result: JobResult, finishedOn: 
 /**
  * Completes a job as BullMQ's `job.moveToCompleted` does (its own moveToFinished script, with
  * the arguments it sends) and, in the same transaction, lets its request go
- * (lua/keepRecord-2.lua): a completed job keeps its result and its request's record, never its
+ * (lua/keepRecord-6.lua): a completed job keeps its result and its request's record, never its
  * request. Resolves with the next job's raw data when `fetchNext` fetched one (for
  * {@link GateWorker.jobFrom}); throws BullMQ's own error (with its `code`) when refused.
  */

@@ -107,12 +107,23 @@ export function reportSuccess(
   };
   return Promise.all([
     p.metrics.observe(o, add, result.deployment),
-    p.history.write(
-      job.id,
-      admittedLine(o.waitMs, waits),
-      `call ok in ${formatMs(result.latencyMs)}: ${u.input_tokens} input, ${u.output_tokens} output tokens (request ${result.requestId ?? 'unknown'})`,
-    ),
+    plainSuccess(job, waits)
+      ? undefined
+      : p.history.write(
+          job.id,
+          admittedLine(o.waitMs, waits),
+          `call ok in ${formatMs(result.latencyMs)}: ${u.input_tokens} input, ${u.output_tokens} output tokens (request ${result.requestId ?? 'unknown'})`,
+        ),
   ]);
+}
+
+/**
+ * A job taken once, never held by the gate, answered on its first call: its log would only
+ * repeat its result (latency, usage, request id) and its timestamps, so it writes none. Redis
+ * keeps a finished job's log as long as the job (about 0.4 KB a job).
+ */
+function plainSuccess(job: Job<JobData, JobResult>, waits: readonly WaitSegment[] | undefined) {
+  return !waits?.length && job.attemptsStarted <= 1 && job.attemptsMade === 0;
 }
 
 /** The line of a job whose result was stored. */

@@ -2,7 +2,9 @@
   Lets a finished job's request go: run right behind BullMQ's moveToFinished (in the same
   transaction for a completion), it replaces the job's data with the record a finished job
   keeps (its request's digest, model and size; see shared/job-kept.ts), once the job is in its
-  finished set. A finish that BullMQ refused (lock lost), or a job it removed at once
+  finished set. A completion's result is written here too: BullMQ's moveToFinished was given
+  none (null), so that its `completed` event does not carry a second copy of it; and the
+  gate's ticket leaves its options (the record holds what it said). A finish that BullMQ refused (lock lost), or a job it removed at once
   (removeOnComplete), is left alone.
 
   It counts what the finished job keeps (record and result) against the results' bytes bound:
@@ -21,18 +23,29 @@
     ARGV[3] the bytes the job keeps (record and result)
     ARGV[4] the finished jobs' bytes bound (0: none)
     ARGV[5] the queue's key prefix (BullMQ's, ending in ":")
+    ARGV[6] the result, JSON ("" for a failed job: nothing to write)
 
   Output: 1 the request was let go; 0 the job is not in the set (or gone)
 ]]
 local jobKey, finished, sizes, order, bytesKey, metrics =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local id, record, bytes, maxBytes, prefix =
-  ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local id, record, bytes, maxBytes, prefix, result =
+  ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 
 if not redis.call('ZSCORE', finished, id) then
   return 0
 end
 redis.call('HSET', jobKey, 'data', record)
+if result ~= '' then
+  redis.call('HSET', jobKey, 'returnvalue', result)
+  -- The gate's ticket repeats the record (cost, scopes, model): a completed job drops it.
+  local opts = redis.call('HGET', jobKey, 'opts')
+  local decoded = opts and cjson.decode(opts)
+  if decoded and decoded.llmq then
+    decoded.llmq = nil
+    redis.call('HSET', jobKey, 'opts', cjson.encode(decoded))
+  end
+end
 
 local function forget(job)
   local size = redis.call('HGET', sizes, job)
