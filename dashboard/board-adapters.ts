@@ -17,6 +17,7 @@ import { bullPrefix, deadLetterQueueName, type QueueNames } from '../shared/keys
 import { loadLuaScripts, runLuaReadOnly } from '../shared/lua-scripts.ts';
 import type { LlmqQueue } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
+import { readStoredResult } from '../shared/result-codec.ts';
 import { restoreEdited } from './job-display.ts';
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
@@ -41,6 +42,8 @@ export class QueueAdapter extends BullMQAdapter {
     options: Options,
   ) {
     super(llmqQueue, options);
+    // A long answer is stored deflated: shown as the result it is.
+    this.setFormatter('returnValue', readStoredResult);
     this.failedKey = `${bullPrefix(names)}:${names.queue}:failed`;
     this.lettersPrefix = `${bullPrefix(names)}:${deadLetterQueueName(names.queue)}:`;
   }

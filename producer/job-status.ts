@@ -1,6 +1,7 @@
 import type { DeadLetter, JobData, JobResult } from '../shared/job.ts';
 import type { StoredJobData } from '../shared/job-kept.ts';
 import type { DeadLetterQueue, LlmqQueue } from '../shared/queues.ts';
+import { readStoredResult } from '../shared/result-codec.ts';
 
 /** Where a job is, as producers see it. `waiting` covers BullMQ's wait and prioritized. */
 export type JobPhase = 'waiting' | 'delayed' | 'active' | 'completed' | 'failed';
@@ -77,7 +78,7 @@ export async function readJobStatus(
   if (!job) return null;
   switch (state) {
     case 'completed':
-      return { id, state, data: job.data, result: job.returnvalue };
+      return { id, state, data: job.data, result: readStoredResult(job.returnvalue) };
     case 'failed': {
       const letter = (await deadLetters.getJob(id))?.data;
       const error: JobFailure = letter

@@ -132,7 +132,7 @@ describe('what a completed job keeps', () => {
       expect(keptJob.data).toMatchObject({ model: 'claude-test-1', cost: expect.any(Object) });
       // Taken once, not held, answered at once: no log lines repeat its result (a closed
       // worker has written all it had to).
-      await worker.close();
+      await worker.stop();
       expect((await pool.queue.getJobLogs(kept)).count).toBe(0);
       expect((await droppedResult).message.usage.output_tokens).toBeGreaterThan(0);
       expect(await pool.queue.getJob(dropped)).toBeUndefined();
@@ -151,6 +151,45 @@ describe('what a completed job keeps', () => {
       expect(JSON.parse(droppedEvent!.returnvalue!)).toMatchObject({ attempts: 1 });
     } finally {
       await dropping.close();
+    }
+  });
+
+  it('a long answer is stored deflated and read whole: waitForResult, GET /v1/jobs/:id and Bull Board', async () => {
+    pool = await openPool('held-long', { latencyMs: 5, outputShare: 1 });
+    api = await openApi(pool.names);
+    const { names, redis } = pool;
+    const sent = await call(api, 'POST', '/v1/jobs', {
+      request: request('Write at length.', 4_000),
+    });
+    const long: string = sent.body.id;
+    const short = await pool.producer.enqueue(request('Say hello.', 50));
+    await pool.worker({ limiter: { limits: { tokens: 10_000_000 }, windowMs: 2_000 } });
+    const result = await pool.producer.waitForResult(long);
+    const json = JSON.stringify(result);
+    expect(result.message.usage.output_tokens).toBe(4_000);
+
+    const jobKey = (id: string) => `${names.prefix}:{${names.queue}}:${names.queue}:${id}`;
+    const stored = (await redis.hget(jobKey(long), 'returnvalue'))!;
+    expect(stored).toContain('llmqDeflated');
+    expect(stored.length).toBeLessThan(json.length * 0.75);
+    // A short one stays plain JSON, as BullMQ and Bull Board show it.
+    expect(JSON.parse((await redis.hget(jobKey(short), 'returnvalue'))!)).toMatchObject({
+      attempts: 1,
+    });
+
+    const got = await call(api, 'GET', `/v1/jobs/${long}`);
+    expect(got.body.result).toEqual(result);
+
+    const auth = { token: 'held-board-token-5d' };
+    const dashboard = await startDashboard({ redis, prefix: names.prefix, port: 0, auth });
+    try {
+      const res = await fetch(`${dashboard.baseUrl}/api/queues/${names.queue}/${long}`, {
+        headers: { authorization: `Bearer ${auth.token}` },
+      });
+      const shown = (await res.json()) as { job: { returnValue: unknown } };
+      expect(shown.job.returnValue).toEqual(result);
+    } finally {
+      await dashboard.close();
     }
   });
 

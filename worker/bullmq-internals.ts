@@ -30,6 +30,7 @@ import {
   runLuaWith,
 } from '../shared/lua-scripts.ts';
 import { duplicateRedis, type RedisClient } from '../shared/redis.ts';
+import { storedResultJson } from '../shared/result-codec.ts';
 import { bullmqTelemetry } from '../shared/telemetry/tracing.ts';
 import { type HeadJob, headOf } from './head-job.ts';
 
@@ -336,10 +337,11 @@ function completionOf(
   token: string,
   fetchNext: boolean,
 ): { keys: string[]; args: LuaArg[]; finishedOn: number; resultJson: string } {
-  const resultJson = JSON.stringify(result);
+  const kept = keptOnCompletion(job.opts.removeOnComplete);
+  const resultJson = kept ? storedResultJson(result) : '';
   const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
     job,
-    keptOnCompletion(job.opts.removeOnComplete) ? 'null' : resultJson,
+    kept ? 'null' : JSON.stringify(result),
     job.opts.removeOnComplete,
     token,
     fetchNext,

@@ -13,6 +13,7 @@ import {
   openQueue,
 } from '../../shared/queues.ts';
 import type { RedisClient } from '../../shared/redis.ts';
+import { readStoredResult } from '../../shared/result-codec.ts';
 import { completeJob, type ResultBounds } from '../bullmq-internals.ts';
 import type { DeadLetterBounds } from '../dead-letter-bounds.ts';
 import { deadLetter } from '../dead-letters.ts';
@@ -385,7 +386,7 @@ export class BatchSubmitter {
           await completeJob(
             this.redis,
             job,
-            done!.returnvalue,
+            readStoredResult(done!.returnvalue),
             NO_LOCK,
             false,
             this.options.resultBounds,

@@ -4,10 +4,12 @@ import { startHttpApi } from '../../../producer/http/server.ts';
 import { Producer } from '../../../producer/producer.ts';
 import { resolveConfig } from '../../../shared/config.ts';
 import type { QueueNames } from '../../../shared/keys.ts';
+import { bullPrefix } from '../../../shared/keys.ts';
 import { limiterKeys } from '../../../shared/limiter/limiter-keys.ts';
 import { startPrivateRedis } from '../../../shared/private-redis.ts';
 import { connectRedis, duplicateRedis, type RedisClient } from '../../../shared/redis.ts';
 import type { MessagesRequest } from '../../../shared/request.ts';
+import { storedResultJson } from '../../../shared/result-codec.ts';
 import { base64, makePdf } from '../../../testing/media.ts';
 import { startMockAnthropic } from '../../../testing/mock-anthropic/index.ts';
 import { createProviderClient } from '../../../worker/provider.ts';
@@ -73,6 +75,41 @@ async function pdfRequest(i: number): Promise<MessagesRequest> {
   } as MessagesRequest;
 }
 
+/** Where bench workers serve: a queue, against a mock. */
+interface WorkersOn {
+  readonly names: QueueNames;
+  readonly baseURL: string;
+}
+
+/** Long answers (4,000 tokens each): their results' bytes as JSON and as Redis keeps them. */
+async function longAnswers(redis: RedisClient, workers: (on: WorkersOn) => Promise<void>) {
+  const names: QueueNames = { prefix: 'bench-memory-answers', queue: 'answers' };
+  const mock = await startMockAnthropic({ latencyMs: 5, outputShare: 1 });
+  const producer = new Producer({ redis, names });
+  try {
+    const ids = await producer.enqueueMany(
+      Array.from({ length: 20 }, (_, i) => ({
+        model: 'claude-test-1',
+        max_tokens: 4_000,
+        messages: [{ role: 'user' as const, content: `Write at length, part ${i}.` }],
+      })),
+    );
+    await workers({ names, baseURL: mock.url });
+    const results = await Promise.all(ids.map((id) => producer.waitForResult(id)));
+    const json = results.reduce((n, r) => n + Buffer.byteLength(JSON.stringify(r)), 0);
+    const keys = ids.map((id) => `${bullPrefix(names)}:${names.queue}:${id}`);
+    const lengths = await Promise.all(keys.map((k) => redis.hstrlen(k, 'returnvalue')));
+    const stored = lengths.reduce((n, l) => n + l, 0);
+    const started = performance.now();
+    for (const r of results) storedResultJson(r);
+    const deflateMs = (performance.now() - started) / results.length;
+    return { answers: results.length, json, stored, deflateMs };
+  } finally {
+    await producer.close();
+    await mock.close();
+  }
+}
+
 /**
  * Memory: what Redis holds per job during and after a document run (the queue's keys by
  * MEMORY USAGE), and Redis's memory before, during and after a 20 MB request through the
@@ -86,15 +123,15 @@ export async function memoryScenario(ctx: ScenarioContext): Promise<ScenarioResu
   const workers: WorkerHandle[] = [];
   const conns: RedisClient[] = [];
   try {
-    const startWorkers = async (n: number) => {
+    const startWorkers = async (n: number, on: WorkersOn = { names, baseURL: mock.url }) => {
       for (let i = 0; i < n; i++) {
         const conn = duplicateRedis(redis);
         conns.push(conn);
         workers.push(
           await startWorker({
             redis: conn,
-            names,
-            client: createProviderClient({ apiKey: KEY, baseURL: mock.url }),
+            names: on.names,
+            client: createProviderClient({ apiKey: KEY, baseURL: on.baseURL }),
             limiter: { limits: { tokens: 100_000_000 }, windowMs: WINDOW_MS },
             concurrency: 10,
           }),
@@ -127,6 +164,7 @@ export async function memoryScenario(ctx: ScenarioContext): Promise<ScenarioResu
     const kinds = await queueBytesByKind(redis, names);
     const after = Object.values(kinds).reduce((a, b) => a + b, 0);
     await producer.close();
+    const answers = await longAnswers(redis, (on) => startWorkers(1, on));
 
     // A 20 MB request through the gateway, answered.
     const api = await startHttpApi({
@@ -185,11 +223,19 @@ export async function memoryScenario(ctx: ScenarioContext): Promise<ScenarioResu
         row('during the run (most)', during),
         row('all completed, at once', atOnce),
         row('all completed, a window later (what stays)', after),
+        [
+          `${answers.answers} long answers (4,000 tokens): results as JSON / as kept`,
+          `${count(answers.json)} / ${count(answers.stored)}`,
+          count(Math.round(answers.stored / answers.answers)),
+          ratio(answers.stored / answers.json),
+        ],
         ['gateway: before the 20 MB request', count(before), '', ''],
         ['gateway: while it ran (most)', count(peak), '', ''],
         ['gateway: once answered', count(once), '', ''],
       ],
-      figures: [{ requestBytes, waiting, during, atOnce, after, kinds, before, peak, once }],
+      figures: [
+        { requestBytes, waiting, during, atOnce, after, kinds, answers, before, peak, once },
+      ],
       targets: [
         {
           name: 'after the run (what stays), the queue holds at most 5 % of its requests',
@@ -208,6 +254,7 @@ export async function memoryScenario(ctx: ScenarioContext): Promise<ScenarioResu
           .join(', ')}`,
         'queue keys: MEMORY USAGE of every key under the queue prefix (jobs, limiter, metrics, history, events) on a Redis of its own',
         'gateway: INFO used_memory of that Redis, polled every 20 ms while the request ran',
+        `long answers: deflated from 8 KB when that saves a quarter (shared/result-codec.ts), ${answers.deflateMs.toFixed(2)} ms a result to deflate`,
       ],
     };
   } finally {
