@@ -30,6 +30,18 @@ function quiet<Q extends Queue>(queue: Q): Q {
   return queue;
 }
 
+/** The names of a queue opened by {@link openQueue} (its BullMQ prefix is `<prefix>:{<queue>}`). */
+export function queueNamesOf(queue: {
+  readonly name: string;
+  readonly opts: { prefix?: string };
+}): QueueNames {
+  const tag = `:{${queue.name}}`;
+  const full = queue.opts.prefix ?? '';
+  if (!full.endsWith(tag))
+    throw new Error(`queue ${queue.name} was not opened by llmq (prefix ${full})`);
+  return { prefix: full.slice(0, -tag.length), queue: queue.name };
+}
+
 /** The BullMQ queue of llmq jobs. The connection is shared, not owned. */
 export function openQueue(
   connection: ConnectionOptions,

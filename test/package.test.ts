@@ -132,7 +132,7 @@ describe('the npm package', () => {
       'dist/scripts/cli/main.js',
       'dist/shared/limiter/lua/acquire-14.lua',
       'dist/shared/limiter/lua/includes/view.lua',
-      'dist/worker/lua/peek-7.lua',
+      'dist/worker/lua/peek-8.lua',
       'dist/producer/lua/reserveDepth-9.lua',
       'dist/shared/lua/count-1.lua',
     ])

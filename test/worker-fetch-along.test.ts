@@ -47,7 +47,8 @@ const cost = { requests: 1, inputTokens: 10, outputTokens: 16 };
 
 /** One attempt for `k` jobs with their fetches in its round trip: reservations and jobs fetched. */
 async function attempt(k: number, giveBack = false) {
-  const along = new FetchAlong(bull, k, () => `tok${n++}`);
+  const heads = Array.from({ length: k }, (_, i) => ({ id: `head-${i}` }));
+  const along = new FetchAlong(bull, heads, () => `tok${n++}`);
   const more = Array.from({ length: k - 1 }, () => cost);
   const a = await limiter.line(cost, { more }).attempt(along.along);
   const jobs = await Promise.all(along.fetches.map((f) => f.job));

@@ -254,7 +254,7 @@ describe("BullMQ's moveToActive, as llmq's gate sends it", () => {
     try {
       // BullMQ's own fetch, then llmq's: a moveToActive sent behind the limiter's acquire.
       expect(await bull.nextJob('same-token')).toBeDefined();
-      const along = new FetchAlong(bull, 1, () => 'same-token');
+      const along = new FetchAlong(bull, [{ id: 'a' }], () => 'same-token');
       const cost = { requests: 1, inputTokens: 10, outputTokens: 16 };
       expect((await limiter.line(cost).attempt(along.along)).ok).toBe(true);
       expect(await along.fetches[0]!.job).toBeDefined();

@@ -15,6 +15,7 @@ import {
   bullPrefix,
   depthSizesKey,
   fairJobsKey,
+  fairServedKey,
   fairTenantsKey,
   type QueueNames,
 } from '../shared/keys.ts';
@@ -104,7 +105,7 @@ export class HeadPeeker {
       SCRIPTS['peek']!,
       [
         ...[`${b}:wait`, `${b}:prioritized`, `${b}:delayed`, `${b}:meta`, `${b}:active`],
-        ...[`${b}:pc`, fairTenantsKey(this.names)],
+        ...[`${b}:pc`, fairTenantsKey(this.names), fairServedKey(this.names)],
       ],
       [
         `${b}:`,
@@ -185,17 +186,34 @@ export class GateWorker extends Worker<JobData, JobResult> {
   names: QueueNames = { prefix: '', queue: '' };
 
   /**
-   * Forgets the sizes the depth bound counted for jobs this worker moved to active
-   * (lua/leftWaiting-1.lua): they no longer wait.
+   * Forgets what was kept per waiting job (the depth bound's sizes, fair share's index entries)
+   * for jobs this worker moved to active (lua/leftWaiting-2.lua): they no longer wait.
    */
   async leftWaiting(jobs: readonly Job<JobData, JobResult>[]): Promise<void> {
     if (jobs.length === 0) return;
-    await runLua(
-      this.opts.connection as RedisClient,
-      SCRIPTS['leftWaiting']!,
-      [depthSizesKey(this.names)],
-      [depthSizesKey(this.names, ''), ...jobs.flatMap((j) => [j.id ?? '', j.data?.tenant ?? ''])],
+    const call = this.leftWaitingCall(
+      jobs.map((j) => ({ id: j.id ?? '', tenant: j.data?.tenant })),
     );
+    await runLua(this.opts.connection as RedisClient, LEFT_WAITING, call.keys, call.args);
+  }
+
+  /**
+   * The keys and arguments of lua/leftWaiting-2.lua for jobs that may have left waiting: those
+   * still waiting (not locked) keep their entries, so a take may send it in its transaction.
+   */
+  leftWaitingCall(jobs: readonly { readonly id: string; readonly tenant?: string | undefined }[]): {
+    keys: string[];
+    args: string[];
+  } {
+    return {
+      keys: [depthSizesKey(this.names), fairTenantsKey(this.names)],
+      args: [
+        depthSizesKey(this.names, ''),
+        fairJobsKey(this.names),
+        String(this.keys['']),
+        ...jobs.flatMap((j) => [j.id, j.tenant ?? '']),
+      ],
+    };
   }
 
   async jobFrom(raw: unknown, token: string): Promise<Job<JobData, JobResult> | undefined> {
@@ -310,6 +328,9 @@ export const MOVE_TO_ACTIVE: LuaScript = bullmqScript('moveToActive-11', 'moveTo
 
 /** BullMQ's own moveToFinished script, run by llmq's completions (`completeJob`, `completeLate`). */
 const MOVE_TO_FINISHED: LuaScript = bullmqScript('moveToFinished-14', 'moveToFinished');
+
+/** lua/leftWaiting-2.lua: what was kept per waiting job goes as the job leaves waiting. */
+export const LEFT_WAITING: LuaScript = SCRIPTS['leftWaiting']!;
 
 /** lua/keepRecord-6.lua: a finished job lets its request go, and keeps its result. */
 const KEEP_RECORD: LuaScript = SCRIPTS['keepRecord']!;

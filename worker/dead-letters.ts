@@ -12,6 +12,7 @@ import {
   forgetDeadLetter,
   keepDeadLetter,
 } from './dead-letter-bounds.ts';
+import { indexWaiting } from './fair-share.ts';
 
 export interface DeadLetterCause {
   readonly reason: string;
@@ -168,6 +169,8 @@ export async function retryDeadLetter(
     } as Parameters<typeof queue.add>[2]);
     runId = added.id!;
   }
+  // Back in the prioritized set: fair share finds it as it finds a new job.
+  await indexWaiting(queue, [{ id: runId, tenant: data.tenant }]);
   await letter.remove();
   await forgetDeadLetter(dlq, letter.id!);
   return runId;

@@ -9,6 +9,7 @@
 
 import { fairJobsKey, fairServedKey, fairTenantsKey, type QueueNames } from '../shared/keys.ts';
 import { loadLuaScripts, runLua } from '../shared/lua-scripts.ts';
+import { type LlmqQueue, queueNamesOf } from '../shared/queues.ts';
 import type { RedisClient } from '../shared/redis.ts';
 import type { HeadJob } from './bullmq-internals.ts';
 
@@ -17,6 +18,24 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 export interface FairShareOptions {
   /** Weights by tenant name; a tenant not named weighs 1. */
   readonly weights?: Readonly<Record<string, number>>;
+}
+
+/**
+ * Puts jobs back in the prioritized set by other means than an add (a dead letter retried) into
+ * fair share's index (lua/index-3.lua), as the producer's add does for new ones.
+ */
+export async function indexWaiting(
+  queue: LlmqQueue,
+  jobs: readonly { readonly id: string; readonly tenant?: string | undefined }[],
+): Promise<void> {
+  if (jobs.length === 0) return;
+  const names = queueNamesOf(queue);
+  await runLua(
+    queue.opts.connection as RedisClient,
+    SCRIPTS['index']!,
+    [queue.keys['prioritized']!, fairTenantsKey(names), fairServedKey(names)],
+    [fairJobsKey(names), ...jobs.flatMap((j) => [j.id, j.tenant ?? ''])],
+  );
 }
 
 /** A job without a tenant is served as the tenant "". */

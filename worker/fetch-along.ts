@@ -4,7 +4,10 @@ import type { JobData, JobResult } from '../shared/job.ts';
 import type { Along } from '../shared/limiter/types.ts';
 import { type Behind, defineLua, queueLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import { CAP, type GateWorker, MOVE_TO_ACTIVE } from './bullmq-internals.ts';
+import { CAP, type GateWorker, LEFT_WAITING, MOVE_TO_ACTIVE } from './bullmq-internals.ts';
+
+/** A job the acquire may admit: its id, and its tenant (for fair share's index). */
+export type MayTake = { readonly id: string; readonly tenant?: string | undefined };
 
 /** A fetch sent with the acquire: its lock token and the job it brought (undefined: none). */
 export interface SentFetch {
@@ -16,7 +19,8 @@ export interface SentFetch {
  * The gate's fetches, sent behind its acquire in one transaction (the limiter's `Along`): a
  * free slot becomes an active job in one round trip. One BullMQ moveToActive per job the acquire
  * may admit, between a cap (lua/cap-3.lua) that lets only the admitted ones hand out a job: a job
- * is still never taken before its budget.
+ * is still never taken before its budget. Behind them, what was kept per waiting job goes for
+ * those taken (lua/leftWaiting-2.lua): no round trip of its own.
  */
 export class FetchAlong implements Behind {
   readonly fetches: SentFetch[];
@@ -29,15 +33,17 @@ export class FetchAlong implements Behind {
   private ids: readonly string[] = [];
   private reservations = '';
   private readonly moveKeys: string[];
+  private readonly left: { keys: string[]; args: string[] };
   private readonly settle: ((raw: unknown) => void)[] = [];
 
   constructor(
     private readonly bull: GateWorker,
-    n: number,
+    heads: readonly MayTake[],
     nextToken: () => string,
   ) {
     this.moveKeys = bull.moveToActiveKeys;
-    this.fetches = Array.from({ length: n }, () => {
+    this.left = bull.leftWaitingCall(heads);
+    this.fetches = heads.map(() => {
       const token = nextToken();
       const job = new Promise<unknown>((r) => this.settle.push(r)).then((raw) =>
         raw instanceof Error ? Promise.reject(raw) : this.bull.fromActive(raw, token),
@@ -55,6 +61,7 @@ export class FetchAlong implements Behind {
   prepare(redis: RedisClient): void {
     defineLua(redis, MOVE_TO_ACTIVE, this.moveKeys);
     defineLua(redis, CAP, this.capKeys);
+    defineLua(redis, LEFT_WAITING, this.left.keys);
   }
 
   queue(tx: ChainableCommander): void {
@@ -64,6 +71,7 @@ export class FetchAlong implements Behind {
       queueLua(tx, MOVE_TO_ACTIVE, this.moveKeys, this.bull.moveToActiveArgs(f.token));
     }
     queueLua(tx, CAP, capKeys, ['close']);
+    queueLua(tx, LEFT_WAITING, this.left.keys, this.left.args);
   }
 
   took(replies: readonly unknown[] | Error): void {
@@ -79,13 +87,13 @@ export class FetchAlong implements Behind {
 }
 
 /**
- * The round's fetches to send with its acquire; none with fair share (it reorders the queue
+ * The round's fetches to send with its acquire, one per head it may admit; none with fair share (it reorders the queue
  * between the two) or with results waiting to fetch with their completions.
  */
 export function fetchAlong(
   p: { bull: GateWorker; handoff: { hasWaiting: boolean }; fair: unknown; nextToken(): string },
-  n: number,
+  heads: readonly MayTake[],
 ): FetchAlong | undefined {
   if (p.fair || p.handoff.hasWaiting) return undefined;
-  return new FetchAlong(p.bull, n, () => p.nextToken());
+  return new FetchAlong(p.bull, heads, () => p.nextToken());
 }

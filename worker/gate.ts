@@ -320,7 +320,7 @@ export class Gate {
         trialInFlight: (d) => slots.trialInFlight(d),
         shareRoom: (d) => slots.shareRoom(d),
       });
-    const along = fetchAlong(this.p, t.behind.length + 1);
+    const along = fetchAlong(this.p, [t.head, ...t.behind]);
     const a = await t.line.attempt(along?.along).catch((err: unknown) => {
       along?.abandon();
       throw err;

@@ -103,8 +103,10 @@ export async function takeJobs(
   hooks.onFetchesSent?.();
   await Promise.all(arrivals);
   hooks.onArrived?.();
-  // They no longer wait: the depth bound forgets their bytes (not awaited: their calls go on).
-  p.bull.leftWaiting(fetched.map((f) => f.job)).catch(() => {});
+  // They no longer wait: their sizes and index entries go (not awaited: their calls go on).
+  // Fetches sent with the acquire did that in its transaction for the heads reserved for.
+  const done = new Set(sent ? wanted.map((h) => h.id) : []);
+  p.bull.leftWaiting(fetched.map((f) => f.job).filter((j) => !done.has(j.id!))).catch(() => {});
   try {
     // What is left: jobs another worker's take put in place of ours, and jobs to fail.
     const others = fetched.filter(({ job }) => !handled.has(job));

@@ -14,6 +14,7 @@
     KEYS[5] active       LIST
     KEYS[6] pc           STRING the priority counter
     KEYS[7] fair tenants ZSET tenant -> tokens per weight served (fair share's index)
+    KEYS[8] fair         HASH tenant -> tokens per weight served, '|clock' -> the last pick's
     ARGV[1] job key prefix (`<prefix>:<queue>:`), in the same hash tag
     ARGV[2] the highest delayed score that is due now
     ARGV[3] how many due delayed jobs to look at
@@ -23,20 +24,25 @@
             besides BullMQ's first few, the first jobs of the ARGV[8] tenants furthest behind,
             from fair share's index (never a scan of the queue)
     ARGV[6] with "tenants", how many of each tenant's jobs (default 1)
-    ARGV[7] with "tenants", the key prefix of a tenant's jobs in the index (ZSET job id ->
-            BullMQ's prioritized score; the tenant's name follows)
+    ARGV[7] the key prefix of a tenant's jobs in fair share's index (ZSET job id -> BullMQ's
+            prioritized score; the tenant's name follows)
     ARGV[8] with "tenants", how many tenants to read from the index
 
   Output: {jobId, opts JSON, data JSON or '', ...} in the order BullMQ hands them out, or false
   when there is nothing to hand out. With "tenants", the index's jobs follow BullMQ's first
-  few, by their score; index entries of jobs no longer in the prioritized set are dropped as
-  they are read, and a tenant with none left leaves the index. The data comes only for a job
+  few, by their score; index entries of jobs no longer in the prioritized set (nor due to come
+  back from the delayed set) are dropped as they are read, and a tenant with none left leaves
+  the index. The due delayed jobs with a priority (a retry, a job set back) go into the index
+  with the score their promotion will give them, with fair share on or off: the index holds
+  every waiting job, not only those the producer added. The data comes only for a job
   whose options carry no llmq ticket (a format-1 job, or one added by other means). With
   "tenants", the tenant is the ticket's (the index's, for its jobs) and the priority BullMQ's
   own: never searched for in the request's JSON. When more
   delayed jobs are due than it looks at, only the first job is given (what the others would do
   to the order is unknown).
 ]]
+--- @include "fairIndex"
+
 local SHIFT = 4294967296
 -- With "tenants", how many of BullMQ's own first jobs are given before the index's.
 local FAIR_HEADS = 4
@@ -69,12 +75,18 @@ end
 local promoted = {}
 local pc = tonumber(redis.call('GET', KEYS[6]) or '0')
 for _, d in ipairs(due) do
-  local p = tonumber(redis.call('HGET', ARGV[1] .. d, 'priority') or '0')
+  local job = redis.call('HMGET', ARGV[1] .. d, 'priority', 'opts')
+  local p = tonumber(job[1] or '0')
   if p == 0 then
     heads[#heads + 1] = d
   else
     pc = pc + 1
-    promoted[#promoted + 1] = { d, p * SHIFT + pc % SHIFT }
+    local score = p * SHIFT + pc % SHIFT
+    promoted[#promoted + 1] = { d, score }
+    local tenant = ticketTenant(job[2])
+    if tenant then
+      indexWaiting(ARGV[7], KEYS[7], KEYS[8], tenant, d, score)
+    end
   end
 end
 if #heads < want then
@@ -131,6 +143,9 @@ if perTenant and #due < scan then
             extra[#extra + 1] = { id, tonumber(score) }
             tenantOf[id] = t
           end
+        elseif redis.call('ZSCORE', KEYS[3], id) then
+          -- Due to come back (indexed above): the next take promotes it.
+          from = from + 1
         else
           redis.call('ZREM', key, id)
         end
