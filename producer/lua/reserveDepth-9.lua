@@ -14,7 +14,7 @@
   waiting (started, finished, cancelled) leave; so the count is exact at the bound and
   conservative below it. The sizes hashes (the queue's, a tenant's) hold job id -> the bytes of
   its data, and the field ':total' (no job id holds a ':') their sum; kept only while a bytes
-  bound is set. An entry leaves as its job leaves waiting (the worker's leftWaiting-1.lua, a
+  bound is set. An entry leaves as its job leaves waiting (the worker's leftWaiting-2.lua, a
   cancel's takeWaiting-7.lua), so no walk is needed; one that stayed behind (a job removed by
   other means) is swept by a walk when the hash looks full and holds more entries than jobs
   wait, or at most once a minute (':pruned', Redis time of the last). A tenant's bytes bound counts its dead letters too
