@@ -221,6 +221,12 @@ export function newBatch(): HistoryBatch {
 }
 
 /**
+ * Tenants written by one script call: a flush with more tenants is split, so no call blocks
+ * Redis for longer as the tenants grow (the whole flush costs the same).
+ */
+export const HISTORY_TENANTS_PER_CALL = 50;
+
+/**
  * Writes a batch to the queue's history, at `now` (an injected clock) or Redis's TIME. Called by
  * `MetricsWriter` with each flush of the counters.
  */
@@ -234,7 +240,39 @@ export function writeHistory(
   const bull = `${bullPrefix(names)}:${names.queue}:`;
   const keys = [...k.tiers, k.tenants, k.models, k.jobs];
   keys.push(`${bull}wait`, `${bull}prioritized`, `${bull}delayed`);
-  return runLua(redis, SCRIPT, keys, [historyArgument(batch, now)]);
+  return Promise.all(
+    splitByTenants(batch).map((part) => runLua(redis, SCRIPT, keys, [historyArgument(part, now)])),
+  );
+}
+
+/**
+ * A batch as parts of at most {@link HISTORY_TENANTS_PER_CALL} tenants each, every tenant's
+ * series and finished jobs in one part (only its latest {@link HISTORY_JOBS_PER_TENANT} jobs:
+ * its list keeps no more); the fleet's and the models' series in the first.
+ */
+export function splitByTenants(batch: HistoryBatch): HistoryBatch[] {
+  const jobsOf = new Map<string, HistoryBatch['jobs']>();
+  for (const pair of batch.jobs) {
+    const series = tenantSeries(pair[0]);
+    const list = jobsOf.get(series) ?? [];
+    list.push(pair);
+    if (list.length > HISTORY_JOBS_PER_TENANT) list.shift();
+    jobsOf.set(series, list);
+  }
+  const isTenant = (name: string) => name.startsWith('t:');
+  const tenants = [...new Set([...Object.keys(batch.series).filter(isTenant), ...jobsOf.keys()])];
+  const first = newBatch();
+  for (const [name, fields] of Object.entries(batch.series)) {
+    if (!isTenant(name)) first.series[name] = fields;
+  }
+  const parts = [first];
+  tenants.forEach((name, i) => {
+    if (i > 0 && i % HISTORY_TENANTS_PER_CALL === 0) parts.push(newBatch());
+    const part = parts.at(-1)!;
+    if (batch.series[name]) part.series[name] = batch.series[name];
+    part.jobs.push(...(jobsOf.get(name) ?? []));
+  });
+  return parts;
 }
 
 function historyArgument(batch: HistoryBatch, now?: number): string {

@@ -3,11 +3,15 @@ import { describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import {
   addCall,
+  HISTORY_JOBS_PER_TENANT,
   HISTORY_MAX_MODELS,
   HISTORY_MAX_TENANTS,
+  HISTORY_TENANTS_PER_CALL,
   HISTORY_TIERS,
+  type HistoryBatch,
   historyKeys,
   newBatch,
+  splitByTenants,
   writeHistory,
 } from '../shared/history.ts';
 import {
@@ -154,6 +158,41 @@ describe('the usage history', () => {
     expect(by['*']).toBe(HISTORY_MAX_TENANTS + 3);
     expect(by['t:(other)']).toBe(3);
     expect(by['m:(other)']).toBe(HISTORY_MAX_TENANTS + 3 - HISTORY_MAX_MODELS);
+  });
+
+  it('writes a flush of 2,000 tenants in calls of a bounded number of tenants, none lost', async () => {
+    // The busy tenant was seen before (it is kept by name); then 2,000 with one call each.
+    const before = newBatch();
+    addCall(before, call({ tenant: 'busy', jobId: 'b-1' }), T0);
+    await writeHistory(redis, names, before, T0);
+    const batch = newBatch();
+    for (let i = 0; i < 30; i++) addCall(batch, call({ tenant: 'busy', jobId: `b${i}` }), T0);
+    for (let i = 0; i < 2_000; i++) addCall(batch, call({ tenant: `s${i}`, jobId: `s${i}` }), T0);
+    const parts = splitByTenants(batch);
+    // No call's work grows with the tenants: each carries at most a fixed number of them.
+    const tenantsIn = (b: HistoryBatch) => Object.keys(b.series).filter((n) => n.startsWith('t:'));
+    expect(parts.length).toBeGreaterThan(2_000 / HISTORY_TENANTS_PER_CALL);
+    for (const part of parts) {
+      expect(tenantsIn(part).length).toBeLessThanOrEqual(HISTORY_TENANTS_PER_CALL);
+      expect(part.jobs.length).toBeLessThanOrEqual(
+        HISTORY_TENANTS_PER_CALL * HISTORY_JOBS_PER_TENANT,
+      );
+    }
+
+    await writeHistory(redis, names, batch, T0);
+    const h = await readUsageHistory(redis, names, '15m', T0);
+    const by = Object.fromEntries(h.series.map((s) => [s.series, s.total.calls]));
+    expect(by['*']).toBe(2_031);
+    expect(by['t:busy']).toBe(31);
+    expect(by['t:(other)']! + (HISTORY_MAX_TENANTS - 1)).toBe(2_000);
+    // The busy tenant's page lists its latest jobs, newest first; the others' the latest too.
+    const busy = await readRecentJobs(redis, names, 'busy');
+    expect(busy.map((j) => j.id)).toEqual(
+      Array.from({ length: HISTORY_JOBS_PER_TENANT }, (_, i) => `b${29 - i}`),
+    );
+    const other = await readRecentJobs(redis, names, '(other)');
+    expect(other).toHaveLength(HISTORY_JOBS_PER_TENANT);
+    expect(other[0]!.id).toBe('s1999');
   });
 
   it('stays within its stated size when every series fills every bucket', async () => {

@@ -3,8 +3,10 @@
   each series' fields to the current bucket of every tier (a ring of slots: a slot holding an
   older bucket starts afresh; fields add up, but `wn` `ln` keep the least value and `wx` `lx`
   the greatest), the backlog to the fleet's (`q` as last seen, `qx` the most), and tenants' finished jobs to
-  their lists. Tenants and models past the caps count as `t:(other)` / `m:(other)`. Every key
-  expires one range after its last write, so a queue nobody uses keeps nothing.
+  their lists (each list read and written once a call). Tenants and models past the caps count
+  as `t:(other)` / `m:(other)`. Every key expires one range after its last write, so a queue
+  nobody uses keeps nothing. The writer splits a flush into calls of a bounded number of
+  tenants (shared/history.ts), so no call's work grows with the tenants.
 
   Input:
     KEYS[1] tier 0        HASH "<series>|<slot>" -> "<bucket start>;k=v;..." (10 s buckets)
@@ -126,15 +128,32 @@ for i, tier in ipairs(a.tiers) do
   end
 end
 
+-- Each tenant's list is read and written once, however many of its jobs finished.
+local fresh, labels = {}, {}
 for _, pair in ipairs(a.jobs) do
-  local tenant = label('t:' .. pair[1])
-  local raw = redis.call('HGET', KEYS[6], tenant)
-  local list = raw and cjson.decode(raw) or {}
-  table.insert(list, 1, pair[2])
-  while #list > a.keepJobs do
-    table.remove(list)
+  local l = label('t:' .. pair[1])
+  if not fresh[l] then
+    fresh[l] = {}
+    labels[#labels + 1] = l
   end
-  redis.call('HSET', KEYS[6], tenant, cjson.encode(list))
+  table.insert(fresh[l], pair[2])
+end
+for _, l in ipairs(labels) do
+  local jobs, list = fresh[l], {}
+  for i = #jobs, 1, -1 do
+    if #list >= a.keepJobs then
+      break
+    end
+    list[#list + 1] = jobs[i]
+  end
+  local raw = redis.call('HGET', KEYS[6], l)
+  for _, job in ipairs(raw and cjson.decode(raw) or {}) do
+    if #list >= a.keepJobs then
+      break
+    end
+    list[#list + 1] = job
+  end
+  redis.call('HSET', KEYS[6], l, cjson.encode(list))
 end
 for k = 4, 6 do
   if redis.call('EXISTS', KEYS[k]) == 1 then
