@@ -103,35 +103,35 @@ describe('limiter memory', () => {
   });
 });
 
-describe('claims', () => {
-  it('admits one call per claim until it lapses; the calls behind stop at a claimed one', async () => {
+describe('one admission, one taker', () => {
+  it('admits one call per job until its hold lapses; the calls behind stop at a taken one', async () => {
     const lim = make({ limits: { tokens: 10_000 } });
-    const first = await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' });
+    const first = await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' });
     expect(first.ok).toBe(true);
     // Another worker that peeked the same job is told to look again, not admitted.
-    const again = await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' });
-    expect(again).toMatchObject({ ok: false, reason: 'claimed' });
+    const again = await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' });
+    expect(again).toMatchObject({ ok: false, reason: 'taken' });
     expect(again.ok || again.waitMs).toBeLessThanOrEqual(20);
     const [head, ...more] = await acquireMany(
       lim,
-      { ...cost(10, 10), claim: 'job-2' },
+      { ...cost(10, 10), take: 'job-2' },
       {
         more: [
-          { ...cost(10, 10), claim: 'job-3' },
-          { ...cost(10, 10), claim: 'job-1' },
-          { ...cost(10, 10), claim: 'job-4' },
+          { ...cost(10, 10), take: 'job-3' },
+          { ...cost(10, 10), take: 'job-1' },
+          { ...cost(10, 10), take: 'job-4' },
         ],
       },
     );
     expect(head).toBeDefined();
     expect(more).toHaveLength(1);
-    // Its reservation given back (its worker took another job), the claim ends with it.
+    // Its reservation given back (its worker took another job), the hold on its job ends with it.
     if (!first.ok) throw new Error('refused');
     await lim.release(first.reservation);
-    const taken = await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' });
+    const taken = await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' });
     expect(taken.ok).toBe(true);
-    // Else a second later the claim lapses: its taker had its chance.
+    // Else a second later the hold lapses: its taker had its chance.
     t += 1_001;
-    expect((await lim.tryAcquire({ ...cost(10, 10), claim: 'job-1' })).ok).toBe(true);
+    expect((await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' })).ok).toBe(true);
   });
 });

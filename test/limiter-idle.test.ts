@@ -18,10 +18,10 @@ afterEach(async () => {
 const WINDOW_MS = 400;
 const cost = { requests: 1, inputTokens: 10, outputTokens: 10 };
 
-/** How many of the window's keys (the log, the reservations, the window sums, claims) exist. */
+/** How many of the window's keys (the log, the reservations, the window sums, takers) exist. */
 const windowKeys = (r: RedisClient) => {
   const k = limiterKeys(names);
-  return r.exists(k.log, k.res, k.tot, k.claims, k.claimed);
+  return r.exists(k.log, k.res, k.tot, k.takers, k.taking);
 };
 const redisNow = async () => {
   const [s, us] = await redis.time();
@@ -38,7 +38,7 @@ describe("the limiter's window when the fleet is idle", () => {
     });
     const admitted = [];
     for (let i = 0; i < 20; i++) {
-      const d = await lim.tryAcquire({ ...cost, claim: `job-${i}` }, { scopes: [`tenant:t${i}`] });
+      const d = await lim.tryAcquire({ ...cost, take: `job-${i}` }, { scopes: [`tenant:t${i}`] });
       if (!d.ok) throw new Error(`refused: ${JSON.stringify(d)}`);
       admitted.push(d.reservation);
     }
@@ -49,7 +49,7 @@ describe("the limiter's window when the fleet is idle", () => {
         await settle(lim, r, { inputTokens: 8, outputTokens: 5 });
       }
     }
-    expect(await windowKeys(redis)).toBe(3); // each claim ended with its call
+    expect(await windowKeys(redis)).toBe(3); // each hold ended with its call
     // An idle worker prunes every second or so: that alone does not keep the keys.
     const pruning = setInterval(() => void lim.prune().catch(() => {}), 50);
     try {

@@ -9,7 +9,7 @@ import type { HeadJob } from './head-job.ts';
 
 /**
  * What admitting a head job charges: its tokens, its money with budgets, its own scopes if asked;
- * it claims the job.
+ * it takes the job (one admission per job).
  */
 export function chargeOf(
   ledger: BudgetLedger | undefined,
@@ -21,7 +21,7 @@ export function chargeOf(
     money: ledger?.claim(head.model, head.tenant, head.cost),
     scopes: ownScopes ? head.scopes : undefined,
     // One admission per job, whichever worker peeked it first.
-    claim: head.id,
+    take: head.id,
   };
 }
 

@@ -13,8 +13,8 @@ const PARTS = [
   'view',
   'stats',
   'config',
-  'claims',
-  'claimed',
+  'takers',
+  'taking',
 ] as const;
 
 /**

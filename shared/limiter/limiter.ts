@@ -36,7 +36,7 @@ import { WakeUps } from './wake.ts';
 export type { AcquireOptions, LimiterOptions };
 
 /** The reason of a denial that only says how long to wait, by acquire's code. */
-const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency', 8: 'claimed' } as const;
+const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency', 8: 'taken' } as const;
 
 /**
  * The shared budget of every worker process (docs/limiter.md): our own window of reservations

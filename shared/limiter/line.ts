@@ -68,12 +68,12 @@ export class Line {
   async sleep(a: LineAttempt & { ok: false }, signal?: AbortSignal): Promise<void> {
     const d = a.denial;
     // Waiters behind the first wake just after it should be admitted, jittered across processes.
-    const jitter = d.reason === 'queued' || d.reason === 'claimed' ? 2 + Math.random() * 8 : 0;
+    const jitter = d.reason === 'queued' || d.reason === 'taken' ? 2 + Math.random() * 8 : 0;
     const spent = performance.now() - a.deniedAt;
     const wait = Math.min(Math.max(d.waitMs - spent, 1) + jitter, this.driver.maxPollMs);
-    // A pause ends at a known time; budget and slots may come back sooner, at a settle. A claim
-    // ends when its taker has the job: every settle's wake-up would only find it claimed again.
-    await this.driver.sleepOrWake(wait, d.reason !== 'paused' && d.reason !== 'claimed', signal);
+    // A pause ends at a known time; budget and slots may come back sooner, at a settle. A hold
+    // on a job ends when its taker has it: every settle's wake-up would only find it taken again.
+    await this.driver.sleepOrWake(wait, d.reason !== 'paused' && d.reason !== 'taken', signal);
   }
 
   /** Gives up the place in line (nothing is reserved). */

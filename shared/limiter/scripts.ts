@@ -42,10 +42,10 @@ export interface AcquireArgs
 }
 
 /**
- * How long an admission holds its claim (`Charge.claim`): its taker moves the job to active in
- * the same transaction, or a few ms later; a taker that died frees it then.
+ * How long an admission holds the job it takes (`Charge.take`): its taker moves the job to
+ * active in the same transaction, or a few ms later; a taker that died frees it then.
  */
-const CLAIM_MS = 1_000;
+const TAKE_MS = 1_000;
 
 /** An end's usage when none is known (see `EndRecord`). */
 export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
@@ -127,7 +127,7 @@ function packCost(c: Charge) {
     inp: c.inputTokens,
     out: c.outputTokens,
     money: packMoney(c.money),
-    claim: c.claim,
+    take: c.take,
   };
 }
 
@@ -161,9 +161,9 @@ export class LimiterScripts {
     const pause = pauseKeyOf(k, names);
     const keys = [k.log, k.res, k.slots, k.waiters, k.waitexp, k.seq, pause, k.tot, k.view];
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
-    const args = { ...a, now: this.now(), cost: packCost(a.cost), extras, claimMs: CLAIM_MS };
+    const args = { ...a, now: this.now(), cost: packCost(a.cost), extras, takeMs: TAKE_MS };
     const undo = () => this.undoAcquire(a);
-    const all = [...keys, k.stats, k.spend, k.held, k.claims, k.claimed];
+    const all = [...keys, k.stats, k.spend, k.held, k.takers, k.taking];
     const own = along?.([a.ticket, ...a.extras.map((x) => x.ticket)], k.res);
     const tx = own && (() => runLuaWith(this.redis, script('acquire'), all, [packed(args)], own));
     return (await this.run('acquire', all, args, undo, tx)) as (number | string)[];
@@ -197,8 +197,8 @@ export class LimiterScripts {
       k.spend,
       k.held,
       pause,
-      k.claims,
-      k.claimed,
+      k.takers,
+      k.taking,
     ];
   }
 

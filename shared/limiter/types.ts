@@ -13,10 +13,11 @@ export interface Charge extends Cost {
   readonly money?: MoneyClaim | undefined;
   readonly scopes?: readonly string[] | undefined;
   /**
-   * What the admission is for (the gate's: the job's id): while one admission holds it (a
-   * second), no other is made for it, so two workers never admit the same job.
+   * The job the admission is for (the gate's: the job's id): while one admission holds it (a
+   * second), no other is made for it, so two workers never admit the same job: one admission,
+   * one taker.
    */
-  readonly claim?: string | undefined;
+  readonly take?: string | undefined;
 }
 
 /**
@@ -52,10 +53,10 @@ export interface Reservation {
 }
 
 /**
- * `money`: a money budget has no room for its worst case (it left the line); `claimed`: another
- * admission holds the call's claim (see {@link Charge.claim}).
+ * `money`: a money budget has no room for its worst case (it left the line); `taken`: another
+ * admission holds the call's job (see {@link Charge.take}).
  */
-export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'money' | 'claimed';
+export type DenialReason = 'queued' | 'paused' | 'budget' | 'concurrency' | 'money' | 'taken';
 
 /** A denial is a value: how long to wait and why. */
 export type Decision =

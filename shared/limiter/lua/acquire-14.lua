@@ -15,24 +15,24 @@
   KEYS[10] stats    HASH counters
   KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent
   KEYS[12] held     HASH id -> the money it holds
-  KEYS[13] claims   ZSET claim (a job's id) -> until when an admission holds it (see below)
-  KEYS[14] claimed  HASH reservation id -> its claim (dropped with it by record-11.lua)
+  KEYS[13] takers   ZSET a job's id -> until when an admission's taker holds it (see below)
+  KEYS[14] taking   HASH reservation id -> the job it takes (dropped with it by record-11.lua)
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
-    concurrency (0: none), cost { req, inp, out, money, claim }, scopes ({ name, limits, slots }, global
+    concurrency (0: none), cost { req, inp, out, money, take }, scopes ({ name, limits, slots }, global
     first; slots: how many of its calls may wait for their first answer at once, 0 none),
-    extras ({ id, req, inp, out, money, claim, scopes }: admitted with it while each fits, nobody
-    waits, and none is claimed), claimMs (how long an admission holds its claim),
+    extras ({ id, req, inp, out, money, take, scopes }: admitted with it while each fits, nobody
+    waits, and none is taken), takeMs (how long an admission holds its job),
     channel (SPUBLISH when it is admitted with others in line: the next is first now)
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
     there yet; {4, waitMs} no slot (or a first call out); {4, waitMs, scope} that scope's calls
     waiting for their first answer hold its slots; {5, scope, dim, cost, limit} never fits;
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line);
-    {8, waitMs} another admission holds its claim (another worker is taking that job: look again)
-  A claim names what an admission is for (the gate's: the job's id), so two workers that peeked
-  the same jobs never both admit them: one admission, one taker. It ends with its reservation
-  (a job its worker did not take is free at once), or after claimMs.
+    {8, waitMs} another admission holds its job (another worker is taking that job: look again)
+  `take` names the job an admission is for (the gate's: the job's id), so two workers that peeked
+  the same jobs never both admit them: one admission, one taker. The hold ends with its
+  reservation (a job its worker did not take is free at once), or after takeMs.
 ]]
 --- @include "args"
 --- @include "reservation"
@@ -58,7 +58,7 @@ local function charge(x, limits)
     money = x.money,
     limits = limits,
     scopes = names,
-    claim = x.claim,
+    take = x.take,
   }
 end
 local cost = charge(args.cost)
@@ -85,8 +85,8 @@ local run = {
 }
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
--- How soon a head another admission claims looks again (its taker moves it to active at once).
-local CLAIM_RETRY_MS = 20
+-- How soon a head another admission takes looks again (its taker moves it to active at once).
+local TAKEN_RETRY_MS = 20
 
 local function drop(t)
   redis.call('ZREM', waitersKey, t)
@@ -123,28 +123,28 @@ end
 -- 3. What left the window goes (lapsed leases go on the write path; a slot counts while live).
 expire_log(run.log, run.res, run.tot, now, run.windowMs)
 
--- 4. Claimed: another worker's admission holds this call's job. It leaves the line (a place
+-- 4. Taken: another worker's admission holds this call's job. It leaves the line (a place
 -- held for a job another is taking would keep every other worker's rounds to one job) and
 -- looks again soon.
-local claimsKey = KEYS[13]
-redis.call('ZREMRANGEBYSCORE', claimsKey, '-inf', now)
-local function claimed(c)
-  return c.claim and redis.call('ZSCORE', claimsKey, c.claim)
+local takersKey = KEYS[13]
+redis.call('ZREMRANGEBYSCORE', takersKey, '-inf', now)
+local function taken(c)
+  return c.take and redis.call('ZSCORE', takersKey, c.take)
 end
-local holder = claimed(cost)
+local holder = taken(cost)
 if holder then
   drop(ticket)
-  return { 8, math.min(tonumber(holder) - now, CLAIM_RETRY_MS) }
+  return { 8, math.min(tonumber(holder) - now, TAKEN_RETRY_MS) }
 end
-local function claim(id, c)
-  if not c.claim then
+local function take(id, c)
+  if not c.take then
     return
   end
-  redis.call('ZADD', claimsKey, now + args.claimMs, c.claim)
-  redis.call('HSET', KEYS[14], id, c.claim)
-  -- The last claim's end is the keys': an idle fleet keeps none.
-  redis.call('PEXPIRE', claimsKey, args.claimMs)
-  redis.call('PEXPIRE', KEYS[14], args.claimMs)
+  redis.call('ZADD', takersKey, now + args.takeMs, c.take)
+  redis.call('HSET', KEYS[14], id, c.take)
+  -- The last hold's end is the keys': an idle fleet keeps none.
+  redis.call('PEXPIRE', takersKey, args.takeMs)
+  redis.call('PEXPIRE', KEYS[14], args.takeMs)
 end
 
 -- 5. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
@@ -203,7 +203,7 @@ end
 
 -- 10. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
-claim(ticket, cost)
+take(ticket, cost)
 count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
@@ -218,12 +218,12 @@ if redis.call('ZCARD', waitersKey) == 0 then
       or short_of(run, c)
       or share_full(run, c)
       or (c.money and money_short(run.money, c.money))
-      or claimed(c)
+      or taken(c)
     then
       break
     end
     admit(run, x.id, c)
-    claim(x.id, c)
+    take(x.id, c)
     count_unanswered(run, c)
     k = i
   end

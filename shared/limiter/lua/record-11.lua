@@ -12,8 +12,8 @@
   KEYS[7] spend
   KEYS[8] held
   KEYS[9] pause
-  KEYS[10] claims
-  KEYS[11] claimed
+  KEYS[10] takers
+  KEYS[11] taking
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
     comes back, or ''), split (output counted as produced), periods (money periods kept),
     stamps (ids), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
@@ -117,8 +117,9 @@ local function forget(id, r)
   redis.call('ZREM', KEYS[1], id)
 end
 
--- A call's end ends its claim (acquire-14.lua): a job its worker did not take is free at once.
-local function unclaim(id)
+-- A call's end ends its hold on its job (acquire-14.lua): a job its worker did not take is free
+-- at once.
+local function untake(id)
   local c = redis.call('HGET', KEYS[11], id)
   if not c then
     return
@@ -129,7 +130,7 @@ end
 
 -- One call's end; returns known, inputDelta, outputDelta.
 local function finish(e)
-  unclaim(e.id)
+  untake(e.id)
   money_settle(
     mk,
     e.id,
