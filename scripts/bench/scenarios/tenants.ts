@@ -34,6 +34,8 @@ interface Drain extends Setup {
   /** The longest single command during the drain (ms) and its name; 0 when none passed SLOWLOG_US. */
   readonly longestMs: number;
   readonly longestCommand: string;
+  /** The longest call of each of the five slowest command names (ms), the slowest first. */
+  readonly longestByCommand: Readonly<Record<string, number>>;
   readonly admitted: number;
   readonly released: number;
   /** The workers' Redis commands a job, the most sent first (scripts by name). */
@@ -63,24 +65,29 @@ async function enqueue(redis: RedisClient, names: QueueNames, jobs: number, tena
   }
 }
 
-/** The longest command SLOWLOG kept since its reset: ms and name (a script's own). */
-async function longestCommand(
+/**
+ * The longest command SLOWLOG kept since its reset (ms and name, a script by its own), and the
+ * longest of each name, the five longest names: one slow call apart from a script always slow.
+ */
+async function longestCommands(
   redis: RedisClient,
   scripts: ReadonlyMap<string, string>,
-): Promise<{ ms: number; name: string }> {
+): Promise<{ ms: number; name: string; byName: Record<string, number> }> {
   const entries = (await redis.call('SLOWLOG', 'GET', '100000')) as [
     number,
     number,
     number,
     string[],
   ][];
-  let best = { ms: 0, name: '' };
+  const byName = new Map<string, number>();
   for (const [, , us, args] of entries) {
     const name = String(args[0]).toLowerCase();
-    const named = name.startsWith('evalsha') ? scripts.get(String(args[1])) : undefined;
-    if (us / 1000 > best.ms) best = { ms: us / 1000, name: named ?? name };
+    const named = (name.startsWith('evalsha') && scripts.get(String(args[1]))) || name;
+    byName.set(named, Math.max(byName.get(named) ?? 0, us / 1000));
   }
-  return best;
+  const top = [...byName].sort(([, a], [, b]) => b - a).slice(0, 5);
+  const [name, ms] = top[0] ?? ['', 0];
+  return { ms, name, byName: Object.fromEntries(top) };
 }
 
 /** The workers' commands a job, the ten most sent. */
@@ -136,7 +143,7 @@ function drain(
       for (const c of children) c.go();
       const wallMs = await drained(redis, names, jobs, t0, 600_000);
       const cpuS = (await redisCpuSeconds(redis)) - cpu0;
-      const longest = await longestCommand(redis, await scriptNames());
+      const longest = await longestCommands(redis, await scriptNames());
       const reports = await Promise.all(children.map((c) => c.stop()));
       children = [];
       const stats = await redis.hgetall(limiterKeys(names).stats);
@@ -147,6 +154,7 @@ function drain(
         redisCpuMsPerJob: (cpuS * 1000) / jobs,
         longestMs: longest.ms,
         longestCommand: longest.name,
+        longestByCommand: longest.byName,
         admitted: Number(stats['admitted'] ?? 0),
         released: Number(stats['released'] ?? 0),
         commandsPerJob: commandsPerJob(reports, jobs),
