@@ -31,6 +31,7 @@ export async function indexWaiting(
   if (jobs.length === 0) return;
   const names = queueNamesOf(queue);
   await runLua(
+    // openQueue's connection: the ioredis client the queue shares.
     queue.opts.connection as RedisClient,
     SCRIPTS['index']!,
     [queue.keys['prioritized']!, fairTenantsKey(names), fairServedKey(names)],
