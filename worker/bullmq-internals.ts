@@ -350,7 +350,8 @@ interface JobInternals {
  * BullMQ's moveToFinished keys and ARGV for a job's completion, as its `moveToCompleted` sends
  * them, but with no result (null) when the job is kept: keepRecord writes it into the job, so
  * that BullMQ's `completed` event (its stream holds the last 10,000) does not carry a second
- * copy. A job removed on completion has only the event: it carries the result there.
+ * copy. A job removed on completion has only the event, and a flow's child gives its result to
+ * its parent (`getChildrenValues`): theirs go to BullMQ whole.
  */
 function completionOf(
   job: Job<JobData, JobResult>,
@@ -362,7 +363,7 @@ function completionOf(
   const resultJson = kept ? storedResultJson(result) : '';
   const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
     job,
-    kept ? 'null' : JSON.stringify(result),
+    kept && !job.parentKey ? 'null' : JSON.stringify(result),
     job.opts.removeOnComplete,
     token,
     fetchNext,

@@ -3,8 +3,7 @@
   transaction for a completion), it replaces the job's data with the record a finished job
   keeps (its request's digest, model and size; see shared/job-kept.ts), once the job is in its
   finished set. A completion's result is written here too: BullMQ's moveToFinished was given
-  none (null), so that its `completed` event does not carry a second copy of it; and the
-  gate's ticket leaves its options (the record holds what it said). A finish that BullMQ refused (lock lost), or a job it removed at once
+  none (null), so that its `completed` event does not carry a second copy of it. A finish that BullMQ refused (lock lost), or a job it removed at once
   (removeOnComplete), is left alone.
 
   It counts what the finished job keeps (record and result) against the results' bytes bound:
@@ -38,13 +37,6 @@ end
 redis.call('HSET', jobKey, 'data', record)
 if result ~= '' then
   redis.call('HSET', jobKey, 'returnvalue', result)
-  -- The gate's ticket repeats the record (cost, scopes, model): a completed job drops it.
-  local opts = redis.call('HGET', jobKey, 'opts')
-  local decoded = opts and cjson.decode(opts)
-  if decoded and decoded.llmq then
-    decoded.llmq = nil
-    redis.call('HSET', jobKey, 'opts', cjson.encode(decoded))
-  end
 end
 
 local function forget(job)
