@@ -48,6 +48,7 @@ if
 then
   forget(ARGV[2] .. opts.llmq.t)
 end
-local t = redis.call('TIME')
-redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), id)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[5], now, id)
 return 1

@@ -25,8 +25,8 @@
     {2, workers, leftMs}          workers with no stamp are alive (an older build)
     {3, format}                   the queue holds jobs of a newer format
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local stamp, id, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local readsFormat = tonumber(ARGV[4])
 

@@ -16,9 +16,9 @@ local bounds = {}
 for bound in string.gmatch(ARGV[2], '[^,]+') do
   bounds[#bounds + 1] = tonumber(bound)
 end
-local counts, sum, n = {}, 0, 0
-for v in string.gmatch(ARGV[1], '[^,]+') do
-  local latency = tonumber(v)
+local counts, sum, recorded = {}, 0, 0
+for text in string.gmatch(ARGV[1], '[^,]+') do
+  local latency = tonumber(text)
   if latency and latency >= 0 then
     for j, bound in ipairs(bounds) do
       if latency <= bound then
@@ -26,7 +26,7 @@ for v in string.gmatch(ARGV[1], '[^,]+') do
       end
     end
     sum = sum + math.floor(latency + 0.5)
-    n = n + 1
+    recorded = recorded + 1
   end
 end
 for j, bound in ipairs(bounds) do
@@ -34,9 +34,9 @@ for j, bound in ipairs(bounds) do
     redis.call('HINCRBY', key, 'le_' .. bound, counts[j])
   end
 end
-if n > 0 then
+if recorded > 0 then
   redis.call('HINCRBY', key, 'latency_sum_ms', sum)
-  redis.call('HINCRBY', key, 'latency_count', n)
+  redis.call('HINCRBY', key, 'latency_count', recorded)
 end
 for i = 3, #ARGV, 2 do
   redis.call('HINCRBY', key, ARGV[i], tonumber(ARGV[i + 1]))

@@ -35,23 +35,23 @@ local LIMIT = 210 -- 1.02^210 ≈ 64: ratios beyond 1/64..64 are clamped
 
 -- The settles of each band, in the order they happened.
 local bands, order = {}, {}
-for _, s in ipairs(args.settles) do
-  local band = tostring(s[1])
+for _, settle in ipairs(args.settles) do
+  local band, estimate, counted = tostring(settle[1]), settle[2], settle[3]
   if not bands[band] then
     bands[band] = {}
     order[#order + 1] = band
   end
-  local ratio = math.max(s[3], 0.5) / s[2]
+  local ratio = math.max(counted, 0.5) / estimate
   bands[band][#bands[band] + 1] = ratio
 end
 
 local stored = redis.call('HMGET', learnKey, unpack(order))
-for k, band in ipairs(order) do
-  local l = stored[k] and cjson.decode(stored[k])
+for i, band in ipairs(order) do
+  local learning = stored[i] and cjson.decode(stored[i])
     or { n = 0, base = 0, total = 0, b = {}, recent = {} }
   local buckets = {}
-  for _, b in ipairs(l.b) do
-    buckets[b[1]] = b[2]
+  for _, bucket in ipairs(learning.b) do
+    buckets[bucket[1]] = bucket[2]
   end
   local weight = 0
   local recent = {}
@@ -61,64 +61,65 @@ for k, band in ipairs(order) do
   for _, ratio in ipairs(bands[band]) do
     local index = math.ceil(math.log(ratio) / STEP - 1e-9)
     index = math.max(-LIMIT, math.min(LIMIT, index))
-    l.n = l.n + 1
-    weight = 2 ^ ((l.n - l.base) / halfLife)
+    learning.n = learning.n + 1
+    weight = 2 ^ ((learning.n - learning.base) / halfLife)
     buckets[index] = (buckets[index] or 0) + weight
-    l.total = l.total + weight
+    learning.total = learning.total + weight
   end
 
   -- The histogram, rescaled when weights grow large (and buckets too light to matter dropped).
   local list = {}
   if weight > 1e9 then
-    l.total = 0
-    for index, w in pairs(buckets) do
-      if w / weight >= 1e-9 then
-        list[#list + 1] = { index, w / weight }
-        l.total = l.total + w / weight
+    learning.total = 0
+    for index, bucketWeight in pairs(buckets) do
+      if bucketWeight / weight >= 1e-9 then
+        list[#list + 1] = { index, bucketWeight / weight }
+        learning.total = learning.total + bucketWeight / weight
       end
     end
-    l.base = l.n
+    learning.base = learning.n
   else
-    for index, w in pairs(buckets) do
-      list[#list + 1] = { index, w }
+    for index, bucketWeight in pairs(buckets) do
+      list[#list + 1] = { index, bucketWeight }
     end
   end
-  table.sort(list, function(a, b)
-    return a[1] < b[1]
+  table.sort(list, function(lower, higher)
+    return lower[1] < higher[1]
   end)
-  local q = recent[1]
-  local need, sum = quantile * l.total, 0
-  for _, b in ipairs(list) do
-    sum = sum + b[2]
+  local quantileRatio = recent[1]
+  local need, sum = quantile * learning.total, 0
+  for _, bucket in ipairs(list) do
+    sum = sum + bucket[2]
     if sum >= need * (1 - 1e-12) then
-      q = 1.02 ^ b[1]
+      quantileRatio = 1.02 ^ bucket[1]
       break
     end
   end
 
   -- The latest ratios, newest first.
-  for _, v in ipairs(l.recent) do
+  for _, older in ipairs(learning.recent) do
     if #recent >= keep then
       break
     end
-    recent[#recent + 1] = v
+    recent[#recent + 1] = older
   end
   while #recent > keep do
     table.remove(recent)
   end
   local recentMax = 0
-  for _, v in ipairs(recent) do
-    recentMax = math.max(recentMax, v)
+  for _, ratio in ipairs(recent) do
+    recentMax = math.max(recentMax, ratio)
   end
 
-  local warm = l.n >= minSamples
+  local warm = learning.n >= minSamples
   local ratio = recentMax
   if warm then
-    ratio = math.max(q * (1 + margin), recentMax)
+    ratio = math.max(quantileRatio * (1 + margin), recentMax)
   end
   ratio = math.min(ratio, maxRatio)
-  l.b, l.recent, l.q = list, recent, q
-  redis.call('HSET', learnKey, band, cjson.encode(l))
-  redis.call('HSET', ratiosKey, band, cjson.encode({ ratio = ratio, warm = warm, n = l.n }))
+  learning.b, learning.recent, learning.q = list, recent, quantileRatio
+  redis.call('HSET', learnKey, band, cjson.encode(learning))
+  local answer = { ratio = ratio, warm = warm, n = learning.n }
+  redis.call('HSET', ratiosKey, band, cjson.encode(answer))
 end
 return redis.call('HGETALL', ratiosKey)

@@ -11,8 +11,8 @@
 ]]
 local key = KEYS[1]
 local ttl = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 redis.call('ZADD', key, now + ttl, ARGV[1])
 redis.call('PEXPIRE', key, ttl)

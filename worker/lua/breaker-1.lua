@@ -30,12 +30,12 @@ local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 local op, token = ARGV[2], ARGV[3]
 local threshold, cooldown, trialTtl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local h = redis.call(
+local stored = redis.call(
   'HMGET',
   key,
   'state',
@@ -46,11 +46,11 @@ local h = redis.call(
   'opened_at',
   'outage_ms'
 )
-local state = h[1] or 'closed'
-local failures = tonumber(h[2] or '0')
-local openUntil = tonumber(h[3] or '0')
-local trial, trialUntil = h[4], tonumber(h[5] or '0')
-local openedAt, outageMs = tonumber(h[6] or ''), tonumber(h[7] or '0')
+local state = stored[1] or 'closed'
+local failures = tonumber(stored[2] or '0')
+local openUntil = tonumber(stored[3] or '0')
+local trial, trialUntil = stored[4], tonumber(stored[5] or '0')
+local openedAt, outageMs = tonumber(stored[6] or ''), tonumber(stored[7] or '0')
 
 if op == 'check' then
   if state == 'closed' then
@@ -110,4 +110,6 @@ redis.call('HSET', key, 'failures', failures)
 if state == 'closed' then
   return { 1, 0, 1, outageMs, now }
 end
-return { 1, 0, 0, outageMs + (openedAt and math.max(0, now - openedAt) or 0), now }
+-- Already open (a call under way when another opened it): the current outage counts too.
+local current = openedAt and math.max(0, now - openedAt) or 0
+return { 1, 0, 0, outageMs + current, now }

@@ -29,14 +29,15 @@ if ARGV[1] == 'close' then
   redis.call('HDEL', meta, 'llmq:cap')
   return 0
 end
-local k = 0
-while k + 2 <= #ARGV and redis.call('HEXISTS', KEYS[3], ARGV[k + 2]) == 1 do
-  k = k + 1
+-- The ids follow the op: ARGV[2] is the first.
+local admitted = 0
+while admitted + 2 <= #ARGV and redis.call('HEXISTS', KEYS[3], ARGV[admitted + 2]) == 1 do
+  admitted = admitted + 1
 end
-local cap = redis.call('LLEN', KEYS[2]) + k
+local cap = redis.call('LLEN', KEYS[2]) + admitted
 local was = redis.call('HGET', meta, 'concurrency')
 if was and tonumber(was) <= cap then
-  return k
+  return admitted
 end
 redis.call('HSET', meta, 'concurrency', cap, 'llmq:cap', was or '')
-return k
+return admitted

@@ -42,23 +42,24 @@
 --- @include "window-keys"
 --- @include "admission"
 
-local waitersKey, waitexpKey = KEYS[4], KEYS[5]
+local waitersKey, waitexpKey, seqKey, pauseKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local takersKey, takingKey = KEYS[13], KEYS[14]
 local now, ticket, queue = now_ms(args.now), args.ticket, args.queue
 -- A call's cost as a reservation; `limits`: an extra's own scopes, else the head's.
-local function charge(x, limits)
+local function charge(given, limits)
   local names = {}
-  for i, s in ipairs(limits or args.scopes) do
-    names[i] = s.name
+  for i, scope in ipairs(limits or args.scopes) do
+    names[i] = scope.name
   end
   return {
-    req = x.req,
-    inp = x.inp,
-    out = x.out,
+    req = given.req,
+    inp = given.inp,
+    out = given.out,
     flags = '',
-    money = x.money,
+    money = given.money,
     limits = limits,
     scopes = names,
-    take = x.take,
+    take = given.take,
   }
 end
 local cost = charge(args.cost)
@@ -69,7 +70,7 @@ local run = {
   tot = KEYS[8],
   view = KEYS[9],
   statsKey = KEYS[10],
-  money = { spend = KEYS[11], held = KEYS[12] },
+  moneyKeys = { spend = KEYS[11], held = KEYS[12] },
   now = now,
   windowMs = args.windowMs,
   headroom = args.headroom,
@@ -87,10 +88,12 @@ local run = {
 local SHARE_RETRY_MS = 250
 -- How soon a head another admission takes looks again (its taker moves it to active at once).
 local TAKEN_RETRY_MS = 20
+-- A waiter's rank is priority * ARRIVALS + arrival (2^32: arrivals wrap below the priority).
+local ARRIVALS = 4294967296
 
-local function drop(t)
-  redis.call('ZREM', waitersKey, t)
-  redis.call('ZREM', waitexpKey, t)
+local function drop(waiter)
+  redis.call('ZREM', waitersKey, waiter)
+  redis.call('ZREM', waitexpKey, waiter)
 end
 local function wait_as_head(reply)
   redis.call('HSET', run.statsKey, 'head_retry_at', now + reply[2])
@@ -102,20 +105,24 @@ end
 
 -- 1. Admitted already: ioredis resent this acquire after a reconnect. Answer the same again.
 if redis.call('HEXISTS', run.res, ticket) == 1 then
-  local lease, k = tonumber(redis.call('ZSCORE', run.slots, ticket) or now), 0
-  while k < #args.extras and redis.call('HEXISTS', run.res, args.extras[k + 1].id) == 1 do
-    k = k + 1
+  local lease = tonumber(redis.call('ZSCORE', run.slots, ticket) or now)
+  local extrasAdmitted = 0
+  while
+    extrasAdmitted < #args.extras
+    and redis.call('HEXISTS', run.res, args.extras[extrasAdmitted + 1].id) == 1
+  do
+    extrasAdmitted = extrasAdmitted + 1
   end
-  return { 0, lease - args.leaseMs, lease, k }
+  return { 0, lease - args.leaseMs, lease, extrasAdmitted }
 end
 
 -- 2. A cost above a limit less headroom never fits.
-for _, s in ipairs(run.scopes) do
-  for _, d in ipairs(DIMS) do
-    local _, _, most = limit_of(run, s, d)
-    if most > 0 and amount(cost, d) > most then
+for _, scope in ipairs(run.scopes) do
+  for _, dim in ipairs(DIMS) do
+    local _, _, most = limit_of(run, scope, dim)
+    if most > 0 and amount(cost, dim) > most then
       drop(ticket)
-      return { 5, s.name, d, amount(cost, d), most }
+      return { 5, scope.name, dim, amount(cost, dim), most }
     end
   end
 end
@@ -126,35 +133,39 @@ expire_log(run.log, run.res, run.tot, now, run.windowMs)
 -- 4. Taken: another worker's admission holds this call's job. It leaves the line (a place
 -- held for a job another is taking would keep every other worker's rounds to one job) and
 -- looks again soon.
-local takersKey = KEYS[13]
 redis.call('ZREMRANGEBYSCORE', takersKey, '-inf', now)
-local function taken(c)
-  return c.take and redis.call('ZSCORE', takersKey, c.take)
+local function taken(call)
+  return call.take and redis.call('ZSCORE', takersKey, call.take)
 end
 local holder = taken(cost)
 if holder then
   drop(ticket)
   return { 8, math.min(tonumber(holder) - now, TAKEN_RETRY_MS) }
 end
-local function take(id, c)
-  if not c.take then
+local function take(id, call)
+  if not call.take then
     return
   end
-  redis.call('ZADD', takersKey, now + args.takeMs, c.take)
-  redis.call('HSET', KEYS[14], id, c.take)
+  redis.call('ZADD', takersKey, now + args.takeMs, call.take)
+  redis.call('HSET', takingKey, id, call.take)
   -- The last hold's end is the keys': an idle fleet keeps none.
   redis.call('PEXPIRE', takersKey, args.takeMs)
-  redis.call('PEXPIRE', KEYS[14], args.takeMs)
+  redis.call('PEXPIRE', takingKey, args.takeMs)
 end
 
 -- 5. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
-for _, t in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do
-  drop(t)
+for _, stale in ipairs(redis.call('ZRANGEBYSCORE', waitexpKey, '-inf', now, 'LIMIT', 0, 100)) do
+  drop(stale)
 end
 if queue then
   local rank = redis.call('ZSCORE', waitersKey, ticket)
-  local arrival = rank and tonumber(rank) % 4294967296 or redis.call('INCR', KEYS[6]) % 4294967296
-  redis.call('ZADD', waitersKey, args.priority * 4294967296 + arrival, ticket)
+  local arrival
+  if rank then
+    arrival = tonumber(rank) % ARRIVALS
+  else
+    arrival = redis.call('INCR', seqKey) % ARRIVALS
+  end
+  redis.call('ZADD', waitersKey, args.priority * ARRIVALS + arrival, ticket)
   redis.call('ZADD', waitexpKey, now + args.ticketTtlMs, ticket)
 end
 local head = redis.call('ZRANGE', waitersKey, 0, 0)[1]
@@ -164,27 +175,28 @@ if head ~= nil and head ~= ticket then
 end
 
 -- 6. Money: a head whose budget has no room for its worst case leaves the line.
-local l, spent = money_short(run.money, cost.money or { limits = {} })
-if l then
+local bound, spent = money_short(run.moneyKeys, cost.money or { limits = {} })
+if bound then
   drop(ticket)
   redis.call('HDEL', run.statsKey, 'head_retry_at')
-  return { 7, l.budget, l.period, spent, l.limit }
+  return { 7, bound.budget, bound.period, spent, bound.limit }
 end
 
 -- 7. The shared pause.
-local pausedUntil = tonumber(redis.call('GET', KEYS[7]) or '0')
+local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')
 if pausedUntil > now then
   return wait_as_head({ 2, pausedUntil - now })
 end
 
 -- 8. Budget in every scope and dimension; a model's unanswered first call holds it like a slot.
-local s, d, need, rate, lapse = short_of(run, cost)
-if s and d == 'req' and unanswered(run, s) then
+local shortScope, dim, need, rate, lapse = short_of(run, cost)
+if shortScope and dim == 'req' and unanswered(run, shortScope) then
   return wait_as_head({ 4, args.leaseMs })
 end
-if s then
+if shortScope then
   run.stats.denied_budget = 1
-  return wait_as_head({ 3, wait_for(run, s, d, need, rate, lapse), s.name, d })
+  local waitMs = wait_for(run, shortScope, dim, need, rate, lapse)
+  return wait_as_head({ 3, waitMs, shortScope.name, dim })
 end
 
 -- 9. A slot; and room in each scope's share of calls waiting for their first answer.
@@ -207,28 +219,28 @@ take(ticket, cost)
 count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
-local k = 0
+local extrasAdmitted = 0
 if redis.call('ZCARD', waitersKey) == 0 then
-  for i, x in ipairs(args.extras) do
-    local c = charge(x, x.scopes)
+  for i, extra in ipairs(args.extras) do
+    local extraCost = charge(extra, extra.scopes)
     local full = run.maxSlots > 0 and busy + i >= run.maxSlots
     if
       full
-      or redis.call('HEXISTS', run.res, x.id) == 1
-      or short_of(run, c)
-      or share_full(run, c)
-      or (c.money and money_short(run.money, c.money))
-      or taken(c)
+      or redis.call('HEXISTS', run.res, extra.id) == 1
+      or short_of(run, extraCost)
+      or share_full(run, extraCost)
+      or (extraCost.money and money_short(run.moneyKeys, extraCost.money))
+      or taken(extraCost)
     then
       break
     end
-    admit(run, x.id, c)
-    take(x.id, c)
-    count_unanswered(run, c)
-    k = i
+    admit(run, extra.id, extraCost)
+    take(extra.id, extraCost)
+    count_unanswered(run, extraCost)
+    extrasAdmitted = i
   end
 elseif args.channel then
   redis.call('SPUBLISH', args.channel, '1')
 end
 keep_window(run.log, run.res, run.tot, now, run.windowMs)
-return finish_run(run, { 0, now, run.leaseExpiry, k })
+return finish_run(run, { 0, now, run.leaseExpiry, extrasAdmitted })

@@ -9,18 +9,19 @@
 --- @include "args"
 --- @include "reservation"
 
-local enc = redis.call('HGET', KEYS[1], args.id)
+local resKey, totKey, statsKey = KEYS[1], KEYS[2], KEYS[3]
+local enc = redis.call('HGET', resKey, args.id)
 if not enc then
   return 0
 end
-local r = decode(enc)
-local dIn, dOut = args.input - r.inp, args.output - r.out
-local t = {}
-add_spend(t, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
-flush(t, KEYS[2])
-r.inp = r.inp + dIn
-r.out = r.out + dOut
-redis.call('HSET', KEYS[1], args.id, encode(r))
-redis.call('HINCRBY', KEYS[3], 'reserved_in', dIn)
-redis.call('HINCRBY', KEYS[3], 'reserved_out', dOut)
+local reservation = decode(enc)
+local dIn, dOut = args.input - reservation.inp, args.output - reservation.out
+local sums = {}
+add_spend(sums, { req = 0, inp = dIn, out = dOut, scopes = reservation.scopes }, 1)
+flush(sums, totKey)
+reservation.inp = reservation.inp + dIn
+reservation.out = reservation.out + dOut
+redis.call('HSET', resKey, args.id, encode(reservation))
+redis.call('HINCRBY', statsKey, 'reserved_in', dIn)
+redis.call('HINCRBY', statsKey, 'reserved_out', dOut)
 return 1

@@ -37,56 +37,63 @@ local function input_part(id)
   return id .. ':in'
 end
 
+local logKey, resKey, slotsKey, totKey, viewKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local statsKey, pauseKey, takersKey, takingKey = KEYS[6], KEYS[9], KEYS[10], KEYS[11]
 local now = now_ms(args.now)
 local ctx = {
-  log = KEYS[1],
-  res = KEYS[2],
-  tot = KEYS[4],
-  view = KEYS[5],
+  log = logKey,
+  res = resKey,
+  tot = totKey,
+  view = viewKey,
   now = now,
   windowMs = args.windowMs,
 }
-local mk = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
+local moneyKeys = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
 local totals, stats = {}, {}
-local wake = expire_slots(KEYS[3], now, mk) > 0
-local dropped = expire_log(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+local wake = expire_slots(slotsKey, now, moneyKeys) > 0
+local dropped = expire_log(logKey, resKey, totKey, now, args.windowMs)
 
-local function count(t, f, n)
-  t[f] = (t[f] or 0) + n
+local function count(sums, field, by)
+  sums[field] = (sums[field] or 0) + by
 end
 
 -- The provider answered a call: its model's scopes (see admission.lua's `unknown`) are known.
-local function answered(r)
-  for _, s in ipairs(r.scopes) do
-    if
-      string.sub(s, 1, 6) == 'model:' and redis.call('HSETNX', KEYS[5], s .. '|answered', 1) == 1
-    then
+local function answered(reservation)
+  for _, scope in ipairs(reservation.scopes) do
+    local isModel = string.sub(scope, 1, 6) == 'model:'
+    if isModel and redis.call('HSETNX', viewKey, scope .. '|answered', 1) == 1 then
       wake = true
     end
   end
 end
-local function store(id, r)
-  redis.call('HSET', KEYS[2], id, encode(r))
+local function store(id, reservation)
+  redis.call('HSET', resKey, id, encode(reservation))
 end
 
 -- The provider admitted the call: stamped now; with `split`, only its request and input, in an
 -- entry of their own (its output is counted until the end).
 local function stamp(id)
-  local enc = redis.call('HGET', KEYS[2], id)
-  local r = enc and decode(enc)
-  if not r or r.flags ~= '' then
+  local enc = redis.call('HGET', resKey, id)
+  local reservation = enc and decode(enc)
+  if not reservation or reservation.flags ~= '' then
     return
   end
-  answered(r)
+  answered(reservation)
   if args.split then
-    store(input_part(id), { req = r.req, inp = r.inp, out = 0, flags = 's', scopes = r.scopes })
-    redis.call('ZADD', KEYS[1], now, input_part(id))
-    r.req, r.inp, r.flags = 0, 0, 'b'
+    store(input_part(id), {
+      req = reservation.req,
+      inp = reservation.inp,
+      out = 0,
+      flags = 's',
+      scopes = reservation.scopes,
+    })
+    redis.call('ZADD', logKey, now, input_part(id))
+    reservation.req, reservation.inp, reservation.flags = 0, 0, 'b'
   else
-    r.flags = 's'
-    redis.call('ZADD', KEYS[1], now, id)
+    reservation.flags = 's'
+    redis.call('ZADD', logKey, now, id)
   end
-  store(id, r)
+  store(id, reservation)
 end
 
 -- A call begun before the reading settles. The provider had counted its input as it was: an
@@ -94,16 +101,18 @@ end
 -- stays charged (the call may be late, see reading.lua). Its unused output (`refund` < 0) goes
 -- back into the reading's bucket, which its capacity caps.
 local function recount(id, scopes, dIn, refund)
-  local stamped = tonumber(redis.call('ZSCORE', KEYS[1], id) or 'inf')
+  local stamped = tonumber(redis.call('ZSCORE', logKey, id) or 'inf')
   local down = math.min(dIn, 0)
-  local by = { ['in'] = { down, 0 }, out = { refund, refund }, tok = { down + refund, refund } }
-  for _, s in ipairs(scopes) do
-    for d, c in pairs(by) do
-      local f = s .. '|' .. d .. '|'
-      if stamped <= tonumber(redis.call('HGET', KEYS[5], f .. 'at') or '-inf') then
-        for k, n in pairs({ seen = c[1], rem = -c[2] }) do
-          if n ~= 0 then
-            redis.call('HINCRBY', KEYS[5], f .. k, n)
+  -- Per dimension: what the reading's `seen` and (negated) `rem` move by.
+  local moves = { ['in'] = { down, 0 }, out = { refund, refund }, tok = { down + refund, refund } }
+  for _, scope in ipairs(scopes) do
+    for dim, move in pairs(moves) do
+      local prefix = scope .. '|' .. dim .. '|'
+      local readAt = tonumber(redis.call('HGET', viewKey, prefix .. 'at') or '-inf')
+      if stamped <= readAt then
+        for field, by in pairs({ seen = move[1], rem = -move[2] }) do
+          if by ~= 0 then
+            redis.call('HINCRBY', viewKey, prefix .. field, by)
           end
         end
       end
@@ -111,86 +120,96 @@ local function recount(id, scopes, dIn, refund)
   end
 end
 
-local function forget(id, r)
-  add_spend(totals, r, -1)
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
+local function forget(id, reservation)
+  add_spend(totals, reservation, -1)
+  redis.call('HDEL', resKey, id)
+  redis.call('ZREM', logKey, id)
 end
 
 -- A call's end ends its hold on its job (acquire-14.lua): a job its worker did not take is free
 -- at once.
 local function untake(id)
-  local c = redis.call('HGET', KEYS[11], id)
-  if not c then
+  local job = redis.call('HGET', takingKey, id)
+  if not job then
     return
   end
-  redis.call('ZREM', KEYS[10], c)
-  redis.call('HDEL', KEYS[11], id)
+  redis.call('ZREM', takersKey, job)
+  redis.call('HDEL', takingKey, id)
+end
+
+-- What the money held for a call settles to: all back on release, the usage's cost when known,
+-- else (nil) the worst case stays.
+local function settled_micros(ending)
+  if ending.mode == 'release' then
+    return 0
+  end
+  if ending.mode == 'usage' and ending.micros >= 0 then
+    return ending.micros
+  end
+  return nil
 end
 
 -- One call's end; returns known, inputDelta, outputDelta.
-local function finish(e)
-  untake(e.id)
-  money_settle(
-    mk,
-    e.id,
-    (e.mode == 'release' and 0) or (e.mode == 'usage' and e.micros >= 0 and e.micros) or nil
-  )
-  if redis.call('ZREM', KEYS[3], e.id) == 1 then
+local function finish(ending)
+  local id = ending.id
+  untake(id)
+  money_settle(moneyKeys, id, settled_micros(ending))
+  if redis.call('ZREM', slotsKey, id) == 1 then
     wake = true
   end
-  local enc = redis.call('HGET', KEYS[2], e.id)
+  local enc = redis.call('HGET', resKey, id)
   if not enc then
     return 0, 0, 0
   end
-  local r = decode(enc)
-  if e.mode ~= 'release' then
-    answered(r)
+  local reservation = decode(enc)
+  if ending.mode ~= 'release' then
+    answered(reservation)
   end
-  local partEnc = r.flags == 'b' and redis.call('HGET', KEYS[2], input_part(e.id))
+  local partEnc = reservation.flags == 'b' and redis.call('HGET', resKey, input_part(id))
   local part = partEnc and decode(partEnc)
-  local inp = r.inp + (part and part.inp or 0)
-  if e.mode == 'release' then
-    forget(e.id, r)
+  local inp = reservation.inp + (part and part.inp or 0)
+  if ending.mode == 'release' then
+    forget(id, reservation)
     if part then
-      forget(input_part(e.id), part)
+      forget(input_part(id), part)
     end
-    for name, n in pairs({ released = 1, reserved_in = -inp, reserved_out = -r.out }) do
-      count(stats, name, n)
+    for name, by in pairs({ released = 1, reserved_in = -inp, reserved_out = -reservation.out }) do
+      count(stats, name, by)
     end
     wake = true
-    return 1, -inp, -r.out
+    return 1, -inp, -reservation.out
   end
   -- A begun call's input part gone: it left the window, the provider dropped it too.
-  local holder = part or (r.flags ~= 'b' and r)
-  local dIn = (holder and e.mode == 'usage' and e.input >= 0) and e.input - holder.inp or 0
-  local dOut = (e.mode == 'usage' and e.output >= 0) and e.output - r.out or 0
-  add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = r.scopes }, 1)
-  local refund = (r.flags == 's' and dOut < 0) and dOut or 0
+  local holder = part or (reservation.flags ~= 'b' and reservation)
+  local usage = ending.mode == 'usage'
+  local dIn = (holder and usage and ending.input >= 0) and ending.input - holder.inp or 0
+  local dOut = (usage and ending.output >= 0) and ending.output - reservation.out or 0
+  add_spend(totals, { req = 0, inp = dIn, out = dOut, scopes = reservation.scopes }, 1)
+  local refund = (reservation.flags == 's' and dOut < 0) and dOut or 0
   if (dIn ~= 0 or refund < 0) and holder.flags == 's' then
-    recount(part and input_part(e.id) or e.id, r.scopes, dIn, refund)
+    recount(part and input_part(id) or id, reservation.scopes, dIn, refund)
   end
   if holder then
     holder.inp = holder.inp + dIn
   end
-  r.out = r.out + dOut
+  reservation.out = reservation.out + dOut
   if part then
-    store(input_part(e.id), part)
+    store(input_part(id), part)
   end
-  if r.flags ~= 's' then
-    redis.call('ZADD', KEYS[1], now, e.id)
+  if reservation.flags ~= 's' then
+    redis.call('ZADD', logKey, now, id)
   end
-  r.flags = 's'
-  store(e.id, r)
-  local reported = e.reported >= 0 and e.reported or r.out
-  for name, n in pairs({
+  reservation.flags = 's'
+  store(id, reservation)
+  local reported = ending.reported >= 0 and ending.reported or reservation.out
+  for name, by in pairs({
     settled = 1,
     actual_in = inp + dIn,
     actual_out = reported,
     settled_reserved_in = inp,
-    settled_reserved_out = r.out - dOut,
+    settled_reserved_out = reservation.out - dOut,
   }) do
-    count(stats, name, n)
+    count(stats, name, by)
   end
   if dIn < 0 or dOut < 0 then
     wake = true
@@ -202,27 +221,28 @@ for _, id in ipairs(args.stamps or {}) do
   stamp(id)
 end
 local out = { 0, now, dropped }
-for _, e in ipairs(args.ends or {}) do
-  local known, dIn, dOut = finish(e)
+for _, ending in ipairs(args.ends or {}) do
+  local known, dIn, dOut = finish(ending)
   out[#out + 1], out[#out + 2], out[#out + 3] = known, dIn, dOut
 end
-flush(totals, KEYS[4])
+flush(totals, totKey)
 if args.pauseMs then
-  local untilMs = math.max(now + args.pauseMs, tonumber(redis.call('GET', KEYS[9]) or '0'))
+  local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')
+  local untilMs = math.max(now + args.pauseMs, pausedUntil)
   -- The value decides; the expiry only collects the key, a minute after the pause ends.
-  redis.call('SET', KEYS[9], untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
+  redis.call('SET', pauseKey, untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
   out[1] = untilMs
 end
-for _, g in ipairs(args.readings or {}) do
-  store_reading(ctx, g)
+for _, reading in ipairs(args.readings or {}) do
+  store_reading(ctx, reading)
 end
 if #(args.stamps or {}) + #(args.ends or {}) + #(args.readings or {}) > 0 then
-  keep_window(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+  keep_window(logKey, resKey, totKey, now, args.windowMs)
 end
 if args.periods then
-  money_keep(mk)
+  money_keep(moneyKeys)
 end
-flush(stats, KEYS[6])
+flush(stats, statsKey)
 if wake and args.channel ~= '' then
   redis.call('SPUBLISH', args.channel, '1')
 end

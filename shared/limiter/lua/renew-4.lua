@@ -11,17 +11,19 @@
 --- @include "reservation"
 --- @include "window-keys"
 
+local logKey, resKey, slotsKey, totKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms(args.now)
 local id = args.id
-local lease = tonumber(redis.call('ZSCORE', KEYS[3], id) or '0')
+local lease = tonumber(redis.call('ZSCORE', slotsKey, id) or '0')
 if lease <= now then
   return 0
 end
 local expiry = now + args.leaseMs
-redis.call('ZADD', KEYS[3], expiry, id)
-local enc = redis.call('HGET', KEYS[2], id)
-if enc and decode(enc).flags ~= 's' then
-  redis.call('ZADD', KEYS[1], 'GT', expiry, id)
-  keep_window(KEYS[1], KEYS[2], KEYS[4], now, args.windowMs)
+redis.call('ZADD', slotsKey, expiry, id)
+local enc = redis.call('HGET', resKey, id)
+local unstamped = enc and decode(enc).flags ~= 's'
+if unstamped then
+  redis.call('ZADD', logKey, 'GT', expiry, id)
+  keep_window(logKey, resKey, totKey, now, args.windowMs)
 end
 return expiry

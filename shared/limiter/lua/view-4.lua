@@ -36,7 +36,8 @@ local run = {
   shapes = {},
 }
 
--- What left the window, not dropped yet, per "scope|dim".
+-- What left the window, not dropped yet, per "scope|dim" (as expire_log finds it, without
+-- dropping: a view writes nothing).
 local gone = {}
 local ids = redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'LIMIT', 0, 5000)
 if #ids > 0 then
@@ -48,36 +49,43 @@ if #ids > 0 then
 end
 
 -- A number JSON can carry: nil for none or no bound.
-local function finite(x)
-  if x and x ~= math.huge then
-    return x
+local function finite(value)
+  if value and value ~= math.huge then
+    return value
   end
 end
 
+-- One dimension of a scope: acquire's own functions read it (window_use less what is gone,
+-- limit_of, projected, room_of), so the view and the admission never disagree.
+local function read_dim(scope, dim, callScopes)
+  local field = scope.name .. '|' .. dim
+  local summed, leftSummed = window_use(run, field)
+  local notDropped = gone[field] or 0
+  local used, left = summed - notDropped, leftSummed + notDropped
+  run.own[field] = { used, left }
+  local reading = view_of(run, field)
+  local limit, _, most = limit_of(run, scope, dim)
+  return {
+    used = used,
+    limit = reading and reading.lim or nil,
+    room = projected(run, scope.name, dim, reading, used, left),
+    fit = finite(room_of(run, scope, dim, { limits = callScopes })),
+    most = limit > 0 and most or nil,
+  }
+end
+
 local out = { now = now, scopes = {} }
-for _, s in ipairs(args.scopes) do
-  local call = { { name = s.name } }
+for _, scope in ipairs(args.scopes) do
+  -- The scopes a call here is charged to: this one, and the model's (its bucket may cover it).
+  local callScopes = { { name = scope.name } }
   if args.model then
-    call[2] = { name = args.model }
+    callScopes[2] = { name = args.model }
   end
   local dims = {}
-  for _, d in ipairs(DIMS) do
-    local f = s.name .. '|' .. d
-    local e = redis.call('HMGET', run.tot, f, f .. '|left')
-    local used = tonumber(e[1] or '0') - (gone[f] or 0)
-    local left = tonumber(e[2] or '0') + (gone[f] or 0)
-    run.own[f] = { used, left }
-    local v = view_of(run, f)
-    local lim, _, most = limit_of(run, s, d)
-    dims[d] = {
-      used = used,
-      limit = v and v.lim or nil,
-      room = projected(run, s.name, d, v, used, left),
-      fit = finite(room_of(run, s, d, { limits = call })),
-      most = lim > 0 and most or nil,
-    }
+  for _, dim in ipairs(DIMS) do
+    dims[dim] = read_dim(scope, dim, callScopes)
   end
-  local shape, half = shape_of(run, s.name, 'tok')
-  out.scopes[s.name] = { shape = shape, step = half * 2, dims = dims }
+  local shape, half = shape_of(run, scope.name, 'tok')
+  out.scopes[scope.name] = { shape = shape, step = half * 2, dims = dims }
 end
 return cjson.encode(out)

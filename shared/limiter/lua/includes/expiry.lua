@@ -7,15 +7,15 @@ local function expire_log(logKey, resKey, totKey, now, windowMs)
   if #ids == 0 then
     return 0
   end
-  local t = {}
+  local sums = {}
   for _, enc in ipairs(redis.call('HMGET', resKey, unpack(ids))) do
     if enc then
-      local r = decode(enc)
-      add_spend(t, r, -1)
-      add_spend(t, r, 1, '|left')
+      local reservation = decode(enc)
+      add_spend(sums, reservation, -1)
+      add_spend(sums, reservation, 1, '|left')
     end
   end
-  flush(t, totKey)
+  flush(sums, totKey)
   redis.call('HDEL', resKey, unpack(ids))
   redis.call('ZREM', logKey, unpack(ids))
   return #ids

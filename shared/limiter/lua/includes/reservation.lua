@@ -7,16 +7,17 @@ local function now_ms(given)
   if given ~= nil then
     return given
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local time = redis.call('TIME')
+  local seconds, micros = tonumber(time[1]), tonumber(time[2])
+  return seconds * 1000 + math.floor(micros / 1000)
 end
 
 local function decode(enc)
   local req, inp, out, flags, scopes =
     string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   local list = {}
-  for s in string.gmatch(scopes, '[^,]+') do
-    list[#list + 1] = s
+  for name in string.gmatch(scopes, '[^,]+') do
+    list[#list + 1] = name
   end
   local read = string.find(flags, 'r', 1, true) ~= nil
   return {
@@ -29,42 +30,49 @@ local function decode(enc)
   }
 end
 
-local function encode(r)
-  local flags = r.flags .. (r.read and 'r' or '')
-  return r.req .. '|' .. r.inp .. '|' .. r.out .. '|' .. flags .. '|' .. table.concat(r.scopes, ',')
+local function encode(reservation)
+  local counts = reservation.req .. '|' .. reservation.inp .. '|' .. reservation.out
+  local flags = reservation.flags .. (reservation.read and 'r' or '')
+  return counts .. '|' .. flags .. '|' .. table.concat(reservation.scopes, ',')
 end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }
-local function amount(r, dim)
+local function amount(reservation, dim)
   if dim == 'tok' then
-    return r.inp + r.out
+    return reservation.inp + reservation.out
   end
-  return r[FIELD[dim]]
+  return reservation[FIELD[dim]]
 end
 
-local function in_scope(r, scope)
-  for _, s in ipairs(r.scopes) do
-    if s == scope then
+local function in_scope(reservation, scope)
+  for _, name in ipairs(reservation.scopes) do
+    if name == scope then
       return true
     end
   end
 end
 
--- Sums of increments by field (`t`), written once each by `flush`: a run that admits, settles
+-- Sums of increments by field (`sums`), written once each by `flush`: a run that admits, settles
 -- or expires many calls writes each field once. `suffix` names a running count ("|left").
-local function add_spend(t, r, sign, suffix)
-  for _, s in ipairs(r.scopes) do
-    for _, d in ipairs(DIMS) do
-      local f = s .. '|' .. d .. (suffix or '')
-      t[f] = (t[f] or 0) + sign * amount(r, d)
+local function add_spend(sums, reservation, sign, suffix)
+  for _, scope in ipairs(reservation.scopes) do
+    for _, dim in ipairs(DIMS) do
+      local field = scope .. '|' .. dim .. (suffix or '')
+      sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
     end
   end
 end
 
-local function flush(t, key)
-  for f, n in pairs(t) do
-    if n ~= 0 then
-      redis.call('HINCRBY', key, f, n)
+local function flush(sums, key)
+  for field, delta in pairs(sums) do
+    if delta ~= 0 then
+      redis.call('HINCRBY', key, field, delta)
     end
   end
+end
+
+-- Our window sum in `field` ("scope|dim") and what has left the window there, as stored in tot.
+local function window_use(ctx, field)
+  local stored = redis.call('HMGET', ctx.tot, field, field .. '|left')
+  return tonumber(stored[1] or '0'), tonumber(stored[2] or '0')
 end

@@ -5,16 +5,23 @@
 -- The stored reading of `field`, or false (read once a run).
 local function view_of(ctx, field)
   if ctx.views[field] == nil then
-    local f = field .. '|'
-    local e =
-      redis.call('HMGET', ctx.view, f .. 'lim', f .. 'rem', f .. 'at', f .. 'seen', f .. 'gone')
-    ctx.views[field] = e[1]
+    local prefix = field .. '|'
+    local values = redis.call(
+      'HMGET',
+      ctx.view,
+      prefix .. 'lim',
+      prefix .. 'rem',
+      prefix .. 'at',
+      prefix .. 'seen',
+      prefix .. 'gone'
+    )
+    ctx.views[field] = values[1]
         and {
-          lim = tonumber(e[1]),
-          rem = tonumber(e[2]),
-          at = tonumber(e[3]),
-          seen = tonumber(e[4]),
-          gone = tonumber(e[5]),
+          lim = tonumber(values[1]),
+          rem = tonumber(values[2]),
+          at = tonumber(values[3]),
+          seen = tonumber(values[4]),
+          gone = tonumber(values[5]),
         }
       or false
   end
@@ -22,25 +29,28 @@ local function view_of(ctx, field)
 end
 
 -- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only).
-local function shape_of(ctx, scope, d)
+local function shape_of(ctx, scope, dim)
   if not ctx.shapes[scope] then
-    local e = redis.call('HMGET', ctx.view, scope .. '|shape', scope .. '|step')
-    ctx.shapes[scope] = { e[1] or '', math.floor(tonumber(e[2] or '0') / 2) }
+    local values = redis.call('HMGET', ctx.view, scope .. '|shape', scope .. '|step')
+    ctx.shapes[scope] = { values[1] or '', math.floor(tonumber(values[2] or '0') / 2) }
   end
-  return ctx.shapes[scope][1], d == 'req' and 0 or ctx.shapes[scope][2]
+  local shape, half = ctx.shapes[scope][1], ctx.shapes[scope][2]
+  return shape, dim == 'req' and 0 or half
 end
 
--- The provider's room in d by reading v (our `used`, `left`), its refill per ms (0: a window);
--- nil once v is a window old. A reading counts at the low end of its rounding.
-local function projected(ctx, scope, d, v, used, left)
-  if not v or ctx.now >= v.at + ctx.windowMs then
+-- The provider's room in dim by the stored reading (our `used`, `left`), its refill per ms (0: a
+-- window); nil once the reading is a window old. A reading counts at the low end of its rounding.
+local function projected(ctx, scope, dim, stored, used, left)
+  if not stored or ctx.now >= stored.at + ctx.windowMs then
     return nil, 0
   end
-  local shape, half = shape_of(ctx, scope, d)
+  local shape, half = shape_of(ctx, scope, dim)
   if shape == 'b' then
-    local rate = v.lim / ctx.windowMs
-    return math.min(v.lim, v.rem - half + rate * (ctx.now - v.at)) - (used + left - v.seen), rate
+    local rate = stored.lim / ctx.windowMs
+    local refilled = stored.rem - half + rate * (ctx.now - stored.at)
+    local spentSince = used + left - stored.seen
+    return math.min(stored.lim, refilled) - spentSince, rate
   end
-  local ours = v.seen - v.gone
-  return math.min(v.lim, v.rem - half + ours) - used, 0
+  local ours = stored.seen - stored.gone
+  return math.min(stored.lim, stored.rem - half + ours) - used, 0
 end
