@@ -3,24 +3,21 @@
  * (no llmq producer) claiming less than its request costs is admitted at what the request costs,
  * its output at its max_tokens, or dead-lettered when even that can never fit.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { JOB_NAME } from '../shared/job.ts';
 import type { JobTicket } from '../shared/job-ticket.ts';
+import type { DimensionLimits } from '../shared/limiter/types.ts';
 import { showDeadLetter } from '../worker/dead-letters.ts';
 import {
   allCompleted,
-  openPool,
   type Pool,
+  poolsPerTest,
   request,
   settledInputs,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 const MODEL = 'claude-test-1';
 const WINDOW_MS = 3_000;
@@ -52,6 +49,21 @@ async function addForged(
   return job.id!;
 }
 
+/**
+ * Runs `ids` on one worker (4 at once, no headroom): all complete with no 429 from the provider,
+ * then all settle (once their answers are stored, soon after). Returns the worker.
+ */
+async function runToSettled(p: Pool, limits: DimensionLimits, ids: string[]) {
+  const worker = await p.worker({
+    concurrency: 4,
+    limiter: { limits, windowMs: WINDOW_MS, headroom: 0 },
+  });
+  await allCompleted(p, ids, 30_000);
+  expect(p.mock.stats().responses['429'] ?? 0).toBe(0);
+  await until(async () => (await settledInputs(worker)).settled === ids.length, 10_000);
+  return worker;
+}
+
 const ticketOf = async (p: Pool, id: string) =>
   (await p.job(id))?.opts as { llmq?: JobTicket } | undefined;
 
@@ -60,8 +72,11 @@ describe('a claimed cost below what the request implies', () => {
     'claiming 10 input tokens (in its %s) for 400,000 characters, it is admitted at their cost: the next job waits, no 429',
     async (where) => {
       const limits = { inputTokens: 200_000 };
-      pool = await openPool(`forged-${where}`, { limits, windowMs: WINDOW_MS, latencyMs: 300 });
-      const p = pool;
+      const p = await openTestPool(`forged-${where}`, {
+        limits,
+        windowMs: WINDOW_MS,
+        latencyMs: 300,
+      });
       // Both queued before a worker runs: trusting the claim, one round admits them together
       // (10 + 80,000 of 200,000), and the provider counts 213,000.
       const forged = await addForged(
@@ -72,14 +87,7 @@ describe('a claimed cost below what the request implies', () => {
         where,
       );
       const good = await p.producer.enqueue(request(dense(240_000), 16), { priority: 'batch' });
-      const worker = await p.worker({
-        concurrency: 4,
-        limiter: { limits, windowMs: WINDOW_MS, headroom: 0 },
-      });
-      await allCompleted(p, [forged, good], 30_000);
-      expect(p.mock.stats().responses['429'] ?? 0).toBe(0);
-      // Settled once the answers are stored: both are, soon after.
-      await until(async () => (await settledInputs(worker)).settled === 2, 10_000);
+      const worker = await runToSettled(p, limits, [forged, good]);
       const account = await settledInputs(worker);
       // What the limiter held for the calls covered what the provider counted.
       expect(account.settledReservedIn).toBeGreaterThanOrEqual(account.actualIn);
@@ -95,22 +103,15 @@ describe('a claimed cost below what the request implies', () => {
 
   it('claiming 1 output token with max_tokens 60,000, it reserves 60,000 output tokens', async () => {
     const limits = { outputTokens: 100_000 };
-    pool = await openPool('forged-out', {
+    const p = await openTestPool('forged-out', {
       limits,
       windowMs: WINDOW_MS,
       latencyMs: 300,
       outputShare: 0.01,
     });
-    const p = pool;
     const forged = await addForged(p, 'Say hello.', 60_000, { inputTokens: 30, outputTokens: 1 });
     const good = await p.producer.enqueue(request('Say hi.', 60_000), { priority: 'batch' });
-    const worker = await p.worker({
-      concurrency: 4,
-      limiter: { limits, windowMs: WINDOW_MS, headroom: 0 },
-    });
-    await allCompleted(p, [forged, good], 30_000);
-    expect(p.mock.stats().responses['429'] ?? 0).toBe(0);
-    await until(async () => (await settledInputs(worker)).settled === 2, 10_000);
+    const worker = await runToSettled(p, limits, [forged, good]);
     const { counters } = await worker.limiter.snapshot();
     expect(counters.settledReservedOut).toBe(120_000);
     expect((await ticketOf(p, forged))?.llmq?.c[2]).toBe(60_000);
@@ -118,8 +119,7 @@ describe('a claimed cost below what the request implies', () => {
 
   it('a request that can never fit the limit is dead-lettered with why, never sent', async () => {
     const limits = { inputTokens: 100_000 };
-    pool = await openPool('forged-never', { limits, windowMs: WINDOW_MS });
-    const p = pool;
+    const p = await openTestPool('forged-never', { limits, windowMs: WINDOW_MS });
     const forged = await addForged(p, dense(400_000), 16, { inputTokens: 10, outputTokens: 16 });
     await p.worker({ limiter: { limits, windowMs: WINDOW_MS, headroom: 0 } });
     await until(async () => (await p.deadLetters()).length === 1, 20_000);
@@ -136,8 +136,7 @@ describe('a claimed cost below what the request implies', () => {
   }, 60_000);
 
   it('a request that cannot be costed is dead-lettered at once; the job behind it runs', async () => {
-    pool = await openPool('forged-shape');
-    const p = pool;
+    const p = await openTestPool('forged-shape');
     const data = {
       v: 1,
       request: { model: MODEL, max_tokens: 16, messages: [null] },

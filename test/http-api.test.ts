@@ -1,51 +1,26 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
-import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
+import { startHttpApi } from '../producer/http/server.ts';
 import { resolveConfig } from '../shared/config.ts';
-import type { QueueNames } from '../shared/keys.ts';
 import { startFakeWorker } from './fixtures/fake-worker.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
+import { serveForFile } from './fixtures/http-api.ts';
+import { REDIS_URL, tsxEval, until } from './helpers.ts';
 
 const ACME_KEY = 'sk-acme-0123456789-secret';
 const BETA_KEY = 'sk-beta-9876543210-secret';
 const API_KEYS = `acme:${hashApiKey(ACME_KEY)},beta:${hashApiKey(BETA_KEY)}`;
 
-let redis: Redis;
-let names: QueueNames;
-let api: HttpApi;
-
-beforeAll(async () => {
-  redis = newRedis();
-  names = testNames('http');
-  const config = resolveConfig({
-    flags: {
-      queue: names.queue,
-      prefix: names.prefix,
-      maxDepth: '4',
-      otpm: '1000',
-      redisUrl: REDIS_URL,
-    },
-    env: {},
-  });
-  api = await startHttpApi({
-    config,
-    apiKeys: API_KEYS,
-    port: 0,
-    bodyLimit: 20_000,
-    maxWaitMs: 10_000,
-  });
-});
-afterAll(async () => {
-  await api.close();
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+const served = serveForFile('http', {
+  flags: { maxDepth: '4', otpm: '1000' },
+  apiKeys: API_KEYS,
+  bodyLimit: 20_000,
+  maxWaitMs: 10_000,
 });
 beforeEach(async () => {
   // Each test starts with an empty queue (the bound is 4).
-  await api.producer.queue.obliterate({ force: true });
+  await served.api.producer.queue.obliterate({ force: true });
 });
 
 const message = (text = 'Say hi.', maxTokens = 100) => ({
@@ -82,7 +57,7 @@ async function call(
     headers['content-type'] = o.type ?? 'application/json';
     body = o.raw ?? JSON.stringify(o.body);
   }
-  const res = await fetch(`${api.url}${path}`, {
+  const res = await fetch(`${served.api.url}${path}`, {
     method,
     headers,
     ...(body !== undefined ? { body } : {}),
@@ -100,7 +75,7 @@ const post = (body: unknown, key?: string | null) =>
 function startEchoWorker() {
   let release: () => void = () => {};
   const held = new Promise<void>((r) => (release = r));
-  const w = startFakeWorker(redis, names, async (prompt) => {
+  const w = startFakeWorker(served.redis, served.names, async (prompt) => {
     if (prompt === 'hold') await held;
     return prompt === 'fail'
       ? {
@@ -156,7 +131,7 @@ describe('HTTP API: auth', () => {
     expect(mine.status).toBe(202);
     expect(mine.body).toEqual({ id: expect.any(String), created: true });
     expect(mine.headers.get('location')).toBe(`/v1/jobs/${mine.body.id}`);
-    const job = await api.producer.queue.getJob(mine.body.id);
+    const job = await served.api.producer.queue.getJob(mine.body.id);
     expect(job!.data.tenant).toBe('acme');
 
     for (const [method, path] of [
@@ -206,7 +181,7 @@ describe('HTTP API: errors', () => {
     }
     const r = await post({ request: { ...message(), max_tokens: -5 } });
     expect(r.body.error.message).toContain('got -5');
-    expect(await api.producer.queue.count()).toBe(0);
+    expect(await served.api.producer.queue.count()).toBe(0);
   });
 
   it('answers 413 body_too_large and 415 for a body that is not JSON', async () => {
@@ -238,7 +213,7 @@ describe('HTTP API: errors', () => {
     const repeat = await post({ request: message('first'), idempotency_key: 'full-1' });
     expect(repeat.status).toBe(202);
     expect(repeat.body).toEqual({ id: first.body.id, created: false });
-    expect(await api.producer.queue.getPrioritizedCount()).toBe(4);
+    expect(await served.api.producer.queue.getPrioritizedCount()).toBe(4);
   });
 
   it('answers 404 not_found for an unknown route, and serves the OpenAPI document without a key', async () => {
@@ -255,7 +230,7 @@ describe('HTTP API: errors', () => {
   it('answers 503 redis_unavailable when Redis does not answer', async () => {
     const down = await startHttpApi({
       config: resolveConfig({
-        flags: { queue: 'q', prefix: names.prefix, redisUrl: 'redis://127.0.0.1:1' },
+        flags: { queue: 'q', prefix: served.names.prefix, redisUrl: 'redis://127.0.0.1:1' },
         env: {},
       }),
       apiKeys: API_KEYS,
@@ -337,14 +312,18 @@ describe('HTTP API: jobs', () => {
     expect(cancelled.status).toBe(200);
     expect(cancelled.body).toEqual({ id: body.id, state: 'cancelled' });
     expect((await call('GET', `/v1/jobs/${body.id}`)).status).toBe(404);
-    expect(await api.producer.queue.count()).toBe(0);
+    expect(await served.api.producer.queue.count()).toBe(0);
 
     const held = await post({ request: message('hold') });
     const done = await post({ request: message('quick') });
     const w = startEchoWorker();
     try {
-      await until(async () => (await api.producer.queue.getJobState(held.body.id)) === 'active');
-      await until(async () => (await api.producer.queue.getJobState(done.body.id)) === 'completed');
+      await until(
+        async () => (await served.api.producer.queue.getJobState(held.body.id)) === 'active',
+      );
+      await until(
+        async () => (await served.api.producer.queue.getJobState(done.body.id)) === 'completed',
+      );
       const active = await call('DELETE', `/v1/jobs/${held.body.id}`);
       expect(active.status).toBe(409);
       expect(active.body.error).toMatchObject({
@@ -371,10 +350,15 @@ describe('llmq serve', () => {
     `;
     const child = spawn(
       process.execPath,
-      tsxEval(script, ['serve', '--port', '0', '--queue', names.queue]),
+      tsxEval(script, ['serve', '--port', '0', '--queue', served.names.queue]),
       {
         cwd: process.cwd(),
-        env: { ...process.env, REDIS_URL, LLMQ_PREFIX: names.prefix, LLMQ_API_KEYS: API_KEYS },
+        env: {
+          ...process.env,
+          REDIS_URL,
+          LLMQ_PREFIX: served.names.prefix,
+          LLMQ_API_KEYS: API_KEYS,
+        },
       },
     );
     let out = '';
@@ -445,15 +429,15 @@ describe('HTTP API: via and deadline', () => {
         /context of 200000/,
       ],
     ];
-    const batchBound = await api.producer.batchJobs.queue.count();
+    const batchBound = await served.api.producer.batchJobs.queue.count();
     for (const [extra, field, message_] of cases) {
       const r = await post({ request: message('never added'), ...extra });
       expect(r.status, JSON.stringify(extra)).toBe(400);
       expect(r.body.error).toMatchObject({ code: 'invalid_request', field });
       expect(r.body.error.message).toMatch(message_);
     }
-    expect(await api.producer.queue.count()).toBe(0);
-    expect(await api.producer.batchJobs.queue.count()).toBe(batchBound);
+    expect(await served.api.producer.queue.count()).toBe(0);
+    expect(await served.api.producer.batchJobs.queue.count()).toBe(batchBound);
   });
 });
 
@@ -461,18 +445,20 @@ describe('HTTP API: retry_for', () => {
   it('keeps a job’s retry_for as its retryForMs, and answers 400 naming the field for a bad one', async () => {
     const r = await post({ request: message('Patient.'), retry_for: '30m' });
     expect(r.status).toBe(202);
-    expect((await api.producer.queue.getJob(r.body.id))!.data.retryForMs).toBe(1_800_000);
+    expect((await served.api.producer.queue.getJob(r.body.id))!.data.retryForMs).toBe(1_800_000);
     const zero = await post({ request: message('Counting.'), retry_for: '0' });
-    expect((await api.producer.queue.getJob(zero.body.id))!.data.retryForMs).toBe(0);
+    expect((await served.api.producer.queue.getJob(zero.body.id))!.data.retryForMs).toBe(0);
     // Without it, the job carries none: the worker's setting applies.
     const plain = await post({ request: message('Default.') });
-    expect((await api.producer.queue.getJob(plain.body.id))!.data.retryForMs).toBeUndefined();
-    const before = await api.producer.queue.count();
+    expect(
+      (await served.api.producer.queue.getJob(plain.body.id))!.data.retryForMs,
+    ).toBeUndefined();
+    const before = await served.api.producer.queue.count();
     for (const bad of ['forever', '600', '8d', 30]) {
       const refused = await post({ request: message('never added'), retry_for: bad });
       expect(refused.status, JSON.stringify(bad)).toBe(400);
       expect(refused.body.error).toMatchObject({ code: 'invalid_request', field: 'retry_for' });
     }
-    expect(await api.producer.queue.count()).toBe(before);
+    expect(await served.api.producer.queue.count()).toBe(before);
   });
 });

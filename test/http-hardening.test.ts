@@ -1,14 +1,9 @@
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
-import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
 import { Producer } from '../producer/producer.ts';
-import { resolveConfig } from '../shared/config.ts';
 import { RequestValidationError } from '../shared/errors.ts';
-import type { QueueNames } from '../shared/keys.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
 import { API_VERSION } from './fixtures/gateway.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+import { jobCount, postJson, serveForFile } from './fixtures/http-api.ts';
 
 const ACME = 'sk-harden-acme-0123456789';
 const BETA = 'sk-harden-beta-0123456789';
@@ -20,31 +15,11 @@ const KEYS = [
   `gamma:${hashApiKey(GAMMA)} count-tokens-rpm=1`,
 ].join('\n');
 
-let redis: Redis;
-let names: QueueNames;
-let mock: MockAnthropicHandle;
-let api: HttpApi;
-
-beforeAll(async () => {
-  redis = newRedis();
-  names = testNames('harden');
-  mock = await startMockAnthropic();
-  api = await startHttpApi({
-    config: resolveConfig({
-      flags: { queue: names.queue, prefix: names.prefix, redisUrl: REDIS_URL },
-      env: { ANTHROPIC_API_KEY: 'sk-provider', ANTHROPIC_BASE_URL: mock.url },
-    }),
-    apiKeys: KEYS,
-    port: 0,
-    // Three tenants share 6 count_tokens calls a minute: 2 each, unless the keys file says.
-    gateway: { countTokensRpm: 6 },
-  });
-});
-afterAll(async () => {
-  await api?.close();
-  await mock?.close();
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+const served = serveForFile('harden', {
+  mock: true,
+  apiKeys: KEYS,
+  // Three tenants share 6 count_tokens calls a minute: 2 each, unless the keys file says.
+  gateway: { countTokensRpm: 6 },
 });
 
 const message = (text = 'Say hi.') => ({
@@ -56,26 +31,17 @@ const message = (text = 'Say hi.') => ({
 /** `{"a":{"a":…1…}}`, `depth` objects deep. */
 const nested = (depth: number) => `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`;
 
-async function post(path: string, body: string, headers: Record<string, string>) {
-  const res = await fetch(`${api.url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body,
-  });
-  // biome-ignore lint/suspicious/noExplicitAny: JSON bodies of many shapes, read by tests
-  return { status: res.status, headers: res.headers, body: (await res.json()) as any };
-}
+const post = (path: string, body: string, headers: Record<string, string>) =>
+  postJson(served.api, path, body, headers);
 const job = (body: unknown, key = ACME) =>
   post('/v1/jobs', JSON.stringify(body), { authorization: `Bearer ${key}` });
 const gateway = (body: unknown, headers: Record<string, string> = {}, key = ACME) =>
   post('/v1/messages', JSON.stringify(body), { 'x-api-key': key, ...API_VERSION, ...headers });
-const jobCount = async () =>
-  Object.values(await api.producer.queue.getJobCounts()).reduce((a, b) => a + b, 0);
 
 describe('input bounds', () => {
   it('a body nested 10,000 deep is a 400 naming the field on every route, and adds nothing', async () => {
     const deep = `{"request":{"model":"claude-test","max_tokens":5,"metadata":${nested(10_000)},"messages":[{"role":"user","content":"hi"}]}}`;
-    const before = await jobCount();
+    const before = await jobCount(served.api);
     const viaJobs = await post('/v1/jobs', deep, { authorization: `Bearer ${ACME}` });
     expect(viaJobs.status).toBe(400);
     expect(viaJobs.body.error).toMatchObject({
@@ -89,11 +55,11 @@ describe('input bounds', () => {
       expect(res.body.error).toMatchObject({ type: 'invalid_request_error' });
       expect(res.body.error.message).toMatch(/^a\.a\.a.*nested more than 64 levels deep/);
     }
-    expect(await jobCount()).toBe(before);
+    expect(await jobCount(served.api)).toBe(before);
   });
 
   it('the library refuses a request nested too deep before it recurses into it', () => {
-    const producer = new Producer({ redis, names });
+    const producer = new Producer({ redis: served.redis, names: served.names });
     const request = { ...message(), metadata: JSON.parse(nested(10_000)) };
     expect(() => producer.prepare(request)).toThrow(RequestValidationError);
     expect(() => producer.prepare(request)).toThrow(/metadata\.a\.a.*nested more than 64/);
@@ -102,7 +68,7 @@ describe('input bounds', () => {
 
 describe('idempotency keys', () => {
   it('keys with lone surrogates are refused with a 400 that says so, never mapped to one job', async () => {
-    const before = await jobCount();
+    const before = await jobCount(served.api);
     for (const key of ['k\ud800', 'k\udbff']) {
       const res = await job({ request: message(), idempotency_key: key });
       expect(res.status).toBe(400);
@@ -113,7 +79,7 @@ describe('idempotency keys', () => {
     const replaced = await job({ request: message(), idempotency_key: 'k\uFFFD' });
     expect(replaced.status).toBe(400);
     expect(replaced.body.error.message).toMatch(/must be valid UTF-8 without U\+FFFD/);
-    expect(await jobCount()).toBe(before);
+    expect(await jobCount(served.api)).toBe(before);
   });
 });
 
@@ -132,7 +98,7 @@ describe('credentials', () => {
     // The same key twice is one credential.
     const same = { authorization: `Bearer ${ACME}`, 'x-api-key': ACME };
     expect((await post('/v1/jobs', JSON.stringify({ request: message() }), same)).status).toBe(202);
-    await api.producer.queue.obliterate({ force: true });
+    await served.api.producer.queue.obliterate({ force: true });
   });
 });
 
@@ -146,26 +112,26 @@ describe('per-tenant limits from the keys file', () => {
     expect(third.body.error.message).toMatch(/tenant "acme" .*is full \(2 waiting, bound 2\)/);
     expect(third.headers.get('retry-after')).toBe('1');
     expect((await job({ request: message('from beta') }, BETA)).status).toBe(202);
-    await api.producer.queue.obliterate({ force: true });
+    await served.api.producer.queue.obliterate({ force: true });
   });
 
   it("a tenant's bound on waiting bytes refuses it with 429 and leaves nothing behind", async () => {
     const big = (i: number) => message(`${i} ${'x'.repeat(900)}`);
     expect((await job({ request: big(1) }, BETA)).status).toBe(202);
     expect((await job({ request: big(2) }, BETA)).status).toBe(202);
-    const before = await jobCount();
+    const before = await jobCount(served.api);
     const full = await job({ request: big(3) }, BETA);
     expect(full.status).toBe(429);
     expect(full.body.error.message).toMatch(
       /tenant "beta" .*is full \(.* KB of requests waiting, bound 3 KB\)/,
     );
-    expect(await jobCount()).toBe(before);
+    expect(await jobCount(served.api)).toBe(before);
     // A request that could never fit under the bound is a 400, not a retry forever.
     const huge = await job({ request: message('y'.repeat(5_000)) }, BETA);
     expect(huge.status).toBe(400);
     expect(huge.body.error).toMatchObject({ code: 'invalid_request', field: 'request' });
     expect(huge.body.error.message).toMatch(/more than tenant "beta" .* holds at once/);
-    await api.producer.queue.obliterate({ force: true });
+    await served.api.producer.queue.obliterate({ force: true });
   });
 
   it('a key asking more urgent than its max-priority is refused with 403, on both APIs', async () => {
@@ -179,8 +145,8 @@ describe('per-tenant limits from the keys file', () => {
     // At or below its max it is taken as asked.
     const ok = await job({ request: message(), priority: 'batch' });
     expect(ok.status).toBe(202);
-    expect((await api.producer.queue.getJob(ok.body.id))?.data.priority).toBe(1_000);
-    await api.producer.queue.obliterate({ force: true });
+    expect((await served.api.producer.queue.getJob(ok.body.id))?.data.priority).toBe(1_000);
+    await served.api.producer.queue.obliterate({ force: true });
   });
 
   it("count_tokens budgets are per tenant: one tenant's calls do not spend another's", async () => {

@@ -1,41 +1,21 @@
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard } from '../dashboard/server.ts';
 import { hashApiKey } from '../producer/http/api-keys.ts';
-import { type HttpApi, startHttpApi } from '../producer/http/server.ts';
-import { resolveConfig } from '../shared/config.ts';
-import type { QueueNames } from '../shared/keys.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
+import { serveForFile } from './fixtures/http-api.ts';
 
 const KEY = 'sk-limits-0123456789';
 
-let redis: Redis;
-let names: QueueNames;
-let api: HttpApi;
-let port: number;
-
-beforeAll(async () => {
-  redis = newRedis();
-  names = testNames('limits');
-  api = await startHttpApi({
-    config: resolveConfig({
-      flags: { queue: names.queue, prefix: names.prefix, redisUrl: REDIS_URL },
-      env: {},
-    }),
-    apiKeys: `acme:${hashApiKey(KEY)}`,
-    port: 0,
-    limits: { headersTimeoutMs: 500 },
-    // Every client here is this machine: the throttle of guesses per address stays out of it.
-    authThrottle: { maxFailures: 10_000 },
-  });
-  port = Number(new URL(api.url).port);
+const served = serveForFile('limits', {
+  apiKeys: `acme:${hashApiKey(KEY)}`,
+  limits: { headersTimeoutMs: 500 },
+  // Every client here is this machine: the throttle of guesses per address stays out of it.
+  authThrottle: { maxFailures: 10_000 },
 });
-afterAll(async () => {
-  await api?.close();
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
+let port: number;
+beforeAll(() => {
+  port = Number(new URL(served.api.url).port);
 });
 
 /** A client that sends `head` and then nothing more; resolves what it read once the server closed it. */
@@ -57,7 +37,7 @@ const slowBody = (path: string, auth: string) =>
   `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${auth}Content-Length: 1000000\r\n\r\n{"request":`;
 
 const keyed = () =>
-  fetch(`${api.url}/v1/jobs`, {
+  fetch(`${served.api.url}/v1/jobs`, {
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({
@@ -102,8 +82,8 @@ describe('llmq serve under clients that hold connections', () => {
 describe('the dashboard under clients that hold connections', () => {
   it('a write without credentials is answered 401 and closed before its body is read', async () => {
     const dashboard = await startDashboard({
-      redis,
-      prefix: names.prefix,
+      redis: served.redis,
+      prefix: served.names.prefix,
       port: 0,
       auth: { token: 'dash-limits-token' },
       authThrottle: { freeFailures: 10_000 },
@@ -111,7 +91,9 @@ describe('the dashboard under clients that hold connections', () => {
     try {
       port = Number(new URL(dashboard.baseUrl).port);
       const clients = await Promise.all(
-        Array.from({ length: 20 }, () => holder(slowBody(`/api/queues/${names.queue}/add`, ''))),
+        Array.from({ length: 20 }, () =>
+          holder(slowBody(`/api/queues/${served.names.queue}/add`, '')),
+        ),
       );
       for (const text of await Promise.all(clients.map((c) => c.closed)))
         expect(text).toMatch(/^HTTP\/1\.1 401 /);
@@ -120,7 +102,7 @@ describe('the dashboard under clients that hold connections', () => {
       });
       expect(ok.status).toBe(200);
     } finally {
-      port = Number(new URL(api.url).port);
+      port = Number(new URL(served.api.url).port);
       await dashboard.close();
     }
   });

@@ -1,21 +1,11 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EstimateLearning } from '../shared/estimate-learning.ts';
 import { JOB_NAME } from '../shared/job.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
-import {
-  allCompleted,
-  openPool,
-  type Pool,
-  request,
-  settledInputs,
-} from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request, settledInputs } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 // The provider counts input unlike llmq's estimate: characters / 3.6 + 7 a message.
 const DIFFERING = { charsPerToken: 3.6, perMessageTokens: 7 };
@@ -26,7 +16,7 @@ const texts = (n: number, from: number) =>
 
 describe('estimates that learn', () => {
   it('reserves what the provider counts after 50 calls (accuracy ≥ 90%), with zero 429s', async () => {
-    pool = await openPool('learn', {
+    const pool = await openTestPool('learn', {
       latencyMs: 5,
       ...DIFFERING,
       windowMs: 60_000,
@@ -57,7 +47,7 @@ describe('estimates that learn', () => {
   });
 
   it('reserves a count from count_tokens as is and learns nothing from it', async () => {
-    pool = await openPool('learncount', { latencyMs: 5, ...DIFFERING });
+    const pool = await openTestPool('learncount', { latencyMs: 5, ...DIFFERING });
     const learning = new EstimateLearning({ redis: pool.redis, names: pool.names });
     const req = texts(1, 3)[0]!;
     const estimate = pool.producer.prepare(req).cost.inputTokens;
@@ -84,7 +74,12 @@ describe('estimates that learn', () => {
     // ~200): as the provider counts them (~154 each) they need two windows.
     const windowMs = 2_000;
     const limits = { inputTokens: 1_000 };
-    pool = await openPool('learnbands', { latencyMs: 200, ...DIFFERING, windowMs, limits });
+    const pool = await openTestPool('learnbands', {
+      latencyMs: 200,
+      ...DIFFERING,
+      windowMs,
+      limits,
+    });
     const model = 'claude-test-1';
     const learning = new EstimateLearning({ redis: pool.redis, names: pool.names });
     const shorts = Array.from({ length: 30 }, (_, i) => request(`Say hello #${i}`));
