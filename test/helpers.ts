@@ -55,6 +55,41 @@ export function testLimiter(
   return new Limiter({ windowMs: 10_000, headroom: 0, ...options });
 }
 
+/** Where a limiter test's injected clock starts (ms). */
+export const CLOCK_START = 1_700_000_000_000;
+
+/** A limiter test's Redis, names and clock, fresh for each test (see {@link eachTestLimiter}). */
+export interface LimiterBed {
+  redis: Redis;
+  names: QueueNames;
+  /** The injected clock's time: a test moves it (`bed.now += 1_000`). */
+  now: number;
+  /** A testLimiter on this test's Redis, names and clock: the file's defaults, then `options`. */
+  make(options?: Partial<LimiterOptions>): Limiter;
+}
+
+/**
+ * Gives each test of the file a Redis connection and names of its own (as eachTestRedis) and a
+ * clock at CLOCK_START, with `make` building limiters on them.
+ */
+export function eachTestLimiter(label: string, defaults: Partial<LimiterOptions> = {}): LimiterBed {
+  const bed = { now: CLOCK_START } as LimiterBed;
+  eachTestRedis(label, (redis, names) => {
+    bed.redis = redis;
+    bed.names = names;
+    bed.now = CLOCK_START;
+  });
+  bed.make = (options = {}) =>
+    testLimiter({
+      redis: bed.redis,
+      names: bed.names,
+      clock: () => bed.now,
+      ...defaults,
+      ...options,
+    });
+  return bed;
+}
+
 /** Node's arguments to run `llmq …args` from source (no build needed); run them in the project's root. */
 export function llmqFromSource(args: readonly string[]): string[] {
   return ['--import', 'tsx', 'scripts/cli/main.ts', ...args];

@@ -1,28 +1,10 @@
-import type { Redis } from 'ioredis';
-import { beforeEach, describe, expect, it } from 'vitest';
-import type { QueueNames } from '../shared/keys.ts';
-import { Limiter, type LimiterOptions } from '../shared/limiter/limiter.ts';
-import { acquireMany, eachTestRedis, settle, start, testLimiter } from './helpers.ts';
+import { describe, expect, it } from 'vitest';
+import { Limiter } from '../shared/limiter/limiter.ts';
+import { acquireMany, eachTestLimiter, settle, start } from './helpers.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let t: number;
+const bed = eachTestLimiter('lim');
 
-eachTestRedis('lim', (r, n) => {
-  redis = r;
-  names = n;
-});
-beforeEach(() => {
-  t = 1_700_000_000_000;
-});
-
-const make = (o: Partial<LimiterOptions> = {}) =>
-  testLimiter({
-    redis,
-    names,
-    clock: () => t,
-    ...o,
-  });
+const make = bed.make;
 const cost = (inputTokens: number, outputTokens: number) => ({
   requests: 1,
   inputTokens,
@@ -37,7 +19,7 @@ describe('limiter basics', () => {
     if (a.ok) await settle(lim, a.reservation, { inputTokens: 100, outputTokens: 300 });
     const b = await lim.tryAcquire(cost(200, 300));
     expect(b.ok).toBe(true);
-    t += 2_000;
+    bed.now += 2_000;
     const c = await lim.tryAcquire(cost(100, 300));
     expect(c).toMatchObject({ ok: false, reason: 'budget', scope: 'global', dimension: 'tokens' });
     // The first reservation was stamped at settle (t0) and leaves the window at t0 + 10 s.
@@ -58,27 +40,27 @@ describe('taking back the room our own calls free', () => {
   it('a stamped call’s room is ours again the moment the provider’s window drops it', async () => {
     // The defaults, as a worker runs: the window is the provider's and no more.
     const lim = new Limiter({
-      redis,
-      names,
+      redis: bed.redis,
+      names: bed.names,
       windowMs: 10_000,
       headroom: 0,
       limits: { tokens: 1_000 },
-      clock: () => t,
+      clock: () => bed.now,
     });
     const first = await lim.tryAcquire(cost(400, 600));
     if (!first.ok) throw new Error(`expected admission, got ${JSON.stringify(first)}`);
     // The response begins 5 ms after the provider admitted the call: the stamp is that late.
-    t += 5;
+    bed.now += 5;
     await start(lim, first.reservation);
     await settle(lim, first.reservation, { inputTokens: 400, outputTokens: 600 });
     // The provider counted the call from its admission, before the stamp: its window drops it
     // 5 ms before ours does. Any later, and another client on the key may take that room
     // first (what every traced 429 beside a neighbour was).
-    t += 10_000 - 5;
+    bed.now += 10_000 - 5;
     const denied = await lim.tryAcquire(cost(400, 600));
     expect(denied).toMatchObject({ ok: false, reason: 'budget' });
     expect(denied.ok ? 0 : denied.waitMs).toBeLessThanOrEqual(6);
-    t += 5;
+    bed.now += 5;
     expect((await lim.tryAcquire(cost(400, 600))).ok).toBe(true);
     await lim.close();
   });
@@ -93,13 +75,15 @@ describe('limiter memory', () => {
       if (!d.ok) throw new Error('expected admission');
       await settle(lim, d.reservation, { inputTokens: 1, outputTokens: 1 });
     }
-    expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(1_200);
-    t += 10_001;
+    expect(await bed.redis.zcard(`${bed.names.prefix}:{${bed.names.queue}}:limiter:log`)).toBe(
+      1_200,
+    );
+    bed.now += 10_001;
     await lim.prune();
     const snap = await lim.snapshot();
     expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(0);
-    expect(await redis.zcard(`${names.prefix}:{${names.queue}}:limiter:log`)).toBe(0);
-    expect(await redis.hlen(`${names.prefix}:{${names.queue}}:limiter:res`)).toBe(0);
+    expect(await bed.redis.zcard(`${bed.names.prefix}:{${bed.names.queue}}:limiter:log`)).toBe(0);
+    expect(await bed.redis.hlen(`${bed.names.prefix}:{${bed.names.queue}}:limiter:res`)).toBe(0);
   });
 });
 
@@ -131,7 +115,7 @@ describe('one admission, one taker', () => {
     const taken = await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' });
     expect(taken.ok).toBe(true);
     // Else a second later the hold lapses: its taker had its chance.
-    t += 1_001;
+    bed.now += 1_001;
     expect((await lim.tryAcquire({ ...cost(10, 10), take: 'job-1' })).ok).toBe(true);
   });
 });

@@ -1,21 +1,8 @@
-import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
-import type { QueueNames } from '../shared/keys.ts';
-import type { LimiterOptions } from '../shared/limiter/limiter.ts';
-import { acquireMany, eachTestRedis, nextTurn, settle, start, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestLimiter, nextTurn, settle, start, testLimiter } from './helpers.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let t: number;
-
-eachTestRedis('batch', (r, n) => {
-  redis = r;
-  names = n;
-});
-beforeEach(() => {
-  t = 1_700_000_000_000;
-});
+const bed = eachTestLimiter('batch');
 
 /** Counts the commands sent from where a test starts it; restored after each test. */
 let counter: Awaited<ReturnType<typeof countRedisCommands>> | undefined;
@@ -25,8 +12,7 @@ afterEach(() => {
 });
 const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
 
-const make = (o: Partial<LimiterOptions> = {}) =>
-  testLimiter({ redis, names, clock: () => t, ...o });
+const make = bed.make;
 const cost = (inputTokens: number, outputTokens: number) => ({
   requests: 1,
   inputTokens,
@@ -101,7 +87,7 @@ describe('settles, releases and stamps of calls that end together', () => {
     // Every command the limiter's connection sends while the three end (counted on their way to
     // Redis, which runs them as usual).
     const sent: string[] = [];
-    const conn = redis as unknown as { sendCommand: (c: { name: string }) => unknown };
+    const conn = bed.redis as unknown as { sendCommand: (c: { name: string }) => unknown };
     const send = conn.sendCommand;
     conn.sendCommand = function (this: unknown, c: { name: string }) {
       sent.push(c.name);
@@ -156,10 +142,10 @@ describe('settles, releases and stamps of calls that end together', () => {
   it('stamps several reservations at once', async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const got = await acquireMany(lim, cost(100, 100), { more: [cost(100, 100)] });
-    t += 1_000;
+    bed.now += 1_000;
     await Promise.all(got.map((r) => start(lim, r)));
     // Stamped at t0 + 1 s, they leave the window at t0 + 11 s (not at their lease's end).
-    t += 10_000;
+    bed.now += 10_000;
     const d = await lim.tryAcquire(cost(500, 500));
     expect(d.ok).toBe(true);
   });
@@ -170,14 +156,14 @@ describe('what a call tells the limiter goes in order, in one command', () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const [a] = await acquireMany(lim, cost(300, 300));
     counter = await countRedisCommands();
-    t += 1_000;
+    bed.now += 1_000;
     const call = lim.call(a!);
     await Promise.all([call.begin(), call.succeeded({ inputTokens: 300, outputTokens: 300 })]);
     expect(sent('record')).toBe(1);
     // Stamped at t0 + 1 s, it leaves the window at t0 + 11 s, not at its lease's end (t0 + 30 s).
-    t += 9_999;
+    bed.now += 9_999;
     expect(await lim.tryAcquire(cost(500, 500))).toMatchObject({ ok: false, reason: 'budget' });
-    t += 1;
+    bed.now += 1;
     expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
   });
 
@@ -186,11 +172,11 @@ describe('what a call tells the limiter goes in order, in one command', () => {
     const [a] = await acquireMany(lim, cost(400, 400));
     counter = await countRedisCommands();
     const pausedUntil = await lim.call(a!).failed({ pauseMs: 2_000, charged: false });
-    expect(pausedUntil).toBe(t + 2_000);
+    expect(pausedUntil).toBe(bed.now + 2_000);
     expect(sent('record')).toBe(1);
     // The budget is back, but nobody is admitted while the pause holds.
     expect(await lim.tryAcquire(cost(500, 500))).toMatchObject({ ok: false, reason: 'paused' });
-    t += 2_000;
+    bed.now += 2_000;
     expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
   });
 
@@ -232,9 +218,14 @@ describe('settles wait a moment for others', () => {
   });
 
   it('close sends the settles still waiting, ahead of what the connection sends next', async () => {
-    const conn = redis.duplicate();
+    const conn = bed.redis.duplicate();
     try {
-      const lim = testLimiter({ redis: conn, names, clock: () => t, limits: { tokens: 10_000 } });
+      const lim = testLimiter({
+        redis: conn,
+        names: bed.names,
+        clock: () => bed.now,
+        limits: { tokens: 10_000 },
+      });
       const [a] = await acquireMany(lim, cost(100, 100));
       const settled = settle(lim, a!, { inputTokens: 50, outputTokens: 100 });
       await lim.close();

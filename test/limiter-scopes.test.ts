@@ -1,35 +1,17 @@
-import type { Redis } from 'ioredis';
-import { beforeEach, describe, expect, it } from 'vitest';
-import type { QueueNames } from '../shared/keys.ts';
-import type { LimiterOptions } from '../shared/limiter/limiter.ts';
+import { describe, expect, it } from 'vitest';
 import type { Dimension, LimiterSnapshot } from '../shared/limiter/types.ts';
-import { acquireMany, eachTestRedis, settle, testLimiter } from './helpers.ts';
+import { acquireMany, eachTestLimiter, settle } from './helpers.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let t: number;
-
-eachTestRedis('limscope', (r, n) => {
-  redis = r;
-  names = n;
-});
-beforeEach(() => {
-  t = 1_700_000_000_000;
+const bed = eachTestLimiter('limscope', {
+  limits: { tokens: 1_000, requests: 10 },
+  scopes: {
+    'tenant:a': { tokens: 400 },
+    'tenant:b': { tokens: 400, requests: 2 },
+    'team:x': { tokens: 300 },
+  },
 });
 
-const make = (o: Partial<LimiterOptions> = {}) =>
-  testLimiter({
-    redis,
-    names,
-    clock: () => t,
-    limits: { tokens: 1_000, requests: 10 },
-    scopes: {
-      'tenant:a': { tokens: 400 },
-      'tenant:b': { tokens: 400, requests: 2 },
-      'team:x': { tokens: 300 },
-    },
-    ...o,
-  });
+const make = bed.make;
 const cost = (inputTokens: number, outputTokens: number) => ({
   requests: 1,
   inputTokens,
@@ -111,7 +93,7 @@ describe('nested scopes', () => {
       scope: 'tenant:b',
       dimension: 'requests',
     });
-    t += 10_001;
+    bed.now += 10_001;
     expect(await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:b'] })).toMatchObject({
       ok: true,
     });

@@ -1,30 +1,13 @@
-import type { Redis } from 'ioredis';
-import { beforeEach, describe, expect, it } from 'vitest';
-import type { QueueNames } from '../shared/keys.ts';
-import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
+import { describe, expect, it } from 'vitest';
+import type { Limiter } from '../shared/limiter/limiter.ts';
 import type { Dimension, Reservation } from '../shared/limiter/types.ts';
-import { eachTestRedis, keep, settle, start, testLimiter } from './helpers.ts';
+import { eachTestLimiter, keep, settle, start } from './helpers.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let t: number;
-
-eachTestRedis('limsettle', (r, n) => {
-  redis = r;
-  names = n;
-});
-beforeEach(() => {
-  t = 1_700_000_000_000;
+const bed = eachTestLimiter('limsettle', {
+  limits: { inputTokens: 1_000, outputTokens: 1_000, tokens: 2_000 },
 });
 
-const make = (o: Partial<LimiterOptions> = {}) =>
-  testLimiter({
-    redis,
-    names,
-    clock: () => t,
-    limits: { inputTokens: 1_000, outputTokens: 1_000, tokens: 2_000 },
-    ...o,
-  });
+const make = bed.make;
 const cost = (inputTokens: number, outputTokens: number) => ({
   requests: 1,
   inputTokens,
@@ -86,7 +69,7 @@ describe('settling a reservation', () => {
   it('keeps the estimate charged on keep: no usage came back, the provider may have counted it', async () => {
     const lim = make({ concurrency: 1 });
     const r = await admitted(lim, cost(600, 400));
-    t += 1_000;
+    bed.now += 1_000;
     await keep(lim, r);
     expect(await used(lim, 'inputTokens')).toBe(600);
     expect(await used(lim, 'outputTokens')).toBe(400);
@@ -94,7 +77,7 @@ describe('settling a reservation', () => {
     const d = await lim.tryAcquire(cost(500, 100));
     expect(d).toMatchObject({ ok: false, reason: 'budget', dimension: 'inputTokens' });
     if (!d.ok) expect(d.waitMs).toBe(10_000);
-    t += 10_000;
+    bed.now += 10_000;
     expect(await lim.tryAcquire(cost(500, 100))).toMatchObject({ ok: true });
   });
 
@@ -129,14 +112,14 @@ describe('settling a reservation', () => {
     const lim = make({ outputAccounting: 'actual' });
     const r = await admitted(lim, cost(100, 900));
     await start(lim, r);
-    t += 4_000;
+    bed.now += 4_000;
     expect(await settle(lim, r, { inputTokens: 100, outputTokens: 50 })).toMatchObject({
       outputDelta: -850,
     });
     expect(await used(lim, 'outputTokens')).toBe(50);
     expect(await lim.tryAcquire(cost(100, 900))).toMatchObject({ ok: true });
     // The provider counted it at admission: it left a window after it began; the second stays.
-    t += 6_000;
+    bed.now += 6_000;
     expect(await used(lim, 'outputTokens')).toBe(900);
   });
 
@@ -146,7 +129,7 @@ describe('settling a reservation', () => {
     await start(lim, r);
     // The response streams for three windows, its lease renewed as it goes.
     for (let i = 0; i < 12; i++) {
-      t += 2_500;
+      bed.now += 2_500;
       expect(await lim.renew(r)).toBe(true);
     }
     expect(await lim.tryAcquire(cost(100, 200))).toMatchObject({
@@ -171,7 +154,7 @@ describe('settling a reservation', () => {
     const r = await admitted(lim, cost(900, 900));
     // The response begins now (the provider counted the input by then) and streams for 4 s.
     await start(lim, r);
-    t += 4_000;
+    bed.now += 4_000;
     expect(await settle(lim, r, { inputTokens: 700, outputTokens: 600 })).toEqual({
       known: true,
       inputDelta: -200,
@@ -182,7 +165,7 @@ describe('settling a reservation', () => {
     const d = await lim.tryAcquire(cost(400, 100));
     expect(d).toMatchObject({ ok: false, reason: 'budget', dimension: 'inputTokens' });
     if (!d.ok) expect(d.waitMs).toBe(6_000);
-    t += 6_000;
+    bed.now += 6_000;
     expect(await used(lim, 'inputTokens')).toBe(0);
     expect(await used(lim, 'requests')).toBe(0);
     // The output stays until a window after the call ended.
@@ -217,7 +200,7 @@ describe('settling a reservation', () => {
     // The refused call still holds its estimate, and the window frees all of it on time.
     expect(await used(lim, 'inputTokens')).toBe(220);
     await keep(lim, b);
-    t += 61_000;
+    bed.now += 61_000;
     expect(await used(lim, 'inputTokens')).toBe(0);
     expect(await lim.tryAcquire(cost(900, 900))).toMatchObject({ ok: true });
   });

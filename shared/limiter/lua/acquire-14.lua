@@ -116,7 +116,7 @@ if redis.call('HEXISTS', run.res, ticket) == 1 then
   return { 0, lease - args.leaseMs, lease, extrasAdmitted }
 end
 
--- 2. A cost above a limit less headroom never fits.
+-- 2. A cost above a limit less headroom never fits (short_of, step 8, asks whether it fits now).
 for _, scope in ipairs(run.scopes) do
   for _, dim in ipairs(DIMS) do
     local _, _, most = limit_of(run, scope, dim)
