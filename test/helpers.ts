@@ -70,14 +70,18 @@ export interface LimiterBed {
 
 /**
  * Gives each test of the file a Redis connection and names of its own (as eachTestRedis) and a
- * clock at CLOCK_START, with `make` building limiters on them.
+ * clock at `start`, with `make` building limiters on them.
  */
-export function eachTestLimiter(label: string, defaults: Partial<LimiterOptions> = {}): LimiterBed {
-  const bed = { now: CLOCK_START } as LimiterBed;
+export function eachTestLimiter(
+  label: string,
+  defaults: Partial<LimiterOptions> = {},
+  start = CLOCK_START,
+): LimiterBed {
+  const bed = { now: start } as LimiterBed;
   eachTestRedis(label, (redis, names) => {
     bed.redis = redis;
     bed.names = names;
-    bed.now = CLOCK_START;
+    bed.now = start;
   });
   bed.make = (options = {}) =>
     testLimiter({
@@ -88,6 +92,20 @@ export function eachTestLimiter(label: string, defaults: Partial<LimiterOptions>
       ...options,
     });
   return bed;
+}
+
+/** The cost of one call of `inputTokens` in and `outputTokens` out. */
+export const callCost = (inputTokens: number, outputTokens = 0) => ({
+  requests: 1,
+  inputTokens,
+  outputTokens,
+});
+
+/** Admits `cost` at once, or fails the test with the limiter's answer. */
+export async function admitted(limiter: Limiter, cost: Charge): Promise<Reservation> {
+  const decision = await limiter.tryAcquire(cost);
+  if (!decision.ok) throw new Error(`expected admission, got ${JSON.stringify(decision)}`);
+  return decision.reservation;
 }
 
 /** Node's arguments to run `llmq …args` from source (no build needed); run them in the project's root. */

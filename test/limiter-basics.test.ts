@@ -1,15 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { acquireMany, eachTestLimiter, settle, start } from './helpers.ts';
+import { acquireMany, callCost, eachTestLimiter, settle, start } from './helpers.ts';
 
 const bed = eachTestLimiter('lim');
 
 const make = bed.make;
-const cost = (inputTokens: number, outputTokens: number) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
+const cost = callCost;
 
 describe('limiter basics', () => {
   it('admits until the window is full, then says how long to wait', async () => {

@@ -1,6 +1,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
-import { acquireMany, eachTestLimiter, nextTurn, settle, start, testLimiter } from './helpers.ts';
+import {
+  acquireMany,
+  callCost,
+  eachTestLimiter,
+  nextTurn,
+  settle,
+  start,
+  testLimiter,
+} from './helpers.ts';
 
 const bed = eachTestLimiter('batch');
 
@@ -13,11 +21,7 @@ afterEach(() => {
 const sent = (name: string) => counter?.snapshot().commands[`evalsha:llmq:${name}`] ?? 0;
 
 const make = bed.make;
-const cost = (inputTokens: number, outputTokens: number) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
+const cost = callCost;
 
 describe('acquireMany: the jobs behind the head in one round trip', () => {
   it('admits those behind in order while they fit, and stops at the first that does not', async () => {

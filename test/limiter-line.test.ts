@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
-import { eachTestRedis, testLimiter } from './helpers.ts';
+import { callCost, eachTestRedis, testLimiter } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -10,11 +10,7 @@ eachTestRedis('line', (r, n) => {
   names = n;
 });
 
-const cost = (inputTokens: number, outputTokens: number) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
+const cost = callCost;
 
 describe('a place in line its caller drives', () => {
   it('a denial is a value: the caller changes what it asks for, or leaves the line', async () => {

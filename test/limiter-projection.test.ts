@@ -1,9 +1,14 @@
-import type { Redis } from 'ioredis';
-import { beforeEach, describe, expect, it } from 'vitest';
-import type { QueueNames } from '../shared/keys.ts';
-import type { Limiter, LimiterOptions } from '../shared/limiter/limiter.ts';
-import type { Reservation } from '../shared/limiter/types.ts';
-import { acquireMany, eachTestRedis, rateHeaders, settle, start, testLimiter } from './helpers.ts';
+import { describe, expect, it } from 'vitest';
+import type { Limiter } from '../shared/limiter/limiter.ts';
+import {
+  acquireMany,
+  admitted,
+  callCost,
+  eachTestLimiter,
+  rateHeaders,
+  settle,
+  start,
+} from './helpers.ts';
 
 /*
  * The provider's view (docs/limiter.md): a reading is the provider's count when it admitted the
@@ -11,40 +16,19 @@ import { acquireMany, eachTestRedis, rateHeaders, settle, start, testLimiter } f
  * call only when it fits the projection as well as its own window.
  */
 
-let redis: Redis;
-let names: QueueNames;
-let t: number;
 const T0 = 1_800_000_000_000;
 const W = 10_000;
 
-eachTestRedis('proj', (r, n) => {
-  redis = r;
-  names = n;
-});
-beforeEach(() => {
-  t = T0;
-});
-
-const make = (o: Partial<LimiterOptions> = {}) =>
-  testLimiter({ redis, names, clock: () => t, windowMs: W, limits: { tokens: 4_000 }, ...o });
-const cost = (inputTokens: number, outputTokens = 0) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
-
-async function admitted(lim: Limiter, c: ReturnType<typeof cost>): Promise<Reservation> {
-  const d = await lim.tryAcquire(c);
-  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
-  return d.reservation;
-}
+const bed = eachTestLimiter('proj', { windowMs: W, limits: { tokens: 4_000 } }, T0);
+const make = bed.make;
+const cost = callCost;
 
 /** The tokens reading of a sliding window: reset one window after the call just admitted. */
 const windowReading = (remaining: number, limit = 4_000) =>
-  rateHeaders('tokens', limit, remaining, W, t);
+  rateHeaders('tokens', limit, remaining, W, bed.now);
 /** The tokens reading of a bucket: full again once what is missing has refilled. */
 const bucketReading = (remaining: number, limit = 4_000) =>
-  rateHeaders('tokens', limit, remaining, ((limit - remaining) * W) / limit, t);
+  rateHeaders('tokens', limit, remaining, ((limit - remaining) * W) / limit, bed.now);
 
 async function tokensView(lim: Limiter, d: 'tokens' | 'outputTokens' = 'tokens') {
   const global = (await lim.snapshot()).scopes.find((s) => s.scope === 'global')!;
@@ -76,9 +60,9 @@ describe('a window-shaped provider', () => {
     });
     await start(lim, await admitted(lim, cost(1_997)));
     // A window on, all the reading counted has left a window: only our own window is left.
-    t += W - 1;
+    bed.now += W - 1;
     expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
-    t += 1;
+    bed.now += 1;
     expect((await lim.tryAcquire(cost(4_000))).ok).toBe(true);
   });
 
@@ -86,14 +70,14 @@ describe('a window-shaped provider', () => {
     const lim = make();
     const a = await admitted(lim, cost(2_003));
     await start(lim, a);
-    t += 4_000;
+    bed.now += 4_000;
     const b = await admitted(lim, cost(997));
     // Another client's 500 beside our 3,000.
     await start(lim, b, windowReading(497));
     // When our first call leaves (6 s on), its 2,003 are free in the provider's window too.
     const d = await lim.tryAcquire(cost(2_000));
     expect(d).toMatchObject({ ok: false, waitMs: 6_000 });
-    t += 6_000;
+    bed.now += 6_000;
     expect((await lim.tryAcquire(cost(2_000))).ok).toBe(true);
     // The other client's 503 stay counted until the reading is a window old.
     expect((await lim.tryAcquire(cost(501))).ok).toBe(false);
@@ -118,7 +102,7 @@ describe('a window-shaped provider', () => {
     // where it agrees with our 3,700 left (another client may have spent up to 50).
     await start(lim, r, windowReading(3_700));
     expect(await tokensView(lim)).toMatchObject({ step: 100, providerRoom: 3_650 });
-    t += 1;
+    bed.now += 1;
     const b = await admitted(lim, cost(300));
     // 3,400 of ours left, the provider says 3,000: another client's spend, and the reading
     // may be 50 above the truth: its low end counts.
@@ -166,9 +150,9 @@ describe('a bucket-shaped provider', () => {
     const d = await lim.tryAcquire(cost(997));
     expect(d).toMatchObject({ ok: false, reason: 'budget' });
     if (!d.ok) expect(d.waitMs).toBe(2_493);
-    t += 2_492;
+    bed.now += 2_492;
     expect((await lim.tryAcquire(cost(997))).ok).toBe(false);
-    t += 1;
+    bed.now += 1;
     expect((await lim.tryAcquire(cost(997))).ok).toBe(true);
     expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
   });
@@ -189,14 +173,14 @@ describe('a bucket-shaped provider', () => {
     const lim = make();
     const r = await admitted(lim, cost(1_003));
     await start(lim, r, bucketReading(2_997));
-    t += 9_000;
+    bed.now += 9_000;
     // Full long ago: the bucket's capacity less what we took since the reading.
     const extra = await admitted(lim, cost(2_997));
     await settle(lim, extra, { inputTokens: 2_997, outputTokens: 0 });
     expect((await lim.tryAcquire(cost(1_004))).ok).toBe(false);
     expect((await lim.tryAcquire(cost(1_003))).ok).toBe(true);
     // A window after the reading it lapses: our window (all 5,003 in it) decides again.
-    t += 1_000;
+    bed.now += 1_000;
     expect((await lim.tryAcquire(cost(1))).ok).toBe(false);
   });
 
@@ -216,7 +200,7 @@ describe('a bucket-shaped provider', () => {
     const lim = make({ limits: { tokens: 1_521 } });
     // Readings rounded to 38: 999 left reads 988, then 401 left reads 418.
     await start(lim, await admitted(lim, cost(522)), bucketReading(988, 1_521));
-    t += 1;
+    bed.now += 1;
     await start(lim, await admitted(lim, cost(598)), bucketReading(418, 1_521));
     expect((await tokensView(lim)).step).toBe(38);
     // 418 may be 399 rounded up: 402 is more than the bucket may hold.
@@ -226,11 +210,11 @@ describe('a bucket-shaped provider', () => {
   it('takes no call begun after the reading’s call was sent as counted there', async () => {
     const lim = make();
     const a = await admitted(lim, cost(1_003));
-    t += 5;
+    bed.now += 5;
     const b = await admitted(lim, cost(1_000));
     // b, sent after a, begins first; then a's answer, sent 10 ms ago, with 2,997 left.
     await start(lim, b);
-    t += 5;
+    bed.now += 5;
     await start(lim, a, bucketReading(2_997), 10);
     // The provider may have admitted b after a: it is taken from the 2,997.
     expect((await tokensView(lim)).providerRoom).toBe(1_997);
@@ -241,15 +225,15 @@ describe('a bucket-shaped provider', () => {
   it('takes an older answer that comes last as news of when its call was sent', async () => {
     const lim = make();
     const a = await admitted(lim, cost(1_003));
-    t += 10;
+    bed.now += 10;
     const b = await admitted(lim, cost(1_000));
-    t += 10;
+    bed.now += 10;
     await start(lim, b, bucketReading(1_997), 10);
     // b's reading cannot tell whether a, not begun then, was admitted before it: it leaves
     // 998 (1,997, 4 refilled, less a). a's answer comes after b's, with what was left before
     // b; of readings of calls in flight together, the one that leaves less room stands: a
     // reading older than another client's spend would show room that is gone.
-    t += 10;
+    bed.now += 10;
     await start(lim, a, bucketReading(2_997), 30);
     expect((await tokensView(lim)).providerRoom).toBe(998);
   });
@@ -259,7 +243,7 @@ describe('a bucket-shaped provider', () => {
     // Both sent at once; the provider admits a, then b: 2,997 left after a, 1,994 after b.
     const a = await admitted(lim, cost(1_003));
     const b = await admitted(lim, cost(1_003));
-    t += 2;
+    bed.now += 2;
     await start(lim, a, bucketReading(2_997), 2);
     // a brought a reading: it was admitted before the newest reading, whichever that is, and
     // of the two the one that leaves less room stands: b's, which counted a.
@@ -272,13 +256,13 @@ describe('a bucket-shaped provider', () => {
   it('puts unused output given back into the bucket, which holds no more than its limit', async () => {
     const lim = make({ limits: { outputTokens: 4_000 }, outputAccounting: 'actual' });
     const r = await admitted(lim, cost(0, 1_001));
-    await start(lim, r, rateHeaders('output-tokens', 4_000, 2_999, 2_503, t));
+    await start(lim, r, rateHeaders('output-tokens', 4_000, 2_999, 2_503, bed.now));
     // 100 ms on, 900 of the 1,001 come back: 2,999 + 40 refilled + 900.
-    t += 100;
+    bed.now += 100;
     await settle(lim, r, { inputTokens: 0, outputTokens: 101 });
     expect((await tokensView(lim, 'outputTokens')).providerRoom).toBe(3_939);
     // Full 2.5 s later: what came back does not make it hold more.
-    t += 3_000;
+    bed.now += 3_000;
     expect((await tokensView(lim, 'outputTokens')).providerRoom).toBe(4_000);
   });
 
@@ -286,7 +270,7 @@ describe('a bucket-shaped provider', () => {
     const lim = make({ limits: { tokens: 2_000 } });
     const r = await admitted(lim, cost(1_500));
     await start(lim, r, bucketReading(2_500));
-    t += 5_000;
+    bed.now += 5_000;
     expect((await lim.tryAcquire(cost(501))).ok).toBe(false);
     expect((await lim.tryAcquire(cost(500))).ok).toBe(true);
   });
@@ -295,7 +279,7 @@ describe('a bucket-shaped provider', () => {
 describe('output counted as it is produced', () => {
   it("leaves the output of calls in flight to come, where 'actual' takes it as counted", async () => {
     const limits = { outputTokens: 4_000 };
-    const reading = rateHeaders('output-tokens', 4_000, 2_999, W, t);
+    const reading = rateHeaders('output-tokens', 4_000, 2_999, W, bed.now);
     const admittedCall = async (lim: Limiter) => {
       const a = await admitted(lim, cost(10, 1_000));
       await start(lim, a, reading);

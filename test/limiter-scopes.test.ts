@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Dimension, LimiterSnapshot } from '../shared/limiter/types.ts';
-import { acquireMany, eachTestLimiter, settle } from './helpers.ts';
+import { acquireMany, callCost, eachTestLimiter, settle } from './helpers.ts';
 
 const bed = eachTestLimiter('limscope', {
   limits: { tokens: 1_000, requests: 10 },
@@ -12,11 +12,7 @@ const bed = eachTestLimiter('limscope', {
 });
 
 const make = bed.make;
-const cost = (inputTokens: number, outputTokens: number) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
+const cost = callCost;
 const used = (snap: LimiterSnapshot, scope: string, dim: Dimension = 'tokens') =>
   snap.scopes.find((s) => s.scope === scope)?.dimensions[dim].used ?? 0;
 

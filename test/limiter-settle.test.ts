@@ -1,24 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { Limiter } from '../shared/limiter/limiter.ts';
-import type { Dimension, Reservation } from '../shared/limiter/types.ts';
-import { eachTestLimiter, keep, settle, start } from './helpers.ts';
+import type { Dimension } from '../shared/limiter/types.ts';
+import { admitted, callCost, eachTestLimiter, keep, settle, start } from './helpers.ts';
 
 const bed = eachTestLimiter('limsettle', {
   limits: { inputTokens: 1_000, outputTokens: 1_000, tokens: 2_000 },
 });
 
 const make = bed.make;
-const cost = (inputTokens: number, outputTokens: number) => ({
-  requests: 1,
-  inputTokens,
-  outputTokens,
-});
-
-async function admitted(lim: Limiter, c: ReturnType<typeof cost>): Promise<Reservation> {
-  const d = await lim.tryAcquire(c);
-  if (!d.ok) throw new Error(`expected admission, got ${JSON.stringify(d)}`);
-  return d.reservation;
-}
+const cost = callCost;
 
 async function used(lim: Limiter, dim: Dimension): Promise<number> {
   const snap = await lim.snapshot();
