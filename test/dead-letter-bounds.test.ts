@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
 import { startHttpApi } from '../producer/http/server.ts';
 import { Producer } from '../producer/producer.ts';
@@ -9,14 +9,16 @@ import { metricsKey } from '../shared/metrics.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import { deadLetterHeld, keepDeadLetter } from '../worker/dead-letter-bounds.ts';
 import { listDeadLetters, purgeDeadLetters, showDeadLetter } from '../worker/dead-letters.ts';
-import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
+import {
+  allCompleted,
+  type Pool,
+  poolsPerTest,
+  request,
+  runCli,
+} from './fixtures/worker-harness.ts';
 import { REDIS_URL, until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** A request of about `kb` KB of text, its own for each `i`. */
 const large = (i: number, kb = 40) =>
@@ -45,7 +47,7 @@ async function deadInTurn(
 
 describe('dead letters are bounded', () => {
   it('by the queue’s bytes: the oldest go, the drop is counted, a kept letter retries with its full request', async () => {
-    pool = await openPool('dlbytes', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('dlbytes', { spendCappedKeys: ['sk-capped'] });
     const requests = [0, 1, 2, 3].map((i) => large(i));
     const one = letterBytes(requests[0]);
     const capped = await pool.worker({
@@ -89,7 +91,7 @@ describe('dead letters are bounded', () => {
   });
 
   it('by a tenant’s bytes: that tenant’s oldest go, another tenant’s stay', async () => {
-    pool = await openPool('dltenant', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('dltenant', { spendCappedKeys: ['sk-capped'] });
     const requests = [0, 1, 2, 3].map((i) => large(i));
     const one = letterBytes(requests[0]);
     await pool.worker({
@@ -107,7 +109,7 @@ describe('dead letters are bounded', () => {
   });
 
   it('by age: letters older than the bound go when the next is kept, and are counted', async () => {
-    pool = await openPool('dlage');
+    const pool = await openTestPool('dlage');
     const bounds = { maxAgeMs: 60_000, maxBytes: 0, tenantMaxBytes: 0 };
     const add = async (id: string, at: number) => {
       await pool!.dlq.add(JOB_NAME, { jobId: id } as never, { jobId: id });
@@ -127,7 +129,7 @@ describe('dead letters are bounded', () => {
   });
 
   it('a tenant’s max-bytes counts its dead letters with what waits: full, it is refused, another tenant is not', async () => {
-    pool = await openPool('dlmax', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('dlmax', { spendCappedKeys: ['sk-capped'] });
     const requests = [0, 1, 2, 3].map((i) => large(i));
     const one = letterBytes(requests[0]);
     const producer = new Producer({
@@ -169,7 +171,7 @@ describe('dead letters are bounded', () => {
   });
 
   it('through the job API: a tenant whose dead letters fill its max-bytes gets 429, another gets 202', async () => {
-    pool = await openPool('dlapi', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('dlapi', { spendCappedKeys: ['sk-capped'] });
     const requests = [0, 1, 2, 3].map((i) => large(i));
     const one = letterBytes(requests[0]);
     const bound = `${Math.round((one * 2.5) / 1024)}kb`;

@@ -4,9 +4,9 @@
  * it declares answers 200 on the port those args open; the worker's grace fits in the pod's.
  */
 import { readFileSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hashApiKey } from '../producer/http/api-keys.ts';
-import { openPool, type Pool, type Proc } from './fixtures/worker-harness.ts';
+import { type Proc, poolsPerTest } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -41,11 +41,7 @@ const flagValue = (args: readonly string[], flag: string) => args[args.indexOf(f
 /** The port a command opens for its probes. */
 const portFlag = (command: string) => (command === 'worker' ? '--health-port' : '--port');
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Starts the command; resolves with the base URL it says it serves at. */
 async function serving(proc: Proc, command: string): Promise<string> {
@@ -84,7 +80,7 @@ describe("docs/deployment.md's Kubernetes manifests", () => {
   for (const m of manifests()) {
     const command = m.args[0]!;
     it(`llmq ${command} with the manifest's args answers every probe it declares`, async () => {
-      pool = await openPool(`k8s-${command}`);
+      const pool = await openTestPool(`k8s-${command}`);
       const args = m.args.map((a, i) => {
         const flag = m.args[i - 1];
         if (flag === portFlag(command)) return '0';

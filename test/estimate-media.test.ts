@@ -6,20 +6,16 @@
 import { randomBytes } from 'node:crypto';
 import Anthropic from '@anthropic-ai/sdk';
 import { PDFDocument } from 'pdf-lib';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import { countPdfPages, PDF_PAGE_TOKENS } from '../shared/media-estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { gif, imageBlock, jpeg, makePdf, pdfBlock, png, webp } from '../testing/media.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
-import { allCompleted, openPool, type Pool } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest } from './fixtures/worker-harness.ts';
 
 const start = eachTestMocks();
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 type Block = { type: string; [field: string]: unknown };
 const ask = (content: Block[]): MessagesRequest => ({
@@ -85,7 +81,7 @@ describe('the estimate of documents and images', () => {
 
   it('lets a worker run 30 PDF jobs of 5-120 KB under 40,000 input tokens per 10 s with no 429', async () => {
     const limits = { inputTokens: 40_000 };
-    pool = await openPool('pdfjobs', {
+    const pool = await openTestPool('pdfjobs', {
       windowMs: 10_000,
       limits,
       latencyMs: 300,

@@ -1,11 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /**
  * Tenant a has ten times b's backlog, arriving mixed (ten of a's, one of b's), all at one
@@ -13,7 +9,7 @@ afterEach(async () => {
  * twenty starts), b's share of the tokens is its weight's share.
  */
 async function shareOfB(label: string, weights?: Record<string, number>) {
-  pool = await openPool(label, { latencyMs: 5 });
+  const pool = await openTestPool(label, { latencyMs: 5 });
   const ids: string[] = [];
   for (let i = 0; i < 20; i++) {
     for (let j = 0; j < 10; j++)

@@ -1,15 +1,11 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { forecastDrain } from '../shared/forecast.ts';
 import { formatForecast } from '../shared/forecast-format.ts';
 import { getQueueStatus } from '../shared/status.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { testLimiter } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** A dimension's use as the view reads it at headroom 0: the room is what the limit leaves. */
 const use = (used: number, limit: number | undefined) => ({
@@ -55,7 +51,7 @@ describe('forecast', () => {
 
   it('a backlog bound by output tokens drains in the forecast order, no sooner than its windows allow', async () => {
     // Each call spends its whole max_tokens (no refund at settle), as the forecast assumes.
-    pool = await openPool('forecast', { latencyMs: 20, outputShare: 1 });
+    const pool = await openTestPool('forecast', { latencyMs: 20, outputShare: 1 });
     const limits = { outputTokens: 1_000 };
     const windowMs = 3_000;
     await pool.worker({ limiter: { limits, windowMs, headroom: 0 } });

@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
 /*
  * A worker nobody gave limits takes them from the provider's headers, per model (issue 31): the
@@ -7,16 +7,12 @@ import { allCompleted, openPool, type Pool, request } from './fixtures/worker-ha
  * paced by them. Without that, the six calls below go out at once and half draw 429s.
  */
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('limits nobody configured', () => {
   it("are read from the provider's headers per model, and pace the calls after the first", async () => {
     const windowMs = 2_000;
-    pool = await openPool('readlimits', {
+    const pool = await openTestPool('readlimits', {
       windowMs,
       limits: { tokens: 4_000 },
       latencyMs: 50,

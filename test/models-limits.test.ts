@@ -1,16 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { globalLimits, scopeLimitsOf } from '../shared/config-views.ts';
 import { RequestValidationError } from '../shared/errors.ts';
 import { modelScopeOf } from '../shared/models.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('model patterns', () => {
   it("take the exact name first, then the longest prefix; none matches → the model's own scope, or refused when strict", () => {
@@ -34,7 +30,7 @@ describe('model patterns', () => {
 describe('two models in one queue with their own limits', () => {
   it('keeps each model inside its own limits at the provider, with zero 429s, while both run', async () => {
     // The provider limits each model class on its own: 3 calls per 2 s of model a, 6 of model b.
-    pool = await openPool('models', {
+    const pool = await openTestPool('models', {
       windowMs: 2_000,
       modelLimits: { 'claude-a-': { requests: 3 }, 'claude-b-': { requests: 6 } },
     });

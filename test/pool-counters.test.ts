@@ -3,19 +3,15 @@
  * `/metrics`, `llmq status` and the limiter page's JSON; they add up to the jobs each result
  * names and to what each deployment's server answered; never a key.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startDashboard } from '../dashboard/server.ts';
 import { deploymentField, readMetrics } from '../shared/metrics.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { onMock } from './fixtures/pool-mocks.ts';
-import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request, runCli } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 describe("a pool's calls per deployment", () => {
@@ -33,7 +29,7 @@ describe("a pool's calls per deployment", () => {
         seed: 7,
       }),
     ]);
-    pool = await openPool('poolcount');
+    const pool = await openTestPool('poolcount');
     const a = onMock(ma, { name: 'a', limits: { tpm: 1_500 } });
     const b = onMock(mb, { name: 'b', limits: { tpm: 3_000 } });
     await pool.worker({

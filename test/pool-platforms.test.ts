@@ -3,19 +3,15 @@
  * createDeploymentCallers) against a mock of its platform: jobs spread over both under their
  * platform ids; Bedrock's throttling 429 (no retry-after) pauses only it, and status shows it.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { formatStatus } from '../scripts/cli/status.ts';
 import { type DeploymentConfig, deploymentScope } from '../shared/deployments.ts';
 import { getQueueStatus } from '../shared/status.ts';
 import { createDeploymentCallers } from '../worker/deployment-clients.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 const ENV = { AWS_KEY_ID: 'AKIDMOCKTEST', AWS_SECRET: 'mock-secret', VERTEX_TOKEN: 'ya29.mock' };
 
@@ -57,7 +53,7 @@ describe('a pool on Bedrock and Vertex AI', () => {
       startMock({ windowMs, limits: { tokens: 1_500 }, latencyMs: 20 }),
       startMock({ windowMs, limits: { tokens: 3_000 }, latencyMs: 20 }),
     ]);
-    pool = await openPool('pool-platforms');
+    const pool = await openTestPool('pool-platforms');
     const configs = platforms(ma.url, mb.url, { tpm: 1_500 });
     await pool.worker({
       concurrency: 8,
@@ -81,7 +77,7 @@ describe('a pool on Bedrock and Vertex AI', () => {
       startMock({ windowMs: 10_000, limits: { requests: 2 }, latencyMs: 50 }),
       startMock({ latencyMs: 20 }),
     ]);
-    pool = await openPool('pool-throttle');
+    const pool = await openTestPool('pool-throttle');
     const ids: string[] = [];
     for (let i = 0; i < 8; i++) ids.push(await pool.producer.enqueue(request(`Job ${i}: hi.`, 50)));
     // aws is configured (wrongly) for far more than its quota of 2 requests per 10 s.

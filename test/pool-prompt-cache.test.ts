@@ -3,18 +3,14 @@
  * wrote it, before preference; a job sent to another is reserved at its whole input there (that
  * one reads nothing from the cache), and the prefix is then readable there.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import type { WorkerHandle } from '../worker/worker.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { onMock } from './fixtures/pool-mocks.ts';
-import { allCompleted, openPool, type Pool } from './fixtures/worker-harness.ts';
+import { allCompleted, type Pool, poolsPerTest } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 const WORDS = 'alpha beta gamma delta epsilon zeta eta theta iota kappa lambda'.split(' ');
@@ -51,7 +47,7 @@ async function runOne(
 describe('a cached prefix in a pool', () => {
   it('sends the jobs sharing it to the deployment that wrote it, before preference', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
-    pool = await openPool('poolcache');
+    const pool = await openTestPool('poolcache');
     const a = onMock(ma, { name: 'a', preference: 0 });
     // Every slot open to b (slotShare 1): with half of them, a third job at once may go to a.
     const b = onMock(mb, { name: 'b', preference: 1, slotShare: 1 });
@@ -70,7 +66,7 @@ describe('a cached prefix in a pool', () => {
 
   it('reserves the whole prompt on another deployment, where it reads nothing; then reads it there', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
-    pool = await openPool('poolcache-full');
+    const pool = await openTestPool('poolcache-full');
     const a = onMock(ma, { name: 'a' });
     // b takes one request a window: after the writer, none.
     const b = onMock(mb, { name: 'b', limits: { rpm: 1 } });

@@ -4,21 +4,17 @@
  */
 
 import type { Redis } from 'ioredis';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { QueueNames } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { DeploymentPool } from '../worker/pool.ts';
 import { DeploymentRooms } from '../worker/pool-room.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { onMock } from './fixtures/pool-mocks.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, type Pool, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { eachTestRedis, testLimiter } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 /** Spends most of a deployment's window (3,000 of its 4,000 tokens) as another worker would. */
@@ -43,7 +39,7 @@ async function oneJobAfterSpending(
   preference: { a: number; b: number },
 ): Promise<{ where: string | undefined; attempts: Record<'a' | 'b', number> }> {
   const [ma, mb] = await Promise.all([startMock(), startMock()]);
-  pool = await openPool(label);
+  const pool = await openTestPool(label);
   const a = onMock(ma, { name: 'a', limits: { tpm: 4_000 }, preference: preference.a });
   const b = onMock(mb, { name: 'b', limits: { tpm: 4_000 }, preference: preference.b });
   await spendMostOf(pool, spent);

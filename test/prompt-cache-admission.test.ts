@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../shared/estimate.ts';
-import { allCompleted, openPool, type Pool } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest } from './fixtures/worker-harness.ts';
 
 /*
  * Prompt caching at admission (issue 31): cache reads do not count toward the input limit, so a
@@ -8,11 +8,7 @@ import { allCompleted, openPool, type Pool } from './fixtures/worker-harness.ts'
  * prefix nobody wrote, one writes it and the others follow once it can be read.
  */
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 const WORDS = 'alpha beta gamma delta epsilon zeta eta theta iota kappa lambda'.split(' ');
 /** About `tokens` tokens of instructions, the same for every job. */
@@ -30,7 +26,7 @@ describe('a cached prefix shared by many jobs', () => {
   it('is written once; the others reserve only their uncached part, and the window holds', async () => {
     const windowMs = 2_000;
     const limit = 8_000;
-    pool = await openPool('promptcache', {
+    const pool = await openTestPool('promptcache', {
       windowMs,
       limits: { inputTokens: limit },
       latencyMs: 50,

@@ -1,13 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import { Worker } from 'bullmq';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { JobData, JobResult } from '../shared/job.ts';
 import { bullPrefix } from '../shared/keys.ts';
 import { requestDigest } from '../shared/request-digest.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import { deadLetterHeld } from '../worker/dead-letter-bounds.ts';
 import { listDeadLetters } from '../worker/dead-letters.ts';
-import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
+import {
+  allCompleted,
+  type Pool,
+  poolsPerTest,
+  request,
+  runCli,
+} from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
 /*
@@ -16,11 +22,7 @@ import { until } from './helpers.ts';
  * request beside its letter, and no bytes were counted. They still read, answer and retry.
  */
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Writes a job's data as the previous version had it: no digest. */
 async function withoutDigest(p: Pool, id: string, data?: JobData): Promise<JobData> {
@@ -32,7 +34,7 @@ async function withoutDigest(p: Pool, id: string, data?: JobData): Promise<JobDa
 
 describe('what the previous version wrote', () => {
   it('a job it completed (whole request, no digest) still answers status, waitForResult and its idempotency key', async () => {
-    pool = await openPool('upgdone');
+    const pool = await openTestPool('upgdone');
     const req = request('Written before the upgrade.', 20);
     const id = await pool.producer.enqueue(req, { idempotencyKey: 'old-1' });
     await withoutDigest(pool, id);
@@ -71,7 +73,7 @@ describe('what the previous version wrote', () => {
   });
 
   it('a waiting job without a digest is completed by this version: it keeps the digest of its request', async () => {
-    pool = await openPool('upgwait');
+    const pool = await openTestPool('upgwait');
     const req = request('Waiting since before the upgrade.', 20);
     const id = await pool.producer.enqueue(req);
     await withoutDigest(pool, id);
@@ -83,7 +85,7 @@ describe('what the previous version wrote', () => {
   });
 
   it('a dead letter it wrote (request in the letter and in the failed job, no bytes counted) retries from the CLI in full', async () => {
-    pool = await openPool('upgdead', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('upgdead', { spendCappedKeys: ['sk-capped'] });
     const req = request('Refused before the upgrade.', 20);
     const id = await pool.producer.enqueue(req, { attempts: 5 });
     const capped = await pool.worker({

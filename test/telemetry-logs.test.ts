@@ -1,21 +1,16 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createLogger, logLevel, readableLine } from '../shared/telemetry/logger.ts';
 import {
   API_KEY,
   allCompleted,
-  openPool,
-  type Pool,
+  poolsPerTest,
   request,
   runCli,
   startCli,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Every stderr line as JSON (throws on a line that is not). */
 const jsonLines = (text: string) =>
@@ -26,7 +21,7 @@ const jsonLines = (text: string) =>
 
 describe('logs', () => {
   it('the worker writes JSON lines, one per job outcome, and each job’s history to its log', async () => {
-    pool = await openPool('logs', { latencyMs: 20, outputShare: 1 });
+    const pool = await openTestPool('logs', { latencyMs: 20, outputShare: 1 });
     // Two jobs against a 50-token window: the second waits for the first's output budget.
     const env = pool.cliEnv({ LLMQ_OTPM: '50', LLMQ_WINDOW_S: '1', LLMQ_LOG_LEVEL: 'info' });
     const worker = startCli(['worker'], env);
@@ -68,7 +63,7 @@ describe('logs', () => {
   it('LLMQ_LOG_LEVEL picks the level; a bad one is one clear line and a non-zero exit', async () => {
     expect(logLevel(undefined, { LLMQ_LOG_LEVEL: 'WARN' })).toBe('warn');
     expect(logLevel(undefined, {})).toBe('info');
-    pool = await openPool('logsbad');
+    const pool = await openTestPool('logsbad');
     const bad = await runCli(['worker'], pool.cliEnv({ LLMQ_LOG_LEVEL: 'loud' }));
     expect(bad.code).not.toBe(0);
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);

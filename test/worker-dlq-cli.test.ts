@@ -1,18 +1,20 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DeadLetter } from '../shared/job.ts';
 import {
   type DeadLetterSummary,
   listDeadLetters,
   retryDeadLetter,
 } from '../worker/dead-letters.ts';
-import { allCompleted, openPool, type Pool, request, runCli } from './fixtures/worker-harness.ts';
+import {
+  allCompleted,
+  type Pool,
+  poolsPerTest,
+  request,
+  runCli,
+} from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 async function failed(p: Pool, id: string): Promise<void> {
   await until(async () => (await p.queue.getJobState(id)) === 'failed', 15_000);
@@ -20,7 +22,7 @@ async function failed(p: Pool, id: string): Promise<void> {
 
 describe('llmq dlq', () => {
   it('lists, shows and retries a dead letter, which completes under its own id; purge deletes the rest', async () => {
-    pool = await openPool('dlqcli', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('dlqcli', { faults: { overloaded: 1 } });
     const env = pool.cliEnv();
     await pool.worker({
       backoff: { baseMs: 20, capMs: 50 },
@@ -84,7 +86,7 @@ describe('llmq dlq', () => {
   }, 180_000);
 
   it('retries a letter whose job was removed meanwhile under the same id', async () => {
-    pool = await openPool('dlqgone', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('dlqgone', { faults: { overloaded: 1 } });
     await pool.worker({
       breaker: { threshold: 1_000 },
       limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },
@@ -105,7 +107,7 @@ describe('llmq dlq', () => {
   });
 
   it('does not add a second job for a letter whose job was already retried another way (Bull Board)', async () => {
-    pool = await openPool('dlqtwice', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('dlqtwice', { faults: { overloaded: 1 } });
     await pool.worker({
       breaker: { threshold: 1_000 },
       limiter: { windowMs: 5_000, limits: { tokens: 100_000 } },

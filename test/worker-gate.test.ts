@@ -1,13 +1,15 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { llmqKey } from '../shared/keys.ts';
-import { allCompleted, bullKey, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import {
+  allCompleted,
+  bullKey,
+  type Pool,
+  poolsPerTest,
+  request,
+} from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 interface Sample {
   readonly at: number;
@@ -58,7 +60,7 @@ describe('the gate takes budget before it pulls a job', () => {
     // 1000 tokens per 2 s on both sides; each job reserves about 400 (input estimate plus
     // max_tokens), so the pool runs two jobs a window and waits on budget in between.
     const windowMs = 2_000;
-    pool = await openPool('gate', { windowMs, limits: { tokens: 1_000 }, latencyMs: 30 });
+    const pool = await openTestPool('gate', { windowMs, limits: { tokens: 1_000 }, latencyMs: 30 });
     const req = (i: number) => request(`Count to three, job ${i}.`, 370);
     const low: string[] = [];
     for (let i = 0; i < 6; i++)
@@ -114,7 +116,7 @@ describe('the gate takes budget before it pulls a job', () => {
   });
 
   it('holds still while the queue is paused (no budget reserved, nothing started), and resumes', async () => {
-    pool = await openPool('gatepause');
+    const pool = await openTestPool('gatepause');
     await pool.queue.pause();
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push(await pool.producer.enqueue(request(`Paused ${i}.`)));

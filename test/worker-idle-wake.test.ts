@@ -1,13 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CircuitBreaker } from '../worker/breaker.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, type Pool, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Far beyond any wait below: a job these tests see start was woken for, not looked for. */
 const NEVER_LOOKS = 600_000;
@@ -29,7 +25,7 @@ async function idleWorkerBlocked(p: Pool): Promise<boolean> {
 
 describe('an idle worker wakes when a job arrives', () => {
   it('starts a job enqueued while it sleeps, though its next look at the queue is far off', async () => {
-    pool = await openPool('idle-wake');
+    const pool = await openTestPool('idle-wake');
     await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS });
     const first = await pool.producer.enqueue(request('First.'));
     await allCompleted(pool, [first]);
@@ -43,7 +39,7 @@ describe('an idle worker wakes when a job arrives', () => {
   });
 
   it('stores a result at once when no job waits behind it', async () => {
-    pool = await openPool('idle-store');
+    const pool = await openTestPool('idle-store');
     // A result would otherwise wait this long for a next fetch to ride with.
     await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS, handoffWaitMs: NEVER_LOOKS });
     const id = await pool.producer.enqueue(request('Alone.'));
@@ -51,7 +47,7 @@ describe('an idle worker wakes when a job arrives', () => {
   });
 
   it('starts a retried job when its backoff ends while it sleeps', async () => {
-    pool = await openPool('idle-delayed', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('idle-delayed', { faults: { overloaded: 1 } });
     await pool.worker({
       limiter,
       idleCheckMs: NEVER_LOOKS,
@@ -68,7 +64,7 @@ describe('an idle worker wakes when a job arrives', () => {
   });
 
   it('sees a breaker another process opened while it slept: the job that wakes it waits for it', async () => {
-    pool = await openPool('idle-breaker');
+    const pool = await openTestPool('idle-breaker');
     // No cached "closed": the worker asks Redis each time, and the check must be of its waking.
     const breaker = { cacheMs: 0, cooldownMs: 300 };
     const waited = new Map<unknown, unknown>();
@@ -92,7 +88,7 @@ describe('an idle worker wakes when a job arrives', () => {
   });
 
   it('stops at once while it sleeps', async () => {
-    pool = await openPool('idle-stop');
+    const pool = await openTestPool('idle-stop');
     const worker = await pool.worker({ limiter, idleCheckMs: NEVER_LOOKS });
     await until(() => idleWorkerBlocked(pool!));
     await worker.stop();

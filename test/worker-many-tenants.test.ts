@@ -1,11 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { allCompleted, type Pool, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** `n` jobs, each of a tenant of its own, in that order. */
 async function interleaved(p: Pool, n: number): Promise<string[]> {
@@ -17,7 +13,7 @@ async function interleaved(p: Pool, n: number): Promise<string[]> {
 
 describe('a queue of many tenants', () => {
   it("fills a gate round with every tenant's jobs, not the head's alone", async () => {
-    pool = await openPool('manyround', { latencyMs: 40 });
+    const pool = await openTestPool('manyround', { latencyMs: 40 });
     const ids = await interleaved(pool, 120);
     const worker = await pool.worker({
       concurrency: 20,
@@ -32,7 +28,7 @@ describe('a queue of many tenants', () => {
 
 describe('two workers on a queue of many tenants', () => {
   it('never admit the same job twice: no admission is given back for a race', async () => {
-    pool = await openPool('manyrace', { latencyMs: 5 });
+    const pool = await openTestPool('manyrace', { latencyMs: 5 });
     const ids = await interleaved(pool, 400);
     const options = {
       concurrency: 20,

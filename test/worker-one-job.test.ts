@@ -1,26 +1,21 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { estimateInputTokens } from '../shared/estimate.ts';
 import type { MessagesRequest } from '../shared/request.ts';
 import { countMockTokens } from '../testing/mock-anthropic/index.ts';
 import {
   allCompleted,
-  openPool,
-  type Pool,
+  poolsPerTest,
   request,
   runCli,
   startCli,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('one job end to end', () => {
   it('stores the result with the provider’s usage, stop reason, request id and latency', async () => {
-    pool = await openPool('one', { latencyMs: 60, outputShare: 0.5 });
+    const pool = await openTestPool('one', { latencyMs: 60, outputShare: 0.5 });
     const req = request('Write one short sentence about queues, please.', 40);
     const id = await pool.producer.enqueue(req);
     const worker = await pool.worker({ limiter: { limits: { tokens: 10_000 }, windowMs: 2_000 } });
@@ -51,7 +46,7 @@ describe('one job end to end', () => {
   });
 
   it('runs through the CLI: worker, enqueue from stdin, status --json, SIGTERM exits 0', async () => {
-    pool = await openPool('onecli', { latencyMs: 20 });
+    const pool = await openTestPool('onecli', { latencyMs: 20 });
     const env = pool.cliEnv({ LLMQ_TPM: '20000', LLMQ_WINDOW_S: '2' });
     const worker = startCli(['worker'], env);
     try {
@@ -86,7 +81,7 @@ describe('one job end to end', () => {
   });
 
   it('refuses an invalid request through the CLI with exit 2 and one line naming the field', async () => {
-    pool = await openPool('onebad');
+    const pool = await openTestPool('onebad');
     const env = pool.cliEnv();
     const bad = { ...request(), max_tokens: 0 };
     const r = await runCli(['enqueue'], env, JSON.stringify(bad));
@@ -102,7 +97,7 @@ describe('one job end to end', () => {
   });
 
   it('says in one line which Redis it could not reach, and exits non-zero', async () => {
-    pool = await openPool('oneredis');
+    const pool = await openTestPool('oneredis');
     const url = 'redis://127.0.0.1:1';
     const commands = [['enqueue'], ['status', '--json'], ['worker']];
     const env = pool.cliEnv({ REDIS_URL: url });

@@ -1,7 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { JOB_NAME } from '../shared/job.ts';
 import { HeadPeeker } from '../worker/bullmq-internals.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
 /*
@@ -11,17 +11,13 @@ import { until } from './helpers.ts';
  * (tenant, priority, cost) is read from the job's options, never from the request's JSON.
  */
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 const good = () => request('Say hello.', 20);
 
 describe('a job that cannot be read', () => {
   it('is dead-lettered at once with the reason, and the jobs behind it all complete', async () => {
-    pool = await openPool('poison');
+    const pool = await openTestPool('poison');
     const warnings: string[] = [];
     await pool.worker({
       limiter: { windowMs: 10_000, limits: { tokens: 100_000 } },
@@ -73,7 +69,7 @@ describe('a job that cannot be read', () => {
   });
 
   it('leaves a job of a newer format for a worker that reads it, and says so', async () => {
-    pool = await openPool('poisonnew');
+    const pool = await openTestPool('poisonnew');
     const warnings: string[] = [];
     await pool.worker({
       limiter: { windowMs: 10_000, limits: { tokens: 100_000 } },
@@ -109,7 +105,7 @@ describe('a job that cannot be read', () => {
 
 describe("what the gate schedules by is the job's, not the request's", () => {
   it("a tenant's request metadata cannot pass it for another tenant or another priority", async () => {
-    pool = await openPool('poisonfair');
+    const pool = await openTestPool('poisonfair');
     const meta = { metadata: { priority: 1, tenant: 'tenB', user_id: '"tenant":"tenB"' } };
     for (let i = 0; i < 3; i++)
       await pool.producer.enqueue({ ...good(), ...meta }, { tenant: 'tenA', priority: 'batch' });

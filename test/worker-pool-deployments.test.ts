@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Producer } from '../producer/producer.ts';
 import { deploymentScope } from '../shared/deployments.ts';
 import { RequestValidationError } from '../shared/errors.ts';
@@ -8,17 +8,13 @@ import { onMock } from './fixtures/pool-mocks.ts';
 import {
   allCompleted,
   completedEvents,
-  openPool,
   type Pool,
+  poolsPerTest,
   request,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 /** Enqueues `n` short jobs; their ids. */
@@ -45,7 +41,7 @@ describe('a pool of deployments', () => {
       startMock({ windowMs, limits: { tokens: 1_500 }, latencyMs: 20 }),
       startMock({ windowMs, limits: { tokens: 3_000 }, latencyMs: 20 }),
     ]);
-    pool = await openPool('pool2');
+    const pool = await openTestPool('pool2');
     const a = onMock(ma, { name: 'a', limits: { tpm: 1_500 } });
     const b = onMock(mb, { name: 'b', limits: { tpm: 3_000 } });
     await pool.worker({ concurrency: 8, deployments: [a, b], limiter: { windowMs } });
@@ -70,7 +66,7 @@ describe('a pool of deployments', () => {
 
   it('sends a job for a model only one of three deployments serves there, under its platform id', async () => {
     const [ma, mb, mc] = await Promise.all([startMock(), startMock(), startMock()]);
-    pool = await openPool('pool3');
+    const pool = await openTestPool('pool3');
     const test = { 'claude-test-*': 'claude-test-1' };
     const a = onMock(ma, { name: 'a', models: test });
     const b = onMock(mb, { name: 'b', models: test, preference: 5 });
@@ -95,7 +91,7 @@ describe('a pool of deployments', () => {
 
   it('sends a job too big for the preferred deployment to one whose limits fit it', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
-    pool = await openPool('pool-big');
+    const pool = await openTestPool('pool-big');
     const a = onMock(ma, { name: 'a', limits: { tpm: 400 } });
     const b = onMock(mb, { name: 'b', limits: { tpm: 100_000 } });
     await pool.worker({ concurrency: 2, deployments: [a, b], limiter: {} });
@@ -108,7 +104,7 @@ describe('a pool of deployments', () => {
 
   it('sends a pinned job to its deployment; a pin the pool lacks is refused or dead-lettered with why', async () => {
     const [ma, mb] = await Promise.all([startMock(), startMock()]);
-    pool = await openPool('pin');
+    const pool = await openTestPool('pin');
     const a = onMock(ma, { name: 'a' });
     const b = onMock(mb, { name: 'b' });
     await pool.worker({ concurrency: 4, deployments: [a, b], limiter: {} });
@@ -143,7 +139,7 @@ describe('a pool of deployments', () => {
       startMock({ windowMs: 10_000, limits: { requests: 2 }, latencyMs: 50 }),
       startMock({ latencyMs: 20 }),
     ]);
-    pool = await openPool('pool429');
+    const pool = await openTestPool('pool429');
     const a = onMock(ma, { name: 'a', limits: { rpm: 100 } });
     const b = onMock(mb, { name: 'b' });
     // Enqueued first, and with a global limit (the model's first call need not go alone): the
@@ -196,7 +192,7 @@ describe('a pool of deployments', () => {
       startMock({ faults: { overloaded: 1 }, latencyMs: 5 }),
       startMock({ latencyMs: 20 }),
     ]);
-    pool = await openPool('pool529');
+    const pool = await openTestPool('pool529');
     const a = onMock(ma, { name: 'a' });
     const b = onMock(mb, { name: 'b' });
     await pool.worker({

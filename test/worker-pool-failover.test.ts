@@ -1,20 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { onMock } from './fixtures/pool-mocks.ts';
-import {
-  allCompleted,
-  completedEvents,
-  openPool,
-  type Pool,
-  request,
-} from './fixtures/worker-harness.ts';
+import { allCompleted, completedEvents, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 /** How the preferred deployment fails the first job's call. */
@@ -33,7 +23,7 @@ describe('failover in a pool of deployments', () => {
         startMock({ latencyMs: 5 }),
       ]);
       await fail(ma);
-      pool = await openPool('failover');
+      const pool = await openTestPool('failover');
       const a = onMock(ma, { name: 'a' });
       const b = onMock(mb, { name: 'b' });
       // The first job, then a backlog of the same priority behind it.
@@ -75,7 +65,7 @@ describe('failover in a pool of deployments', () => {
 
   it("a job refused by a deployment's key (its spend limit) completes on another; that deployment leaves the pool", async () => {
     const [ma, mb] = await Promise.all([startMock({ latencyMs: 5 }), startMock({ latencyMs: 5 })]);
-    pool = await openPool('failover-key');
+    const pool = await openTestPool('failover-key');
     const a = onMock(ma, { name: 'a' });
     const b = onMock(mb, { name: 'b' });
     ma.setOptions({ spendCappedKeys: [a.key] });

@@ -3,24 +3,20 @@
  * its calls are aborted at the first byte's bound and their jobs move to the others, and until
  * then it holds no more than its share of the slots, so the others keep working.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { breakerKey } from '../shared/keys.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
 import { onMock } from './fixtures/pool-mocks.ts';
 import {
   allCompleted,
   completedEvents,
-  openPool,
   type Pool,
+  poolsPerTest,
   request,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 
 /**
@@ -41,7 +37,7 @@ async function silentPair(label: string) {
     startMock({ faults: { hang: 1 } }),
     startMock({ latencyMs: 20 }),
   ]);
-  pool = await openPool(label);
+  const pool = await openTestPool(label);
   const deployments = [
     onMock(silent, { name: 'silent', preference: 1 }),
     onMock(live, { name: 'live', preference: 1 }),

@@ -1,14 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FaultRates } from '../testing/mock-anthropic/index.ts';
 import type { WorkerOptions } from '../worker/worker-options.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 const fast = {
   backoff: { baseMs: 50, capMs: 200 },
@@ -61,7 +57,7 @@ const faults: {
 describe('retryable failures back off and retry', () => {
   for (const f of faults) {
     it(`${f.label ?? f.kind}: retried with backoff, no attempt spent, completed once the fault clears`, async () => {
-      pool = await openPool(`retry-${f.kind}`, { faults: { [f.kind]: 1 } });
+      const pool = await openTestPool(`retry-${f.kind}`, { faults: { [f.kind]: 1 } });
       const ids = [
         await pool.producer.enqueue(request('First job.'), { attempts: 2 }),
         await pool.producer.enqueue(request('Second job.'), { attempts: 2 }),
@@ -100,7 +96,7 @@ describe('retryable failures back off and retry', () => {
   }
 
   it('with retryFor 0, gives up after the job’s attempts while the fault stays, and says so', async () => {
-    pool = await openPool('retry-giveup', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('retry-giveup', { faults: { overloaded: 1 } });
     const id = await pool.producer.enqueue(request('Doomed.'), { attempts: 3, retryForMs: 0 });
     await pool.worker(fast);
     await until(async () => (await pool!.queue.getJobState(id)) === 'failed', 15_000);

@@ -1,20 +1,16 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { breakerKey } from '../shared/keys.ts';
 import { CircuitBreaker } from '../worker/breaker.ts';
-import { openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 const limiter = { windowMs: 60_000, limits: { tokens: 100_000_000 } };
 
 describe('transient failures are retried by time, not by count', () => {
   it('15% 529s, 10% 500s and 5% dropped connections over 500 jobs: none dead-lettered', async () => {
-    pool = await openPool('retryfor-mix', {
+    const pool = await openTestPool('retryfor-mix', {
       faults: { overloaded: 0.15, serverError: 0.1, drop: 0.05 },
       latencyMs: 1,
     });
@@ -63,7 +59,7 @@ describe('transient failures are retried by time, not by count', () => {
   }, 150_000);
 
   it('dead-letters a job whose provider stays down past its retryFor, saying so', async () => {
-    pool = await openPool('retryfor-down', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('retryfor-down', { faults: { overloaded: 1 } });
     // One job sets its own retryFor; the other has the worker's.
     const own = await pool.producer.enqueue(request('Mine.'), { attempts: 1, retryForMs: 1_000 });
     const worker = await pool.producer.enqueue(request('The worker’s.'), { attempts: 1 });
@@ -102,7 +98,7 @@ describe('transient failures are retried by time, not by count', () => {
   });
 
   it('an outage behind the open breaker, longer than retryFor, dead-letters nothing', async () => {
-    pool = await openPool('retryfor-outage', { faults: { overloaded: 1 } });
+    const pool = await openTestPool('retryfor-outage', { faults: { overloaded: 1 } });
     const id = await pool.producer.enqueue(request('Wait it out.'), { retryForMs: 1_000 });
     const cooldownMs = 300;
     await pool.worker({

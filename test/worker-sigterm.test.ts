@@ -1,17 +1,13 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { openPool, type Pool, request, startCli } from './fixtures/worker-harness.ts';
+import { poolsPerTest, request, startCli } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('SIGTERM', () => {
   it('drains: the calls in flight finish and are stored, nothing new starts, the worker exits 0', async () => {
-    pool = await openPool('sigterm', { latencyMs: 1_000 });
+    const pool = await openTestPool('sigterm', { latencyMs: 1_000 });
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push(await pool.producer.enqueue(request(`Slow job ${i}.`)));
     const worker = startCli(

@@ -1,16 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('a job whose worker dies with it more often than allowed', () => {
   it('is dead-lettered, not run again and not left in the failed set unexplained', async () => {
-    pool = await openPool('stalled-limit', { latencyMs: 4_000 });
+    const pool = await openTestPool('stalled-limit', { latencyMs: 4_000 });
     const config = {
       concurrency: 1,
       limiter: { windowMs: 5_000, limits: { tokens: 1_000_000 }, leaseMs: 1_500 },

@@ -3,15 +3,11 @@
  * pause, a frozen VM) is not a silent provider: what the provider sent meanwhile waits in the
  * socket, and the call reads it before it is judged.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Blocks this process's event loop for `ms`, from the check phase (timers run next, not I/O). */
 function stallLoop(ms: number): Promise<void> {
@@ -29,7 +25,7 @@ function stallLoop(ms: number): Promise<void> {
 describe('a worker whose event loop stalls mid-stream', () => {
   it('reads what came meanwhile instead of aborting the call at its silence bound', async () => {
     // A delta every 100 ms for 6 s; the worker's silence bound 1 s, its loop stalled 3 s.
-    pool = await openPool('stalled-loop', { latencyMs: 0, latencyPerOutputTokenMs: 100 });
+    const pool = await openTestPool('stalled-loop', { latencyMs: 0, latencyPerOutputTokenMs: 100 });
     const worker = await pool.worker({ idleTimeoutMs: 1_000 });
     const id = await pool.producer.enqueue(request('A slow answer.', 60));
     await until(() => pool!.mock.stats().attempts === 1 && worker.inFlight() === 1, 20_000, 5);

@@ -1,16 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { readMetrics } from '../shared/metrics.ts';
-import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-afterEach(async () => {
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('a tenant at its own limit', () => {
   it('does not hold back the other tenants queued behind it, and its jobs finish once its budget frees', async () => {
-    pool = await openPool('tenant-scope');
+    const pool = await openTestPool('tenant-scope');
     const worker = await pool.worker({
       limiter: {
         windowMs: 2_000,
