@@ -139,7 +139,8 @@ local function unanswered_in(run, name)
   count = 0
   local ids = redis.call('ZRANGEBYSCORE', run.slots, '(' .. run.now, '+inf')
   for from = 1, #ids, 500 do
-    local encs = redis.call('HMGET', run.res, unpack(ids, from, math.min(from + 499, #ids)))
+    local to = math.min(from + 499, #ids)
+    local encs = redis.call('HMGET', run.res, unpack(ids, from, to))
     for _, enc in ipairs(encs) do
       if enc then
         local reservation = decode(enc)
