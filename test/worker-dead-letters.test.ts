@@ -1,24 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import { listDeadLetters, showDeadLetter } from '../worker/dead-letters.ts';
-import {
-  allCompleted,
-  openPool,
-  type Pool,
-  type RecordingProxy,
-  request,
-  startRecordingProxy,
-} from './fixtures/worker-harness.ts';
+import { allCompleted, type Pool, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-let proxy: RecordingProxy | undefined;
-afterEach(async () => {
-  await proxy?.close();
-  proxy = undefined;
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 async function deadLettered(p: Pool, ids: readonly string[]): Promise<void> {
   await until(async () => {
@@ -29,7 +15,7 @@ async function deadLettered(p: Pool, ids: readonly string[]): Promise<void> {
 
 describe('final failures go straight to the dead letters', () => {
   it('a spend-capped key: dead-lettered with the spend limit as reason, never retried', async () => {
-    pool = await openPool('dlspend', { spendCappedKeys: ['sk-capped'] });
+    const pool = await openTestPool('dlspend', { spendCappedKeys: ['sk-capped'] });
     const id = await pool.producer.enqueue(request('Hello there.'), { attempts: 5 });
     const worker = await pool.worker({
       apiKey: 'sk-capped',
@@ -64,7 +50,7 @@ describe('final failures go straight to the dead letters', () => {
   });
 
   it('400 and 404: dead-lettered with the provider’s message and error type; list and show tell why', async () => {
-    pool = await openPool('dl4xx');
+    const pool = await openTestPool('dl4xx');
     // llmq's own checks let an empty text block through; the provider refuses it.
     const emptyBlock = {
       model: 'claude-test-1',
@@ -122,8 +108,8 @@ describe('final failures go straight to the dead letters', () => {
   it('a 429 without retry-after: dead-lettered at once, no shared pause', async () => {
     // The provider allows 500 tokens per 5 s; a proxy strips retry-after and the rate-limit
     // headers, so the second call meets a 429 the worker cannot plan around.
-    pool = await openPool('dl429', { windowMs: 5_000, limits: { tokens: 500 } });
-    proxy = await startRecordingProxy(pool.mock.url, {
+    const pool = await openTestPool('dl429', { windowMs: 5_000, limits: { tokens: 500 } });
+    const proxy = await pool.recordingProxy({
       dropHeaders: [
         'retry-after',
         ...['limit', 'remaining', 'reset'].map((s) => `anthropic-ratelimit-tokens-${s}`),
@@ -137,7 +123,7 @@ describe('final failures go straight to the dead letters', () => {
       limiter: { windowMs: 5_000, limits: { tokens: 10_000 } },
     });
     await until(
-      async () => ['failed', 'completed'].includes(await pool!.queue.getJobState(second)),
+      async () => ['failed', 'completed'].includes(await pool.queue.getJobState(second)),
       15_000,
     );
     expect(await pool.queue.getJobState(first)).toBe('completed');
@@ -155,14 +141,14 @@ describe('final failures go straight to the dead letters', () => {
   it('a 429 the provider marks as never retryable (too big for its limit): dead-lettered, nobody paused', async () => {
     // The workers were told 10000 tokens; the provider allows 300 a window, so a call of
     // about 410 tokens can never be admitted and the 429 says not to retry (x-should-retry).
-    pool = await openPool('dlhuge', { windowMs: 5_000, limits: { tokens: 300 } });
+    const pool = await openTestPool('dlhuge', { windowMs: 5_000, limits: { tokens: 300 } });
     const huge = await pool.producer.enqueue(request('Too big.', 400));
     const small = await pool.producer.enqueue(request('Small.', 50));
     const worker = await pool.worker({
       concurrency: 1,
       limiter: { windowMs: 5_000, limits: { tokens: 10_000 } },
     });
-    await until(async () => (await pool!.queue.getJobState(huge)) === 'failed', 15_000);
+    await until(async () => (await pool.queue.getJobState(huge)) === 'failed', 15_000);
     const [letter] = await pool.deadLetters();
     expect(letter).toMatchObject({ jobId: huge, status: 429 });
     expect(letter!.reason).toContain('can never be admitted');

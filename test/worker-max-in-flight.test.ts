@@ -1,27 +1,13 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import {
-  allCompleted,
-  openPool,
-  type Pool,
-  type RecordingProxy,
-  request,
-  startRecordingProxy,
-} from './fixtures/worker-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { watchHighest } from './helpers.ts';
 
-let pool: Pool | undefined;
-let proxy: RecordingProxy | undefined;
-afterEach(async () => {
-  await proxy?.close();
-  proxy = undefined;
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** The most calls under way at the provider at once while two workers at concurrency 2 drain 10 jobs. */
 async function mostAtOnce(maxInFlight?: number): Promise<number> {
-  pool = await openPool('maxinflight', { latencyMs: 400 });
-  proxy = await startRecordingProxy(pool.mock.url);
+  const pool = await openTestPool('maxinflight', { latencyMs: 400 });
+  const proxy = await pool.recordingProxy();
   const ids: string[] = [];
   for (let i = 0; i < 10; i++) ids.push(await pool.producer.enqueue(request(`Item ${i}.`)));
   const calls = proxy.calls;

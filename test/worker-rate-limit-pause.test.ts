@@ -1,28 +1,19 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import {
-  allCompleted,
-  openPool,
-  type Pool,
-  type RecordingProxy,
-  request,
-  startRecordingProxy,
-} from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request } from './fixtures/worker-harness.ts';
 
-let pool: Pool | undefined;
-const proxies: RecordingProxy[] = [];
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('a 429 with retry-after', () => {
   it('pauses every worker of two processes and costs no attempt', async () => {
     // The provider allows 2000 tokens per 2 s; the workers believe 8000, so the first burst
     // of eight concurrent calls (about 380 tokens each) meets 429s with retry-after.
     const windowMs = 2_000;
-    pool = await openPool('pause', { windowMs, limits: { tokens: 2_000 }, latencyMs: 50 });
+    const pool = await openTestPool('pause', {
+      windowMs,
+      limits: { tokens: 2_000 },
+      latencyMs: 50,
+    });
     const limiter = new Limiter({ redis: pool.redis, names: pool.names, windowMs });
     const pauses: { at: number; until: number | null }[] = [];
     let watching = true;
@@ -35,9 +26,8 @@ describe('a 429 with retry-after', () => {
     })();
 
     // Each process talks to the provider through its own recording proxy.
-    const a = await startRecordingProxy(pool.mock.url);
-    const b = await startRecordingProxy(pool.mock.url);
-    proxies.push(a, b);
+    const a = await pool.recordingProxy();
+    const b = await pool.recordingProxy();
     const config = { concurrency: 4, limiter: { windowMs, limits: { tokens: 8_000 } } };
     await Promise.all([
       pool.workerProcess({ ...config, baseURL: a.url }),

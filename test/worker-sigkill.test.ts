@@ -1,28 +1,19 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
 import {
   allCompleted,
   bullKey,
   completedEvents,
-  openPool,
-  type Pool,
-  type RecordingProxy,
+  poolsPerTest,
   request,
-  startRecordingProxy,
 } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-const proxies: RecordingProxy[] = [];
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 describe('a worker process killed mid-batch', () => {
   it('loses no job: the other process finishes all, each job has exactly one result, the slots come back', async () => {
-    pool = await openPool('sigkill', { latencyMs: 300 });
+    const pool = await openTestPool('sigkill', { latencyMs: 300 });
 
     // Short lock, stalled check and lease, so the killed process's jobs and slots come back
     // within seconds. The global cap of 6 slots means lapsed slots would block the survivor.
@@ -38,9 +29,8 @@ describe('a worker process killed mid-batch', () => {
       lockDurationMs: 2_000,
       stalledIntervalMs: 1_000,
     };
-    const a = await startRecordingProxy(pool.mock.url);
-    const b = await startRecordingProxy(pool.mock.url);
-    proxies.push(a, b);
+    const a = await pool.recordingProxy();
+    const b = await pool.recordingProxy();
     // Both processes are up before the batch arrives, so both take part in it.
     const [victim] = await Promise.all([
       pool.workerProcess({ ...config, baseURL: a.url }),
@@ -51,7 +41,7 @@ describe('a worker process killed mid-batch', () => {
 
     // Kill it while it has calls under way, a few jobs into the batch.
     await until(
-      async () => (await pool!.counts()).completed >= 4 && a.calls.some((c) => !c.done),
+      async () => (await pool.counts()).completed >= 4 && a.calls.some((c) => !c.done),
       60_000,
       5,
     );
