@@ -2,57 +2,24 @@
  * `llmq batch summarize` over PDFs and images: each sent whole as a document or image block,
  * through the real worker and the mock (which reads the PDF's pages), end to end.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { collectFiles } from '../producer/batch/collect-files.ts';
 import { runBatchSummarize } from '../producer/batch/summarize.ts';
 import { Producer } from '../producer/producer.ts';
 import { ConfigError } from '../shared/errors.ts';
-import type { QueueNames } from '../shared/keys.ts';
 import { jpeg, makePdf, png } from '../testing/media.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
-import { createProviderClient } from '../worker/provider.ts';
-import { startWorker } from '../worker/worker.ts';
-import { deleteKeys, newRedis, testNames } from './helpers.ts';
+import type { MockAnthropicHandle } from '../testing/mock-anthropic/index.ts';
+import { eachTestBatch, workerOnMock } from './fixtures/batch-bed.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let dir: string;
-const closers: (() => Promise<unknown>)[] = [];
-
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('batchpdf');
-  dir = mkdtempSync(join(tmpdir(), 'llmq-batchpdf-'));
-});
-afterEach(async () => {
-  for (const close of closers.splice(0).reverse()) await close();
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
-  rmSync(dir, { recursive: true, force: true });
-});
+const bed = eachTestBatch('batchpdf');
 
 /** A producer, and a worker calling the mock. */
 async function realPath(): Promise<{ producer: Producer; mock: MockAnthropicHandle }> {
-  const mock = await startMockAnthropic({ latencyMs: 5 });
-  const producer = new Producer({ redis, names });
-  const conn = newRedis();
-  const worker = await startWorker({
-    redis: conn,
-    names,
-    client: createProviderClient({ apiKey: 'sk-test-batch', baseURL: mock.url }),
-    limiter: {},
-    concurrency: 4,
-  });
-  closers.push(() => mock.close());
-  closers.push(() => producer.close());
-  closers.push(async () => {
-    await worker.stop(2_000).catch(() => {});
-    conn.disconnect();
-  });
+  const mock = await workerOnMock(bed, { mock: { latencyMs: 5 }, concurrency: 4 });
+  const producer = new Producer({ redis: bed.redis, names: bed.names });
+  bed.closers.push(() => producer.close());
   return { producer, mock };
 }
 
@@ -61,7 +28,7 @@ const quiet = { write: () => true, isTTY: false };
 /** Summarizes the test's docs folder into `out`, quietly. */
 function summarizeDocs(producer: Producer, out: string, images = false) {
   return runBatchSummarize({
-    paths: [join(dir, 'docs')],
+    paths: [join(bed.dir, 'docs')],
     out,
     producer,
     images,
@@ -89,14 +56,17 @@ function readLines(path: string): Line[] {
 /** A folder of PDFs of 1 to 4 pages (and a text file and a picture beside them). */
 async function writeFolder(): Promise<Map<string, number>> {
   const pages = new Map<string, number>();
-  mkdirSync(join(dir, 'docs', 'more'), { recursive: true });
+  mkdirSync(join(bed.dir, 'docs', 'more'), { recursive: true });
   for (let i = 0; i < 6; i++) {
-    const file = join(dir, 'docs', i % 2 ? 'more' : '', `report-${i}.pdf`);
+    const file = join(bed.dir, 'docs', i % 2 ? 'more' : '', `report-${i}.pdf`);
     writeFileSync(file, await makePdf(1 + (i % 4), 12, i));
     pages.set(file, 1 + (i % 4));
   }
-  writeFileSync(join(dir, 'docs', 'notes.txt'), 'The pool ran 40 jobs; none was lost. '.repeat(10));
-  writeFileSync(join(dir, 'docs', 'chart.png'), png(800, 600));
+  writeFileSync(
+    join(bed.dir, 'docs', 'notes.txt'),
+    'The pool ran 40 jobs; none was lost. '.repeat(10),
+  );
+  writeFileSync(join(bed.dir, 'docs', 'chart.png'), png(800, 600));
   return pages;
 }
 
@@ -104,12 +74,12 @@ describe('batch summarize with PDFs and images', () => {
   it('summarizes a folder of PDFs end to end, each sent whole as a document', async () => {
     const pages = await writeFolder();
     const { producer, mock } = await realPath();
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const report = await summarizeDocs(producer, out);
     expect(report).toMatchObject({ files: 7, succeeded: 7, failed: [], exitCode: 0 });
     const lines = readLines(out);
     expect(lines.map((l) => l.file).sort()).toEqual(
-      [...pages.keys(), join(dir, 'docs', 'notes.txt')].sort(),
+      [...pages.keys(), join(bed.dir, 'docs', 'notes.txt')].sort(),
     );
     for (const [file, n] of pages) {
       const line = lines.find((l) => l.file === file)!;
@@ -128,10 +98,10 @@ describe('batch summarize with PDFs and images', () => {
 
   it('takes images when asked, each as an image block, and records an unreadable one as refused', async () => {
     await writeFolder();
-    writeFileSync(join(dir, 'docs', 'photo.jpg'), jpeg(1600, 1200));
-    writeFileSync(join(dir, 'docs', 'broken.webp'), 'not a picture at all');
+    writeFileSync(join(bed.dir, 'docs', 'photo.jpg'), jpeg(1600, 1200));
+    writeFileSync(join(bed.dir, 'docs', 'broken.webp'), 'not a picture at all');
     const { producer } = await realPath();
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const report = await summarizeDocs(producer, out, true);
     expect(report).toMatchObject({ files: 10, succeeded: 9, exitCode: 1 });
     const lines = readLines(out);
@@ -147,12 +117,14 @@ describe('batch summarize with PDFs and images', () => {
 
   it('leaves images out unless asked, and says how when one is named', async () => {
     await writeFolder();
-    const files = await collectFiles([join(dir, 'docs')]);
+    const files = await collectFiles([join(bed.dir, 'docs')]);
     expect(files.some((f) => f.endsWith('.png'))).toBe(false);
     expect(files.filter((f) => f.endsWith('.pdf'))).toHaveLength(6);
-    const named = collectFiles([join(dir, 'docs', 'chart.png')]);
+    const named = collectFiles([join(bed.dir, 'docs', 'chart.png')]);
     await expect(named).rejects.toThrow(ConfigError);
     await expect(named).rejects.toThrow('(pass --images to summarize images)');
-    expect(await collectFiles([join(dir, 'docs', 'chart.png')], { images: true })).toHaveLength(1);
+    expect(await collectFiles([join(bed.dir, 'docs', 'chart.png')], { images: true })).toHaveLength(
+      1,
+    );
   });
 });

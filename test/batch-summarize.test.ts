@@ -1,43 +1,25 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Progress } from '../producer/batch/progress.ts';
 import { ResultsFile } from '../producer/batch/results-file.ts';
 import { type BatchReport, runBatchSummarize } from '../producer/batch/summarize.ts';
 import { Producer } from '../producer/producer.ts';
 import type { JobData, JobResult } from '../shared/job.ts';
-import { bullPrefix, type QueueNames } from '../shared/keys.ts';
-import { type MockAnthropicHandle, startMockAnthropic } from '../testing/mock-anthropic/index.ts';
-import { createProviderClient } from '../worker/provider.ts';
-import { startWorker } from '../worker/worker.ts';
+import { bullPrefix } from '../shared/keys.ts';
+import type { MockAnthropicOptions } from '../testing/mock-anthropic/index.ts';
+import { eachTestBatch, workerOnMock } from './fixtures/batch-bed.ts';
 import { type FakeWorker, startFakeWorker } from './fixtures/fake-worker.ts';
-import { deleteKeys, newRedis, REDIS_URL, testNames, tsxEval, until } from './helpers.ts';
+import { REDIS_URL, tsxEval, until } from './helpers.ts';
 
-let redis: Redis;
-let names: QueueNames;
-let dir: string;
-const closers: (() => Promise<unknown>)[] = [];
-
-beforeEach(() => {
-  redis = newRedis();
-  names = testNames('batch');
-  dir = mkdtempSync(join(tmpdir(), 'llmq-batch-'));
-});
-afterEach(async () => {
-  for (const close of closers.splice(0).reverse()) await close();
-  await deleteKeys(redis, names.prefix);
-  redis.disconnect();
-  rmSync(dir, { recursive: true, force: true });
-});
+const bed = eachTestBatch('batch');
 
 /** Writes `n` small documents: half at the top, half in a nested folder, .txt and .md. */
 function writeDocs(n: number, poison: readonly number[] = []): string[] {
-  const docs = join(dir, 'docs');
+  const docs = join(bed.dir, 'docs');
   mkdirSync(join(docs, 'nested', 'deeper'), { recursive: true });
   const files: string[] = [];
   for (let i = 0; i < n; i++) {
@@ -55,38 +37,18 @@ function writeDocs(n: number, poison: readonly number[] = []): string[] {
 }
 
 function makeProducer(maxDepth = 0): Producer {
-  const p = new Producer({ redis, names, maxDepth, retryAfterMs: 100 });
-  closers.push(() => p.close());
+  const p = new Producer({ redis: bed.redis, names: bed.names, maxDepth, retryAfterMs: 100 });
+  bed.closers.push(() => p.close());
   return p;
 }
 
-async function realPath(
-  mockOptions: Parameters<typeof startMockAnthropic>[0] = {},
-  concurrency = 8,
-): Promise<MockAnthropicHandle> {
-  const mock = await startMockAnthropic(mockOptions);
-  const conn = newRedis();
-  const worker = await startWorker({
-    redis: conn,
-    names,
-    client: createProviderClient({ apiKey: 'sk-test-batch', baseURL: mock.url }),
-    limiter: {},
-    concurrency,
-    maxInFlight: concurrency,
-  });
-  closers.push(async () => {
-    await mock.close();
-  });
-  closers.push(async () => {
-    await worker.stop(2_000).catch(() => {});
-    conn.disconnect();
-  });
-  return mock;
-}
+/** llmq's worker calling the mock, `concurrency` calls at once. */
+const realPath = (mockOptions: MockAnthropicOptions = {}, concurrency = 8) =>
+  workerOnMock(bed, { mock: mockOptions, concurrency, maxInFlight: concurrency });
 
 /** A stand-in for llmq's worker: dead-letters "POISON" documents, summarizes the rest. */
 function fakeWorker(): FakeWorker {
-  const w = startFakeWorker(redis, names, (prompt) =>
+  const w = startFakeWorker(bed.redis, bed.names, (prompt) =>
     prompt.startsWith('POISON')
       ? {
           deadLetter: {
@@ -100,7 +62,7 @@ function fakeWorker(): FakeWorker {
           usage: { input_tokens: 40, output_tokens: 9 },
         },
   );
-  closers.push(() => w.close());
+  bed.closers.push(() => w.close());
   return w;
 }
 
@@ -132,10 +94,11 @@ function readLines(path: string): Line[] {
 
 /** Jobs ever added to the queue, from BullMQ's event stream. */
 async function jobsAdded(): Promise<number> {
-  const entries = (await redis.xrange(`${bullPrefix(names)}:${names.queue}:events`, '-', '+')) as [
-    string,
-    string[],
-  ][];
+  const entries = (await bed.redis.xrange(
+    `${bullPrefix(bed.names)}:${bed.names.queue}:events`,
+    '-',
+    '+',
+  )) as [string, string[]][];
   return entries.filter(([, f]) => f[0] === 'event' && f[1] === 'added').length;
 }
 
@@ -143,11 +106,11 @@ describe('llmq batch summarize', () => {
   it('gives every file exactly one result line, through the real worker and the mock provider', async () => {
     const files = writeDocs(50);
     await realPath({ latencyMs: 5 });
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const progress = sink();
     const report = sink();
     const r = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(10),
       model: 'claude-test-batch',
@@ -165,7 +128,7 @@ describe('llmq batch summarize', () => {
       exitCode: 0,
     });
     expect(r.failed).toEqual([]);
-    expect(r.empty).toEqual([join(dir, 'docs', 'empty.txt')]);
+    expect(r.empty).toEqual([join(bed.dir, 'docs', 'empty.txt')]);
     const lines = readLines(out);
     expect(lines).toHaveLength(50);
     expect(new Set(lines.map((l) => l.file))).toEqual(new Set(files));
@@ -191,8 +154,8 @@ describe('llmq batch summarize', () => {
     const mock = await realPath({ latencyMs: 20 });
     const prompt = `You summarize documents for an archive. ${'Keep names, dates and figures exact. '.repeat(300)}`;
     const cachedRun = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
-      out: join(dir, 'cached.jsonl'),
+      paths: [join(bed.dir, 'docs')],
+      out: join(bed.dir, 'cached.jsonl'),
       producer: makeProducer(),
       model: 'claude-test-batch',
       maxTokens: 32,
@@ -202,13 +165,13 @@ describe('llmq batch summarize', () => {
     });
     expect(cachedRun.succeeded).toBe(6);
     expect(mock.stats().cache).toMatchObject({ writes: 1, reads: 5 });
-    expect(readLines(join(dir, 'cached.jsonl'))).toHaveLength(6);
+    expect(readLines(join(bed.dir, 'cached.jsonl'))).toHaveLength(6);
 
     // The same files, summarized anew without caching (another max_tokens: other jobs).
     mock.reset();
     const plain = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
-      out: join(dir, 'plain.jsonl'),
+      paths: [join(bed.dir, 'docs')],
+      out: join(bed.dir, 'plain.jsonl'),
       producer: makeProducer(),
       model: 'claude-test-batch',
       maxTokens: 33,
@@ -224,10 +187,10 @@ describe('llmq batch summarize', () => {
   it('lists dead-lettered files and exits 1; a rerun adds nothing; edited files are summarized again', async () => {
     const files = writeDocs(10, [3, 7]);
     const worker = fakeWorker();
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const report = sink();
     const first = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(),
       progress: sink(),
@@ -241,7 +204,7 @@ describe('llmq batch summarize', () => {
     expect(readLines(out).filter((l) => 'error' in l)).toHaveLength(2);
 
     const again = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(),
       progress: sink(),
@@ -262,7 +225,7 @@ describe('llmq batch summarize', () => {
     writeFileSync(files[7]!, readFileSync(files[7]!, 'utf8').replace('POISON', 'CURED'));
     fakeWorker();
     const fixed = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(),
       progress: sink(),
@@ -275,12 +238,12 @@ describe('llmq batch summarize', () => {
 
   it('--retry-failed enqueues failed files again under a fresh key, once', async () => {
     writeDocs(4, [1]);
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const poisoned = fakeWorker();
     expect(
       (
         await runBatchSummarize({
-          paths: [dir],
+          paths: [bed.dir],
           out,
           producer: makeProducer(),
           progress: sink(),
@@ -291,7 +254,7 @@ describe('llmq batch summarize', () => {
     await poisoned.close();
     // This worker takes anything (the failure was the provider's, not the document's).
     const ok = new Worker<JobData, JobResult>(
-      names.queue,
+      bed.names.queue,
       async (job) => ({
         message: {
           id: 'm',
@@ -307,11 +270,11 @@ describe('llmq batch summarize', () => {
         attempts: 1,
         completedAt: job.timestamp,
       }),
-      { connection: redis.duplicate(), prefix: bullPrefix(names) },
+      { connection: bed.redis.duplicate(), prefix: bullPrefix(bed.names) },
     );
-    closers.push(() => ok.close());
+    bed.closers.push(() => ok.close());
     const retried = await runBatchSummarize({
-      paths: [dir],
+      paths: [bed.dir],
       out,
       producer: makeProducer(),
       retryFailed: true,
@@ -323,7 +286,7 @@ describe('llmq batch summarize', () => {
     expect(lines).toHaveLength(5);
     expect(lines.at(-1)).toMatchObject({ summary: 'fine now' });
     const settled = await runBatchSummarize({
-      paths: [dir],
+      paths: [bed.dir],
       out,
       producer: makeProducer(),
       retryFailed: true,
@@ -334,13 +297,13 @@ describe('llmq batch summarize', () => {
   });
 
   it('files with the same content share one job, and each gets its own line', async () => {
-    mkdirSync(join(dir, 'same'));
+    mkdirSync(join(bed.dir, 'same'));
     for (const name of ['a.txt', 'b.md', 'c.txt'])
-      writeFileSync(join(dir, 'same', name), 'The same words in every file.');
+      writeFileSync(join(bed.dir, 'same', name), 'The same words in every file.');
     fakeWorker();
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const r = await runBatchSummarize({
-      paths: [join(dir, 'same')],
+      paths: [join(bed.dir, 'same')],
       out,
       producer: makeProducer(),
       progress: sink(),
@@ -349,7 +312,7 @@ describe('llmq batch summarize', () => {
     expect(r).toMatchObject({ enqueued: 1, reattached: 2, succeeded: 3, exitCode: 0 });
     const lines = readLines(out);
     expect(lines.map((l) => l.file)).toEqual(
-      ['a.txt', 'b.md', 'c.txt'].map((n) => join(dir, 'same', n)),
+      ['a.txt', 'b.md', 'c.txt'].map((n) => join(bed.dir, 'same', n)),
     );
     expect(new Set(lines.map((l) => l.id)).size).toBe(1);
   });
@@ -357,11 +320,11 @@ describe('llmq batch summarize', () => {
   it('resumes after an interruption without enqueueing finished files again', async () => {
     const files = writeDocs(30);
     await realPath({ latencyMs: 40 }, 2);
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const ac = new AbortController();
     let seen = 0;
     const first = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(6),
       maxTokens: 32,
@@ -380,12 +343,13 @@ describe('llmq batch summarize', () => {
     // The worker goes on with what was queued while nobody collects.
     await until(
       async () =>
-        (await redis.zcard(`${bullPrefix(names)}:${names.queue}:completed`)) === first.enqueued,
+        (await bed.redis.zcard(`${bullPrefix(bed.names)}:${bed.names.queue}:completed`)) ===
+        first.enqueued,
       60_000,
     );
 
     const second: BatchReport = await runBatchSummarize({
-      paths: [join(dir, 'docs')],
+      paths: [join(bed.dir, 'docs')],
       out,
       producer: makeProducer(6),
       maxTokens: 32,
@@ -404,7 +368,7 @@ describe('llmq batch summarize', () => {
 
   it('SIGINT leaves the jobs queued and the results file valid, and exits 130', async () => {
     writeDocs(12);
-    const out = join(dir, 'results.jsonl');
+    const out = join(bed.dir, 'results.jsonl');
     const script = `
       import { Command } from 'commander';
       import { registerBatchCommand } from './scripts/cli/batch.ts';
@@ -417,7 +381,7 @@ describe('llmq batch summarize', () => {
       tsxEval(script, [
         'batch',
         'summarize',
-        join(dir, 'docs'),
+        join(bed.dir, 'docs'),
         '--out',
         out,
         '--max-tokens',
@@ -428,8 +392,8 @@ describe('llmq batch summarize', () => {
         env: {
           ...process.env,
           REDIS_URL,
-          LLMQ_QUEUE: names.queue,
-          LLMQ_PREFIX: names.prefix,
+          LLMQ_QUEUE: bed.names.queue,
+          LLMQ_PREFIX: bed.names.prefix,
           LLMQ_MAX_DEPTH: '0',
           // A limit known: every file is planned (and queued) at once, with no worker running.
           LLMQ_ITPM: '100000',
@@ -442,7 +406,8 @@ describe('llmq batch summarize', () => {
     child.stdout.on('data', (c) => (stdout += c));
     // Nobody works the queue: once all 12 jobs are in, the run only waits.
     await until(
-      async () => (await redis.zcard(`${bullPrefix(names)}:${names.queue}:prioritized`)) === 12,
+      async () =>
+        (await bed.redis.zcard(`${bullPrefix(bed.names)}:${bed.names.queue}:prioritized`)) === 12,
       60_000,
       50,
     );
@@ -453,13 +418,15 @@ describe('llmq batch summarize', () => {
     expect(stdout).toMatch(/^batch interrupted .*12 pending/);
     expect(existsSync(out)).toBe(true);
     expect(readLines(out)).toEqual([]);
-    expect(await redis.zcard(`${bullPrefix(names)}:${names.queue}:prioritized`)).toBe(12);
+    expect(await bed.redis.zcard(`${bullPrefix(bed.names)}:${bed.names.queue}:prioritized`)).toBe(
+      12,
+    );
   }, 90_000);
 });
 
 describe('results file and progress', () => {
   it('cuts a torn last line on open and keeps whole ones', () => {
-    const path = join(dir, 'r.jsonl');
+    const path = join(bed.dir, 'r.jsonl');
     writeFileSync(path, '{"file":"a","id":"1","error":"x"}\n{"file":"b","id":"2","summ');
     const f = ResultsFile.open(path);
     expect(f.existing).toEqual([{ file: 'a', id: '1', error: 'x' }]);
