@@ -1,31 +1,17 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createProducer } from '../producer/create-producer.ts';
 import { Producer } from '../producer/producer.ts';
 import { resolveConfig } from '../shared/config.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
 import { readFleetLimits } from '../shared/fleet-limits.ts';
-import {
-  openPool,
-  type Pool,
-  type Proc,
-  request,
-  runCli,
-  startCli,
-} from './fixtures/worker-harness.ts';
+import { type Pool, type Proc, poolsPerTest, request, runCli } from './fixtures/worker-harness.ts';
 import { REDIS_URL, until } from './helpers.ts';
 
-let pool: Pool | undefined;
-const procs: Proc[] = [];
-afterEach(async () => {
-  await Promise.all(procs.splice(0).map((p) => p.kill('SIGKILL')));
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 
 /** Starts `llmq worker …flags` on the pool's queue; resolves once it runs. */
-async function worker(flags: string[]): Promise<Proc> {
-  const proc = startCli(['worker', ...flags], pool!.cliEnv());
-  procs.push(proc);
+async function worker(pool: Pool, flags: string[]): Promise<Proc> {
+  const proc = pool.startCli(['worker', ...flags], pool.cliEnv());
   await Promise.race([
     until(() => proc.stderr().includes('worker started'), 30_000),
     proc.exited().then((code) => {
@@ -35,13 +21,13 @@ async function worker(flags: string[]): Promise<Proc> {
   return proc;
 }
 
-const stored = async () => (await readFleetLimits(pool!.redis, pool!.names))?.limits;
+const stored = async (pool: Pool) => (await readFleetLimits(pool.redis, pool.names))?.limits;
 
 describe("the fleet's limits, stored once for every process", () => {
   it('a worker stores its limits; enqueue, status and `llmq limits` know them without any flag', async () => {
-    pool = await openPool('fleet');
-    await worker(['--tpm', '4000', '--window', '10', '--headroom', '0.01']);
-    expect(await stored()).toMatchObject({ tpm: 4_000, windowS: 10 });
+    const pool = await openTestPool('fleet');
+    await worker(pool, ['--tpm', '4000', '--window', '10', '--headroom', '0.01']);
+    expect(await stored(pool)).toMatchObject({ tpm: 4_000, windowS: 10 });
 
     const shown = await runCli(['limits', 'show', '--json'], pool.cliEnv());
     expect(shown.code, shown.stderr).toBe(0);
@@ -80,8 +66,8 @@ describe("the fleet's limits, stored once for every process", () => {
   });
 
   it('a worker whose limits differ refuses to start, naming both, until told to replace them', async () => {
-    pool = await openPool('fleetclash');
-    await worker(['--tpm', '4000', '--window', '10']);
+    const pool = await openTestPool('fleetclash');
+    await worker(pool, ['--tpm', '4000', '--window', '10']);
     const clash = await runCli(['worker', '--tpm', '8000', '--window', '60'], pool.cliEnv());
     expect(clash.code).toBe(2);
     const lines = clash.stderr.trim().split('\n');
@@ -89,19 +75,19 @@ describe("the fleet's limits, stored once for every process", () => {
     expect(lines[0]).toContain('tpm 8000 here, 4000 stored');
     expect(lines[0]).toContain('window 60 s here, 10 s stored');
     expect(lines[0]).toContain('--replace-limits');
-    expect(await stored()).toMatchObject({ tpm: 4_000, windowS: 10 });
+    expect(await stored(pool)).toMatchObject({ tpm: 4_000, windowS: 10 });
 
-    await worker(['--tpm', '8000', '--window', '60', '--replace-limits']);
-    expect(await stored()).toMatchObject({ tpm: 8_000, windowS: 60 });
+    await worker(pool, ['--tpm', '8000', '--window', '60', '--replace-limits']);
+    expect(await stored(pool)).toMatchObject({ tpm: 8_000, windowS: 60 });
     // The same limits again start without a word.
-    await worker(['--tpm', '8000', '--window', '60']);
+    await worker(pool, ['--tpm', '8000', '--window', '60']);
   });
 
   it('a worker without limit flags runs under the stored limits (`llmq limits set`)', async () => {
-    pool = await openPool('fleetadopt');
+    const pool = await openTestPool('fleetadopt');
     const set = await runCli(['limits', 'set', '--tpm', '3000', '--window', '5'], pool.cliEnv());
     expect(set.code, set.stderr).toBe(0);
-    await worker([]);
+    await worker(pool, []);
     // A producer that does not read the fleet's limits gets a job past them into the queue:
     // the worker, under the stored 3,000, can never admit it and dead-letters it.
     const blind = new Producer({ redis: pool.redis, names: pool.names, fleetLimits: false });
@@ -110,18 +96,18 @@ describe("the fleet's limits, stored once for every process", () => {
     } finally {
       await blind.close();
     }
-    await until(async () => (await pool!.deadLetters()).length === 1, 20_000);
+    await until(async () => (await pool.deadLetters()).length === 1, 20_000);
     const [letter] = await pool.deadLetters();
     expect(letter!.errorClass).toBe('CostExceedsLimitError');
     expect(letter!.reason).toContain('allows only 3000 per window');
 
     const cleared = await runCli(['limits', 'clear'], pool.cliEnv());
     expect(cleared.stdout).toContain('removed the limits');
-    expect(await stored()).toBeUndefined();
+    expect(await stored(pool)).toBeUndefined();
   });
 
   it("a producer's own limits cap the fleet's: the lower of each applies", async () => {
-    pool = await openPool('fleetcap');
+    const pool = await openTestPool('fleetcap');
     await runCli(['limits', 'set', '--tpm', '4000', '--headroom', '0'], pool.cliEnv());
     const flags = { queue: pool.names.queue, prefix: pool.names.prefix, redisUrl: REDIS_URL };
     const looser = createProducer(resolveConfig({ flags: { ...flags, tpm: '8000' }, env: {} }));

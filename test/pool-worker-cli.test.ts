@@ -3,27 +3,13 @@
  * reached through its SDK with the credentials the config names; a credential variable that is
  * not set stops it at start, by name.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { DeploymentConfig } from '../shared/deployments.ts';
 import { eachTestMocks } from './fixtures/mock-servers.ts';
-import {
-  allCompleted,
-  openPool,
-  type Pool,
-  type Proc,
-  request,
-  runCli,
-  startCli,
-} from './fixtures/worker-harness.ts';
+import { allCompleted, poolsPerTest, request, runCli } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
-let pool: Pool | undefined;
-const procs: Proc[] = [];
-afterEach(async () => {
-  await Promise.all(procs.splice(0).map((p) => p.kill('SIGKILL')));
-  await pool?.cleanup();
-  pool = undefined;
-});
+const openTestPool = poolsPerTest();
 const startMock = eachTestMocks();
 const SECRETS = {
   AWS_KEY_ID: 'AKIDCLITEST',
@@ -55,20 +41,19 @@ const deployments = (aws: string, gcp: string): DeploymentConfig[] => [
 describe('llmq worker with a pool of deployments', () => {
   it('runs jobs on Bedrock and Vertex AI under their platform ids, and logs no credential', async () => {
     const [aws, gcp] = await Promise.all([startMock(), startMock()]);
-    pool = await openPool('pool-cli');
+    const pool = await openTestPool('pool-cli');
     const env = pool.cliEnv({
       ...SECRETS,
       LLMQ_DEPLOYMENTS: JSON.stringify(deployments(aws.url, gcp.url)),
     });
-    const proc = startCli(['worker', '--window', '60'], env);
-    procs.push(proc);
+    const proc = pool.startCli(['worker', '--window', '60'], env);
     await until(() => proc.stderr().includes('worker started'), 30_000);
     const ids: string[] = [];
     for (let i = 0; i < 6; i++) ids.push(await pool.producer.enqueue(request(`Job ${i}: hi.`, 20)));
     await allCompleted(pool, ids, 30_000);
     const where = await Promise.all(
       ids.map(async (id) => {
-        const r = (await pool!.job(id))!.returnvalue;
+        const r = (await pool.job(id))!.returnvalue;
         return `${r.deployment} ${r.message.model}`;
       }),
     );
@@ -85,7 +70,7 @@ describe('llmq worker with a pool of deployments', () => {
   });
 
   it('stops at start, naming the credential variable that is not set', async () => {
-    pool = await openPool('pool-cli-missing');
+    const pool = await openTestPool('pool-cli-missing');
     const { VERTEX_TOKEN: _, ...some } = SECRETS;
     const env = pool.cliEnv({
       ...some,
@@ -100,7 +85,7 @@ describe('llmq worker with a pool of deployments', () => {
   });
 
   it('llmq enqueue --deployment pins a job to one deployment; one the pool lacks is refused', async () => {
-    pool = await openPool('pool-cli-pin');
+    const pool = await openTestPool('pool-cli-pin');
     const env = pool.cliEnv({
       LLMQ_DEPLOYMENTS: JSON.stringify(deployments('http://127.0.0.1:9', 'http://127.0.0.1:9')),
     });
