@@ -130,6 +130,58 @@ describe('the ideal client under split limits', () => {
   });
 });
 
+describe('the ideal client when output is charged as it is produced', () => {
+  // Five calls of 30 input tokens, max_tokens 50, answering 20, each 100 ms, 100 tokens per 1 s.
+  const calls = Array.from({ length: 5 }, () => ({
+    input: 30,
+    maxTokens: 50,
+    output: 20,
+    latencyMs: 100,
+  }));
+  const budget = (shape: 'sliding' | 'bucket', accounting: 'reserve' | 'produced') => ({
+    limits: { tokens: 100 },
+    windowMs: 1_000,
+    concurrency: 10,
+    accounting,
+    shape,
+  });
+
+  it('on a window, starts calls on their input alone; their output, charged at the end, delays the next', () => {
+    const reserve = idealSchedule(calls, budget('sliding', 'reserve'));
+    expect(reserve.starts).toEqual([0, 1_000, 2_000, 3_000, 4_000]);
+    const produced = idealSchedule(calls, budget('sliding', 'produced'));
+    // Three fit at once (30 each, and one output token more); the fourth once their input has
+    // left (their 60 output tokens, charged at 100 ms, stay till 1,100 ms); the fifth then.
+    expect(produced.starts).toEqual([0, 0, 0, 1_000, 1_100]);
+    expect(produced.minimumMs).toBe(1_200);
+  });
+
+  it('on a bucket, takes the output from the level when each call ends, below empty if need be', () => {
+    const produced = idealSchedule(calls, budget('bucket', 'produced'));
+    // 100 − 3 × 30 = 10 left; at 100 ms +10 refilled, −60 produced: −40, so 31 is there at
+    // 810 ms; the fourth's output (−20 at 910 ms) puts the fifth at 1,310 ms.
+    expect(produced.starts).toEqual([0, 0, 0, 810, 1_310]);
+    expect(produced.minimumMs).toBe(1_410);
+  });
+
+  it('refuses a call while the output budget is spent, though its output is not charged yet', () => {
+    const full = Array.from({ length: 4 }, () => ({
+      input: 1,
+      maxTokens: 50,
+      output: 50,
+      latencyMs: 100,
+    }));
+    const ideal = idealSchedule(full, {
+      limits: { output: 50 },
+      windowMs: 1_000,
+      concurrency: 2,
+      accounting: 'produced',
+    });
+    // The first two spend 100 output tokens at 100 ms: the third waits for them to leave.
+    expect(ideal.starts).toEqual([0, 0, 1_100, 1_100]);
+  });
+});
+
 describe('the fluid minimum', () => {
   it('is a window of work at once, the rest at the limit per window, plus the shortest call', () => {
     const calls = same(3, { input: 50, maxTokens: 50, output: 50, latencyMs: 100 });

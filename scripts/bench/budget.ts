@@ -1,3 +1,5 @@
+import type { MockStats } from '../../testing/mock-anthropic/index.ts';
+
 /**
  * The budget's own minimum: the least wall time a token limit allows for a given piece of work,
  * and how much of the limit a run used.
@@ -25,6 +27,20 @@
  * charge exactly, so it never draws a 429. The minimum is when its last call ends. For identical
  * calls it equals the closed form above. {@link fluidMinimumMs} is a lower bound below it.
  *
+ * ## Output charged as produced (`produced`)
+ *
+ * The API today charges output as it is produced: nothing of max_tokens at admission (yet a call
+ * needs room for one output token: a spent output budget refuses), the output as it streams. The
+ * ideal client's model of it: at its start a call takes requests and input (and must fit one
+ * output token more, given back); at its end it spends its actual output, which the provider
+ * counts whatever room is left (a window's sum, a bucket's level, may go past the limit). Once a
+ * call has ended it holds what it holds under `actual`, input + actual output, except that its
+ * output entered the window at its end, not its start, so it leaves the window a window after its
+ * end. Charging the output at the end, not token by token, is within the answer's streaming time
+ * of the truth (the bench's answers: tens of ms, against a 10 s window; a whole, unstreamed answer
+ * is charged at its end exactly). A call in flight holds no output, so the next may start sooner
+ * than under `actual`; what its output takes once produced delays the calls after it.
+ *
  * ## Utilization
  *
  * Tokens admitted per window over the limit: the run is cut into consecutive windows [t0 + kW,
@@ -33,6 +49,9 @@
  * work left to fill a window, is left out. Against a sliding-window provider no window can exceed
  * 100%.
  */
+
+/** How the provider charges output: the mock's `outputAccounting` (see the module comment). */
+export type Accounting = MockStats['outputAccounting'];
 
 export interface CallShape {
   /** Input tokens the provider charges. */
@@ -60,7 +79,7 @@ export interface BudgetShape {
   readonly windowMs: number;
   /** Calls in flight at once. */
   readonly concurrency: number;
-  readonly accounting: 'reserve' | 'actual';
+  readonly accounting: Accounting;
   /**
    * The provider's shape: `sliding`, an exact sliding window; `bucket`, a token bucket of the
    * limit refilled continuously at limit per window (what the API documents). @default 'sliding'
@@ -120,10 +139,37 @@ export function fluidMinimumMs(calls: readonly CallShape[], budget: BudgetShape)
 }
 
 const fullCharge = (c: CallShape): Charge => [1, c.input, c.maxTokens, c.input + c.maxTokens];
+const NOTHING: Charge = [0, 0, 0, 0];
 
-function settledCharge(c: CallShape, accounting: 'reserve' | 'actual'): Charge {
-  return accounting === 'actual' ? [1, c.input, c.output, c.input + c.output] : fullCharge(c);
+/** What a call stays charged in all: input + max_tokens under `reserve`, else its actual output. */
+function settledCharge(c: CallShape, accounting: Accounting): Charge {
+  return accounting === 'reserve' ? fullCharge(c) : [1, c.input, c.output, c.input + c.output];
 }
+
+/** What a call is charged at its start: no output under `produced`. */
+function startCharge(c: CallShape, accounting: Accounting): Charge {
+  return accounting === 'produced' ? [1, c.input, 0, c.input] : fullCharge(c);
+}
+
+/** The room a call needs at its start: under `produced`, its start charge and one output token. */
+function roomNeeded(c: CallShape, accounting: Accounting): Charge {
+  return accounting === 'produced' ? [1, c.input, 1, c.input + 1] : fullCharge(c);
+}
+
+/** What a call is charged at its end: its output under `produced`, nothing otherwise. */
+function endCharge(c: CallShape, accounting: Accounting): Charge {
+  return accounting === 'produced' ? [0, 0, c.output, c.output] : NOTHING;
+}
+
+/** What a call gives back at its end: its unused output under `actual`. */
+function endRefund(c: CallShape, accounting: Accounting): Charge {
+  if (accounting !== 'actual') return NOTHING;
+  const unused = c.maxTokens - c.output;
+  return [0, 0, unused, unused];
+}
+
+const plus = (a: Charge, b: Charge): Charge => a.map((x, d) => x + b[d]!) as unknown as Charge;
+const minus = (a: Charge, b: Charge): Charge => a.map((x, d) => x - b[d]!) as unknown as Charge;
 
 /**
  * A bucket's least admission span: from a full bucket, everything charged beyond its capacity
@@ -148,23 +194,29 @@ export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape):
   if (budget.shape === 'bucket') return idealBucketSchedule(calls, budget);
   const W = budget.windowMs;
   const limits = limitsOf(budget.limits);
+  const { accounting } = budget;
   const starts: number[] = [];
   const ends: number[] = [];
-  // What call j holds in the provider's window at time t (it entered at starts[j]).
-  const held = (j: number, t: number): Charge | undefined => {
-    if (starts[j]! <= t - W) return undefined;
-    return t < ends[j]! ? fullCharge(calls[j]!) : settledCharge(calls[j]!, budget.accounting);
+  // What call j holds in the provider's window at time t: its start's charge (less the unused
+  // output given back once it ended, under `actual`) while its start is in the window, and under
+  // `produced` its output while its end is.
+  const held = (j: number, t: number): Charge => {
+    const c = calls[j]!;
+    const ended = ends[j]! <= t;
+    const inWindow = (at: number) => at > t - W && at <= t;
+    const atStart = ended
+      ? minus(startCharge(c, accounting), endRefund(c, accounting))
+      : startCharge(c, accounting);
+    const fromStart = inWindow(starts[j]!) ? atStart : NOTHING;
+    return ended && inWindow(ends[j]!) ? plus(fromStart, endCharge(c, accounting)) : fromStart;
   };
   const fits = (i: number, at: number) => {
-    const sum = [...fullCharge(calls[i]!)];
-    for (let j = 0; j < i; j++) {
-      const h = held(j, at);
-      if (h) for (let d = 0; d < 4; d++) sum[d]! += h[d]!;
-    }
+    let sum = roomNeeded(calls[i]!, accounting);
+    for (let j = 0; j < i; j++) sum = plus(sum, held(j, at));
     return limits.every((limit, d) => limit === undefined || sum[d]! <= limit);
   };
   for (let i = 0; i < calls.length; i++) {
-    const call = fullCharge(calls[i]!);
+    const call = roomNeeded(calls[i]!, accounting);
     limits.forEach((limit, d) => {
       if (limit !== undefined && call[d]! > limit)
         throw new RangeError(
@@ -176,12 +228,14 @@ export function idealSchedule(calls: readonly CallShape[], budget: BudgetShape):
     const running = ends.filter((e) => e > t).sort((a, b) => a - b);
     if (running.length >= budget.concurrency)
       t = Math.max(t, running[running.length - budget.concurrency]!);
-    // (c) room in the window. What is held only falls as t grows (nothing new starts meanwhile),
-    // and it falls only when a call leaves the window or ends, so those are the instants to try.
+    // (c) room in the window. What is held falls only when a charge leaves the window or unused
+    // output is given back (it rises when output is produced, which never makes room), so those
+    // are the instants to try.
     const candidates = [t];
     for (let j = 0; j < i; j++) {
       if (starts[j]! + W > t) candidates.push(starts[j]! + W);
-      if (budget.accounting === 'actual' && ends[j]! > t) candidates.push(ends[j]!);
+      if (accounting === 'actual' && ends[j]! > t) candidates.push(ends[j]!);
+      if (accounting === 'produced' && ends[j]! + W > t) candidates.push(ends[j]! + W);
     }
     candidates.sort((a, b) => a - b);
     const start = candidates.find((at) => fits(i, at)) ?? Number.NaN;
@@ -248,18 +302,21 @@ export function meanWindowSum(
 
 /**
  * The ideal client against a bucket: each call starts at the earliest instant at which the call
- * before it has started, fewer than C calls run, and every limited dimension's bucket holds its
- * full charge. A bucket starts full, refills at limit / window up to the limit, and under
- * `actual` gets a call's unused output back when it ends.
+ * before it has started, fewer than C calls run, and every limited dimension's bucket holds the
+ * room it needs. A bucket starts full, refills at limit / window up to the limit; when a call
+ * ends it gets the call's unused output back (`actual`), or gives up the output produced
+ * (`produced`: the level may go below empty).
  */
 function idealBucketSchedule(calls: readonly CallShape[], budget: BudgetShape): IdealSchedule {
+  const { accounting } = budget;
   const limits = limitsOf(budget.limits);
   const level = limits.map((l) => l ?? Number.POSITIVE_INFINITY);
   let at = 0;
-  const refunds: { at: number; back: Charge }[] = [];
+  // What each call's end adds to the levels (a refund) or takes from them (output produced).
+  const settles: { at: number; delta: Charge }[] = [];
   const advance = (to: number) => {
     for (;;) {
-      const next = refunds.length > 0 && refunds[0]!.at <= to ? refunds.shift()! : undefined;
+      const next = settles.length > 0 && settles[0]!.at <= to ? settles.shift()! : undefined;
       const until = next ? next.at : to;
       limits.forEach((l, d) => {
         if (l !== undefined)
@@ -268,7 +325,7 @@ function idealBucketSchedule(calls: readonly CallShape[], budget: BudgetShape): 
       at = until;
       if (!next) return;
       limits.forEach((l, d) => {
-        if (l !== undefined) level[d] = Math.min(l, level[d]! + next.back[d]!);
+        if (l !== undefined) level[d] = Math.min(l, level[d]! + next.delta[d]!);
       });
     }
   };
@@ -276,36 +333,37 @@ function idealBucketSchedule(calls: readonly CallShape[], budget: BudgetShape): 
   const ends: number[] = [];
   for (let i = 0; i < calls.length; i++) {
     const c = calls[i]!;
-    const charge = fullCharge(c);
+    const needed = roomNeeded(c, accounting);
     let t = Math.max(i === 0 ? 0 : starts[i - 1]!, calls[i]!.notBefore ?? 0);
     const running = ends.filter((e) => e > t).sort((a, b) => a - b);
     if (running.length >= budget.concurrency)
       t = Math.max(t, running[running.length - budget.concurrency]!);
     for (;;) {
       advance(t);
-      // When each dimension will hold the charge by refill alone; a refund before it moves it.
+      // When each dimension will hold the room by refill alone; a call's end before it moves it.
       let fit = t;
       limits.forEach((l, d) => {
-        if (l !== undefined && level[d]! < charge[d]!)
-          fit = Math.max(fit, t + ((charge[d]! - level[d]!) * budget.windowMs) / l);
+        if (l !== undefined && level[d]! < needed[d]!)
+          fit = Math.max(fit, t + ((needed[d]! - level[d]!) * budget.windowMs) / l);
       });
-      const refund = refunds[0]?.at;
-      if (fit === t || refund === undefined || refund >= fit) {
+      const settle = settles[0]?.at;
+      if (fit === t || settle === undefined || settle > fit) {
         advance(fit);
         t = fit;
         break;
       }
-      t = refund;
+      t = settle;
     }
+    const charge = startCharge(c, accounting);
     limits.forEach((l, d) => {
       if (l !== undefined) level[d]! -= charge[d]!;
     });
     starts.push(t);
     ends.push(t + c.latencyMs);
-    if (budget.accounting === 'actual') {
-      const back = charge.map((x, d) => x - settledCharge(c, 'actual')[d]!) as unknown as Charge;
-      refunds.push({ at: t + c.latencyMs, back });
-      refunds.sort((a, b) => a.at - b.at);
+    if (accounting !== 'reserve') {
+      const delta = minus(endRefund(c, accounting), endCharge(c, accounting));
+      settles.push({ at: t + c.latencyMs, delta });
+      settles.sort((a, b) => a.at - b.at);
     }
   }
   const minimumMs = ends.length > 0 ? Math.max(...ends) : 0;

@@ -1,6 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { Producer } from '../../producer/producer.ts';
 import type { QueueNames } from '../../shared/keys.ts';
+import type { OutputAccounting } from '../../shared/limiter/types.ts';
 import type { RedisClient } from '../../shared/redis.ts';
 import type { InputCounting } from '../../testing/mock-anthropic/index.ts';
 import { startWorker, type WorkerHandle, type WorkerOptions } from '../../worker/worker.ts';
@@ -30,7 +31,7 @@ export interface LlmqRunOptions {
   readonly feedback?: boolean;
   /** Count input tokens with the mock's count_tokens at enqueue (`exactCount`). @default false */
   readonly exactCount?: boolean;
-  /** Read output tokens from each response (for `actual` accounting). @default false */
+  /** Read output tokens from each response (for `actual` and `produced`). @default false */
   readonly recordOutput?: boolean;
   /** Give up waiting for results after this long. @default 600_000 */
   readonly timeoutMs?: number;
@@ -53,7 +54,7 @@ export function tokenBudget(
   windowMs: number,
   limit: number,
   maxInFlight: number,
-  outputAccounting: 'reserve' | 'actual' = 'reserve',
+  outputAccounting: OutputAccounting = 'reserve',
 ): Pick<LlmqRunOptions, 'limiter' | 'maxInFlight'> {
   return { limiter: { windowMs, limits: { tokens: limit }, outputAccounting }, maxInFlight };
 }

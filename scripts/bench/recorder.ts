@@ -1,4 +1,5 @@
 import { countMockTokens, type InputCounting } from '../../testing/mock-anthropic/index.ts';
+import type { Accounting } from './budget.ts';
 
 /**
  * One call the provider admitted (a 200), as a client saw it: when it was sent (the mock admits on
@@ -32,7 +33,7 @@ export interface RecorderOptions {
    * @default 'full'
    */
   readonly mode?: 'counts' | 'full';
-  /** Read each 200's body for its output tokens (for `actual` output accounting). @default false */
+  /** Read each 200's body for its output tokens (for `actual` and `produced`). @default false */
   readonly output?: boolean;
   /** How the mock counts input (until the response says). @default the mock's tokenizer */
   readonly counting?: InputCounting | undefined;
@@ -146,7 +147,11 @@ export function mergeReports(reports: readonly RecorderReport[]): RecorderReport
   return { attempts, statuses, admitted };
 }
 
-/** The charge a call leaves in the provider's window: input plus max_tokens, or the actual output. */
-export function chargeOf(call: AdmittedCall, accounting: 'reserve' | 'actual'): number {
-  return call.input + (accounting === 'actual' ? (call.output ?? call.maxTokens) : call.maxTokens);
+/**
+ * What a call stays charged at the provider: input plus max_tokens (`reserve`), or plus the
+ * actual output (`actual`, and `produced`, where the output is charged as it comes).
+ */
+export function chargeOf(call: AdmittedCall, accounting: Accounting): number {
+  const output = accounting === 'reserve' ? call.maxTokens : (call.output ?? call.maxTokens);
+  return call.input + output;
 }

@@ -1,5 +1,5 @@
 import type { MockStats } from '../../../testing/mock-anthropic/index.ts';
-import { utilization } from '../budget.ts';
+import { type Accounting, utilization } from '../budget.ts';
 import type { ClientRun } from '../clients/run-baseline.ts';
 import { chargeOf, type RecorderReport } from '../recorder.ts';
 import { count, percent, ratio, seconds } from '../table.ts';
@@ -54,7 +54,7 @@ export interface RateRowInput {
   readonly total: number;
   readonly limit: number;
   readonly windowMs: number;
-  readonly accounting: 'reserve' | 'actual';
+  readonly accounting: Accounting;
   /** The ideal client's wall time. */
   readonly minimumMs: number;
   /** The fluid minimum; NaN when not computed. */

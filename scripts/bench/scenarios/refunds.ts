@@ -1,15 +1,28 @@
 import type { MockAnthropicOptions } from '../../../testing/mock-anthropic/index.ts';
-import { fluidMinimumMs, idealSchedule } from '../budget.ts';
+import { type Accounting, fluidMinimumMs, idealSchedule } from '../budget.ts';
 import { runBaselineClient } from '../clients/run-baseline.ts';
 import { SlidingWindow } from '../clients/sliding-window.ts';
 import { runLlmq, tokenBudget } from '../llmq-runner.ts';
 import { withMock } from '../mock.ts';
 import { type AdmittedCall, CallRecorder } from '../recorder.ts';
 import type { ScenarioContext, ScenarioResult } from '../report.ts';
-import { roundingFor, SHAPES, shapeLabel } from '../shapes.ts';
+import { roundingFor, SHAPES, type Shape, shapeLabel } from '../shapes.ts';
 import { percent, percentile, ratio, seconds } from '../table.ts';
 import { costAtMock, latencyFor, shapesOf, shortCall, windowMsFor } from '../workload.ts';
 import { RATE_HEADERS, type RateRow, rateCells, rateRow } from './rate-rows.ts';
+
+/** One llmq run: the provider's shape and output accounting, and the accounting llmq is told. */
+interface LlmqRefundsRun {
+  readonly shape: Shape;
+  readonly accounting: Accounting;
+  readonly provider: Accounting;
+}
+
+const LLMQ_LABELS: Record<Accounting, string> = {
+  actual: 'reconciling usage (actual)',
+  reserve: 'not reconciling (reserve)',
+  produced: 'output charged as produced (produced)',
+};
 
 const LIMIT = 4_000;
 const SHARE = 0.2;
@@ -19,6 +32,7 @@ const CONCURRENCY = 10;
  * The published workload against a provider that gives unused output back when a response ends
  * (`actual` accounting), with answers a fifth of max_tokens long: the article's best client (a
  * sliding window that keeps max_tokens reserved) against llmq reconciling each call's usage.
+ * Then llmq against a provider that charges output as it is produced (`produced`, the API today).
  */
 export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioResult> {
   const windowMs = windowMsFor(ctx.quick);
@@ -76,20 +90,34 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
       }),
     );
   });
-  // llmq reconciling, against each shape, and not reconciling for reference (sliding).
-  const runs = [
-    ...SHAPES.map((shape) => ({ shape, accounting: 'actual' as const })),
-    { shape: 'sliding' as const, accounting: 'reserve' as const },
+  // llmq reconciling, against each shape, and not reconciling for reference (sliding); then
+  // against a provider that charges output as it is produced (the API today), on each shape.
+  const runs: readonly LlmqRefundsRun[] = [
+    ...SHAPES.map((shape) => ({
+      shape,
+      accounting: 'actual' as const,
+      provider: 'actual' as const,
+    })),
+    { shape: 'sliding', accounting: 'reserve', provider: 'actual' },
+    ...SHAPES.map((shape) => ({
+      shape,
+      accounting: 'produced' as const,
+      provider: 'produced' as const,
+    })),
   ];
   const llmqRows: RateRow[] = [];
   const ideals: number[] = [];
-  for (const { shape, accounting } of runs) {
-    const client =
-      accounting === 'actual'
-        ? `llmq, reconciling usage (actual), ${shapeLabel(shape)}`
-        : `llmq, not reconciling (reserve), ${shapeLabel(shape)}`;
+  const producedRows: RateRow[] = [];
+  const producedIdeals: number[] = [];
+  for (const { shape, accounting, provider } of runs) {
+    const client = `llmq, ${LLMQ_LABELS[accounting]}, ${shapeLabel(shape)}`;
     ctx.log(`refunds: ${client}`);
-    const shaped = { ...mockOptions, algorithm: shape, roundReadings: roundingFor(LIMIT) };
+    const shaped = {
+      ...mockOptions,
+      algorithm: shape,
+      outputAccounting: provider,
+      roundReadings: roundingFor(LIMIT),
+    };
     await withMock(shaped, async (mock) => {
       const run = await runLlmq({
         redisUrl: ctx.redisUrl,
@@ -103,23 +131,32 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         recordOutput: true,
       });
       if (accounting === 'actual') reconciling.push([...run.calls.admitted]);
-      const minimumMs = idealSchedule(shapes, { ...budget, shape }).minimumMs;
-      if (accounting === 'actual') ideals.push(minimumMs);
+      const asProvider = { ...budget, shape, accounting: provider };
+      const minimumMs = idealSchedule(shapes, asProvider).minimumMs;
       const row = rateRow({
         ...common,
+        accounting: provider,
         minimumMs,
+        fluidMs: fluidMinimumMs(shapes, asProvider),
         client,
         run,
         calls: run.calls,
         stats: await mock.stats(),
       });
       rows.push(row);
-      llmqRows.push(row);
+      if (provider === 'produced') {
+        producedRows.push(row);
+        producedIdeals.push(minimumMs);
+      } else {
+        llmqRows.push(row);
+        if (accounting === 'actual') ideals.push(minimumMs);
+      }
     });
   }
 
   const sw = rows[0]!;
   const [llmq, bucket] = llmqRows as [RateRow, RateRow, RateRow];
+  const [producedSliding, producedBucket] = producedRows as [RateRow, RateRow];
   const speedup = sw.wallMs / llmq.wallMs;
   // The same ideal client with each call as long as llmq's calls took here (the median, send to
   // body read), on each shape: what the machine's speed, not llmq's scheduling, adds to the wall.
@@ -136,7 +173,7 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
   });
   return {
     name: 'refunds',
-    title: `${calls} calls of ${costAtMock(requests[0]!, ctx.counting)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per ${W} s (sliding window or token bucket), unused output given back, readings rounded to ${roundingFor(LIMIT)}`,
+    title: `${calls} calls of ${costAtMock(requests[0]!, ctx.counting)} tokens answering ${shapes[0]!.output} tokens, ${LIMIT} tokens per ${W} s (sliding window or token bucket), unused output given back, then output charged as produced, readings rounded to ${roundingFor(LIMIT)}`,
     settings: {
       mock: mockOptions,
       calls,
@@ -163,10 +200,21 @@ export async function refundsScenario(ctx: ScenarioContext): Promise<ScenarioRes
         met: llmq.wallOverMinimum <= 1.05 && bucket.wallOverMinimum <= 1.05,
         detail: `sliding ${seconds(llmq.wallMs)} against ${seconds(ideals[0]!)} (${ratio(llmq.wallOverMinimum)}); bucket ${seconds(bucket.wallMs)} against ${seconds(ideals[1]!)} (${ratio(bucket.wallOverMinimum)})`,
       },
+      {
+        name: 'output charged as produced: llmq draws zero 429s, on both shapes',
+        met: producedSliding.rateLimited === 0 && producedBucket.rateLimited === 0,
+        detail: `sliding ${producedSliding.rateLimited}, bucket ${producedBucket.rateLimited} 429s`,
+      },
+      {
+        name: 'output charged as produced: llmq within 1.05× the ideal client, on both shapes',
+        met: producedSliding.wallOverMinimum <= 1.05 && producedBucket.wallOverMinimum <= 1.05,
+        detail: `sliding ${seconds(producedSliding.wallMs)} against ${seconds(producedIdeals[0]!)} (${ratio(producedSliding.wallOverMinimum)}); bucket ${seconds(producedBucket.wallMs)} against ${seconds(producedIdeals[1]!)} (${ratio(producedBucket.wallOverMinimum)})`,
+      },
     ],
     notes: [
       `minimum: the ideal client (10 at once, first come first served) holding input + max_tokens while a call runs and input + output after it: ${seconds(ideal.minimumMs)} against a sliding window (${percent(ideal.utilization)} utilization), ${seconds(ideals[1]!)} against a bucket; see budget.ts`,
       `the ideal client with every call as long as llmq's took here (send to body read; the mock's own ${shapes[0]!.latencyMs} ms): ${asLong.join('; ')}`,
+      `output charged as produced (the API today: nothing of max_tokens at admission, the output as it streams): the ideal client ${seconds(producedIdeals[0]!)} against a sliding window, ${seconds(producedIdeals[1]!)} against a bucket; the mock's worst window books each call's output at its admission, not when it was produced`,
       `utilization counts what stays charged (input + actual output); mock latency ${latency.baseMs} ms + ${latency.perTokenMs} ms per output token`,
       ...rows
         .filter((r) => r.failed > 0)
