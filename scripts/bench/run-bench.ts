@@ -13,7 +13,7 @@ import { fleetScenario } from './scenarios/fleet.ts';
 import { gatewayScenario } from './scenarios/gateway.ts';
 import { httpScenario } from './scenarios/http.ts';
 import { memoryScenario } from './scenarios/memory.ts';
-import { neighbourScenario } from './scenarios/neighbour.ts';
+import { neighbourExactScenario, neighbourScenario } from './scenarios/neighbour.ts';
 import { overheadScenario } from './scenarios/overhead.ts';
 import { poolScenario } from './scenarios/pool.ts';
 import { publishedScenario } from './scenarios/published.ts';
@@ -31,6 +31,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   fleet: fleetScenario,
   split: splitScenario,
   neighbour: neighbourScenario,
+  'neighbour-exact': neighbourExactScenario,
   cached: cachedScenario,
   documents: documentsScenario,
   'documents-long': documentsLongScenario,
