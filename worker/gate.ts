@@ -49,6 +49,8 @@ export interface GateParts extends TakeParts {
   readonly idleWait: MarkerWait;
   /** The longest the idle gate waits for a wake-up before it looks at the queue again. */
   readonly idleCheckMs: number;
+  /** Only the plain paths: a peek at each round's start, one moveToActive per job (gate-paths.ts). */
+  readonly plain: boolean;
   /** Money budgets, when configured: each job's worst case is held with its admission. */
   readonly ledger: BudgetLedger | undefined;
   /** Fair share between tenants, when on: a round's jobs go turn by turn by tenant. */
@@ -113,7 +115,7 @@ export class Gate {
 
   constructor(private readonly p: GateParts) {
     this.moves = new HeadMoves(p);
-    this.peeks = new RoundPeek(p.peeker, p.peekerBehindFetches, p.slots.concurrency);
+    this.peeks = new RoundPeek(p.peeker, p.peekerBehindFetches, p.slots.concurrency, !p.plain);
     this.rooms = p.pool ? new DeploymentRooms(p.limiter) : undefined;
   }
 
@@ -216,14 +218,17 @@ export class Gate {
     // As BullMQ's workers do; results meanwhile are stored at once.
     p.handoff.setGateIdle(true);
     try {
-      // The queue's breaker is checked behind the pop too: a woken round needs no round trip for it.
+      // The queue's breaker is checked behind the pop too: a woken round needs no round trip for
+      // it (nor for its peek). The plain gate sends neither: its round peeks and checks at start.
       let breaker: Promise<BreakerCheck | undefined> | undefined;
-      const behind = p.pool
-        ? undefined
-        : (conn: RedisClient) => {
-            breaker = p.breaker.check(conn).catch(() => undefined);
-          };
-      const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, p.slots.concurrency, behind);
+      const behind =
+        p.pool || p.plain
+          ? undefined
+          : (conn: RedisClient) => {
+              breaker = p.breaker.check(conn).catch(() => undefined);
+            };
+      const peek = p.plain ? 0 : p.slots.concurrency;
+      const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, peek, behind);
       if (heads?.length) {
         this.peeks.woke(heads);
         this.aheadBreaker = breaker;

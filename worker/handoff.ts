@@ -56,10 +56,11 @@ export class Handoff {
   /**
    * Stores a successful job's result. While the gate runs, the job waits (`waitMs` at most, and
    * not while the gate waits for budget) for the gate's next reservation, and its completion
-   * fetches the job that reservation is for; its slot counts as free meanwhile.
+   * fetches the job that reservation is for; its slot counts as free meanwhile. With `waitMs`
+   * 0 the result is stored at once.
    */
   complete(r: Finishing, result: JobResult): Promise<void> {
-    if (this.stopped.aborted || this.gateIdle)
+    if (this.stopped.aborted || this.gateIdle || this.waitMs <= 0)
       return this.bull.complete(r.job, result, r.token, false).then(() => {});
     return new Promise<void>((resolve, reject) => {
       r.ended = true;

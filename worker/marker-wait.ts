@@ -5,6 +5,8 @@ import { isCluster, type RedisClient } from '../shared/redis.ts';
 import { HeadPeeker, markerKey } from './bullmq-internals.ts';
 import type { HeadJob } from './head-job.ts';
 
+const noHeads = Promise.resolve(undefined);
+
 /** Extra time a blocking pop gets before it is given up as stuck (a dropped connection). */
 const STUCK_MS = 1_000;
 
@@ -44,7 +46,8 @@ export class MarkerWait {
   /**
    * Resolves once a job may be ready: a marker arrived, a delayed job fell due, `maxMs` passed
    * (a safety net for a marker another worker popped), or `signal` aborted. When a marker woke
-   * it, with the first `peek` jobs BullMQ would hand out next, as of that moment. `behind` sends
+   * it, with the first `peek` jobs BullMQ would hand out next, as of that moment (none peeked
+   * when `peek` is 0). `behind` sends
    * more behind each pop on its connection (Redis runs it as the pop returns).
    */
   async wait(
@@ -66,7 +69,7 @@ export class MarkerWait {
       let heads: Promise<HeadJob[] | undefined>;
       try {
         const pop = this.pop(ms, signal);
-        heads = this.peeker.peekMany(peek).catch(() => undefined);
+        heads = peek > 0 ? this.peeker.peekMany(peek).catch(() => undefined) : noHeads;
         behind?.(this.conn);
         popped = await pop;
       } catch {

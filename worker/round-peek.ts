@@ -21,10 +21,13 @@ export class RoundPeek {
     /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
     private readonly behindFetches: HeadPeeker,
     private readonly concurrency: number,
+    /** Whether peeks go early at all; without, each round peeks at its start (gate-paths.ts). */
+    private readonly early = true,
   ) {}
 
   /** The idle wait's pop brought these. */
   woke(heads: HeadJob[]): void {
+    if (!this.early) return;
     this.ahead = { sentAt: performance.now(), heads: Promise.resolve(heads) };
   }
 
@@ -33,7 +36,7 @@ export class RoundPeek {
    * them (in the next turn: BullMQ writes a command a few promise steps after it is asked for).
    */
   fetchesSent(stopped: boolean): void {
-    if (!this.followsClosely || stopped) return;
+    if (!this.early || !this.followsClosely || stopped) return;
     const heads = new Promise<void>((r) => setImmediate(r)).then(() =>
       this.behindFetches.peekMany(this.concurrency).catch(() => undefined),
     );
