@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type CommandCounts, countRedisCommands } from '../scripts/bench/command-counter.ts';
+import { gatePaths } from '../worker/gate-paths.ts';
 import { allCompleted, openPool, type Pool, request } from './fixtures/worker-harness.ts';
 
 let pool: Pool | undefined;
@@ -13,6 +14,19 @@ afterEach(async () => {
 });
 
 describe('the plain gate (LLMQ_GATE_PLAIN=1, a bench switch)', () => {
+  it('turns off every path beyond the plain ones, or only the early peeks or the fetches along', () => {
+    expect(gatePaths({})).toEqual({ earlyPeeks: true, fetchesAlong: true });
+    expect(gatePaths({ LLMQ_GATE_PLAIN: '1' })).toEqual({ earlyPeeks: false, fetchesAlong: false });
+    expect(gatePaths({ LLMQ_GATE_PLAIN: 'peeks' })).toEqual({
+      earlyPeeks: false,
+      fetchesAlong: true,
+    });
+    expect(gatePaths({ LLMQ_GATE_PLAIN: 'fetches' })).toEqual({
+      earlyPeeks: true,
+      fetchesAlong: false,
+    });
+  });
+
   it('fetches every job with a moveToActive of its own, after its admission, and stores each result alone', async () => {
     pool = await openPool('gateplain', { latencyMs: 30 });
     const ids: string[] = [];

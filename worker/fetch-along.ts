@@ -87,21 +87,20 @@ export class FetchAlong implements Behind {
 }
 
 /**
-/**
  * The round's fetches to send with its acquire, one per head it may admit; none with fair share
  * (it reorders the queue between the two), with results waiting to fetch with their completions,
- * or for the plain gate (a bench switch: gate-paths.ts).
+ * or when a bench switch turned fetches along off (gate-paths.ts).
  */
 export function fetchAlong(
   p: {
     bull: GateWorker;
     handoff: { hasWaiting: boolean };
     fair: unknown;
-    plain: boolean;
+    paths: { fetchesAlong: boolean };
     nextToken(): string;
   },
   heads: readonly MayTake[],
 ): FetchAlong | undefined {
-  if (p.plain || p.fair || p.handoff.hasWaiting) return undefined;
+  if (!p.paths.fetchesAlong || p.fair || p.handoff.hasWaiting) return undefined;
   return new FetchAlong(p.bull, heads, () => p.nextToken());
 }

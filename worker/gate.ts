@@ -9,6 +9,7 @@ import type { BreakerCheck, CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
 import { fetchAlong, type SentFetch } from './fetch-along.ts';
+import type { GatePaths } from './gate-paths.ts';
 import type { GateWaits } from './gate-waits.ts';
 import { HeadMoves } from './head-moves.ts';
 import type { WorkerLogger } from './logger.ts';
@@ -49,8 +50,8 @@ export interface GateParts extends TakeParts {
   readonly idleWait: MarkerWait;
   /** The longest the idle gate waits for a wake-up before it looks at the queue again. */
   readonly idleCheckMs: number;
-  /** Only the plain paths: a peek at each round's start, one moveToActive per job (gate-paths.ts). */
-  readonly plain: boolean;
+  /** The paths beyond a peek at each round's start and a moveToActive per job (gate-paths.ts). */
+  readonly paths: GatePaths;
   /** Money budgets, when configured: each job's worst case is held with its admission. */
   readonly ledger: BudgetLedger | undefined;
   /** Fair share between tenants, when on: a round's jobs go turn by turn by tenant. */
@@ -115,7 +116,12 @@ export class Gate {
 
   constructor(private readonly p: GateParts) {
     this.moves = new HeadMoves(p);
-    this.peeks = new RoundPeek(p.peeker, p.peekerBehindFetches, p.slots.concurrency, !p.plain);
+    this.peeks = new RoundPeek(
+      p.peeker,
+      p.peekerBehindFetches,
+      p.slots.concurrency,
+      p.paths.earlyPeeks,
+    );
     this.rooms = p.pool ? new DeploymentRooms(p.limiter) : undefined;
   }
 
@@ -219,15 +225,16 @@ export class Gate {
     p.handoff.setGateIdle(true);
     try {
       // The queue's breaker is checked behind the pop too: a woken round needs no round trip for
-      // it (nor for its peek). The plain gate sends neither: its round peeks and checks at start.
+      // it (nor for its peek). Without early peeks neither goes: the round peeks and checks at
+      // its start.
       let breaker: Promise<BreakerCheck | undefined> | undefined;
       const behind =
-        p.pool || p.plain
+        p.pool || !p.paths.earlyPeeks
           ? undefined
           : (conn: RedisClient) => {
               breaker = p.breaker.check(conn).catch(() => undefined);
             };
-      const peek = p.plain ? 0 : p.slots.concurrency;
+      const peek = p.paths.earlyPeeks ? p.slots.concurrency : 0;
       const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, peek, behind);
       if (heads?.length) {
         this.peeks.woke(heads);

@@ -21,7 +21,7 @@ export class RoundPeek {
     /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
     private readonly behindFetches: HeadPeeker,
     private readonly concurrency: number,
-    /** Whether peeks go early at all; without, each round peeks at its start (gate-paths.ts). */
+    /** Whether peeks go early at all; if not, each round peeks at its start (gate-paths.ts). */
     private readonly early = true,
   ) {}
 

@@ -28,7 +28,7 @@ import { logConnectionChanges } from './connection-log.ts';
 import { CostCheck } from './cost-check.ts';
 import { FairShare } from './fair-share.ts';
 import { Gate } from './gate.ts';
-import { gatePlain } from './gate-paths.ts';
+import { gatePaths } from './gate-paths.ts';
 import { GateWaits } from './gate-waits.ts';
 import { Handoff } from './handoff.ts';
 import { JobHistory } from './job-history.ts';
@@ -96,8 +96,8 @@ export class Worker implements WorkerHandle {
   private readonly idleWait: MarkerWait;
   private readonly callParts: CallParts;
   private readonly waits = new GateWaits();
-  /** Only the gate's plain paths (`LLMQ_GATE_PLAIN=1`, a bench switch: gate-paths.ts). */
-  private readonly plainGate = gatePlain();
+  /** The gate's paths beyond the plain ones (all unless a bench switch says: gate-paths.ts). */
+  private readonly gatePaths = gatePaths();
   private readonly running = new Set<Running>();
   private readonly stopper = new AbortController();
   private readonly slots = new SlotWait({
@@ -177,10 +177,11 @@ export class Worker implements WorkerHandle {
     bull.on('error', errorEventLog(log, 'bullmq error'));
     this.bull = bull;
     const signal = this.stopper.signal;
-    // The plain gate (a bench switch) fetches no job with a completion: results are stored at once.
+    // A gate that fetches nothing along (a bench switch) fetches no job with a completion
+    // either: results are stored at once.
     const handoff = new Handoff(
       bull,
-      this.plainGate ? 0 : (options.handoffWaitMs ?? 25),
+      this.gatePaths.fetchesAlong ? (options.handoffWaitMs ?? 25) : 0,
       () => this.slots.freed(),
       signal,
     );
@@ -249,7 +250,7 @@ export class Worker implements WorkerHandle {
       peekerBehindFetches: new HeadPeeker(p.bull.opts.connection as RedisClient, names),
       idleWait: this.idleWait,
       idleCheckMs: options.idleCheckMs ?? 1_000,
-      plain: this.plainGate,
+      paths: this.gatePaths,
       fair: options.fairShare ? new FairShare(redis, names, options.fairShare) : undefined,
       stopped: this.stopper.signal,
       waits: this.waits,
