@@ -57,13 +57,16 @@ export class Handoff {
    * Stores a successful job's result. While the gate runs, the job waits (`waitMs` at most, and
    * not while the gate waits for budget) for the gate's next reservation, and its completion
    * fetches the job that reservation is for; its slot counts as free meanwhile. With `waitMs`
-   * 0 the result is stored at once.
+   * 0 (no completion fetches) the result is stored at once, its slot free all the same.
    */
   complete(r: Finishing, result: JobResult): Promise<void> {
-    if (this.stopped.aborted || this.gateIdle || this.waitMs <= 0)
+    if (this.stopped.aborted || this.gateIdle)
       return this.bull.complete(r.job, result, r.token, false).then(() => {});
+    if (this.waitMs <= 0) {
+      this.slotFree(r);
+      return this.bull.complete(r.job, result, r.token, false).then(() => {});
+    }
     return new Promise<void>((resolve, reject) => {
-      r.ended = true;
       const w: WaitingCompletion = {
         r,
         result,
@@ -74,8 +77,15 @@ export class Handoff {
         },
       };
       this.waiting.push(w);
-      this.onSlotFree();
+      // Free once it waits: the gate the slot wakes may fetch with it.
+      this.slotFree(r);
     });
+  }
+
+  /** The call has ended: its slot is free while its result is stored (and its bookkeeping done). */
+  private slotFree(r: Finishing): void {
+    r.ended = true;
+    this.onSlotFree();
   }
 
   /** While the gate sleeps on an empty queue, results are stored at once (none waits `waitMs`). */
