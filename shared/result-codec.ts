@@ -11,9 +11,8 @@ export const DEFLATE_FROM_BYTES = 8 * 1024;
 /** The one field of a deflated result as stored: base64 of its JSON, deflated (raw). */
 const DEFLATED = 'llmqDeflated';
 
-/** A completed job's result as Redis keeps it (the job's `returnvalue`), JSON. */
-export function storedResultJson(result: JobResult): string {
-  const json = JSON.stringify(result);
+/** A completed job's result as Redis keeps it (the job's `returnvalue`), from its JSON. */
+export function storedResultJson(json: string): string {
   const bytes = Buffer.byteLength(json);
   if (bytes < DEFLATE_FROM_BYTES) return json;
   const packed = deflateRawSync(json, { level: 1 }).toString('base64');

@@ -359,11 +359,12 @@ function completionOf(
   token: string,
   fetchNext: boolean,
 ): { keys: string[]; args: LuaArg[]; finishedOn: number; resultJson: string } {
+  const json = JSON.stringify(result);
   const kept = keptOnCompletion(job.opts.removeOnComplete);
-  const resultJson = kept ? storedResultJson(result) : '';
+  const resultJson = kept ? storedResultJson(json) : '';
   const raw = (job as unknown as JobInternals).backend.moveToCompletedArgs(
     job,
-    kept && !job.parentKey ? 'null' : JSON.stringify(result),
+    kept && !job.parentKey ? 'null' : json,
     job.opts.removeOnComplete,
     token,
     fetchNext,

@@ -107,7 +107,7 @@ async function longAnswers(redis: RedisClient, workers: (on: WorkersOn) => Promi
     const lengths = await Promise.all(keys.map((k) => redis.hstrlen(k, 'returnvalue')));
     const stored = lengths.reduce((n, l) => n + l, 0);
     const started = performance.now();
-    for (const r of results) storedResultJson(r);
+    for (const r of results) storedResultJson(JSON.stringify(r));
     const deflateMs = (performance.now() - started) / results.length;
     return { answers: results.length, json, stored, deflateMs };
   } finally {
