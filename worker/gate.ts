@@ -106,7 +106,7 @@ export class Gate {
   /** The breaker's check sent behind the idle wait's pop, for the round it woke. */
   private aheadBreaker: Promise<BreakerCheck | undefined> | undefined;
   private readonly hooks = {
-    onFetchesSent: () => this.peeks.fetchesSent(this.p.stopped.aborted),
+    onFetchesSent: (fetched: number) => this.peeks.fetchesSent(this.p.stopped.aborted, fetched),
     onArrived: () => this.peeks.arrived(),
   };
 
@@ -119,7 +119,7 @@ export class Gate {
     this.peeks = new RoundPeek(
       p.peeker,
       p.peekerBehindFetches,
-      p.slots.concurrency,
+      () => this.free(),
       p.paths.earlyPeeks,
     );
     this.rooms = p.pool ? new DeploymentRooms(p.limiter) : undefined;
@@ -234,7 +234,7 @@ export class Gate {
           : (conn: RedisClient) => {
               breaker = p.breaker.check(conn).catch(() => undefined);
             };
-      const peek = p.paths.earlyPeeks ? p.slots.concurrency : 0;
+      const peek = p.paths.earlyPeeks ? this.free() : 0;
       const heads = await p.idleWait.wait(p.idleCheckMs, p.stopped, peek, behind);
       if (heads?.length) {
         this.peeks.woke(heads);

@@ -20,7 +20,8 @@ export class RoundPeek {
     private readonly peeker: HeadPeeker,
     /** A peeker on BullMQ's own connection: its peeks run after the fetches sent before them. */
     private readonly behindFetches: HeadPeeker,
-    private readonly concurrency: number,
+    /** Slots free now: a peek sent ahead asks for no more heads than the next round can take. */
+    private readonly free: () => number,
     /** Whether peeks go early at all; if not, each round peeks at its start (gate-paths.ts). */
     private readonly early = true,
   ) {}
@@ -33,12 +34,14 @@ export class RoundPeek {
 
   /**
    * The take's fetches went out: when rounds follow closely, the next round's peek goes behind
-   * them (in the next turn: BullMQ writes a command a few promise steps after it is asked for).
+   * them (in the next turn: BullMQ writes a command a few promise steps after it is asked for),
+   * for the slots these `fetched` jobs leave free.
    */
-  fetchesSent(stopped: boolean): void {
+  fetchesSent(stopped: boolean, fetched: number): void {
     if (!this.early || !this.followsClosely || stopped) return;
+    const n = Math.max(1, this.free() - fetched);
     const heads = new Promise<void>((r) => setImmediate(r)).then(() =>
-      this.behindFetches.peekMany(this.concurrency).catch(() => undefined),
+      this.behindFetches.peekMany(n).catch(() => undefined),
     );
     this.ahead = { sentAt: performance.now(), heads };
   }

@@ -36,7 +36,7 @@ export interface TakeParts {
 
 export interface TakeHooks {
   /** Once every fetch has been asked for (the gate sends its early peek behind them). */
-  readonly onFetchesSent?: () => void;
+  readonly onFetchesSent?: (fetches: number) => void;
   /** Once every fetch has been answered. */
   readonly onArrived?: () => void;
 }
@@ -100,7 +100,7 @@ export async function takeJobs(
         failure ??= err;
       }),
   );
-  hooks.onFetchesSent?.();
+  hooks.onFetchesSent?.(fetches.length);
   await Promise.all(arrivals);
   hooks.onArrived?.();
   // They no longer wait: their sizes and index entries go (not awaited: their calls go on).
