@@ -16,8 +16,13 @@ import { shortCall } from '../workload.ts';
 import { drained } from './overhead.ts';
 
 const CONCURRENCY = 50;
-/** Calls slower than this (µs) are kept by SLOWLOG: the longest script call is read from it. */
-const SLOWLOG_US = 200;
+/** Worker processes a setup runs: the target compares 4 with 2 (this machine has 2 cores). */
+const WORKERS = [1, 2, 4];
+/**
+ * Calls slower than this (µs) are kept by SLOWLOG: the longest script call is read from it.
+ * `LLMQ_BENCH_SLOWLOG_US=0` keeps every call: the figures then show where Redis's time goes.
+ */
+const SLOWLOG_US = Number(process.env['LLMQ_BENCH_SLOWLOG_US'] ?? 200);
 
 interface Setup {
   /** 0: no tenant at all. */
@@ -36,6 +41,8 @@ interface Drain extends Setup {
   readonly longestCommand: string;
   /** The longest call of each of the five slowest command names (ms), the slowest first. */
   readonly longestByCommand: Readonly<Record<string, number>>;
+  /** µs a job SLOWLOG kept, by name, the ten largest (every call with LLMQ_BENCH_SLOWLOG_US=0). */
+  readonly usPerJobByCommand: Readonly<Record<string, number>>;
   readonly admitted: number;
   readonly released: number;
   /** The workers' Redis commands a job, the most sent first (scripts by name). */
@@ -72,7 +79,13 @@ async function enqueue(redis: RedisClient, names: QueueNames, jobs: number, tena
 async function longestCommands(
   redis: RedisClient,
   scripts: ReadonlyMap<string, string>,
-): Promise<{ ms: number; name: string; byName: Record<string, number> }> {
+  jobs: number,
+): Promise<{
+  ms: number;
+  name: string;
+  byName: Record<string, number>;
+  usPerJob: Record<string, number>;
+}> {
   const entries = (await redis.call('SLOWLOG', 'GET', '100000')) as [
     number,
     number,
@@ -80,14 +93,20 @@ async function longestCommands(
     string[],
   ][];
   const byName = new Map<string, number>();
+  const sums = new Map<string, number>();
   for (const [, , us, args] of entries) {
     const name = String(args[0]).toLowerCase();
+    if (name === 'slowlog') continue; // the bench's own reset
     const named = (name.startsWith('evalsha') && scripts.get(String(args[1]))) || name;
     byName.set(named, Math.max(byName.get(named) ?? 0, us / 1000));
+    sums.set(named, (sums.get(named) ?? 0) + us);
   }
-  const top = [...byName].sort(([, a], [, b]) => b - a).slice(0, 5);
+  const largest = (m: Map<string, number>, n: number) =>
+    [...m].sort(([, a], [, b]) => b - a).slice(0, n);
+  const top = largest(byName, 5);
   const [name, ms] = top[0] ?? ['', 0];
-  return { ms, name, byName: Object.fromEntries(top) };
+  const usPerJob = largest(sums, 10).map(([k, us]) => [k, Math.round((us / jobs) * 10) / 10]);
+  return { ms, name, byName: Object.fromEntries(top), usPerJob: Object.fromEntries(usPerJob) };
 }
 
 /** The workers' commands a job, the ten most sent. */
@@ -143,7 +162,7 @@ function drain(
       for (const c of children) c.go();
       const wallMs = await drained(redis, names, jobs, t0, 600_000);
       const cpuS = (await redisCpuSeconds(redis)) - cpu0;
-      const longest = await longestCommands(redis, await scriptNames());
+      const longest = await longestCommands(redis, await scriptNames(), jobs);
       const reports = await Promise.all(children.map((c) => c.stop()));
       children = [];
       const stats = await redis.hgetall(limiterKeys(names).stats);
@@ -155,6 +174,7 @@ function drain(
         longestMs: longest.ms,
         longestCommand: longest.name,
         longestByCommand: longest.byName,
+        usPerJobByCommand: longest.usPerJob,
         admitted: Number(stats['admitted'] ?? 0),
         released: Number(stats['released'] ?? 0),
         commandsPerJob: commandsPerJob(reports, jobs),
@@ -168,21 +188,26 @@ function drain(
 
 /** Every setup, in the order run: bare BullMQ first, then by tenants, fair share, workers. */
 function setups(tenantCounts: readonly number[]): Setup[] {
-  const out: Setup[] = [{ tenants: 0, fair: false, workers: 4, mode: 'bare-call' }];
+  const out: Setup[] = WORKERS.map((workers) => ({
+    tenants: 0,
+    fair: false,
+    workers,
+    mode: 'bare-call',
+  }));
   for (const tenants of tenantCounts)
     for (const fair of [false, true])
-      for (const workers of [1, 4]) out.push({ tenants, fair, workers, mode: 'llmq' });
+      for (const workers of WORKERS) out.push({ tenants, fair, workers, mode: 'llmq' });
   return out;
 }
 
 const label = (d: Setup) =>
   d.mode === 'bare-call'
-    ? `bare BullMQ, ${d.workers} workers`
+    ? `bare BullMQ, ${d.workers} worker${d.workers > 1 ? 's' : ''}`
     : `${d.tenants === 0 ? 'no tenant' : `${count(d.tenants)} tenants`}, fair share ${d.fair ? 'on' : 'off'}, ${d.workers} worker${d.workers > 1 ? 's' : ''}`;
 
 /**
  * Many tenants, many jobs: drains of short jobs interleaved over 0, 200 and 2,000 tenants, fair
- * share off and on, 1 and 4 worker processes × 50, against a mock with no latency and no limits,
+ * share off and on, 1, 2 and 4 worker processes × 50, against a mock with no latency and no limits,
  * on a Redis of its own (SLOWLOG and INFO are this run's alone); bare BullMQ making the same call
  * for Redis's CPU per job. The longest single command of each drain, and `/metrics` once drained.
  */
@@ -212,7 +237,8 @@ export async function tenantsScenario(ctx: ScenarioContext): Promise<ScenarioRes
 
 function report(drains: readonly Drain[], jobs: number): ScenarioResult {
   const llmq = drains.filter((d) => d.mode === 'llmq');
-  const bare = drains.find((d) => d.mode === 'bare-call');
+  const bares = drains.filter((d) => d.mode === 'bare-call');
+  const bareOf = (d: Drain) => bares.find((b) => b.workers === d.workers);
   const same = (d: Drain, tenants: number, o: Partial<Setup> = {}) =>
     llmq.find(
       (x) =>
@@ -234,13 +260,17 @@ function report(drains: readonly Drain[], jobs: number): ScenarioResult {
   const tenanted = llmq.filter((d) => d.tenants > 0);
   const worst = (f: (d: Drain) => number) => Math.min(...tenanted.map(f));
   const share = worst((d) => d.jobsPerSecond / (same(d, 0)?.jobsPerSecond ?? Number.NaN));
-  const scaling = worst((d) =>
-    d.workers === 4
-      ? d.jobsPerSecond / (same(d, d.tenants, { workers: 1 })?.jobsPerSecond ?? 0)
-      : 1,
+  const fourOfTwo = (d: Drain, of: Drain | undefined) =>
+    d.workers === 4 ? d.jobsPerSecond / (of?.jobsPerSecond ?? 0) : Number.POSITIVE_INFINITY;
+  const scaling = Math.min(...llmq.map((d) => fourOfTwo(d, same(d, d.tenants, { workers: 2 }))));
+  const bareScaling = Math.min(
+    ...bares.map((d) => fourOfTwo(d, bares.find((b) => b.workers === 2))),
   );
   const longest = Math.max(...llmq.map((d) => d.longestMs));
-  const cpu = Math.max(...llmq.map((d) => d.redisCpuMsPerJob));
+  // Each drain's Redis CPU a job against bare BullMQ's with as many workers.
+  const cpuRatio = Math.max(
+    ...llmq.map((d) => d.redisCpuMsPerJob / (bareOf(d)?.redisCpuMsPerJob ?? Number.NaN)),
+  );
   const metrics = Math.max(...llmq.map((d) => d.metricsBytes ?? 0));
   const targets: Target[] = [
     {
@@ -249,15 +279,15 @@ function report(drains: readonly Drain[], jobs: number): ScenarioResult {
       detail: `worst ${share.toFixed(2)}×`,
     },
     {
-      name: '4 workers never slower than 1',
+      name: '4 workers never slower than 2',
       met: scaling >= 1,
-      detail: `worst ${scaling.toFixed(2)}×`,
+      detail: `worst ${scaling.toFixed(2)}× (bare BullMQ ${bareScaling.toFixed(2)}×)`,
     },
     { name: 'longest command ≤ 2 ms', met: longest <= 2, detail: millis(longest) },
     {
-      name: "Redis CPU per job ≤ 1.5× bare BullMQ's",
-      met: bare !== undefined && cpu <= 1.5 * bare.redisCpuMsPerJob,
-      detail: `${millis(cpu, 3)} at most, bare ${millis(bare?.redisCpuMsPerJob, 3)}`,
+      name: "Redis CPU per job ≤ 1.5× bare BullMQ's (as many workers)",
+      met: cpuRatio <= 1.5,
+      detail: `worst ${cpuRatio.toFixed(2)}×`,
     },
     {
       name: '/metrics ≤ 100 KB',
@@ -282,7 +312,7 @@ function report(drains: readonly Drain[], jobs: number): ScenarioResult {
     figures: drains,
     targets,
     notes: [
-      'a Redis of its own (not REDIS_URL): SLOWLOG keeps commands slower than 0.2 ms, INFO cpu is the drain’s',
+      `a Redis of its own (not REDIS_URL): SLOWLOG keeps commands slower than ${SLOWLOG_US / 1000} ms, INFO cpu is the drain’s`,
       'Redis CPU a job includes the bench polling the counts every 25 ms',
       '/metrics is read once after the last drain of each tenant count (fair share on, 4 workers), its window still holding every tenant',
     ],
