@@ -142,15 +142,21 @@ if holder then
   drop(ticket)
   return { 8, math.min(tonumber(holder) - now, TAKEN_RETRY_MS) }
 end
+local holds = 0
 local function take(id, call)
   if not call.take then
     return
   end
   redis.call('ZADD', takersKey, now + args.takeMs, call.take)
   redis.call('HSET', takingKey, id, call.take)
-  -- The last hold's end is the keys': an idle fleet keeps none.
-  redis.call('PEXPIRE', takersKey, args.takeMs)
-  redis.call('PEXPIRE', takingKey, args.takeMs)
+  holds = holds + 1
+end
+-- The last hold's end is the keys': an idle fleet keeps none.
+local function keep_holds()
+  if holds > 0 then
+    redis.call('PEXPIRE', takersKey, args.takeMs)
+    redis.call('PEXPIRE', takingKey, args.takeMs)
+  end
 end
 
 -- 5. The line: stale waiters leave; this one keeps its arrival (not its priority); the first goes on.
@@ -242,5 +248,6 @@ if redis.call('ZCARD', waitersKey) == 0 then
 elseif args.channel then
   redis.call('SPUBLISH', args.channel, '1')
 end
+keep_holds()
 keep_window(run.log, run.res, run.tot, now, run.windowMs)
 return finish_run(run, { 0, now, run.leaseExpiry, extrasAdmitted })

@@ -58,11 +58,16 @@ local function count(sums, field, by)
 end
 
 -- The provider answered a call: its model's scopes (see admission.lua's `unknown`) are known.
+-- Each scope is marked once a run.
+local marked = {}
 local function answered(reservation)
   for _, scope in ipairs(reservation.scopes) do
     local isModel = string.sub(scope, 1, 6) == 'model:'
-    if isModel and redis.call('HSETNX', viewKey, scope .. '|answered', 1) == 1 then
-      wake = true
+    if isModel and not marked[scope] then
+      marked[scope] = true
+      if redis.call('HSETNX', viewKey, scope .. '|answered', 1) == 1 then
+        wake = true
+      end
     end
   end
 end
@@ -106,9 +111,12 @@ local function recount(id, scopes, dIn, refund)
   -- Per dimension: what the reading's `seen` and (negated) `rem` move by.
   local moves = { ['in'] = { down, 0 }, out = { refund, refund }, tok = { down + refund, refund } }
   for _, scope in ipairs(scopes) do
+    local at =
+      redis.call('HMGET', viewKey, scope .. '|in|at', scope .. '|out|at', scope .. '|tok|at')
+    local readAts = { ['in'] = at[1], out = at[2], tok = at[3] }
     for dim, move in pairs(moves) do
       local prefix = scope .. '|' .. dim .. '|'
-      local readAt = tonumber(redis.call('HGET', viewKey, prefix .. 'at') or '-inf')
+      local readAt = tonumber(readAts[dim] or '-inf')
       if stamped <= readAt then
         for field, by in pairs({ seen = move[1], rem = -move[2] }) do
           if by ~= 0 then
