@@ -14,14 +14,27 @@ export interface CommandCounts {
 
 const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
 
-/** sha → script name for llmq's scripts and BullMQ's, so EVALSHA shows as `evalsha:acquire`. */
+/** How much of a script's text names it in SLOWLOG, which keeps 128 characters of an argument. */
+const TEXT_KEPT = 100;
+
+/** The key of an EVAL's script text in {@link scriptNames}'s map (SLOWLOG keeps its start). */
+export const scriptTextKey = (text: string) => `text:${text.slice(0, TEXT_KEPT)}`;
+
+/**
+ * sha → script name for llmq's scripts and BullMQ's, so EVALSHA shows as `evalsha:acquire`;
+ * and {@link scriptTextKey} of each text → its name, for an EVAL.
+ */
 export async function scriptNames(): Promise<Map<string, string>> {
   const names = new Map<string, string>();
+  const add = (text: string, name: string) => {
+    names.set(sha1(text), name);
+    names.set(scriptTextKey(text), name);
+  };
   const root = new URL('../../', import.meta.url).pathname;
   for (const dir of ['shared/lua', 'shared/limiter/lua', 'worker/lua', 'producer/lua']) {
     try {
       for (const s of Object.values(loadLuaScripts(join(root, dir))))
-        names.set(sha1(s.lua), `llmq:${s.name}`);
+        add(s.lua, `llmq:${s.name}`);
     } catch {
       // A folder another engineer moved: its scripts just show by sha.
     }
@@ -34,7 +47,7 @@ export async function scriptNames(): Promise<Map<string, string>> {
       { name: string; content: string }
     >;
     for (const s of Object.values(mod))
-      if (s?.content) names.set(sha1(s.content), `bullmq:${s.name}`);
+      if (s?.content) add(s.content, `bullmq:${s.name}`);
   }
   return names;
 }

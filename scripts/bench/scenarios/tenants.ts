@@ -4,7 +4,7 @@ import type { QueueNames } from '../../../shared/keys.ts';
 import { limiterKeys } from '../../../shared/limiter/limiter-keys.ts';
 import { startPrivateRedis } from '../../../shared/private-redis.ts';
 import type { RedisClient } from '../../../shared/redis.ts';
-import { scriptNames } from '../command-counter.ts';
+import { scriptNames, scriptTextKey } from '../command-counter.ts';
 import { withMock } from '../mock.ts';
 import { startWorkers, type WorkerChild } from '../processes.ts';
 import { redisCpuSeconds } from '../redis-info.ts';
@@ -97,7 +97,13 @@ async function longestCommands(
   for (const [, , us, args] of entries) {
     const name = String(args[0]).toLowerCase();
     if (name === 'slowlog') continue; // the bench's own reset
-    const named = (name.startsWith('evalsha') && scripts.get(String(args[1]))) || name;
+    const sent = name.startsWith('evalsha');
+    const whole = !sent && name.startsWith('eval');
+    const script = sent
+      ? scripts.get(String(args[1]))
+      : whole && scripts.get(scriptTextKey(String(args[1])));
+    // An EVAL is a script sent whole (its first use on a connection): named apart.
+    const named = script ? (whole ? `eval:${script}` : script) : name;
     byName.set(named, Math.max(byName.get(named) ?? 0, us / 1000));
     sums.set(named, (sums.get(named) ?? 0) + us);
   }
