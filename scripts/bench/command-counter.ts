@@ -33,8 +33,7 @@ export async function scriptNames(): Promise<Map<string, string>> {
   const root = new URL('../../', import.meta.url).pathname;
   for (const dir of ['shared/lua', 'shared/limiter/lua', 'worker/lua', 'producer/lua']) {
     try {
-      for (const s of Object.values(loadLuaScripts(join(root, dir))))
-        add(s.lua, `llmq:${s.name}`);
+      for (const s of Object.values(loadLuaScripts(join(root, dir)))) add(s.lua, `llmq:${s.name}`);
     } catch {
       // A folder another engineer moved: its scripts just show by sha.
     }
@@ -46,8 +45,7 @@ export async function scriptNames(): Promise<Map<string, string>> {
       string,
       { name: string; content: string }
     >;
-    for (const s of Object.values(mod))
-      if (s?.content) add(s.content, `bullmq:${s.name}`);
+    for (const s of Object.values(mod)) if (s?.content) add(s.content, `bullmq:${s.name}`);
   }
   return names;
 }

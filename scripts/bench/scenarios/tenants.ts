@@ -270,7 +270,12 @@ function report(drains: readonly Drain[], jobs: number): ScenarioResult {
     d.workers === 4 ? d.jobsPerSecond / (of?.jobsPerSecond ?? 0) : Number.POSITIVE_INFINITY;
   const scaling = Math.min(...llmq.map((d) => fourOfTwo(d, same(d, d.tenants, { workers: 2 }))));
   const bareScaling = Math.min(
-    ...bares.map((d) => fourOfTwo(d, bares.find((b) => b.workers === 2))),
+    ...bares.map((d) =>
+      fourOfTwo(
+        d,
+        bares.find((b) => b.workers === 2),
+      ),
+    ),
   );
   const longest = Math.max(...llmq.map((d) => d.longestMs));
   // Each drain's Redis CPU a job against bare BullMQ's with as many workers.
