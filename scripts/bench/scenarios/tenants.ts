@@ -266,17 +266,15 @@ function report(drains: readonly Drain[], jobs: number): ScenarioResult {
   const tenanted = llmq.filter((d) => d.tenants > 0);
   const worst = (f: (d: Drain) => number) => Math.min(...tenanted.map(f));
   const share = worst((d) => d.jobsPerSecond / (same(d, 0)?.jobsPerSecond ?? Number.NaN));
-  const fourOfTwo = (d: Drain, of: Drain | undefined) =>
-    d.workers === 4 ? d.jobsPerSecond / (of?.jobsPerSecond ?? 0) : Number.POSITIVE_INFINITY;
-  const scaling = Math.min(...llmq.map((d) => fourOfTwo(d, same(d, d.tenants, { workers: 2 }))));
-  const bareScaling = Math.min(
-    ...bares.map((d) =>
-      fourOfTwo(
-        d,
-        bares.find((b) => b.workers === 2),
-      ),
-    ),
-  );
+  // Each 4-worker drain's rate against its 2-worker peer's, the worst.
+  const fourOfTwo = (rows: readonly Drain[], peer: (d: Drain) => Drain | undefined) =>
+    Math.min(
+      ...rows
+        .filter((d) => d.workers === 4)
+        .map((d) => d.jobsPerSecond / (peer(d)?.jobsPerSecond ?? 0)),
+    );
+  const scaling = fourOfTwo(llmq, (d) => same(d, d.tenants, { workers: 2 }));
+  const bareScaling = fourOfTwo(bares, () => bares.find((b) => b.workers === 2));
   const longest = Math.max(...llmq.map((d) => d.longestMs));
   // Each drain's Redis CPU a job against bare BullMQ's with as many workers.
   const cpuRatio = Math.max(
