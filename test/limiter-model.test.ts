@@ -74,6 +74,8 @@ interface Entry {
   read?: boolean;
   score: number;
   readonly scopes: readonly string[];
+  /** When acquire admitted it. */
+  readonly acq: number;
 }
 
 interface View {
@@ -82,6 +84,8 @@ interface View {
   at: number;
   seen: number;
   gone: number;
+  /** What it counted of ours that had left the provider's window before it. */
+  drop: number;
 }
 
 interface ReadingDim {
@@ -119,6 +123,11 @@ class Model {
     return u;
   }
 
+  /**
+   * What left our window goes to `left`. A reading that counted it (stamped by then) although
+   * it was admitted a window or more before the reading (the provider may have dropped it
+   * already) takes it into `drop`: its room must not come back twice.
+   */
   expire(): void {
     for (const [id, e] of [...this.entries]) {
       if (e.score > this.now - WINDOW) continue;
@@ -126,6 +135,9 @@ class Model {
         for (const d of DIMS) {
           const f = `${s}|${d}`;
           this.left.set(f, (this.left.get(f) ?? 0) + amount(e.a, d));
+          const v = this.views.get(f);
+          if (v && this.now < v.at + WINDOW && e.score <= v.at && e.acq <= v.at - WINDOW)
+            v.drop += amount(e.a, d);
         }
       this.entries.delete(id);
     }
@@ -149,7 +161,7 @@ class Model {
       const level = Math.min(v.lim, v.rem - half + rate * (this.now - v.at));
       return { room: level - (used + left - v.seen), rate };
     }
-    const ours = v.seen - v.gone;
+    const ours = v.seen - v.gone - v.drop;
     return { room: Math.min(v.lim, v.rem - half + ours) - used, rate: 0 };
   }
 
@@ -215,7 +227,8 @@ class Model {
   }
 
   admit(id: string, a: Amounts, scopes: readonly string[]): void {
-    this.entries.set(id, { id, a: { ...a }, flags: '', score: this.now + LEASE, scopes });
+    const entry = { id, a: { ...a }, flags: '' as const, score: this.now + LEASE, scopes };
+    this.entries.set(id, { ...entry, acq: this.now });
     this.slots.set(id, this.now + LEASE);
   }
 
@@ -235,6 +248,7 @@ class Model {
           flags: 's',
           score: this.now,
           scopes: e.scopes,
+          acq: e.acq,
         });
         e.a = { req: 0, in: 0, out: e.a.out };
         e.flags = 'b';
@@ -346,7 +360,7 @@ class Model {
       const left = this.left.get(f) ?? 0;
       const seen = this.used(scope, d) + left - pending[d] - late[d];
       const gone = left;
-      const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone };
+      const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone, drop: 0 };
       if (!this.stands(scope, d, fresh, this.now - age)) this.views.set(f, fresh);
       if (r.reset > 0 && r.limit > 0) {
         const slack = 1000 + (2 * half * WINDOW) / r.limit + age;
@@ -825,12 +839,52 @@ const seed = {
   ...(process.env['LIM_NO_SHRINK'] ? { endOnFailure: true } : {}),
 };
 /**
- * The safety half draws from a fixed seed unless LIM_SEED or LIM_RANDOM=1 is set: on a window
- * it still finds, rarely, the gap docs/limiter.md names (a reading taken after the provider
- * dropped a call our window still holds; seeds -451615902 path 153, sliding, exact).
+ * The safety half draws from a fixed seed unless LIM_SEED or LIM_RANDOM=1 is set, so CI replays
+ * the same runs (LIM_RANDOM=1 LIM_RUNS=16000 draws 8,000 a test for a deeper look).
  */
 const safetySeed =
   process.env['LIM_SEED'] || process.env['LIM_RANDOM'] ? seed : { ...seed, seed: 50 };
+/**
+ * A run that found the window's double-freed room (a call answered late, dropped by the provider
+ * before a reading that counted it; docs/limiter.md, `drop`): replayed on the sliding window with
+ * exact readings.
+ */
+const lateAnswerRun = { seed: -451615902, path: '153', numRuns: 1, endOnFailure: true };
+
+/**
+ * A run random ops rarely draw: a call answered late is still in our window when a reading taken
+ * a window after its admission counts it, then leaves while that reading stands (its `drop`).
+ */
+function lateAnswerExample(accounting: OutputAccounting): { cfg: Config; ops: Op[] } {
+  const call = (tokens: number): Op => ({
+    kind: 'acquire',
+    req: 1,
+    in: tokens,
+    out: tokens,
+    scopes: [],
+  });
+  // An exact reading (1,989 of 3,977: no rounding step divides both).
+  const tok = { dim: 'tok' as const, limit: 3_977, remainingPct: 50, resetIn: WINDOW, round: 1 };
+  return {
+    cfg: {
+      accounting,
+      headroom: 0,
+      concurrency: 0,
+      limits: { global: { tokens: 4_000 }, 'tenant:a': {}, 'team:x': {} },
+    },
+    ops: [
+      call(200),
+      { kind: 'advance', ms: 6_000 },
+      { kind: 'begin', pick: 0, reading: null, ageMs: 0 },
+      { kind: 'advance', ms: WINDOW - 5_999 },
+      call(100),
+      { kind: 'begin', pick: 1, reading: { scope: 'global', dims: [tok] }, ageMs: 0 },
+      { kind: 'advance', ms: 6_000 },
+      call(1_100),
+      { kind: 'check' },
+    ],
+  };
+}
 
 describe('the limiter against a reference model', () => {
   for (const accounting of ['reserve', 'actual', 'produced'] as const) {
@@ -840,7 +894,7 @@ describe('the limiter against a reference model', () => {
       );
       await fc.assert(
         fc.asyncProperty(scenario, ({ cfg, ops }) => agreementScenario(cfg, ops)),
-        { numRuns: runs, ...seed },
+        { numRuns: runs, ...seed, examples: [[lateAnswerExample(accounting)]] },
       );
     }, 300_000);
   }
@@ -872,10 +926,11 @@ describe('the limiter against a reference model', () => {
           }),
           steps: fc.array(step, { minLength: 5, maxLength: 80 }),
         });
-        await fc.assert(
-          fc.asyncProperty(scenario, ({ cfg, steps }) => safetyScenario(cfg, shape, steps)),
-          { numRuns: Math.ceil(runs / 2), ...safetySeed },
+        const property = fc.asyncProperty(scenario, ({ cfg, steps }) =>
+          safetyScenario(cfg, shape, steps),
         );
+        await fc.assert(property, { numRuns: Math.ceil(runs / 2), ...safetySeed });
+        if (shape === 'sliding' && !rounded) await fc.assert(property, lateAnswerRun);
       }, 300_000);
     }
   }

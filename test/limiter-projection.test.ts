@@ -84,6 +84,24 @@ describe('a window-shaped provider', () => {
     expect((await lim.tryAcquire(cost(500))).ok).toBe(true);
   });
 
+  it('frees once the room of a call the provider dropped before the reading', async () => {
+    const lim = make();
+    // Admitted (and sent) now, its answer begins 4 s later: our window holds it until then + W.
+    const a = await admitted(lim, cost(2_000));
+    bed.now += 4_000;
+    await start(lim, a);
+    // Half a second past a window: the provider dropped a, and holds b and another client's 501
+    // (2,499 is no multiple of a step: an exact reading).
+    bed.now += 6_500;
+    const b = await admitted(lim, cost(1_000));
+    await start(lim, b, windowReading(2_499));
+    // When a leaves our window, the reading's 2,499 stand: a's room came back in it already.
+    bed.now += 3_500;
+    expect((await tokensView(lim)).providerRoom).toBe(2_499);
+    expect((await lim.tryAcquire(cost(2_500))).ok).toBe(false);
+    expect((await lim.tryAcquire(cost(2_499))).ok).toBe(true);
+  });
+
   it("does not let our calls on their way hide another client's spend", async () => {
     const lim = make();
     const a = await admitted(lim, cost(1_003));

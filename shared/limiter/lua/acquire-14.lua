@@ -60,6 +60,7 @@ local function charge(given, limits)
     limits = limits,
     scopes = names,
     take = given.take,
+    acq = now,
   }
 end
 local cost = charge(args.cost)
@@ -128,7 +129,9 @@ for _, scope in ipairs(run.scopes) do
 end
 
 -- 3. What left the window goes (lapsed leases go on the write path; a slot counts while live).
-expire_log(run.log, run.res, run.tot, now, run.windowMs)
+expire_log(run.log, run.res, run.tot, run.view, now, run.windowMs)
+-- It may have moved a reading's `drop`: read the readings afresh.
+run.views = {}
 
 -- 4. Taken: another worker's admission holds this call's job. It leaves the line (a place
 -- held for a job another is taking would keep every other worker's rounds to one job) and

@@ -51,7 +51,7 @@ local ctx = {
 local moneyKeys = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
 local totals, stats = {}, {}
 local wake = expire_slots(slotsKey, now, moneyKeys) > 0
-local dropped = expire_log(logKey, resKey, totKey, now, args.windowMs)
+local dropped = expire_log(logKey, resKey, totKey, viewKey, now, args.windowMs)
 
 local function count(sums, field, by)
   sums[field] = (sums[field] or 0) + by
@@ -91,6 +91,7 @@ local function stamp(id)
       out = 0,
       flags = 's',
       scopes = reservation.scopes,
+      acq = reservation.acq,
     })
     redis.call('ZADD', logKey, now, input_part(id))
     reservation.req, reservation.inp, reservation.flags = 0, 0, 'b'

@@ -17,6 +17,7 @@
 --- @include "args"
 --- @include "reservation"
 --- @include "money"
+--- @include "expiry"
 --- @include "view"
 --- @include "admission"
 
@@ -36,16 +37,29 @@ local run = {
   shapes = {},
 }
 
--- What left the window, not dropped yet, per "scope|dim" (as expire_log finds it, without
--- dropping: a view writes nothing).
-local gone = {}
-local ids = redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'LIMIT', 0, 5000)
-if #ids > 0 then
-  for _, enc in ipairs(redis.call('HMGET', run.res, unpack(ids))) do
+-- What left the window, not dropped yet, per "scope|dim", and what of it the readings counted
+-- although the provider had dropped it (as expire_log finds them, without dropping: a view
+-- writes nothing).
+local gone, drops, readAts = {}, {}, {}
+local entries =
+  redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'WITHSCORES', 'LIMIT', 0, 5000)
+if #entries > 0 then
+  local ids = {}
+  for i = 1, #entries, 2 do
+    ids[#ids + 1] = entries[i]
+  end
+  for i, enc in ipairs(redis.call('HMGET', run.res, unpack(ids))) do
     if enc then
-      add_spend(gone, decode(enc), 1)
+      local reservation = decode(enc)
+      add_spend(gone, reservation, 1)
+      local stamped = tonumber(entries[2 * i])
+      count_dropped(run.view, readAts, drops, reservation, stamped, now, args.windowMs)
     end
   end
+end
+for field, by in pairs(drops) do
+  local reading = view_of(run, field)
+  reading.drop = reading.drop + by
 end
 
 -- A number JSON can carry: nil for none or no bound.

@@ -133,6 +133,7 @@ local function store_reading(ctx, reading)
         at = ctx.now,
         seen = used[dim] + left[dim] - pending[dim] - late[dim],
         gone = left[dim],
+        drop = 0,
       }
       if not stands(ctx, scope, dim, new, ctx.now - ageMs, used[dim], left[dim]) then
         redis.call(
@@ -147,7 +148,9 @@ local function store_reading(ctx, reading)
           field .. '|seen',
           new.seen,
           field .. '|gone',
-          new.gone
+          new.gone,
+          field .. '|drop',
+          new.drop
         )
       end
       -- A refusal's reset dates from the provider's last admission, not this call's.

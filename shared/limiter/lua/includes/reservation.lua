@@ -1,6 +1,8 @@
--- A reservation in the res hash: "requests|input|output|flags|scopes"; flags "" open, "s" stamped,
--- "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the output open),
--- and "r" beside "s" once the call's answer brought a reading (`read`, see reading.lua).
+-- A reservation in the res hash: "requests|input|output|flags|scopes|acq"; flags "" open,
+-- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
+-- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
+-- reading.lua). `acq`: when acquire admitted it (ms), no later than the provider did; nil in an
+-- entry written before it was kept (taken as long ago).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -13,8 +15,8 @@ local function now_ms(given)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes =
-    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local req, inp, out, flags, scopes, acq =
+    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
   local list = {}
   for name in string.gmatch(scopes, '[^,]+') do
     list[#list + 1] = name
@@ -27,13 +29,15 @@ local function decode(enc)
     flags = (string.gsub(flags, 'r', '')),
     read = read,
     scopes = list,
+    acq = tonumber(acq),
   }
 end
 
 local function encode(reservation)
   local counts = reservation.req .. '|' .. reservation.inp .. '|' .. reservation.out
   local flags = reservation.flags .. (reservation.read and 'r' or '')
-  return counts .. '|' .. flags .. '|' .. table.concat(reservation.scopes, ',')
+  local scopes = table.concat(reservation.scopes, ',')
+  return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.acq or '')
 end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }

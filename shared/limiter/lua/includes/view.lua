@@ -1,6 +1,7 @@
 -- The provider's view (docs/limiter.md), per "scope|dim": `|lim` its limit, `|rem` its remaining
 -- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending − late),
--- `|gone` our left then; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
+-- `|gone` our left then, `|drop` what it counted that had left the provider's window before it
+-- (expiry.lua); per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
 
 -- The stored reading of `field`, or false (read once a run).
 local function view_of(ctx, field)
@@ -13,7 +14,8 @@ local function view_of(ctx, field)
       prefix .. 'rem',
       prefix .. 'at',
       prefix .. 'seen',
-      prefix .. 'gone'
+      prefix .. 'gone',
+      prefix .. 'drop'
     )
     ctx.views[field] = values[1]
         and {
@@ -22,6 +24,7 @@ local function view_of(ctx, field)
           at = tonumber(values[3]),
           seen = tonumber(values[4]),
           gone = tonumber(values[5]),
+          drop = tonumber(values[6] or '0'),
         }
       or false
   end
@@ -51,6 +54,6 @@ local function projected(ctx, scope, dim, stored, used, left)
     local spentSince = used + left - stored.seen
     return math.min(stored.lim, refilled) - spentSince, rate
   end
-  local ours = stored.seen - stored.gone
+  local ours = stored.seen - stored.gone - stored.drop
   return math.min(stored.lim, stored.rem - half + ours) - used, 0
 end
