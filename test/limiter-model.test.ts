@@ -86,6 +86,8 @@ interface View {
   gone: number;
   /** What it counted of ours that had left the provider's window before it. */
   drop: number;
+  /** When its call was sent. */
+  sent: number;
 }
 
 interface ReadingDim {
@@ -125,8 +127,8 @@ class Model {
 
   /**
    * What left our window goes to `left`. A reading that counted it (stamped by then) although
-   * it was admitted a window or more before the reading (the provider may have dropped it
-   * already) takes it into `drop`: its room must not come back twice.
+   * it was admitted a window or more before the reading's call was sent (the provider may have
+   * dropped it already) takes it into `drop`: its room must not come back twice.
    */
   expire(): void {
     for (const [id, e] of [...this.entries]) {
@@ -136,7 +138,7 @@ class Model {
           const f = `${s}|${d}`;
           this.left.set(f, (this.left.get(f) ?? 0) + amount(e.a, d));
           const v = this.views.get(f);
-          if (v && this.now < v.at + WINDOW && e.score <= v.at && e.acq <= v.at - WINDOW)
+          if (v && this.now < v.at + WINDOW && e.score <= v.at && e.acq <= v.sent - WINDOW)
             v.drop += amount(e.a, d);
         }
       this.entries.delete(id);
@@ -360,7 +362,8 @@ class Model {
       const left = this.left.get(f) ?? 0;
       const seen = this.used(scope, d) + left - pending[d] - late[d];
       const gone = left;
-      const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone, drop: 0 };
+      const sent = this.now - age;
+      const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone, drop: 0, sent };
       if (!this.stands(scope, d, fresh, this.now - age)) this.views.set(f, fresh);
       if (r.reset > 0 && r.limit > 0) {
         const slack = 1000 + (2 * half * WINDOW) / r.limit + age;

@@ -40,7 +40,7 @@ local run = {
 -- What left the window, not dropped yet, per "scope|dim", and what of it the readings counted
 -- although the provider had dropped it (as expire_log finds them, without dropping: a view
 -- writes nothing).
-local gone, drops, readAts = {}, {}, {}
+local gone, drops, readings = {}, {}, {}
 local entries =
   redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'WITHSCORES', 'LIMIT', 0, 5000)
 if #entries > 0 then
@@ -53,7 +53,7 @@ if #entries > 0 then
       local reservation = decode(enc)
       add_spend(gone, reservation, 1)
       local stamped = tonumber(entries[2 * i])
-      count_dropped(run.view, readAts, drops, reservation, stamped, now, args.windowMs)
+      count_dropped(run.view, readings, drops, reservation, stamped, now, args.windowMs)
     end
   end
 end

@@ -1,23 +1,26 @@
 -- A call leaving our window that the stored reading of one of its scopes counted (stamped by
 -- the time it was stored) may have left the provider's window before that reading: admitted a
--- window or more before it (`acq`, our admission, is no later than the provider's). Its room
--- then came back in the reading's `rem`, and leaving ours would give it back a second time, so
--- it goes into the reading's `drop` (view.lua), summed per "scope|dim" in `sums`. `readAts`
--- caches each scope's reading times.
-local function count_dropped(viewKey, readAts, sums, reservation, stamped, now, windowMs)
+-- window or more before the reading's call was sent. Its room then came back in the reading's
+-- `rem`, and leaving ours would give it back a second time, so it goes into the reading's `drop`
+-- (view.lua), summed per "scope|dim" in `sums`. `acq` (our admission) is no later than its send;
+-- the provider admits each call a like delay after its send (docs/limiter.md). `readings` caches
+-- each scope's reading times (when stored, when its call was sent).
+local function count_dropped(viewKey, readings, sums, reservation, stamped, now, windowMs)
   local admitted = reservation.acq or -math.huge
   for _, scope in ipairs(reservation.scopes) do
-    if not readAts[scope] then
+    if not readings[scope] then
       local fields = {}
-      for i, dim in ipairs(DIMS) do
-        fields[i] = scope .. '|' .. dim .. '|at'
+      for _, dim in ipairs(DIMS) do
+        fields[#fields + 1] = scope .. '|' .. dim .. '|at'
+        fields[#fields + 1] = scope .. '|' .. dim .. '|sent'
       end
-      readAts[scope] = redis.call('HMGET', viewKey, unpack(fields))
+      readings[scope] = redis.call('HMGET', viewKey, unpack(fields))
     end
     for i, dim in ipairs(DIMS) do
-      local readAt = tonumber(readAts[scope][i] or '')
-      local live = readAt and now < readAt + windowMs
-      if live and stamped <= readAt and admitted <= readAt - windowMs then
+      local readAt = tonumber(readings[scope][2 * i - 1] or '')
+      local sentAt = tonumber(readings[scope][2 * i] or '')
+      local live = readAt and sentAt and now < readAt + windowMs
+      if live and stamped <= readAt and admitted <= sentAt - windowMs then
         local field = scope .. '|' .. dim
         sums[field] = (sums[field] or 0) + amount(reservation, dim)
       end
@@ -40,13 +43,13 @@ local function expire_log(logKey, resKey, totKey, viewKey, now, windowMs)
   for i = 1, #entries, 2 do
     ids[#ids + 1], stamps[#stamps + 1] = entries[i], tonumber(entries[i + 1])
   end
-  local sums, drops, readAts = {}, {}, {}
+  local sums, drops, readings = {}, {}, {}
   for i, enc in ipairs(redis.call('HMGET', resKey, unpack(ids))) do
     if enc then
       local reservation = decode(enc)
       add_spend(sums, reservation, -1)
       add_spend(sums, reservation, 1, '|left')
-      count_dropped(viewKey, readAts, drops, reservation, stamps[i], now, windowMs)
+      count_dropped(viewKey, readings, drops, reservation, stamps[i], now, windowMs)
     end
   end
   flush(sums, totKey)

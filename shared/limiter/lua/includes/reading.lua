@@ -150,7 +150,9 @@ local function store_reading(ctx, reading)
           field .. '|gone',
           new.gone,
           field .. '|drop',
-          new.drop
+          new.drop,
+          field .. '|sent',
+          ctx.now - ageMs
         )
       end
       -- A refusal's reset dates from the provider's last admission, not this call's.

@@ -1,7 +1,7 @@
 -- The provider's view (docs/limiter.md), per "scope|dim": `|lim` its limit, `|rem` its remaining
 -- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending − late),
 -- `|gone` our left then, `|drop` what it counted that had left the provider's window before it
--- (expiry.lua); per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
+-- (expiry.lua), `|sent` when its call was sent; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
 
 -- The stored reading of `field`, or false (read once a run).
 local function view_of(ctx, field)
