@@ -74,8 +74,8 @@ interface Entry {
   read?: boolean;
   score: number;
   readonly scopes: readonly string[];
-  /** When acquire admitted it. */
-  readonly acq: number;
+  /** When its request was sent: admitted, until its stamp tells. */
+  sent: number;
 }
 
 interface View {
@@ -138,7 +138,7 @@ class Model {
           const f = `${s}|${d}`;
           this.left.set(f, (this.left.get(f) ?? 0) + amount(e.a, d));
           const v = this.views.get(f);
-          if (v && this.now < v.at + WINDOW && e.score <= v.at && e.acq <= v.sent - WINDOW)
+          if (v && this.now < v.at + WINDOW && e.score <= v.at && e.sent <= v.sent - WINDOW)
             v.drop += amount(e.a, d);
         }
       this.entries.delete(id);
@@ -230,7 +230,7 @@ class Model {
 
   admit(id: string, a: Amounts, scopes: readonly string[]): void {
     const entry = { id, a: { ...a }, flags: '' as const, score: this.now + LEASE, scopes };
-    this.entries.set(id, { ...entry, acq: this.now });
+    this.entries.set(id, { ...entry, sent: this.now });
     this.slots.set(id, this.now + LEASE);
   }
 
@@ -242,6 +242,7 @@ class Model {
     this.expire();
     const e = this.entries.get(id);
     if (e && e.flags === '') {
+      e.sent = Math.max(e.sent, this.now - Math.max(0, Math.min(ageMs, WINDOW)));
       if (this.cfg.accounting === 'produced') {
         const part = { req: e.a.req, in: e.a.in, out: 0 };
         this.entries.set(`${id}:in`, {
@@ -250,7 +251,7 @@ class Model {
           flags: 's',
           score: this.now,
           scopes: e.scopes,
-          acq: e.acq,
+          sent: e.sent,
         });
         e.a = { req: 0, in: 0, out: e.a.out };
         e.flags = 'b';
@@ -878,7 +879,8 @@ function lateAnswerExample(accounting: OutputAccounting): { cfg: Config; ops: Op
     ops: [
       call(200),
       { kind: 'advance', ms: 6_000 },
-      { kind: 'begin', pick: 0, reading: null, ageMs: 0 },
+      // Sent 6 s before its answer began.
+      { kind: 'begin', pick: 0, reading: null, ageMs: 6_000 },
       { kind: 'advance', ms: WINDOW - 5_999 },
       call(100),
       { kind: 'begin', pick: 1, reading: { scope: 'global', dims: [tok] }, ageMs: 0 },

@@ -86,10 +86,10 @@ describe('a window-shaped provider', () => {
 
   it('frees once the room of a call the provider dropped before the reading', async () => {
     const lim = make();
-    // Admitted (and sent) now, its answer begins 4 s later: our window holds it until then + W.
+    // Sent now, its answer begins 4 s later: our window holds it until then + W.
     const a = await admitted(lim, cost(2_000));
     bed.now += 4_000;
-    await start(lim, a);
+    await start(lim, a, undefined, 4_000);
     // Half a second past a window: the provider dropped a, and holds b and another client's 501
     // (2,499 is no multiple of a step: an exact reading).
     bed.now += 6_500;

@@ -18,7 +18,7 @@ import type { WakeUps } from './wake.ts';
 export const SETTLE_WAIT_MS = 5;
 
 type Op =
-  | { readonly kind: 'stamp'; readonly id: string }
+  | { readonly kind: 'stamp'; readonly id: string; readonly ageMs: number; readonly at: number }
   | { readonly kind: 'end'; readonly end: EndRecord; readonly periods?: readonly string[] }
   | { readonly kind: 'pause'; readonly ms: number; readonly scopes: readonly string[] }
   | { readonly kind: 'reading'; readonly reading: ReadingRecord; readonly at: number };
@@ -54,7 +54,11 @@ export class Recorder {
       untils.set(g.group, (await run({ pauseMs: g.ms, pauseScopes: g.scopes })).pausedUntil);
     const ends = of('end');
     const r = await run({
-      stamps: of('stamp').map((o) => o.id),
+      // An age as it goes, as a reading's.
+      stamps: of('stamp').map((o) => ({
+        id: o.id,
+        ageMs: o.ageMs + Math.ceil(this.clock() - o.at),
+      })),
       ends: ends.map((o) => o.end),
       ...{ pauseMs: first?.ms, pauseScopes: first?.scopes },
       // A reading's age as it goes: calls begun since its call was sent are late (reading.lua).
@@ -136,7 +140,9 @@ export class CallHandle {
   async begin(headers?: HeaderSource, sentAgoMs = 0): Promise<void> {
     if (this.begun) return;
     this.begun = true;
-    const stamp = this.recorder.push({ kind: 'stamp', id: this.reservation.id });
+    const { id } = this.reservation;
+    const at = this.recorder.clock();
+    const stamp = this.recorder.push({ kind: 'stamp', id, ageMs: Math.max(0, sentAgoMs), at });
     await Promise.all([stamp, this.read(headers, sentAgoMs)]);
   }
 

@@ -78,9 +78,15 @@ export interface ReadingRecord {
   readonly refused?: boolean;
 }
 
+/** A call's response began; its request was sent `ageMs` ago. */
+export interface StampRecord {
+  readonly id: string;
+  readonly ageMs: number;
+}
+
 /** What one `record-11.lua` run writes, in its order: stamps, ends, the pause, readings. */
 export interface RecordBatch {
-  readonly stamps: readonly string[];
+  readonly stamps: readonly StampRecord[];
   readonly ends: readonly EndRecord[];
   readonly pauseMs?: number | undefined;
   /** The scopes of the call that asked for the pause (a pool's pause is its deployment's). */

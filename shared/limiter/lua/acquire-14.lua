@@ -60,7 +60,7 @@ local function charge(given, limits)
     limits = limits,
     scopes = names,
     take = given.take,
-    acq = now,
+    sent = now,
   }
 end
 local cost = charge(args.cost)

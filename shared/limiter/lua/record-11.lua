@@ -16,7 +16,7 @@
   KEYS[11] taking
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
     comes back, or ''), split (output counted as produced), periods (money periods kept),
-    stamps (ids), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
+    stamps ({ id, ageMs: since its request was sent }), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
     micros: -1 unknown }), pauseMs, readings ({ scope, id, ageMs, refused (a 429's: no shape
     vote), dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
   Output: { pausedUntil (0: none), now, dropped (left the window: at most 500 a run), then per
@@ -75,15 +75,18 @@ local function store(id, reservation)
   redis.call('HSET', resKey, id, encode(reservation))
 end
 
--- The provider admitted the call: stamped now; with `split`, only its request and input, in an
--- entry of their own (its output is counted until the end).
-local function stamp(id)
+-- The provider admitted the call: stamped now, sent `ageMs` ago (no earlier than admitted); with
+-- `split`, only its request and input, in an entry of their own (its output is counted until the
+-- end).
+local function stamp(id, ageMs)
   local enc = redis.call('HGET', resKey, id)
   local reservation = enc and decode(enc)
   if not reservation or reservation.flags ~= '' then
     return
   end
   answered(reservation)
+  local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
+  reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
     store(input_part(id), {
       req = reservation.req,
@@ -91,7 +94,7 @@ local function stamp(id)
       out = 0,
       flags = 's',
       scopes = reservation.scopes,
-      acq = reservation.acq,
+      sent = reservation.sent,
     })
     redis.call('ZADD', logKey, now, input_part(id))
     reservation.req, reservation.inp, reservation.flags = 0, 0, 'b'
@@ -226,8 +229,8 @@ local function finish(ending)
   return 1, dIn, dOut
 end
 
-for _, id in ipairs(args.stamps or {}) do
-  stamp(id)
+for _, entry in ipairs(args.stamps or {}) do
+  stamp(entry.id, entry.ageMs)
 end
 local out = { 0, now, dropped }
 for _, ending in ipairs(args.ends or {}) do

@@ -2,11 +2,11 @@
 -- the time it was stored) may have left the provider's window before that reading: admitted a
 -- window or more before the reading's call was sent. Its room then came back in the reading's
 -- `rem`, and leaving ours would give it back a second time, so it goes into the reading's `drop`
--- (view.lua), summed per "scope|dim" in `sums`. `acq` (our admission) is no later than its send;
--- the provider admits each call a like delay after its send (docs/limiter.md). `readings` caches
--- each scope's reading times (when stored, when its call was sent).
+-- (view.lua), summed per "scope|dim" in `sums`. Both sends stand for the provider's admissions,
+-- which follow them by a like delay (docs/limiter.md). `readings` caches each scope's reading
+-- times (when stored, when its call was sent).
 local function count_dropped(viewKey, readings, sums, reservation, stamped, now, windowMs)
-  local admitted = reservation.acq or -math.huge
+  local sent = reservation.sent or -math.huge
   for _, scope in ipairs(reservation.scopes) do
     if not readings[scope] then
       local fields = {}
@@ -20,7 +20,7 @@ local function count_dropped(viewKey, readings, sums, reservation, stamped, now,
       local readAt = tonumber(readings[scope][2 * i - 1] or '')
       local sentAt = tonumber(readings[scope][2 * i] or '')
       local live = readAt and sentAt and now < readAt + windowMs
-      if live and stamped <= readAt and admitted <= sentAt - windowMs then
+      if live and stamped <= readAt and sent <= sentAt - windowMs then
         local field = scope .. '|' .. dim
         sums[field] = (sums[field] or 0) + amount(reservation, dim)
       end

@@ -1,8 +1,8 @@
--- A reservation in the res hash: "requests|input|output|flags|scopes|acq"; flags "" open,
+-- A reservation in the res hash: "requests|input|output|flags|scopes|sent"; flags "" open,
 -- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
 -- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
--- reading.lua). `acq`: when acquire admitted it (ms), no later than the provider did; nil in an
--- entry written before it was kept (taken as long ago).
+-- reading.lua). `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
+-- admitted it (no later); nil in an entry written before it was kept (taken as long ago).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -15,7 +15,7 @@ local function now_ms(given)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes, acq =
+  local req, inp, out, flags, scopes, sent =
     string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
   local list = {}
   for name in string.gmatch(scopes, '[^,]+') do
@@ -29,7 +29,7 @@ local function decode(enc)
     flags = (string.gsub(flags, 'r', '')),
     read = read,
     scopes = list,
-    acq = tonumber(acq),
+    sent = tonumber(sent),
   }
 end
 
@@ -37,7 +37,7 @@ local function encode(reservation)
   local counts = reservation.req .. '|' .. reservation.inp .. '|' .. reservation.out
   local flags = reservation.flags .. (reservation.read and 'r' or '')
   local scopes = table.concat(reservation.scopes, ',')
-  return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.acq or '')
+  return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '')
 end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }
