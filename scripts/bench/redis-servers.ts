@@ -355,7 +355,8 @@ export async function startSentinel(masterName = 'llmqmaster'): Promise<TestSent
       procs.push(s);
       sentinels.push(s);
     }
-    // Failover needs each sentinel to know the replica and the two other sentinels.
+    // Failover needs each sentinel to know the replica (from the master's INFO, polled every
+    // 10 s) and the two other sentinels (hello messages every 2 s): a loaded machine takes longer.
     await until(
       async () => {
         for (const s of sentinels) {
@@ -368,7 +369,7 @@ export async function startSentinel(masterName = 'llmqmaster'): Promise<TestSent
         }
         return true;
       },
-      20_000,
+      40_000,
       100,
     );
     const masterAt = (s: RedisProc) =>
