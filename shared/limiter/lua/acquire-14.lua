@@ -129,7 +129,7 @@ for _, scope in ipairs(run.scopes) do
 end
 
 -- 3. What left the window goes (lapsed leases go on the write path; a slot counts while live).
-expire_log(run.log, run.res, run.tot, run.view, now, run.windowMs)
+expire_log(run, now, run.windowMs)
 -- It may have moved a reading's `drop`: read the readings afresh.
 run.views = {}
 

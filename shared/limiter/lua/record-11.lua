@@ -51,7 +51,7 @@ local ctx = {
 local moneyKeys = { spend = KEYS[7], held = KEYS[8], periods = args.periods }
 local totals, stats = {}, {}
 local wake = expire_slots(slotsKey, now, moneyKeys) > 0
-local dropped = expire_log(logKey, resKey, totKey, viewKey, now, args.windowMs)
+local dropped = expire_log(ctx, now, args.windowMs)
 
 local function count(sums, field, by)
   sums[field] = (sums[field] or 0) + by

@@ -37,26 +37,9 @@ local run = {
   shapes = {},
 }
 
--- What left the window, not dropped yet, per "scope|dim", and what of it the readings counted
--- although the provider had dropped it (as expire_log finds them, without dropping: a view
--- writes nothing).
-local gone, drops, readings = {}, {}, {}
-local entries =
-  redis.call('ZRANGEBYSCORE', run.log, '-inf', now - args.windowMs, 'WITHSCORES', 'LIMIT', 0, 5000)
-if #entries > 0 then
-  local ids = {}
-  for i = 1, #entries, 2 do
-    ids[#ids + 1] = entries[i]
-  end
-  for i, enc in ipairs(redis.call('HMGET', run.res, unpack(ids))) do
-    if enc then
-      local reservation = decode(enc)
-      add_spend(gone, reservation, 1)
-      local stamped = tonumber(entries[2 * i])
-      count_dropped(run.view, readings, drops, reservation, stamped, now, args.windowMs)
-    end
-  end
-end
+-- What left the window but is not dropped yet, as expire_log would drop it (a view writes
+-- nothing): its spend is left out of the window's use, its `drops` go to the readings.
+local _, gone, drops = window_leavers(run, now, args.windowMs, 5000)
 for field, by in pairs(drops) do
   local reading = view_of(run, field)
   reading.drop = reading.drop + by

@@ -28,35 +28,50 @@ local function count_dropped(viewKey, readings, sums, reservation, stamped, now,
   end
 end
 
--- Drops the reservations that left the window (one stamped at s counts while now < s + window,
--- as a provider's sliding window does): their spend moves from the window sums to what has
--- left (`scope|dim|left`), so window sum + left is all ever admitted (see view.lua); what a
--- reading counted although the provider had dropped it goes to its `drop` (count_dropped). At
--- most 500 a call; the rest is still counted, which errs on the safe side. Needs "reservation".
-local function expire_log(logKey, resKey, totKey, viewKey, now, windowMs)
+-- The calls that left the window by now (one stamped at s counts while now < s + window, as a
+-- provider's sliding window does), at most `most` of them: their ids, their spend per
+-- "scope|dim" (`gone`), and what of it the standing readings counted although the provider had
+-- dropped it (`drops`, count_dropped). Reads only: expire_log drops them, a view leaves them out.
+local function window_leavers(keys, now, windowMs, most)
   local entries =
-    redis.call('ZRANGEBYSCORE', logKey, '-inf', now - windowMs, 'WITHSCORES', 'LIMIT', 0, 500)
-  if #entries == 0 then
-    return 0
-  end
-  local ids, stamps = {}, {}
+    redis.call('ZRANGEBYSCORE', keys.log, '-inf', now - windowMs, 'WITHSCORES', 'LIMIT', 0, most)
+  local ids, gone, drops, readings = {}, {}, {}, {}
   for i = 1, #entries, 2 do
-    ids[#ids + 1], stamps[#stamps + 1] = entries[i], tonumber(entries[i + 1])
+    ids[#ids + 1] = entries[i]
   end
-  local sums, drops, readings = {}, {}, {}
-  for i, enc in ipairs(redis.call('HMGET', resKey, unpack(ids))) do
+  if #ids == 0 then
+    return ids, gone, drops
+  end
+  for i, enc in ipairs(redis.call('HMGET', keys.res, unpack(ids))) do
     if enc then
       local reservation = decode(enc)
-      add_spend(sums, reservation, -1)
-      add_spend(sums, reservation, 1, '|left')
-      count_dropped(viewKey, readings, drops, reservation, stamps[i], now, windowMs)
+      local stamped = tonumber(entries[2 * i])
+      add_spend(gone, reservation, 1)
+      count_dropped(keys.view, readings, drops, reservation, stamped, now, windowMs)
     end
   end
-  flush(sums, totKey)
-  for field, by in pairs(drops) do
-    redis.call('HINCRBY', viewKey, field .. '|drop', by)
+  return ids, gone, drops
+end
+
+-- Drops the calls that left the window: their spend moves from the window sums to what has left
+-- (`scope|dim|left`), so window sum + left is all ever admitted (see view.lua); what a reading
+-- counted although the provider had dropped it goes to its `drop`. At most 500 a call; the rest
+-- is still counted, which errs on the safe side. Needs "reservation".
+local function expire_log(keys, now, windowMs)
+  local ids, gone, drops = window_leavers(keys, now, windowMs, 500)
+  if #ids == 0 then
+    return 0
   end
-  redis.call('HDEL', resKey, unpack(ids))
-  redis.call('ZREM', logKey, unpack(ids))
+  local moved, dropped = {}, {}
+  for field, by in pairs(gone) do
+    moved[field], moved[field .. '|left'] = -by, by
+  end
+  for field, by in pairs(drops) do
+    dropped[field .. '|drop'] = by
+  end
+  flush(moved, keys.tot)
+  flush(dropped, keys.view)
+  redis.call('HDEL', keys.res, unpack(ids))
+  redis.call('ZREM', keys.log, unpack(ids))
   return #ids
 end
