@@ -8,6 +8,7 @@ import type { RecentJob } from '../shared/history.ts';
 import { readRecentJobs } from '../shared/history-reader.ts';
 import type { JobData } from '../shared/job.ts';
 import { bullPrefix, deadLetterQueueName, type QueueNames } from '../shared/keys.ts';
+import { firstJobs } from '../shared/queue-sets.ts';
 import type { RedisClient } from '../shared/redis.ts';
 
 export interface FinishedTry extends RecentJob {
@@ -40,24 +41,11 @@ async function pendingOf(
   tenant: string,
 ): Promise<Omit<TenantJobs, 'finished'>> {
   const base = `${bullPrefix(names)}:${names.queue}:`;
-  const rows = (await redis
-    .multi()
-    .lrange(`${base}active`, 0, SCAN - 1)
-    .zrange(`${base}prioritized`, 0, String(SCAN - 1))
-    .lrange(`${base}wait`, 0, SCAN - 1)
-    .zrange(`${base}delayed`, 0, String(SCAN - 1))
-    .llen(`${base}active`)
-    .zcard(`${base}prioritized`)
-    .llen(`${base}wait`)
-    .zcard(`${base}delayed`)
-    .exec())!.map(([err, v]) => {
-    if (err) throw err;
-    return v;
-  }) as [string[], string[], string[], string[], number, number, number, number];
-  const [active, prio, wait, delayed] = rows;
+  const first = await firstJobs(redis, names, ['active', 'prioritized', 'wait', 'delayed'], SCAN);
+  const { active = [], prioritized = [], wait = [], delayed = [] } = first.ids;
   const states: [string, PendingJob['state']][] = [
     ...active.map((id) => [id, 'active'] as [string, PendingJob['state']]),
-    ...[...prio, ...wait].map((id) => [id, 'waiting'] as [string, PendingJob['state']]),
+    ...[...prioritized, ...wait].map((id) => [id, 'waiting'] as [string, PendingJob['state']]),
     ...delayed.map((id) => [id, 'delayed'] as [string, PendingJob['state']]),
   ];
   const pipe = redis.pipeline();
@@ -76,8 +64,7 @@ async function pendingOf(
     const [id, state] = states[i]!;
     pending.push({ id, state, enqueuedAt: d.enqueuedAt ?? null, model: d.request?.model ?? null });
   });
-  const total = rows.slice(4).reduce<number>((a, b) => a + (b as number), 0);
-  return { pending, scanned: states.length, total };
+  return { pending, scanned: states.length, total: first.total };
 }
 
 /** The tenant's latest finished tries and its pending jobs. */

@@ -11,6 +11,7 @@ import {
 import { PDF_PAGE_TOKENS } from './media-estimate.ts';
 import { isModelScope } from './models.ts';
 import { PRIORITY_LANES } from './priority.ts';
+import { firstJobs } from './queue-sets.ts';
 import type { RedisClient } from './redis.ts';
 
 /** The waiting jobs of one priority, summed. */
@@ -145,20 +146,14 @@ export async function readBacklog(
   maxJobs = 5_000,
 ): Promise<{ classes: BacklogClass[]; sampled: number }> {
   const base = `${bullPrefix(names)}:${names.queue}:`;
-  const [prio, wait, delayed, nPrio, nWait, nDelayed] = (await redis
-    .multi()
-    .zrange(`${base}prioritized`, 0, String(maxJobs - 1))
-    .lrange(`${base}wait`, 0, maxJobs - 1)
-    .zrange(`${base}delayed`, 0, String(maxJobs - 1))
-    .zcard(`${base}prioritized`)
-    .llen(`${base}wait`)
-    .zcard(`${base}delayed`)
-    .exec())!.map(([err, v]) => {
-    if (err) throw err;
-    return v;
-  }) as [string[], string[], string[], number, number, number];
-  const ids = [...prio, ...wait, ...delayed].slice(0, maxJobs);
-  const total = nPrio + nWait + nDelayed;
+  const { ids: first, total } = await firstJobs(
+    redis,
+    names,
+    ['prioritized', 'wait', 'delayed'],
+    maxJobs,
+  );
+  const { prioritized = [], wait = [], delayed = [] } = first;
+  const ids = [...prioritized, ...wait, ...delayed].slice(0, maxJobs);
   const tickets = await readTickets(redis, base, ids);
   const sums = new Map<number, { jobs: number; inputTokens: number; outputTokens: number }>();
   for (const { ticket, priority } of tickets) {

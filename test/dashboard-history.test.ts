@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import { readTenantJobs } from '../dashboard/tenant-jobs.ts';
 import { Producer } from '../producer/producer.ts';
 import {
   addCall,
@@ -121,6 +122,34 @@ describe('the usage history', () => {
       expect(h.series[0]!.total.backlog).toBe(3);
       expect(h.series[0]!.points.at(-1)!.backlog).toBe(3);
       expect(await dumpHistory(redis, names)).toEqual(before);
+    } finally {
+      await producer.close();
+    }
+  });
+
+  it("lists a tenant's own jobs waiting, of every job the queue holds", async () => {
+    const producer = new Producer({ redis, names });
+    const request = (model: string) => ({
+      model,
+      max_tokens: 10,
+      messages: [{ role: 'user' as const, content: 'hi' }],
+    });
+    try {
+      const mine = [
+        await producer.enqueue(request('claude-a'), { tenant: 'acme' }),
+        await producer.enqueue(request('claude-b'), { tenant: 'acme', priority: 'interactive' }),
+      ];
+      await producer.enqueue(request('claude-a'), { tenant: 'globex' });
+      await producer.enqueue(request('claude-a'), { tenant: 'globex', priority: 'interactive' });
+      const jobs = await readTenantJobs(redis, names, 'acme');
+      expect(jobs.total).toBe(4);
+      expect(jobs.scanned).toBe(4);
+      expect(jobs.pending.map((j) => [j.id, j.state, j.model]).sort()).toEqual(
+        [
+          [mine[0], 'waiting', 'claude-a'],
+          [mine[1], 'waiting', 'claude-b'],
+        ].sort(),
+      );
     } finally {
       await producer.close();
     }
