@@ -53,19 +53,14 @@ export class Recorder {
     for (const g of others)
       untils.set(g.group, (await run({ pauseMs: g.ms, pauseScopes: g.scopes })).pausedUntil);
     const ends = of('end');
+    // An age as it goes (since the call's send), from when it was pushed: calls begun since a
+    // reading's call was sent are late (reading.lua); a stamp's age dates its call's send.
+    const aged = (ageMs: number, at: number) => ageMs + Math.ceil(this.clock() - at);
     const r = await run({
-      // An age as it goes, as a reading's.
-      stamps: of('stamp').map((o) => ({
-        id: o.id,
-        ageMs: o.ageMs + Math.ceil(this.clock() - o.at),
-      })),
+      stamps: of('stamp').map((o) => ({ id: o.id, ageMs: aged(o.ageMs, o.at) })),
       ends: ends.map((o) => o.end),
       ...{ pauseMs: first?.ms, pauseScopes: first?.scopes },
-      // A reading's age as it goes: calls begun since its call was sent are late (reading.lua).
-      readings: of('reading').map((o) => ({
-        ...o.reading,
-        ageMs: o.reading.ageMs + Math.ceil(this.clock() - o.at),
-      })),
+      readings: of('reading').map((o) => ({ ...o.reading, ageMs: aged(o.reading.ageMs, o.at) })),
       periods: ends.find((o) => o.periods)?.periods,
     });
     if (first) untils.set(first.group, r.pausedUntil);
