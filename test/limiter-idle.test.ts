@@ -21,7 +21,7 @@ const cost = { requests: 1, inputTokens: 10, outputTokens: 10 };
 /** How many of the window's keys (the log, the reservations, the window sums, takers) exist. */
 const windowKeys = (r: RedisClient) => {
   const k = limiterKeys(names);
-  return r.exists(k.log, k.res, k.tot, k.takers, k.taking);
+  return r.exists(k.log, k.res, k.tot, k.takers);
 };
 const redisNow = async () => {
   const [s, us] = await redis.time();

@@ -130,7 +130,7 @@ describe('the npm package', () => {
       'dist/testing/index.js',
       'dist/testing/index.d.ts',
       'dist/scripts/cli/main.js',
-      'dist/shared/limiter/lua/acquire-14.lua',
+      'dist/shared/limiter/lua/acquire-13.lua',
       'dist/shared/limiter/lua/includes/view.lua',
       'dist/worker/lua/peek-8.lua',
       'dist/producer/lua/reserveDepth-9.lua',

@@ -198,8 +198,9 @@ export async function runCall(
   // Its use keeps the prefix readable (an answer not streamed tells it only now).
   if (prefix)
     answered = p.caches.answered(prefix, res.message.usage, target.deployment).catch(() => {});
-  await Promise.all([begun, relay?.end(), answered]);
-  return succeededCall(p, r, call, res, { startedAt, jt, target });
+  await Promise.all([relay?.end(), answered]);
+  // Its stamp may still wait for company: the end joins it (the recorder sends stamps first).
+  await Promise.all([succeededCall(p, r, call, res, { startedAt, jt, target }), begun]);
 }
 
 /** The request with the model id its deployment's platform uses. */

@@ -14,7 +14,6 @@ const PARTS = [
   'stats',
   'config',
   'takers',
-  'taking',
 ] as const;
 
 /**

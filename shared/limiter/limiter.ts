@@ -102,7 +102,7 @@ export class Limiter {
     return this.decide(reply, ticket, r, more);
   }
 
-  /** Acquire's reply (see acquire-14.lua's header) as a decision; throws when it never fits. */
+  /** Acquire's reply (see acquire-13.lua's header) as a decision; throws when it never fits. */
   private decide(
     [code, a, b, c, d]: (number | string)[],
     ticket: string,

@@ -21,7 +21,7 @@ const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 const DIMS = DIMENSIONS.map((d) => d.lua);
 const packed = (args: Record<string, unknown>): LuaArg => packLuaArg({ dims: DIMS, ...args });
 
-/** Acquire's argument (see acquire-14.lua's header). */
+/** Acquire's argument (see acquire-13.lua's header). */
 export interface AcquireArgs
   extends Pick<LimiterSettings, 'windowMs' | 'headroom' | 'leaseMs' | 'concurrency'> {
   readonly ticket: string;
@@ -50,7 +50,7 @@ const TAKE_MS = 1_000;
 /** An end's usage when none is known (see `EndRecord`). */
 export const UNKNOWN_USAGE = { input: -1, output: -1, reported: -1, micros: -1 } as const;
 
-/** One call's end for `record-11.lua` (see its header). */
+/** One call's end for `record-10.lua` (see its header). */
 export interface EndRecord {
   readonly id: string;
   readonly mode: 'usage' | 'keep' | 'release';
@@ -63,7 +63,7 @@ export interface EndRecord {
   readonly micros: number;
 }
 
-/** A provider's reading for `record-11.lua`: one scope, the dimensions it gave figures for. */
+/** A provider's reading for `record-10.lua`: one scope, the dimensions it gave figures for. */
 export interface ReadingRecord {
   readonly scope: string;
   /** The call that brought it (its reservation's id). */
@@ -84,7 +84,7 @@ export interface StampRecord {
   readonly ageMs: number;
 }
 
-/** What one `record-11.lua` run writes, in its order: stamps, ends, the pause, readings. */
+/** What one `record-10.lua` run writes, in its order: stamps, ends, the pause, readings. */
 export interface RecordBatch {
   readonly stamps: readonly StampRecord[];
   readonly ends: readonly EndRecord[];
@@ -160,7 +160,7 @@ export class LimiterScripts {
     return this.clock ? Math.floor(this.clock()) : undefined;
   }
 
-  /** Acquire's reply as Lua gives it (see acquire-14.lua's header: a code, then its values). */
+  /** Acquire's reply as Lua gives it (see acquire-13.lua's header: a code, then its values). */
   async acquire(a: AcquireArgs, along?: Along): Promise<(number | string)[]> {
     const k = this.keys;
     const names = a.scopes.map((s) => s.name);
@@ -169,7 +169,7 @@ export class LimiterScripts {
     const extras = a.extras.map((x) => ({ id: x.ticket, ...packCost(x.cost), scopes: x.scopes }));
     const args = { ...a, now: this.now(), cost: packCost(a.cost), extras, takeMs: TAKE_MS };
     const undo = () => this.undoAcquire(a);
-    const all = [...keys, k.stats, k.spend, k.held, k.takers, k.taking];
+    const all = [...keys, k.stats, k.spend, k.held, k.takers];
     const own = along?.([a.ticket, ...a.extras.map((x) => x.ticket)], k.res);
     const tx = own && (() => runLuaWith(this.redis, script('acquire'), all, [packed(args)], own));
     return (await this.run('acquire', all, args, undo, tx)) as (number | string)[];
@@ -204,7 +204,6 @@ export class LimiterScripts {
       k.held,
       pause,
       k.takers,
-      k.taking,
     ];
   }
 

@@ -34,44 +34,52 @@ local id, record, bytes, maxBytes, prefix, result =
 if not redis.call('ZSCORE', finished, id) then
   return 0
 end
-redis.call('HSET', jobKey, 'data', record)
 if result ~= '' then
-  redis.call('HSET', jobKey, 'returnvalue', result)
+  redis.call('HSET', jobKey, 'data', record, 'returnvalue', result)
+else
+  redis.call('HSET', jobKey, 'data', record)
 end
 
+-- Forgets a finished job; returns the bytes it kept (0: none counted).
 local function forget(job)
-  local size = redis.call('HGET', sizes, job)
-  if size then
-    redis.call('HDEL', sizes, job)
-    redis.call('HINCRBY', bytesKey, '*', -tonumber(size))
-  end
   redis.call('ZREM', order, job)
+  local size = redis.call('HGET', sizes, job)
+  if not size then
+    return 0
+  end
+  redis.call('HDEL', sizes, job)
+  return tonumber(size)
 end
 
 local time = redis.call('TIME')
-forget(id)
+local before = tonumber(redis.call('HGET', sizes, id) or '0')
 redis.call('HSET', sizes, id, bytes)
 redis.call('ZADD', order, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), id)
-redis.call('HINCRBY', bytesKey, '*', bytes)
 
 -- Removed by the queue's own retention: forgotten, a few at a time.
+local freed = 0
 for _, old in ipairs(redis.call('ZRANGE', order, 0, 1)) do
-  if redis.call('EXISTS', prefix .. old) == 0 then
-    forget(old)
+  if old ~= id and redis.call('EXISTS', prefix .. old) == 0 then
+    freed = freed + forget(old)
   end
 end
+local total = redis.call('HINCRBY', bytesKey, '*', bytes - before - freed)
 
-while maxBytes > 0 and tonumber(redis.call('HGET', bytesKey, '*') or '0') > maxBytes do
+freed = 0
+while maxBytes > 0 and total - freed > maxBytes do
   local oldest = redis.call('ZRANGE', order, 0, 0)[1]
   if not oldest or oldest == id then
     break
   end
-  forget(oldest)
+  freed = freed + forget(oldest)
   if redis.call('EXISTS', prefix .. oldest) == 1 then
     redis.call('DEL', prefix .. oldest, prefix .. oldest .. ':logs')
     redis.call('ZREM', prefix .. 'completed', oldest)
     redis.call('ZREM', prefix .. 'failed', oldest)
     redis.call('HINCRBY', metrics, 'results_dropped', 1)
   end
+end
+if freed > 0 then
+  redis.call('HINCRBY', bytesKey, '*', -freed)
 end
 return 1

@@ -1,6 +1,6 @@
 --[[
   Changes an open reservation's tokens (the job taken costs no more), not its stamp or slot.
-  KEYS[1] res (KEYS as in acquire-14.lua)
+  KEYS[1] res (KEYS as in acquire-13.lua)
   KEYS[2] tot
   KEYS[3] stats
   ARGV[1] msgpack: dims, id, input, output (the new token counts)

@@ -1,6 +1,6 @@
 --[[
   Leaves the line without being admitted (the caller gave up or was aborted).
-  KEYS[1] waiters (as in acquire-14.lua)
+  KEYS[1] waiters (as in acquire-13.lua)
   KEYS[2] waitexp
   ARGV[1] msgpack: ticket
   Output: 1 when the ticket was in line, else 0

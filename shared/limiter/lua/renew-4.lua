@@ -1,6 +1,6 @@
 --[[
   Extends a call's lease: its slot, and its open reservation's stamp until its response begins.
-  KEYS[1] log (KEYS as in acquire-14.lua)
+  KEYS[1] log (KEYS as in acquire-13.lua)
   KEYS[2] res
   KEYS[3] slots
   KEYS[4] tot

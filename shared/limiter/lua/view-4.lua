@@ -3,7 +3,7 @@
   the admission's own rule (admission.lua's room_of: cap less headroom, bucket cover, the
   provider's room less its headroom), writing nothing: what left the window but is not dropped
   yet is left out here, as acquire drops it first.
-  KEYS[1] log (as acquire-14.lua)
+  KEYS[1] log (as acquire-13.lua)
   KEYS[2] res
   KEYS[3] tot
   KEYS[4] view
@@ -35,6 +35,7 @@ local run = {
   own = {},
   views = {},
   shapes = {},
+  answered = {},
 }
 
 -- What left the window but is not dropped yet, as expire_log would drop it (a view writes

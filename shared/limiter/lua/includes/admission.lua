@@ -1,9 +1,17 @@
 -- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run`. A cost
 -- may carry its own scopes (`cost.limits`) and money. Needs "reservation", "money", "view".
 
--- A model's scope with no limits configured and no answer yet (it takes one call).
+-- A model's scope with no limits configured and no answer yet (it takes one call); read once a
+-- run (only record-10.lua marks an answer).
 local function unanswered(run, scope)
-  return scope.unknown and redis.call('HEXISTS', run.view, scope.name .. '|answered') == 0
+  if not scope.unknown then
+    return false
+  end
+  local field = scope.name .. '|answered'
+  if run.answered[field] == nil then
+    run.answered[field] = redis.call('HEXISTS', run.view, field) == 1
+  end
+  return not run.answered[field]
 end
 
 -- In `scope`, `dim`: the configured limit capped by the provider's (0: none), the stored reading,

@@ -1,8 +1,9 @@
--- A reservation in the res hash: "requests|input|output|flags|scopes|sent"; flags "" open,
+-- A reservation in the res hash: "requests|input|output|flags|scopes|sent|take"; flags "" open,
 -- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
 -- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
 -- reading.lua). `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
 -- admitted it (no later); nil in an entry written before it was kept (taken as long ago).
+-- `take`: the job its admission holds (acquire-13.lua), to the end (any character; none: nil).
 
 -- `now` as given (an injected clock), else Redis's TIME in ms.
 local function now_ms(given)
@@ -15,8 +16,9 @@ local function now_ms(given)
 end
 
 local function decode(enc)
-  local req, inp, out, flags, scopes, sent =
-    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+  local req, inp, out, flags, scopes, rest =
+    string.match(enc, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  local sent, take = string.match(rest, '^|?([^|]*)|?(.*)$')
   local list = {}
   for name in string.gmatch(scopes, '[^,]+') do
     list[#list + 1] = name
@@ -30,6 +32,7 @@ local function decode(enc)
     read = read,
     scopes = list,
     sent = tonumber(sent),
+    take = take ~= '' and take or nil,
   }
 end
 
@@ -37,7 +40,8 @@ local function encode(reservation)
   local counts = reservation.req .. '|' .. reservation.inp .. '|' .. reservation.out
   local flags = reservation.flags .. (reservation.read and 'r' or '')
   local scopes = table.concat(reservation.scopes, ',')
-  return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '')
+  local take = reservation.take and ('|' .. reservation.take) or ''
+  return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '') .. take
 end
 
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }

@@ -15,8 +15,8 @@
   KEYS[10] stats    HASH counters
   KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent
   KEYS[12] held     HASH id -> the money it holds
-  KEYS[13] takers   ZSET a job's id -> until when an admission's taker holds it (see below)
-  KEYS[14] taking   HASH reservation id -> the job it takes (dropped with it by record-11.lua)
+  KEYS[13] takers   ZSET a job's id -> until when an admission's taker holds it (see below); its
+    reservation names the job (`take`), and record-10.lua ends the hold with it
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, headroom, ticket (the reservation id once
     admitted), priority (1 first), queue (keep a place in line), leaseMs, ticketTtlMs,
     concurrency (0: none), cost { req, inp, out, money, take }, scopes ({ name, limits, slots }, global
@@ -43,7 +43,7 @@
 --- @include "admission"
 
 local waitersKey, waitexpKey, seqKey, pauseKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local takersKey, takingKey = KEYS[13], KEYS[14]
+local takersKey = KEYS[13]
 local now, ticket, queue = now_ms(args.now), args.ticket, args.queue
 -- A call's cost as a reservation; `limits`: an extra's own scopes, else the head's.
 local function charge(given, limits)
@@ -84,6 +84,7 @@ local run = {
   views = {},
   shapes = {},
   unanswered = {},
+  answered = {},
 }
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
@@ -151,14 +152,12 @@ local function take(id, call)
     return
   end
   redis.call('ZADD', takersKey, now + args.takeMs, call.take)
-  redis.call('HSET', takingKey, id, call.take)
   holds = holds + 1
 end
--- The last hold's end is the keys': an idle fleet keeps none.
+-- The last hold's end is the key's: an idle fleet keeps none.
 local function keep_holds()
   if holds > 0 then
     redis.call('PEXPIRE', takersKey, args.takeMs)
-    redis.call('PEXPIRE', takingKey, args.takeMs)
   end
 end
 

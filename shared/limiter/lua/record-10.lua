@@ -3,7 +3,7 @@
   kept or released, with their money), the pause (a 429), the provider's readings (reading.lua).
   Lapsed leases and what left the window go first.
 
-  KEYS[1] log (each key as in acquire-14.lua)
+  KEYS[1] log (each key as in acquire-13.lua)
   KEYS[2] res
   KEYS[3] slots
   KEYS[4] tot
@@ -13,7 +13,6 @@
   KEYS[8] held
   KEYS[9] pause
   KEYS[10] takers
-  KEYS[11] taking
   ARGV[1] msgpack: dims, now (absent: TIME), windowMs, channel (SPUBLISH when budget or a slot
     comes back, or ''), split (output counted as produced), periods (money periods kept),
     stamps ({ id, ageMs: since its request was sent }), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
@@ -38,7 +37,7 @@ local function input_part(id)
 end
 
 local logKey, resKey, slotsKey, totKey, viewKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local statsKey, pauseKey, takersKey, takingKey = KEYS[6], KEYS[9], KEYS[10], KEYS[11]
+local statsKey, pauseKey, takersKey = KEYS[6], KEYS[9], KEYS[10]
 local now = now_ms(args.now)
 local ctx = {
   log = logKey,
@@ -71,16 +70,39 @@ local function answered(reservation)
     end
   end
 end
+-- The reservations this run read or wrote, by id (false: none); a call stamped and ended in one
+-- run is read once and written once. `write_res` writes the changed ones, before anything reads
+-- the hash itself (readings, see reading.lua).
+local cache, changed = {}, {}
+local function load(id)
+  if cache[id] == nil then
+    local enc = redis.call('HGET', resKey, id)
+    cache[id] = enc and decode(enc) or false
+  end
+  return cache[id] or nil
+end
 local function store(id, reservation)
-  redis.call('HSET', resKey, id, encode(reservation))
+  cache[id], changed[id] = reservation, true
+end
+local function write_res()
+  local fields = {}
+  for id in pairs(changed) do
+    if cache[id] then
+      fields[#fields + 1] = id
+      fields[#fields + 1] = encode(cache[id])
+    end
+  end
+  changed = {}
+  for from = 1, #fields, 200 do
+    redis.call('HSET', resKey, unpack(fields, from, math.min(from + 199, #fields)))
+  end
 end
 
 -- The provider admitted the call: stamped now, sent `ageMs` ago (no earlier than admitted); with
 -- `split`, only its request and input, in an entry of their own (its output is counted until the
 -- end).
 local function stamp(id, ageMs)
-  local enc = redis.call('HGET', resKey, id)
-  local reservation = enc and decode(enc)
+  local reservation = load(id)
   if not reservation or reservation.flags ~= '' then
     return
   end
@@ -109,19 +131,31 @@ end
 -- estimate above it is no room coming back (the reading's count follows it down); one below it
 -- stays charged (the call may be late, see reading.lua). Its unused output (`refund` < 0) goes
 -- back into the reading's bucket, which its capacity caps.
+-- When each scope's readings were stored, read once a run (the run's own come after its ends).
+local readTimes = {}
+local function read_ats(scope)
+  if not readTimes[scope] then
+    local at =
+      redis.call('HMGET', viewKey, scope .. '|in|at', scope .. '|out|at', scope .. '|tok|at')
+    readTimes[scope] = { ['in'] = tonumber(at[1]), out = tonumber(at[2]), tok = tonumber(at[3]) }
+  end
+  return readTimes[scope]
+end
+
 local function recount(id, scopes, dIn, refund)
-  local stamped = tonumber(redis.call('ZSCORE', logKey, id) or 'inf')
+  local stamped = nil
   local down = math.min(dIn, 0)
   -- Per dimension: what the reading's `seen` and (negated) `rem` move by.
   local moves = { ['in'] = { down, 0 }, out = { refund, refund }, tok = { down + refund, refund } }
   for _, scope in ipairs(scopes) do
-    local at =
-      redis.call('HMGET', viewKey, scope .. '|in|at', scope .. '|out|at', scope .. '|tok|at')
-    local readAts = { ['in'] = at[1], out = at[2], tok = at[3] }
+    local readAts = read_ats(scope)
     for dim, move in pairs(moves) do
       local prefix = scope .. '|' .. dim .. '|'
-      local readAt = tonumber(readAts[dim] or '-inf')
-      if stamped <= readAt then
+      local readAt = readAts[dim]
+      if readAt and not stamped then
+        stamped = tonumber(redis.call('ZSCORE', logKey, id) or 'inf')
+      end
+      if readAt and stamped <= readAt then
         for field, by in pairs({ seen = move[1], rem = -move[2] }) do
           if by ~= 0 then
             redis.call('HINCRBY', viewKey, prefix .. field, by)
@@ -134,19 +168,17 @@ end
 
 local function forget(id, reservation)
   add_spend(totals, reservation, -1)
+  cache[id], changed[id] = false, nil
   redis.call('HDEL', resKey, id)
   redis.call('ZREM', logKey, id)
 end
 
--- A call's end ends its hold on its job (acquire-14.lua): a job its worker did not take is free
--- at once.
-local function untake(id)
-  local job = redis.call('HGET', takingKey, id)
-  if not job then
-    return
+-- A call's end ends its hold on its job (acquire-13.lua): a job its worker did not take is free
+-- at once. A reservation gone took its hold's end along (it lapses by itself).
+local function untake(reservation)
+  if reservation.take then
+    redis.call('ZREM', takersKey, reservation.take)
   end
-  redis.call('ZREM', takersKey, job)
-  redis.call('HDEL', takingKey, id)
 end
 
 -- What the money held for a call settles to: all back on release, the usage's cost when known,
@@ -164,21 +196,19 @@ end
 -- One call's end; returns known, inputDelta, outputDelta.
 local function finish(ending)
   local id = ending.id
-  untake(id)
   money_settle(moneyKeys, id, settled_micros(ending))
   if redis.call('ZREM', slotsKey, id) == 1 then
     wake = true
   end
-  local enc = redis.call('HGET', resKey, id)
-  if not enc then
+  local reservation = load(id)
+  if not reservation then
     return 0, 0, 0
   end
-  local reservation = decode(enc)
+  untake(reservation)
   if ending.mode ~= 'release' then
     answered(reservation)
   end
-  local partEnc = reservation.flags == 'b' and redis.call('HGET', resKey, input_part(id))
-  local part = partEnc and decode(partEnc)
+  local part = reservation.flags == 'b' and load(input_part(id)) or nil
   local inp = reservation.inp + (part and part.inp or 0)
   if ending.mode == 'release' then
     forget(id, reservation)
@@ -237,6 +267,7 @@ for _, ending in ipairs(args.ends or {}) do
   local known, dIn, dOut = finish(ending)
   out[#out + 1], out[#out + 2], out[#out + 3] = known, dIn, dOut
 end
+write_res()
 flush(totals, totKey)
 if args.pauseMs then
   local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')
