@@ -85,6 +85,7 @@ local run = {
   shapes = {},
   unanswered = {},
   answered = {},
+  written = {},
 }
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
@@ -251,5 +252,6 @@ elseif args.channel then
   redis.call('SPUBLISH', args.channel, '1')
 end
 keep_holds()
+write_admitted(run)
 keep_window(run.log, run.res, run.tot, now, run.windowMs)
 return finish_run(run, { 0, now, run.leaseExpiry, extrasAdmitted })

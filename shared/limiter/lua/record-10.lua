@@ -193,10 +193,21 @@ local function settled_micros(ending)
   return nil
 end
 
+-- Settles the money a call holds; with none held by any call (no budget set), nothing to read.
+local anyHeld = nil
+local function settle_money(id, micros)
+  if anyHeld == nil then
+    anyHeld = redis.call('EXISTS', moneyKeys.held) == 1
+  end
+  if anyHeld then
+    money_settle(moneyKeys, id, micros)
+  end
+end
+
 -- One call's end; returns known, inputDelta, outputDelta.
 local function finish(ending)
   local id = ending.id
-  money_settle(moneyKeys, id, settled_micros(ending))
+  settle_money(id, settled_micros(ending))
   if redis.call('ZREM', slotsKey, id) == 1 then
     wake = true
   end

@@ -179,11 +179,14 @@ local function count_unanswered(run, cost)
   end
 end
 
--- An open reservation, stamped at its lease's end until the call starts or settles.
+-- An open reservation, stamped at its lease's end until the call starts or settles. Its entry
+-- in res is written with the run's others (write_admitted); nothing in the run reads it before:
+-- unanswered_in counts a scope before the first call it admits there.
 local function admit(run, id, cost)
   redis.call('ZADD', run.log, run.leaseExpiry, id)
   redis.call('ZADD', run.slots, run.leaseExpiry, id)
-  redis.call('HSET', run.res, id, encode(cost))
+  run.written[#run.written + 1] = id
+  run.written[#run.written + 1] = encode(cost)
   add_spend(run.totals, cost, 1)
   local stats = run.stats
   for field, by in pairs({ admitted = 1, reserved_in = cost.inp, reserved_out = cost.out }) do
@@ -194,8 +197,18 @@ local function admit(run, id, cost)
   end
 end
 
+-- The reservations the run admitted, in one HSET per 100.
+local function write_admitted(run)
+  local fields = run.written
+  run.written = {}
+  for from = 1, #fields, 200 do
+    redis.call('HSET', run.res, unpack(fields, from, math.min(from + 199, #fields)))
+  end
+end
+
 -- Writes what the run admitted and counted, once each, and answers.
 local function finish_run(run, reply)
+  write_admitted(run)
   flush(run.totals, run.tot)
   flush(run.stats, run.statsKey)
   return reply
