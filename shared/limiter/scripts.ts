@@ -193,18 +193,7 @@ export class LimiterScripts {
   private recordKeys(pauseScopes: readonly string[] = []): string[] {
     const k = this.keys;
     const pause = pauseKeyOf(k, pauseScopes);
-    return [
-      k.log,
-      k.res,
-      k.slots,
-      k.tot,
-      k.view,
-      k.stats,
-      k.spend,
-      k.held,
-      pause,
-      k.takers,
-    ];
+    return [k.log, k.res, k.slots, k.tot, k.view, k.stats, k.spend, k.held, pause, k.takers];
   }
 
   /** Stamps, ends, the pause and readings, in that order, in one run (nothing: a prune). */
