@@ -5,7 +5,7 @@ import { type DashboardHandle, startDashboard } from '../dashboard/server.ts';
 import { Producer } from '../producer/producer.ts';
 import { llmqKey } from '../shared/keys.ts';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { MetricsWriter } from '../shared/metrics.ts';
+import { MetricsWriter, metricsKey } from '../shared/metrics.ts';
 import { registerQueue } from '../shared/queues.ts';
 import { deleteKeys, newRedis, settle, testNames } from './helpers.ts';
 
@@ -314,6 +314,39 @@ describe('/metrics', () => {
     );
     expect(tenants.has('other')).toBe(true);
     expect(tenants.size).toBeLessThanOrEqual(52); // 50, the tenant-less '-', and 'other'
+  });
+
+  it("adds the cumulative buckets an older worker wrote to this one's", async () => {
+    // An older worker added a value to every bucket at or above it: two calls of 300 ms.
+    const old = 'h|call|claude-old|upgraded|';
+    const bounds = [500, 1_000, 2_500, 5_000, 10_000, 30_000, 120_000];
+    const fields = bounds.flatMap((b) => [`${old}le_${b}`, 2]);
+    await redis.hset(metricsKey(names), ...fields, `${old}sum`, 600, `${old}count`, 2);
+    const metrics = new MetricsWriter(redis, names);
+    await metrics.observe({
+      model: 'claude-old',
+      tenant: 'upgraded',
+      waitMs: 5,
+      callMs: 150,
+      ok: true,
+    });
+    await metrics.observe({
+      model: 'claude-old',
+      tenant: 'upgraded',
+      waitMs: 5,
+      callMs: 800,
+      ok: true,
+    });
+    const e = await scrape();
+    const at = (le: string) =>
+      sample(
+        e,
+        'gen_ai_client_operation_duration_seconds_bucket',
+        `gen_ai_request_model="claude-old",le="${le}",tenant="upgraded"`,
+      );
+    expect([at('0.1'), at('0.25'), at('0.5'), at('1'), at('120'), at('+Inf')]).toEqual([
+      0, 1, 3, 4, 4, 4,
+    ]);
   });
 });
 

@@ -199,7 +199,8 @@ export async function runCall(
   if (prefix)
     answered = p.caches.answered(prefix, res.message.usage, target.deployment).catch(() => {});
   await Promise.all([relay?.end(), answered]);
-  // Its stamp may still wait for company: the end joins it (the recorder sends stamps first).
+  // The settle waits for the call's reading (CallHandle), not its stamp: with no reading, the
+  // stamp may still wait for company, and the settle joins it.
   await Promise.all([succeededCall(p, r, call, res, { startedAt, jt, target }), begun]);
 }
 

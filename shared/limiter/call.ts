@@ -115,11 +115,14 @@ export interface CallFailure {
 
 /**
  * One admitted call, from the provider's first answer to its end. It orders what the limiter
- * must hear: the stamp before the reading it brought, the ends before later readings, a 429's
- * pause before its budget comes back (one `record` run each moment; see Recorder).
+ * must hear: the stamp before the reading it brought, that reading before its own settle, the
+ * ends before later readings, a 429's pause before its budget comes back (one `record` run each
+ * moment; see Recorder).
  */
 export class CallHandle {
   private begun = false;
+  /** The reading its answer brought, once recorded (a run of its own, before the settle's). */
+  private reading: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly recorder: Recorder,
@@ -140,11 +143,18 @@ export class CallHandle {
     const { id } = this.reservation;
     const at = this.recorder.clock();
     const stamp = this.recorder.push({ kind: 'stamp', id, ageMs: Math.max(0, sentAgoMs), at });
-    await Promise.all([stamp, this.read(headers, sentAgoMs)]);
+    const reading = this.read(headers, sentAgoMs);
+    this.reading = reading.catch(() => {});
+    await Promise.all([stamp, reading]);
   }
 
-  /** Settles to the provider's usage (money too); usage not in whole tokens throws, the estimate stays. */
+  /**
+   * Settles to the provider's usage (money too); usage not in whole tokens throws, the estimate
+   * stays. Its reading goes first: the provider counted the call as admitted, and read after
+   * the refund it would look like another client's spend. With none, the settle joins the stamp.
+   */
   async succeeded(usage: Usage): Promise<EndResult> {
+    await this.reading;
     const bad = usageError(usage);
     if (bad) {
       await this.end('keep');

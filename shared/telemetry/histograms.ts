@@ -1,7 +1,9 @@
 /**
  * Fleet-wide histograms labelled by model and tenant, as fields of the queue's metrics hash
- * (`h|<histogram>|<model>|<tenant>|le_<bound>`, `…|sum`, `…|count`), added to by every worker in
- * the same command as the other counters. Label sets are bounded: past the first
+ * (`h|<histogram>|<model>|<tenant>|b_<bound>`, `…|sum`, `…|count`), added to by every worker in
+ * the same command as the other counters. A value adds to its own bucket only (`b_<bound>`: the
+ * values above the bound before it), three fields a value whatever the bounds; the reader sums
+ * them into Prometheus's cumulative buckets. Label sets are bounded: past the first
  * {@link MAX_MODELS} models and {@link MAX_TENANTS} tenants a process has seen, values count as
  * `other`.
  */
@@ -48,9 +50,8 @@ export function histogramFields(
 ): Record<string, number> {
   const base = `h|${name}|${model}|${tenant}|`;
   const v = Math.max(0, Math.round(value));
-  for (const bound of HISTOGRAMS[name].bounds) {
-    if (v <= bound) into[`${base}le_${bound}`] = (into[`${base}le_${bound}`] ?? 0) + 1;
-  }
+  const bound = HISTOGRAMS[name].bounds.find((b) => v <= b);
+  if (bound !== undefined) into[`${base}b_${bound}`] = (into[`${base}b_${bound}`] ?? 0) + 1;
   into[`${base}sum`] = (into[`${base}sum`] ?? 0) + v;
   into[`${base}count`] = (into[`${base}count`] ?? 0) + 1;
   return into;
@@ -67,7 +68,10 @@ export interface HistogramSeries {
   readonly count: number;
 }
 
-/** The histogram series held in a metrics hash (other fields are ignored). */
+/**
+ * The histogram series held in a metrics hash (other fields are ignored). Cumulative counts
+ * (`le_<bound>`) written before buckets were kept one by one are added as they are.
+ */
 export function readHistograms(hash: Readonly<Record<string, number>>): HistogramSeries[] {
   const series = new Map<
     string,
@@ -90,8 +94,17 @@ export function readHistograms(hash: Readonly<Record<string, number>>): Histogra
     name,
     model,
     tenant,
-    buckets: HISTOGRAMS[name].bounds.map((le) => ({ le, count: f.get(`le_${le}`) ?? 0 })),
+    buckets: cumulative(HISTOGRAMS[name].bounds, f),
     sum: f.get('sum') ?? 0,
     count: f.get('count') ?? 0,
   }));
+}
+
+/** Each bound's count of values at or below it, from the buckets' own counts. */
+function cumulative(bounds: readonly number[], f: ReadonlyMap<string, number>) {
+  let below = 0;
+  return bounds.map((le) => {
+    below += f.get(`b_${le}`) ?? 0;
+    return { le, count: below + (f.get(`le_${le}`) ?? 0) };
+  });
 }
