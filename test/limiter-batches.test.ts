@@ -171,6 +171,18 @@ describe('what a call tells the limiter goes in order, in one command', () => {
     expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
   });
 
+  it('with no reading, a stamp waits for its settle a turn later: one run', async () => {
+    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
+    const [a] = await acquireMany(lim, cost(300, 300));
+    counter = await countRedisCommands();
+    const call = lim.call(a!);
+    const begun = call.begin();
+    await nextTurn();
+    await Promise.all([begun, call.succeeded({ inputTokens: 300, outputTokens: 300 })]);
+    expect(sent('record')).toBe(1);
+    expect((await lim.snapshot()).counters).toMatchObject({ settled: 1 });
+  });
+
   it("a 429's pause is set before the call's budget comes back, in the same run", async () => {
     const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
     const [a] = await acquireMany(lim, cost(400, 400));

@@ -122,7 +122,7 @@ export interface CallFailure {
 export class CallHandle {
   private begun = false;
   /** The reading its answer brought, once recorded (a run of its own, before the settle's). */
-  private reading: Promise<unknown> = Promise.resolve();
+  private reading: Promise<unknown> | undefined;
 
   constructor(
     private readonly recorder: Recorder,
@@ -144,7 +144,7 @@ export class CallHandle {
     const at = this.recorder.clock();
     const stamp = this.recorder.push({ kind: 'stamp', id, ageMs: Math.max(0, sentAgoMs), at });
     const reading = this.read(headers, sentAgoMs);
-    this.reading = reading.catch(() => {});
+    this.reading = reading?.catch(() => {});
     await Promise.all([stamp, reading]);
   }
 
@@ -154,7 +154,7 @@ export class CallHandle {
    * the refund it would look like another client's spend. With none, the settle joins the stamp.
    */
   async succeeded(usage: Usage): Promise<EndResult> {
-    await this.reading;
+    if (this.reading) await this.reading;
     const bad = usageError(usage);
     if (bad) {
       await this.end('keep');
@@ -190,22 +190,18 @@ export class CallHandle {
     return this.recorder.push({ kind: 'end', end, periods: cost.money?.periods });
   }
 
-  private async read(
+  /** Pushes the reading `headers` bring, if any (a reading goes at the end of the turn). */
+  private read(
     headers: HeaderSource | undefined,
     sentAgoMs: number,
     refused = false,
-  ): Promise<void> {
+  ): Promise<unknown> | undefined {
     const dims = readingOf(headers);
+    if (!dims) return undefined;
     const { scope, reservation, recorder } = this;
     const ageMs = Math.ceil(sentAgoMs);
-    const reading = dims && {
-      scope,
-      id: reservation.id,
-      ageMs,
-      dims,
-      ...(refused ? { refused } : {}),
-    };
-    if (reading) await recorder.push({ kind: 'reading', reading, at: recorder.clock() });
+    const reading = { scope, id: reservation.id, ageMs, dims, ...(refused ? { refused } : {}) };
+    return recorder.push({ kind: 'reading', reading, at: recorder.clock() });
   }
 }
 
