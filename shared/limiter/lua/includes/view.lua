@@ -3,32 +3,36 @@
 -- `|gone` our left then, `|drop` what it counted that had left the provider's window before it
 -- (expiry.lua), `|sent` when its call was sent; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
 
--- The stored reading of `field`, or false (read once a run).
+-- The parts of a stored reading, in the order view_of reads them.
+local VIEW_PARTS = { 'lim', 'rem', 'at', 'seen', 'gone', 'drop' }
+
+-- The stored reading of `field` ("scope|dim"), or false. A scope's dimensions are read together,
+-- once a run: one HMGET a scope.
 local function view_of(ctx, field)
   if ctx.views[field] == nil then
-    local prefix = field .. '|'
-    local values = redis.call(
-      'HMGET',
-      ctx.view,
-      prefix .. 'lim',
-      prefix .. 'rem',
-      prefix .. 'at',
-      prefix .. 'seen',
-      prefix .. 'gone',
-      prefix .. 'drop'
-    )
-    ctx.views[field] = values[1]
-        and {
-          lim = tonumber(values[1]),
-          rem = tonumber(values[2]),
-          at = tonumber(values[3]),
-          seen = tonumber(values[4]),
-          gone = tonumber(values[5]),
-          drop = tonumber(values[6] or '0'),
-        }
-      or false
+    local scope = string.match(field, '^(.*)|[^|]+$')
+    local names = {}
+    for _, dim in ipairs(DIMS) do
+      for _, part in ipairs(VIEW_PARTS) do
+        names[#names + 1] = scope .. '|' .. dim .. '|' .. part
+      end
+    end
+    local values = redis.call('HMGET', ctx.view, unpack(names))
+    for i, dim in ipairs(DIMS) do
+      local at = (i - 1) * #VIEW_PARTS
+      ctx.views[scope .. '|' .. dim] = values[at + 1]
+          and {
+            lim = tonumber(values[at + 1]),
+            rem = tonumber(values[at + 2]),
+            at = tonumber(values[at + 3]),
+            seen = tonumber(values[at + 4]),
+            gone = tonumber(values[at + 5]),
+            drop = tonumber(values[at + 6] or '0'),
+          }
+        or false
+    end
   end
-  return ctx.views[field]
+  return ctx.views[field] or false
 end
 
 -- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only).
