@@ -5,6 +5,7 @@ import {
   callCost,
   eachTestLimiter,
   nextTurn,
+  rateHeaders,
   settle,
   start,
   testLimiter,
@@ -171,16 +172,20 @@ describe('what a call tells the limiter goes in order, in one command', () => {
     expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
   });
 
-  it('with no reading, a stamp waits for its settle a turn later: one run', async () => {
-    const lim = make({ limits: { tokens: 1_000 }, leaseMs: 30_000 });
-    const [a] = await acquireMany(lim, cost(300, 300));
-    counter = await countRedisCommands();
+  it("a call's reading goes before its own settle, sent together: no other client appears", async () => {
+    const lim = make({ limits: { tokens: 10_000 }, outputAccounting: 'actual' });
+    const [a] = await acquireMany(lim, cost(1_000, 1_001));
     const call = lim.call(a!);
-    const begun = call.begin();
-    await nextTurn();
-    await Promise.all([begun, call.succeeded({ inputTokens: 300, outputTokens: 300 })]);
-    expect(sent('record')).toBe(1);
-    expect((await lim.snapshot()).counters).toMatchObject({ settled: 1 });
+    // The provider counted the call whole as it admitted it: 2,001 of 10,000. It used 100 of
+    // its output: read after the refund, 901 of the reading would look like another's spend.
+    await Promise.all([
+      call.begin(rateHeaders('tokens', 10_000, 7_999)),
+      call.succeeded({ inputTokens: 1_000, outputTokens: 100 }),
+    ]);
+    const global = (await lim.snapshot()).scopes.find((s) => s.scope === 'global')!;
+    const { providerLimit, used, providerRoom } = global.dimensions.tokens;
+    expect([providerLimit, used]).toEqual([10_000, 1_100]);
+    expect(providerLimit! - used - providerRoom!).toBe(0);
   });
 
   it("a 429's pause is set before the call's budget comes back, in the same run", async () => {

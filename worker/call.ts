@@ -198,10 +198,8 @@ export async function runCall(
   // Its use keeps the prefix readable (an answer not streamed tells it only now).
   if (prefix)
     answered = p.caches.answered(prefix, res.message.usage, target.deployment).catch(() => {});
-  await Promise.all([relay?.end(), answered]);
-  // The settle waits for the call's reading (CallHandle), not its stamp: with no reading, the
-  // stamp may still wait for company, and the settle joins it.
-  await Promise.all([succeededCall(p, r, call, res, { startedAt, jt, target }), begun]);
+  await Promise.all([begun, relay?.end(), answered]);
+  return succeededCall(p, r, call, res, { startedAt, jt, target });
 }
 
 /** The request with the model id its deployment's platform uses. */

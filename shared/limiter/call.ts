@@ -14,7 +14,7 @@ import {
 import { GLOBAL_SCOPE, type OutputAccounting, type Reservation, type Usage } from './types.ts';
 import type { WakeUps } from './wake.ts';
 
-/** How long a stamp or an end with usage waits for company (a reading, a release, a waiter asleep here sends it first). */
+/** How long an end with usage waits for company (an acquire, or a waiter asleep here, sends it first). */
 export const SETTLE_WAIT_MS = 5;
 
 type Op =
@@ -80,12 +80,10 @@ export class Recorder {
   }
 
   push(op: Op): Promise<Answer> {
-    // A stamp or an end with usage may wait for company (its call's end, others'), unless a
-    // waiter of this process sleeps: the budget and slot go back now and it wakes at once (its
-    // attempt goes behind this on the connection). A reading, a pause or a release goes now.
+    // An end with usage may wait for company, unless a waiter of this process sleeps: the budget
+    // and slot go back now and it wakes at once (its attempt goes behind this on the connection).
     const waiting = this.wakeUps.sleeping;
-    const mayWait = op.kind === 'stamp' || (op.kind === 'end' && op.end.mode === 'usage');
-    const answer = this.batcher.push(op, !mayWait || waiting);
+    const answer = this.batcher.push(op, op.kind !== 'end' || op.end.mode !== 'usage' || waiting);
     if (op.kind === 'end' && waiting) this.wakeUps.wakeHere();
     return answer;
   }
@@ -151,7 +149,7 @@ export class CallHandle {
   /**
    * Settles to the provider's usage (money too); usage not in whole tokens throws, the estimate
    * stays. Its reading goes first: the provider counted the call as admitted, and read after
-   * the refund it would look like another client's spend. With none, the settle joins the stamp.
+   * the refund it would look like another client's spend.
    */
   async succeeded(usage: Usage): Promise<EndResult> {
     if (this.reading) await this.reading;
