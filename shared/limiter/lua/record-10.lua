@@ -287,6 +287,10 @@ if args.pauseMs then
   redis.call('SET', pauseKey, untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
   out[1] = untilMs
 end
+-- The readings' earliest send: they share one read of the log from there (reading.lua).
+for _, reading in ipairs(args.readings or {}) do
+  ctx.earliestSent = math.min(ctx.earliestSent or math.huge, reading_sent(ctx, reading))
+end
 for _, reading in ipairs(args.readings or {}) do
   store_reading(ctx, reading)
 end

@@ -23,24 +23,66 @@ local function shape_says(ctx, said, half, ageMs)
   end
 end
 
+-- The most log entries one read takes (see uncounted: a read cut short errs on the safe side).
+local SCAN = 2000
+
+-- The calls logged after `since` (ids, reservations decoded, scores), at most SCAN of them.
+local function logged_after(ctx, since)
+  local entries =
+    redis.call('ZRANGEBYSCORE', ctx.log, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, SCAN)
+  local ids, scores, reservations, index = {}, {}, {}, {}
+  for i = 1, #entries, 2 do
+    ids[#ids + 1] = entries[i]
+    scores[#scores + 1] = tonumber(entries[i + 1])
+    index[entries[i]] = #ids
+  end
+  if #ids > 0 then
+    for i, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
+      reservations[i] = enc and decode(enc) or false
+    end
+  end
+  return { since = since, ids = ids, scores = scores, reservations = reservations, index = index }
+end
+
+-- When the call of `reading` was sent (its age as recorded, at most a window).
+local function reading_sent(ctx, reading)
+  return ctx.now - math.max(0, math.min(reading.ageMs or 0, ctx.windowMs))
+end
+
+-- The calls logged after `since`: a run's readings share one read, from the earliest of their
+-- sends (`ctx.earliestSent`), unless it was cut short at SCAN (each reads its own then).
+local function logged_since(ctx, since)
+  if ctx.logged == nil and ctx.earliestSent and ctx.earliestSent <= since then
+    ctx.logged = logged_after(ctx, ctx.earliestSent)
+    if #ctx.logged.ids == SCAN then
+      ctx.logged = false
+    end
+  end
+  if ctx.logged and ctx.logged.since <= since then
+    return ctx.logged
+  end
+  return logged_after(ctx, since)
+end
+
 -- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
 -- calls not begun (under 'produced', output still to come), and `late`, calls begun after it was
 -- sent that brought no reading (the provider may have admitted them after it; one begun by then
 -- it admitted before). A begun call that brought a reading was admitted before the newest
 -- reading held, which the stored one is at most (see `stands`). Its own call it counted. A scan
 -- cut short takes our whole spend past what it read as not counted.
-local SCAN = 2000
 local function uncounted(ctx, scope, since, id, used)
   local pending = { req = 0, ['in'] = 0, out = 0, tok = 0 }
   local late = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  local ids = redis.call('ZRANGEBYSCORE', ctx.log, '(' .. since, '+inf', 'LIMIT', 0, SCAN)
-  if #ids == 0 then
-    return pending, late
-  end
+  local logged = logged_since(ctx, since)
+  local seen = 0
   local scanned = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  for i, enc in ipairs(redis.call('HMGET', ctx.res, unpack(ids))) do
-    local reservation = enc and decode(enc)
-    local own = ids[i] == id or ids[i] == id .. ':in'
+  for i, logId in ipairs(logged.ids) do
+    local after = logged.scores[i] > since
+    if after then
+      seen = seen + 1
+    end
+    local reservation = after and logged.reservations[i]
+    local own = logId == id or logId == id .. ':in'
     if reservation and in_scope(reservation, scope) then
       for _, dim in ipairs(DIMS) do
         scanned[dim] = scanned[dim] + amount(reservation, dim)
@@ -54,7 +96,7 @@ local function uncounted(ctx, scope, since, id, used)
       end
     end
   end
-  if #ids == SCAN then
+  if seen == SCAN then
     for _, dim in ipairs(DIMS) do
       pending[dim] = pending[dim] + math.max(0, used[dim] - scanned[dim])
     end
@@ -62,7 +104,8 @@ local function uncounted(ctx, scope, since, id, used)
   return pending, late
 end
 
--- Marks call `id` as one that brought a reading (its stamped entry).
+-- Marks call `id` as one that brought a reading (its stamped entry), in the run's shared read
+-- of the log too.
 local function mark_read(ctx, id)
   for _, key in ipairs({ id, id .. ':in' }) do
     local enc = redis.call('HGET', ctx.res, key)
@@ -70,6 +113,12 @@ local function mark_read(ctx, id)
     if reservation and reservation.flags == 's' then
       reservation.read = true
       redis.call('HSET', ctx.res, key, encode(reservation))
+    end
+  end
+  for _, key in ipairs(ctx.logged and { id, id .. ':in' } or {}) do
+    local reservation = ctx.logged.reservations[ctx.logged.index[key] or 0]
+    if reservation and reservation.flags == 's' then
+      reservation.read = true
     end
   end
 end
@@ -112,12 +161,12 @@ end
 -- have admitted them after it, so no projection takes them as counted.
 local function store_reading(ctx, reading)
   local scope = reading.scope
-  local ageMs = math.max(0, math.min(reading.ageMs or 0, ctx.windowMs))
+  local sent = reading_sent(ctx, reading)
   local used, left = {}, {}
   for _, dim in ipairs(DIMS) do
     used[dim], left[dim] = window_use(ctx, scope .. '|' .. dim)
   end
-  local pending, late = uncounted(ctx, scope, ctx.now - ageMs, reading.id, used)
+  local pending, late = uncounted(ctx, scope, sent, reading.id, used)
   local storedGcd = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0')
   local step, roundingGcd = rounding_of(reading, storedGcd)
   local shape = nil
@@ -135,7 +184,7 @@ local function store_reading(ctx, reading)
         gone = left[dim],
         drop = 0,
       }
-      if not stands(ctx, scope, dim, new, ctx.now - ageMs, used[dim], left[dim]) then
+      if not stands(ctx, scope, dim, new, sent, used[dim], left[dim]) then
         redis.call(
           'HSET',
           ctx.view,
@@ -152,12 +201,12 @@ local function store_reading(ctx, reading)
           field .. '|drop',
           new.drop,
           field .. '|sent',
-          ctx.now - ageMs
+          sent
         )
       end
       -- A refusal's reset dates from the provider's last admission, not this call's.
       if not reading.refused then
-        shape = shape_says(ctx, said, half, ageMs) or shape
+        shape = shape_says(ctx, said, half, ctx.now - sent) or shape
       end
     end
   end
