@@ -64,7 +64,7 @@ local function charge(given, limits)
   }
 end
 local cost = charge(args.cost)
-local run = {
+local run = with_caches({
   log = KEYS[1],
   res = KEYS[2],
   slots = KEYS[3],
@@ -78,15 +78,7 @@ local run = {
   leaseExpiry = now + args.leaseMs,
   maxSlots = args.concurrency,
   scopes = args.scopes,
-  totals = {},
-  stats = {},
-  own = {},
-  views = {},
-  shapes = {},
-  unanswered = {},
-  answered = {},
-  written = {},
-}
+})
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
 -- How soon a head another admission takes looks again (its taker moves it to active at once).

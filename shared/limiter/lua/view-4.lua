@@ -22,7 +22,7 @@
 --- @include "admission"
 
 local now = now_ms(args.now)
-local run = {
+local run = with_caches({
   log = KEYS[1],
   res = KEYS[2],
   tot = KEYS[3],
@@ -31,12 +31,7 @@ local run = {
   windowMs = args.windowMs,
   headroom = args.headroom or 0,
   scopes = args.scopes,
-  totals = {},
-  own = {},
-  views = {},
-  shapes = {},
-  answered = {},
-}
+})
 
 -- What left the window but is not dropped yet, as expire_log would drop it (a view writes
 -- nothing): its spend is left out of the window's use, its `drops` go to the readings.

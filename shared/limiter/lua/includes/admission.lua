@@ -1,6 +1,14 @@
 -- Whether a cost fits, how long until it would, and admitting it, in one acquire's `run`. A cost
 -- may carry its own scopes (`cost.limits`) and money. Needs "reservation", "money", "view".
 
+-- `run` (a script's keys, clock and arguments) with the caches a run fills as it reads and
+-- admits, each empty.
+local function with_caches(run)
+  run.totals, run.stats, run.own, run.views, run.shapes = {}, {}, {}, {}, {}
+  run.unanswered, run.answered, run.written = {}, {}, {}
+  return run
+end
+
 -- A model's scope with no limits configured and no answer yet (it takes one call); read once a
 -- run (only record-10.lua marks an answer).
 local function unanswered(run, scope)
