@@ -10,7 +10,8 @@
   KEYS[5]  waitexp  ZSET ticket -> heartbeat end
   KEYS[6]  seq      STRING arrivals
   KEYS[7]  pause    STRING the shared pause, until ms
-  KEYS[8]  tot      HASH "scope|dim" -> window sum; "scope|dim|left" -> what left it
+  KEYS[8]  tot      HASH "scope|dim" -> window sum; "scope|dim|left" -> what left it;
+    "scope|dim|open" -> what calls not begun hold (reservation.lua's add_open)
   KEYS[9]  view     HASH the provider's view (see view.lua)
   KEYS[10] stats    HASH counters
   KEYS[11] spend    HASH "<period>|<budget>" -> µ$ spent

@@ -17,7 +17,10 @@ end
 local reservation = decode(enc)
 local dIn, dOut = args.input - reservation.inp, args.output - reservation.out
 local sums = {}
-add_spend(sums, { req = 0, inp = dIn, out = dOut, scopes = reservation.scopes }, 1)
+local delta =
+  { req = 0, inp = dIn, out = dOut, flags = reservation.flags, scopes = reservation.scopes }
+add_spend(sums, delta, 1)
+add_open(sums, delta, 1)
 flush(sums, totKey)
 reservation.inp = reservation.inp + dIn
 reservation.out = reservation.out + dOut

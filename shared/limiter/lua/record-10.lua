@@ -110,6 +110,13 @@ local function stamp(id, ageMs)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
+    add_open(totals, {
+      req = reservation.req,
+      inp = reservation.inp,
+      out = 0,
+      flags = '',
+      scopes = reservation.scopes,
+    }, -1)
     store(input_part(id), {
       req = reservation.req,
       inp = reservation.inp,
@@ -121,6 +128,7 @@ local function stamp(id, ageMs)
     redis.call('ZADD', logKey, now, input_part(id))
     reservation.req, reservation.inp, reservation.flags = 0, 0, 'b'
   else
+    add_open(totals, reservation, -1)
     reservation.flags = 's'
     redis.call('ZADD', logKey, now, id)
   end
@@ -168,6 +176,7 @@ end
 
 local function forget(id, reservation)
   add_spend(totals, reservation, -1)
+  add_open(totals, reservation, -1)
   cache[id], changed[id] = false, nil
   redis.call('HDEL', resKey, id)
   redis.call('ZREM', logKey, id)
@@ -232,6 +241,8 @@ local function finish(ending)
     wake = true
     return 1, -inp, -reservation.out
   end
+  -- What it held open is no longer open: it ends as stamped.
+  add_open(totals, reservation, -1)
   -- A begun call's input part gone: it left the window, the provider dropped it too.
   local holder = part or (reservation.flags ~= 'b' and reservation)
   local usage = ending.mode == 'usage'
@@ -287,13 +298,17 @@ if args.pauseMs then
   redis.call('SET', pauseKey, untilMs, 'PX', math.max(untilMs - now, 1) + 60000)
   out[1] = untilMs
 end
--- The readings' earliest send: they share one read of the log from there (reading.lua).
+-- The readings read and write reservations through the run's cache, and share its copy of the
+-- view; their earliest send starts their one read of the log (reading.lua).
+ctx.load, ctx.store, ctx.write_res, ctx.split = load, store, write_res, args.split
+ctx.views, ctx.shapes = {}, {}
 for _, reading in ipairs(args.readings or {}) do
   ctx.earliestSent = math.min(ctx.earliestSent or math.huge, reading_sent(ctx, reading))
 end
 for _, reading in ipairs(args.readings or {}) do
   store_reading(ctx, reading)
 end
+write_res()
 if #(args.stamps or {}) + #(args.ends or {}) + #(args.readings or {}) > 0 then
   keep_window(logKey, resKey, totKey, now, args.windowMs)
 end

@@ -196,6 +196,7 @@ local function admit(run, id, cost)
   run.written[#run.written + 1] = id
   run.written[#run.written + 1] = encode(cost)
   add_spend(run.totals, cost, 1)
+  add_open(run.totals, cost, 1)
   local stats = run.stats
   for field, by in pairs({ admitted = 1, reserved_in = cost.inp, reserved_out = cost.out }) do
     stats[field] = (stats[field] or 0) + by

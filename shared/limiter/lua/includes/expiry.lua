@@ -30,27 +30,29 @@ end
 
 -- The calls that left the window by now (one stamped at s counts while now < s + window, as a
 -- provider's sliding window does), at most `most` of them: their ids, their spend per
--- "scope|dim" (`gone`), and what of it the standing readings counted although the provider had
--- dropped it (`drops`, count_dropped). Reads only: expire_log drops them, a view leaves them out.
+-- "scope|dim" (`gone`), what of it the standing readings counted although the provider had
+-- dropped it (`drops`, count_dropped), and what leaves the open sums (`opened`, add_open). Reads
+-- only: expire_log drops them, a view leaves them out.
 local function window_leavers(keys, now, windowMs, most)
   local entries =
     redis.call('ZRANGEBYSCORE', keys.log, '-inf', now - windowMs, 'WITHSCORES', 'LIMIT', 0, most)
-  local ids, gone, drops, readings = {}, {}, {}, {}
+  local ids, gone, drops, opened, readings = {}, {}, {}, {}, {}
   for i = 1, #entries, 2 do
     ids[#ids + 1] = entries[i]
   end
   if #ids == 0 then
-    return ids, gone, drops
+    return ids, gone, drops, opened
   end
   for i, enc in ipairs(redis.call('HMGET', keys.res, unpack(ids))) do
     if enc then
       local reservation = decode(enc)
       local stamped = tonumber(entries[2 * i])
       add_spend(gone, reservation, 1)
+      add_open(opened, reservation, -1)
       count_dropped(keys.view, readings, drops, reservation, stamped, now, windowMs)
     end
   end
-  return ids, gone, drops
+  return ids, gone, drops, opened
 end
 
 -- Drops the calls that left the window: their spend moves from the window sums to what has left
@@ -58,13 +60,16 @@ end
 -- counted although the provider had dropped it goes to its `drop`. At most 500 a call; the rest
 -- is still counted, which errs on the safe side. Needs "reservation".
 local function expire_log(keys, now, windowMs)
-  local ids, gone, drops = window_leavers(keys, now, windowMs, 500)
+  local ids, gone, drops, opened = window_leavers(keys, now, windowMs, 500)
   if #ids == 0 then
     return 0
   end
   local moved, dropped = {}, {}
   for field, by in pairs(gone) do
     moved[field], moved[field .. '|left'] = -by, by
+  end
+  for field, by in pairs(opened) do
+    moved[field] = by
   end
   for field, by in pairs(drops) do
     dropped[field .. '|drop'] = by

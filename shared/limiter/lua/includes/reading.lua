@@ -26,10 +26,13 @@ end
 -- The most log entries one read takes (see uncounted: a read cut short errs on the safe side).
 local SCAN = 2000
 
--- The calls logged after `since` (ids, reservations decoded, scores), at most SCAN of them.
+-- The calls stamped after `since` (ids, reservations decoded, scores), at most SCAN of them. A
+-- stamp is scored at its run's clock, an open call at its lease's end: `now` parts them, so the
+-- calls still waiting for their answers are not read (their spend is in the open sums).
 local function logged_after(ctx, since)
+  ctx.write_res()
   local entries =
-    redis.call('ZRANGEBYSCORE', ctx.log, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, SCAN)
+    redis.call('ZRANGEBYSCORE', ctx.log, '(' .. since, ctx.now, 'WITHSCORES', 'LIMIT', 0, SCAN)
   local ids, scores, reservations, index = {}, {}, {}, {}
   for i = 1, #entries, 2 do
     ids[#ids + 1] = entries[i]
@@ -41,7 +44,14 @@ local function logged_after(ctx, since)
       reservations[i] = enc and decode(enc) or false
     end
   end
-  return { since = since, ids = ids, scores = scores, reservations = reservations, index = index }
+  return {
+    since = since,
+    ids = ids,
+    scores = scores,
+    reservations = reservations,
+    index = index,
+    marked = {},
+  }
 end
 
 -- When the call of `reading` was sent (its age as recorded, at most a window).
@@ -64,61 +74,108 @@ local function logged_since(ctx, since)
   return logged_after(ctx, since)
 end
 
--- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
--- calls not begun (under 'produced', output still to come), and `late`, calls begun after it was
--- sent that brought no reading (the provider may have admitted them after it; one begun by then
--- it admitted before). A begun call that brought a reading was admitted before the newest
--- reading held, which the stored one is at most (see `stands`). Its own call it counted. A scan
--- cut short takes our whole spend past what it read as not counted.
-local function uncounted(ctx, scope, since, id, used)
-  local pending = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  local late = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  local logged = logged_since(ctx, since)
-  local seen = 0
-  local scanned = { req = 0, ['in'] = 0, out = 0, tok = 0 }
-  for i, logId in ipairs(logged.ids) do
-    local after = logged.scores[i] > since
-    if after then
-      seen = seen + 1
+-- The first of the read's entries scored after `since` (one past the last when none is).
+local function first_after(logged, since)
+  local lo, hi = 1, #logged.scores + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if logged.scores[mid] > since then
+      hi = mid
+    else
+      lo = mid + 1
     end
-    local reservation = after and logged.reservations[i]
-    local own = logId == id or logId == id .. ':in'
-    if reservation and in_scope(reservation, scope) then
-      for _, dim in ipairs(DIMS) do
-        scanned[dim] = scanned[dim] + amount(reservation, dim)
+  end
+  return lo
+end
+
+local function no_spend()
+  return { req = 0, ['in'] = 0, out = 0, tok = 0 }
+end
+
+-- A scope's sums over the read's entries from each one to the end, built once a read: `stamped`
+-- what its begun calls spent, `unread` what those without a reading spent (`counted`: which they
+-- are). Calls mark_read marks later are taken out by `uncounted`, from `marked` past `built`.
+local function suffix_sums(logged, scope)
+  logged.sums = logged.sums or {}
+  if logged.sums[scope] then
+    return logged.sums[scope]
+  end
+  local n = #logged.ids
+  local stamped, unread, counted = { [n + 1] = no_spend() }, { [n + 1] = no_spend() }, {}
+  for i = n, 1, -1 do
+    local reservation = logged.reservations[i]
+    stamped[i], unread[i] = stamped[i + 1], unread[i + 1]
+    if reservation and reservation.flags == 's' and in_scope(reservation, scope) then
+      stamped[i], counted[i] = {}, not reservation.read
+      if counted[i] then
+        unread[i] = {}
       end
-      local stamped = reservation.flags == 's'
-      if not (own and stamped) and not (stamped and reservation.read) then
-        local sums = stamped and late or pending
-        for _, dim in ipairs(DIMS) do
-          sums[dim] = sums[dim] + amount(reservation, dim)
+      for _, dim in ipairs(DIMS) do
+        stamped[i][dim] = stamped[i + 1][dim] + amount(reservation, dim)
+        if counted[i] then
+          unread[i][dim] = unread[i + 1][dim] + amount(reservation, dim)
         end
       end
     end
   end
-  if seen == SCAN then
+  logged.sums[scope] =
+    { stamped = stamped, unread = unread, counted = counted, built = #logged.marked }
+  return logged.sums[scope]
+end
+
+-- Our spend in `scope` the reading of call `id`, sent at `since`, may not have counted: `pending`,
+-- calls not begun (under 'produced', output still to come: the open sums, see add_open), and
+-- `late`, calls begun after it was sent that brought no reading (the provider may have admitted
+-- them after it; one begun by then it admitted before). A begun call that brought a reading was
+-- admitted before the newest reading held, which the stored one is at most (see `stands`). Its
+-- own call it counted. A scan cut short takes all our begun spend it did not read as late.
+-- The run's readings share the read's sums: each costs O(log n) and the calls marked since.
+local function uncounted(ctx, scope, since, id, used, open)
+  local pending = open
+  local logged = logged_since(ctx, since)
+  local from = first_after(logged, since)
+  local sums = suffix_sums(logged, scope)
+  local late = {}
+  for _, dim in ipairs(DIMS) do
+    late[dim] = sums.unread[from][dim]
+  end
+  -- Not late: its own call, and calls marked read since the sums were built.
+  local out = { logged.index[id] or 0, logged.index[id .. ':in'] or 0 }
+  for m = sums.built + 1, #logged.marked do
+    out[#out + 1] = logged.marked[m]
+  end
+  local taken = {}
+  for _, i in ipairs(out) do
+    if i >= from and sums.counted[i] and not taken[i] then
+      taken[i] = true
+      for _, dim in ipairs(DIMS) do
+        late[dim] = late[dim] - amount(logged.reservations[i], dim)
+      end
+    end
+  end
+  if #logged.ids - from + 1 == SCAN then
     for _, dim in ipairs(DIMS) do
-      pending[dim] = pending[dim] + math.max(0, used[dim] - scanned[dim])
+      late[dim] = late[dim] + math.max(0, used[dim] - pending[dim] - sums.stamped[from][dim])
     end
   end
   return pending, late
 end
 
--- Marks call `id` as one that brought a reading (its stamped entry), in the run's shared read
--- of the log too.
+-- Marks call `id` as one that brought a reading: its stamped entries (under 'produced', its
+-- input part; its whole once ended), through the run's reservations (`ctx.load`, `ctx.store`),
+-- and in the run's shared read of the log (`marked`: where, for the sums built before).
 local function mark_read(ctx, id)
-  for _, key in ipairs({ id, id .. ':in' }) do
-    local enc = redis.call('HGET', ctx.res, key)
-    local reservation = enc and decode(enc)
-    if reservation and reservation.flags == 's' then
+  for _, key in ipairs(ctx.split and { id, id .. ':in' } or { id }) do
+    local reservation = ctx.load(key)
+    if reservation and reservation.flags == 's' and not reservation.read then
       reservation.read = true
-      redis.call('HSET', ctx.res, key, encode(reservation))
+      ctx.store(key, reservation)
     end
-  end
-  for _, key in ipairs(ctx.logged and { id, id .. ':in' } or {}) do
-    local reservation = ctx.logged.reservations[ctx.logged.index[key] or 0]
-    if reservation and reservation.flags == 's' then
-      reservation.read = true
+    local i = ctx.logged and ctx.logged.index[key]
+    local shared = i and ctx.logged.reservations[i]
+    if shared and shared.flags == 's' and not shared.read then
+      shared.read = true
+      ctx.logged.marked[#ctx.logged.marked + 1] = i
     end
   end
 end
@@ -158,19 +215,22 @@ end
 
 -- Stores `reading` = { scope, id, ageMs, dims = { [dim] = { limit, remaining, reset } } } of
 -- call id, sent ageMs ago. `seen` leaves out the calls begun since it was sent: the provider may
--- have admitted them after it, so no projection takes them as counted.
+-- have admitted them after it, so no projection takes them as counted. What it writes goes in
+-- one HSET, and into the run's copies of the view (`ctx.views`, `ctx.shapes`), which the run's
+-- next readings read.
 local function store_reading(ctx, reading)
   local scope = reading.scope
   local sent = reading_sent(ctx, reading)
-  local used, left = {}, {}
-  for _, dim in ipairs(DIMS) do
-    used[dim], left[dim] = window_use(ctx, scope .. '|' .. dim)
-  end
-  local pending, late = uncounted(ctx, scope, sent, reading.id, used)
-  local storedGcd = tonumber(redis.call('HGET', ctx.view, scope .. '|rg') or '0')
-  local step, roundingGcd = rounding_of(reading, storedGcd)
+  local used, left, open = tot_of(ctx, scope)
+  local pending, late = uncounted(ctx, scope, sent, reading.id, used, open)
+  shape_of(ctx, scope, 'req')
+  local step, roundingGcd = rounding_of(reading, ctx.shapes[scope].rg)
   local shape = nil
-  ctx.views, ctx.shapes = {}, {}
+  local writes = {}
+  local function write(field, value)
+    writes[#writes + 1] = field
+    writes[#writes + 1] = value
+  end
   for _, dim in ipairs(DIMS) do
     local said = reading.dims[dim]
     if said then
@@ -185,24 +245,11 @@ local function store_reading(ctx, reading)
         drop = 0,
       }
       if not stands(ctx, scope, dim, new, sent, used[dim], left[dim]) then
-        redis.call(
-          'HSET',
-          ctx.view,
-          field .. '|lim',
-          new.lim,
-          field .. '|rem',
-          new.rem,
-          field .. '|at',
-          new.at,
-          field .. '|seen',
-          new.seen,
-          field .. '|gone',
-          new.gone,
-          field .. '|drop',
-          new.drop,
-          field .. '|sent',
-          sent
-        )
+        for _, part in ipairs(VIEW_PARTS) do
+          write(field .. '|' .. part, new[part])
+        end
+        write(field .. '|sent', sent)
+        ctx.views[field] = new
       end
       -- A refusal's reset dates from the provider's last admission, not this call's.
       if not reading.refused then
@@ -211,10 +258,17 @@ local function store_reading(ctx, reading)
     end
   end
   mark_read(ctx, reading.id)
+  local known = ctx.shapes[scope]
   if step > 0 then
-    redis.call('HSET', ctx.view, scope .. '|step', step, scope .. '|rg', roundingGcd)
+    write(scope .. '|step', step)
+    write(scope .. '|rg', roundingGcd)
+    known.step, known.rg = step, roundingGcd
   end
   if shape then
-    redis.call('HSET', ctx.view, scope .. '|shape', shape)
+    write(scope .. '|shape', shape)
+    known.shape = shape
+  end
+  if #writes > 0 then
+    redis.call('HSET', ctx.view, unpack(writes))
   end
 end

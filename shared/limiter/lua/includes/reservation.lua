@@ -71,12 +71,54 @@ local function add_spend(sums, reservation, sign, suffix)
   end
 end
 
+-- Open spend, summed in tot as "scope|dim|open" (req, in, out; tok is in + out): what calls not
+-- begun hold (under 'produced', a begun call's output too). A reading takes it as not counted
+-- (reading.lua) without reading the open calls one by one. Every change to an open reservation
+-- moves it: admitted (+), stamped, ended or released, adjusted, left the window.
+local OPEN_DIMS = { 'req', 'in', 'out' }
+local function add_open(sums, reservation, sign)
+  if reservation.flags == 's' then
+    return
+  end
+  for _, scope in ipairs(reservation.scopes) do
+    for _, dim in ipairs(OPEN_DIMS) do
+      local field = scope .. '|' .. dim .. '|open'
+      sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
+    end
+  end
+end
+
 local function flush(sums, key)
   for field, delta in pairs(sums) do
     if delta ~= 0 then
       redis.call('HINCRBY', key, field, delta)
     end
   end
+end
+
+-- A scope's sums in tot, read in one HMGET: per dimension `used` (the window sum), `left` and
+-- `open` (see add_open; tok is in + out). An open sum is never below 0: a call admitted by a
+-- worker older than these sums subtracts what it never added if it leaves the window unbegun.
+local function tot_of(ctx, scope)
+  local fields = {}
+  for _, dim in ipairs(DIMS) do
+    fields[#fields + 1] = scope .. '|' .. dim
+    fields[#fields + 1] = scope .. '|' .. dim .. '|left'
+  end
+  for _, dim in ipairs(OPEN_DIMS) do
+    fields[#fields + 1] = scope .. '|' .. dim .. '|open'
+  end
+  local values = redis.call('HMGET', ctx.tot, unpack(fields))
+  local used, left, open = {}, {}, {}
+  for i, dim in ipairs(DIMS) do
+    used[dim] = tonumber(values[2 * i - 1] or '0')
+    left[dim] = tonumber(values[2 * i] or '0')
+  end
+  for i, dim in ipairs(OPEN_DIMS) do
+    open[dim] = math.max(0, tonumber(values[2 * #DIMS + i] or '0'))
+  end
+  open.tok = open['in'] + open.out
+  return used, left, open
 end
 
 -- Our window sum in `field` ("scope|dim") and what has left the window there, as stored in tot.

@@ -35,14 +35,20 @@ local function view_of(ctx, field)
   return ctx.views[field] or false
 end
 
--- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only).
+-- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only). Read
+-- once a run with the gcd of its readings' values (`rg`, see reading.lua).
 local function shape_of(ctx, scope, dim)
   if not ctx.shapes[scope] then
-    local values = redis.call('HMGET', ctx.view, scope .. '|shape', scope .. '|step')
-    ctx.shapes[scope] = { values[1] or '', math.floor(tonumber(values[2] or '0') / 2) }
+    local values =
+      redis.call('HMGET', ctx.view, scope .. '|shape', scope .. '|step', scope .. '|rg')
+    ctx.shapes[scope] = {
+      shape = values[1] or '',
+      step = tonumber(values[2] or '0'),
+      rg = tonumber(values[3] or '0'),
+    }
   end
-  local shape, half = ctx.shapes[scope][1], ctx.shapes[scope][2]
-  return shape, dim == 'req' and 0 or half
+  local known = ctx.shapes[scope]
+  return known.shape, dim == 'req' and 0 or math.floor(known.step / 2)
 end
 
 -- The provider's room in dim by the stored reading (our `used`, `left`), its refill per ms (0: a
