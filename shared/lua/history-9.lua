@@ -57,6 +57,8 @@ local function encode(at, t)
 end
 
 -- The series a name is kept under: itself while its kind has room, else its kind's `(other)`.
+-- Each name is looked up once a call, and each kind's count read once.
+local labels, kept = {}, {}
 local function label(name)
   local kind = string.sub(name, 1, 2)
   local set, cap
@@ -67,14 +69,22 @@ local function label(name)
   else
     return name
   end
+  if labels[name] then
+    return labels[name]
+  end
   if redis.call('SISMEMBER', set, name) == 1 then
-    return name
+    labels[name] = name
+  else
+    kept[set] = kept[set] or redis.call('SCARD', set)
+    if kept[set] < cap then
+      redis.call('SADD', set, name)
+      kept[set] = kept[set] + 1
+      labels[name] = name
+    else
+      labels[name] = kind .. '(other)'
+    end
   end
-  if redis.call('SCARD', set) < cap then
-    redis.call('SADD', set, name)
-    return name
-  end
-  return kind .. '(other)'
+  return labels[name]
 end
 
 -- Sums, but the least (`wn`, `ln`) and the greatest (`wx`, `lx`) of the extremes.
