@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
+import { limiterKeys } from '../shared/limiter/limiter-keys.ts';
 import type { Reservation } from '../shared/limiter/types.ts';
 import { type LimiterChild, spawnLimiterChild } from './fixtures/limiter-support.ts';
 import { deleteKeys, newRedis, REDIS_URL, testNames } from './helpers.ts';
@@ -67,5 +68,34 @@ describe('leases', () => {
     expect(next).toMatchObject({ ok: true });
     // The lost lease cannot be renewed any more: its slot went to someone else.
     expect(await lim.renew(d.reservation)).toBe(false);
+  });
+
+  it('a call an older worker admitted and left unanswered leaves without taking from the open sums', async () => {
+    let t = 1_700_000_000_000;
+    const lim = new Limiter({ redis, names, windowMs: 1_000, leaseMs: 60_000, clock: () => t });
+    // As an older build wrote it (no "o": its spend never went into the open sums), its worker
+    // gone: its lease ended at once.
+    const k = limiterKeys(names);
+    await redis.hset(k.res, 'old', `1|100|100||global|${t}`);
+    await redis.zadd(k.log, t + 10, 'old');
+    await redis.hset(
+      k.tot,
+      'global|req',
+      1,
+      'global|in',
+      100,
+      'global|out',
+      100,
+      'global|tok',
+      200,
+    );
+    const d = await lim.tryAcquire(cost);
+    if (!d.ok) throw new Error('expected admission');
+    t += 1_100;
+    await lim.prune();
+    // What is still open is the new call alone: a reading takes it as not counted.
+    const open = await redis.hmget(k.tot, 'global|req|open', 'global|in|open', 'global|out|open');
+    expect(open.map(Number)).toEqual([1, 10, 10]);
+    expect(await redis.hexists(k.res, 'old')).toBe(0);
   });
 });

@@ -39,6 +39,16 @@ describe('nested scopes', () => {
     ]);
   });
 
+  it("takes no provider's reading as a tenant's: the provider knows nothing of llmq's tenants", async () => {
+    const lim = make();
+    const d = await lim.tryAcquire(cost(10, 10), { scopes: ['tenant:a'] });
+    if (!d.ok) throw new Error('expected admission');
+    expect(() => lim.call(d.reservation, 'tenant:a')).toThrow(
+      "a provider's readings describe its key, a model or a deployment, not a tenant: tenant:a",
+    );
+    await lim.release(d.reservation);
+  });
+
   it('refuses a tenant with room when the global scope is full, and charges no scope for a refusal', async () => {
     const lim = make();
     expect(await lim.tryAcquire(cost(200, 200), { scopes: ['tenant:a'] })).toMatchObject({

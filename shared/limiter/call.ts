@@ -127,7 +127,14 @@ export class CallHandle {
     readonly reservation: Reservation,
     /** The scope the provider's readings describe (the model's, when limited per model). */
     private readonly scope: string = GLOBAL_SCOPE,
-  ) {}
+  ) {
+    // A tenant's scope is llmq's own: no reading describes it, and it keeps no open sums.
+    if (scope.startsWith('tenant:')) {
+      throw new TypeError(
+        `a provider's readings describe its key, a model or a deployment, not a tenant: ${scope}`,
+      );
+    }
+  }
 
   /** Whether the provider's response began. */
   get started(): boolean {

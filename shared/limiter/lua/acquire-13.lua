@@ -57,6 +57,7 @@ local function charge(given, limits)
     inp = given.inp,
     out = given.out,
     flags = '',
+    summed = true,
     money = given.money,
     limits = limits,
     scopes = names,

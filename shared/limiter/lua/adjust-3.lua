@@ -17,8 +17,14 @@ end
 local reservation = decode(enc)
 local dIn, dOut = args.input - reservation.inp, args.output - reservation.out
 local sums = {}
-local delta =
-  { req = 0, inp = dIn, out = dOut, flags = reservation.flags, scopes = reservation.scopes }
+local delta = {
+  req = 0,
+  inp = dIn,
+  out = dOut,
+  flags = reservation.flags,
+  summed = reservation.summed,
+  scopes = reservation.scopes,
+}
 add_spend(sums, delta, 1)
 add_open(sums, delta, 1)
 flush(sums, totKey)

@@ -110,13 +110,15 @@ local function stamp(id, ageMs)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
-    add_open(totals, {
+    local input = {
       req = reservation.req,
       inp = reservation.inp,
       out = 0,
       flags = '',
+      summed = reservation.summed,
       scopes = reservation.scopes,
-    }, -1)
+    }
+    add_open(totals, input, -1)
     store(input_part(id), {
       req = reservation.req,
       inp = reservation.inp,

@@ -1,7 +1,8 @@
 -- A reservation in the res hash: "requests|input|output|flags|scopes|sent|take"; flags "" open,
 -- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
 -- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
--- reading.lua). `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
+-- reading.lua), and "o" once its open spend is in the open sums (`summed`, see add_open).
+-- `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
 -- admitted it (no later); nil in an entry written before it was kept (taken as long ago).
 -- `take`: the job its admission holds (acquire-13.lua), to the end (any character; none: nil).
 
@@ -23,13 +24,13 @@ local function decode(enc)
   for name in string.gmatch(scopes, '[^,]+') do
     list[#list + 1] = name
   end
-  local read = string.find(flags, 'r', 1, true) ~= nil
   return {
     req = tonumber(req),
     inp = tonumber(inp),
     out = tonumber(out),
-    flags = (string.gsub(flags, 'r', '')),
-    read = read,
+    flags = (string.gsub(flags, '[ro]', '')),
+    read = string.find(flags, 'r', 1, true) ~= nil,
+    summed = string.find(flags, 'o', 1, true) ~= nil,
     scopes = list,
     sent = tonumber(sent),
     take = take ~= '' and take or nil,
@@ -38,7 +39,9 @@ end
 
 local function encode(reservation)
   local counts = reservation.req .. '|' .. reservation.inp .. '|' .. reservation.out
-  local flags = reservation.flags .. (reservation.read and 'r' or '')
+  local flags = reservation.flags
+    .. (reservation.read and 'r' or '')
+    .. (reservation.summed and 'o' or '')
   local scopes = table.concat(reservation.scopes, ',')
   local take = reservation.take and ('|' .. reservation.take) or ''
   return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '') .. take
@@ -74,14 +77,16 @@ end
 -- Open spend, summed in tot as "scope|dim|open" (req, in, out; tok is in + out): what calls not
 -- begun hold (under 'produced', a begun call's output too). A reading takes it as not counted
 -- (reading.lua) without reading the open calls one by one. Every change to an open reservation
--- moves it: admitted (+), stamped, ended or released, adjusted, left the window.
+-- moves it: admitted (+, marked `summed`), stamped, ended or released, adjusted, left the
+-- window. One admitted before the sums were kept (not `summed`) takes nothing from them. A
+-- tenant's scope keeps none: it is llmq's own, and no provider's reading describes it.
 local OPEN_DIMS = { 'req', 'in', 'out' }
 local function add_open(sums, reservation, sign)
-  if reservation.flags == 's' then
+  if reservation.flags == 's' or not reservation.summed then
     return
   end
   for _, scope in ipairs(reservation.scopes) do
-    for _, dim in ipairs(OPEN_DIMS) do
+    for _, dim in ipairs(string.sub(scope, 1, 7) ~= 'tenant:' and OPEN_DIMS or {}) do
       local field = scope .. '|' .. dim .. '|open'
       sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
     end
@@ -97,8 +102,7 @@ local function flush(sums, key)
 end
 
 -- A scope's sums in tot, read in one HMGET: per dimension `used` (the window sum), `left` and
--- `open` (see add_open; tok is in + out). An open sum is never below 0: a call admitted by a
--- worker older than these sums subtracts what it never added if it leaves the window unbegun.
+-- `open` (see add_open; tok is in + out).
 local function tot_of(ctx, scope)
   local fields = {}
   for _, dim in ipairs(DIMS) do
@@ -115,7 +119,7 @@ local function tot_of(ctx, scope)
     left[dim] = tonumber(values[2 * i] or '0')
   end
   for i, dim in ipairs(OPEN_DIMS) do
-    open[dim] = math.max(0, tonumber(values[2 * #DIMS + i] or '0'))
+    open[dim] = tonumber(values[2 * #DIMS + i] or '0')
   end
   open.tok = open['in'] + open.out
   return used, left, open
