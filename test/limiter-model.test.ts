@@ -915,6 +915,14 @@ const safetySeed =
  */
 const lateAnswerRun = { seed: -451615902, path: '153', numRuns: 1, endOnFailure: true };
 
+/** The examples' limits: 4,000 tokens a window on the key, nothing else. */
+const exampleConfig = (accounting: OutputAccounting): Config => ({
+  accounting,
+  headroom: 0,
+  concurrency: 0,
+  limits: { global: { tokens: 4_000 }, 'tenant:a': {}, 'team:x': {} },
+});
+
 /**
  * A run random ops rarely draw: a call answered late is still in our window when a reading taken
  * a window after its admission counts it, then leaves while that reading stands (its `drop`).
@@ -930,12 +938,7 @@ function lateAnswerExample(accounting: OutputAccounting): { cfg: Config; ops: Op
   // An exact reading (1,989 of 3,977: no rounding step divides both).
   const tok = { dim: 'tok' as const, limit: 3_977, remainingPct: 50, resetIn: WINDOW, round: 1 };
   return {
-    cfg: {
-      accounting,
-      headroom: 0,
-      concurrency: 0,
-      limits: { global: { tokens: 4_000 }, 'tenant:a': {}, 'team:x': {} },
-    },
+    cfg: exampleConfig(accounting),
     ops: [
       call(200),
       { kind: 'advance', ms: 6_000 },
@@ -962,12 +965,7 @@ function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
     dims: [{ dim: 'tok' as const, limit: 3_977, remainingPct, resetIn: WINDOW, round: 1 }],
   });
   return {
-    cfg: {
-      accounting,
-      headroom: 0,
-      concurrency: 0,
-      limits: { global: { tokens: 4_000 }, 'tenant:a': {}, 'team:x': {} },
-    },
+    cfg: exampleConfig(accounting),
     ops: [
       call,
       { kind: 'advance', ms: 100 },

@@ -110,7 +110,8 @@ local function stamp(id, ageMs)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
-    local input = {
+    -- Its request and input leave the open sums as they go into their stamped entry.
+    local part = {
       req = reservation.req,
       inp = reservation.inp,
       out = 0,
@@ -118,15 +119,9 @@ local function stamp(id, ageMs)
       summed = reservation.summed,
       scopes = reservation.scopes,
     }
-    add_open(totals, input, -1)
-    store(input_part(id), {
-      req = reservation.req,
-      inp = reservation.inp,
-      out = 0,
-      flags = 's',
-      scopes = reservation.scopes,
-      sent = reservation.sent,
-    })
+    add_open(totals, part, -1)
+    part.flags, part.summed, part.sent = 's', nil, reservation.sent
+    store(input_part(id), part)
     redis.call('ZADD', logKey, now, input_part(id))
     reservation.req, reservation.inp, reservation.flags = 0, 0, 'b'
   else
