@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { unpack } from 'msgpackr';
@@ -17,7 +18,7 @@ import {
   openGateWorker,
 } from '../worker/bullmq-internals.ts';
 import { FetchAlong } from '../worker/fetch-along.ts';
-import { deleteKeys, newRedis, testLimiter, testNames, until } from './helpers.ts';
+import { deleteKeys, newRedis, REDIS_URL, testLimiter, testNames, until } from './helpers.ts';
 
 let redis: Redis;
 let names: QueueNames;
@@ -173,18 +174,54 @@ interface SeenCall {
   readonly args: string[];
 }
 
-/** Watches the commands that name `waitKey` as their first key, from MONITOR on a connection of its own. */
+/**
+ * MONITOR on a socket of its own, each command's arguments as ioredis's monitor gives them (only
+ * `\"` unescaped). Not ioredis's monitor mode: under load its first lines can arrive with the
+ * MONITOR's own reply, before it switches modes, and it takes them for replies.
+ */
+async function monitorCommands(onCommand: (args: string[]) => void) {
+  const url = new URL(REDIS_URL);
+  const socket = connect(Number(url.port || 6379), url.hostname);
+  socket.setEncoding('utf8');
+  let buffered = '';
+  // MONITOR's own +OK, after AUTH's when the URL has a password.
+  let oks = url.password ? 2 : 1;
+  const started = new Promise<void>((resolve, reject) => {
+    socket.once('error', reject);
+    socket.on('data', (chunk: string) => {
+      buffered += chunk;
+      for (let end = buffered.indexOf('\r\n'); end >= 0; end = buffered.indexOf('\r\n')) {
+        const line = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        if (line === '+OK' && --oks === 0) resolve();
+        const at = line.indexOf('] "');
+        if (at < 0) continue;
+        onCommand(
+          line
+            .slice(at + 3, -1)
+            .split('" "')
+            .map((a) => a.replace(/\\"/g, '"')),
+        );
+      }
+    });
+  });
+  if (url.password) socket.write(`AUTH ${decodeURIComponent(url.password)}\r\n`);
+  socket.write('MONITOR\r\n');
+  await started;
+  return () => socket.destroy();
+}
+
+/** Watches the commands that name `waitKey` as their first key, from MONITOR. */
 async function watchMoveToActive(numberOfKeys: number, waitKey: string) {
-  const monitor = await newRedis().monitor();
   const seen: SeenCall[] = [];
-  monitor.on('monitor', (_time: string, args: string[]) => {
+  const stop = await monitorCommands((args) => {
     const [command, script, n, ...rest] = args;
     if (!/^eval(sha)?$/i.test(command ?? '') || Number(n) !== numberOfKeys) return;
     if (rest[0] !== waitKey) return;
     const sha = /^evalsha$/i.test(command!) ? script! : sha1(unquote(script!));
     seen.push({ sha, keys: rest.slice(0, numberOfKeys), args: rest.slice(numberOfKeys) });
   });
-  return { seen, stop: () => monitor.disconnect() };
+  return { seen, stop };
 }
 
 /** The KEYS and ARGV lines of a BullMQ script's `--[[ ]]` header. */
