@@ -48,11 +48,11 @@ local function finite(value)
   end
 end
 
--- One dimension of a scope: acquire's own functions read it (window_use less what is gone,
--- limit_of, projected, room_of), so the view and the admission never disagree.
-local function read_dim(scope, dim, callScopes)
+-- One dimension of a scope: acquire's own functions read it (our window sum less what is gone,
+-- limit_of, projected, room_of), so the view and the admission never disagree. `summed` and
+-- `leftSummed`: the scope's sums as stored (tot_of).
+local function read_dim(scope, dim, callScopes, summed, leftSummed)
   local field = scope.name .. '|' .. dim
-  local summed, leftSummed = window_use(run, field)
   local notDropped = gone[field] or 0
   local used, left = summed - notDropped, leftSummed + notDropped
   run.own[field] = { used, left }
@@ -75,8 +75,9 @@ for _, scope in ipairs(args.scopes) do
     callScopes[2] = { name = args.model }
   end
   local dims = {}
+  local used, left = tot_of(run, scope.name)
   for _, dim in ipairs(DIMS) do
-    dims[dim] = read_dim(scope, dim, callScopes)
+    dims[dim] = read_dim(scope, dim, callScopes, used[dim], left[dim])
   end
   local shape, half = shape_of(run, scope.name, 'tok')
   out.scopes[scope.name] = { shape = shape, step = half * 2, dims = dims }

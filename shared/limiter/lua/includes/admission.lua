@@ -37,10 +37,15 @@ local function limit_of(run, scope, dim)
   return limit, stored, most
 end
 
--- Our window sum (with what this run admitted) and count of what left, for `field`.
+-- Our window sum (with what this run admitted) and count of what left, for `field`
+-- ("scope|dim"). A scope's dimensions are read together, once a run (tot_of).
 local function own_of(run, field)
   if not run.own[field] then
-    run.own[field] = { window_use(run, field) }
+    local scope = string.match(field, '^(.*)|[^|]+$')
+    local used, left = tot_of(run, scope)
+    for _, dim in ipairs(DIMS) do
+      run.own[scope .. '|' .. dim] = { used[dim], left[dim] }
+    end
   end
   local own = run.own[field]
   return own[1] + (run.totals[field] or 0), own[2]

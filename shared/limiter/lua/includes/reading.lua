@@ -223,8 +223,8 @@ local function store_reading(ctx, reading)
   local sent = reading_sent(ctx, reading)
   local used, left, open = tot_of(ctx, scope)
   local pending, late = uncounted(ctx, scope, sent, reading.id, used, open)
-  shape_of(ctx, scope, 'req')
-  local step, roundingGcd = rounding_of(reading, ctx.shapes[scope].rg)
+  local known = shape_known(ctx, scope)
+  local step, roundingGcd = rounding_of(reading, known.rg)
   local shape = nil
   local writes = {}
   local function write(field, value)
@@ -258,7 +258,6 @@ local function store_reading(ctx, reading)
     end
   end
   mark_read(ctx, reading.id)
-  local known = ctx.shapes[scope]
   if step > 0 then
     write(scope .. '|step', step)
     write(scope .. '|rg', roundingGcd)

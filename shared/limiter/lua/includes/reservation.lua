@@ -86,9 +86,12 @@ local function add_open(sums, reservation, sign)
     return
   end
   for _, scope in ipairs(reservation.scopes) do
-    for _, dim in ipairs(string.sub(scope, 1, 7) ~= 'tenant:' and OPEN_DIMS or {}) do
-      local field = scope .. '|' .. dim .. '|open'
-      sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
+    local tenant = string.sub(scope, 1, 7) == 'tenant:'
+    for _, dim in ipairs(OPEN_DIMS) do
+      if not tenant then
+        local field = scope .. '|' .. dim .. '|open'
+        sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
+      end
     end
   end
 end
@@ -101,8 +104,8 @@ local function flush(sums, key)
   end
 end
 
--- A scope's sums in tot, read in one HMGET: per dimension `used` (the window sum), `left` and
--- `open` (see add_open; tok is in + out).
+-- A scope's sums in tot, read in one HMGET: per dimension `used` (our window sum), `left` (what
+-- has left the window) and `open` (see add_open; tok is in + out).
 local function tot_of(ctx, scope)
   local fields = {}
   for _, dim in ipairs(DIMS) do
@@ -123,10 +126,4 @@ local function tot_of(ctx, scope)
   end
   open.tok = open['in'] + open.out
   return used, left, open
-end
-
--- Our window sum in `field` ("scope|dim") and what has left the window there, as stored in tot.
-local function window_use(ctx, field)
-  local stored = redis.call('HMGET', ctx.tot, field, field .. '|left')
-  return tonumber(stored[1] or '0'), tonumber(stored[2] or '0')
 end

@@ -35,9 +35,10 @@ local function view_of(ctx, field)
   return ctx.views[field] or false
 end
 
--- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only). Read
--- once a run with the gcd of its readings' values (`rg`, see reading.lua).
-local function shape_of(ctx, scope, dim)
+-- What the view holds of a scope's shape: `shape` ('b', 'w' or ''), its rounding `step` and the
+-- gcd of its readings' values (`rg`, see reading.lua). Read once a run; a reading stored in the
+-- run updates it.
+local function shape_known(ctx, scope)
   if not ctx.shapes[scope] then
     local values =
       redis.call('HMGET', ctx.view, scope .. '|shape', scope .. '|step', scope .. '|rg')
@@ -47,7 +48,12 @@ local function shape_of(ctx, scope, dim)
       rg = tonumber(values[3] or '0'),
     }
   end
-  local known = ctx.shapes[scope]
+  return ctx.shapes[scope]
+end
+
+-- The scope's shape ('b', 'w' or '') and half its rounding step (token dimensions only).
+local function shape_of(ctx, scope, dim)
+  local known = shape_known(ctx, scope)
   return known.shape, dim == 'req' and 0 or math.floor(known.step / 2)
 end
 
