@@ -54,6 +54,8 @@ const HEADER: Record<Dim, string> = {
 const NESTED = ['tenant:a', 'team:x'] as const;
 const ALL_SCOPES = ['global', ...NESTED] as const;
 const WINDOW = 10_000;
+/** How soon a head behind a probe tries again without a wake-up (acquire-13.lua). */
+const PROBE_RETRY_MS = 250;
 const LEASE = 1_000_000_000;
 
 interface Config {
@@ -90,6 +92,10 @@ interface View {
   drop: number;
   /** When its call was sent. */
   sent: number;
+  /** Another client's spend, at the least, by the last reading; its largest rise, and when. */
+  fmin: number;
+  rise: number;
+  riseAt: number;
 }
 
 interface ReadingDim {
@@ -109,6 +115,10 @@ class Model {
   readonly shape = new Map<string, string>();
   readonly step = new Map<string, number>();
   readonly readingsGcd = new Map<string, number>();
+  /** The call out as the probe of a scope's last room. */
+  readonly probes = new Map<string, string>();
+  /** The scopes whose last room the call acquire admitted goes into (admit makes it their probe). */
+  private lastRooms: string[] = [];
 
   constructor(
     readonly cfg: Config,
@@ -220,6 +230,9 @@ class Model {
           return { ok: false, reason: 'budget', waitMs, scope: s, dimension: DIM_NAME[d] };
         }
       }
+    this.lastRooms = this.lastRoomsOf(a, scopes);
+    const out = this.lastRooms.find((s) => this.probes.has(s));
+    if (out) return { ok: false, reason: 'concurrency', waitMs: PROBE_RETRY_MS, scope: out };
     const live = [...this.slots.values()].filter((end) => end > this.now);
     if (this.cfg.concurrency > 0 && live.length >= this.cfg.concurrency)
       return {
@@ -230,7 +243,29 @@ class Model {
     return 'admit';
   }
 
+  /**
+   * Beside another client's spend on a window, the scopes where `a` goes into the last of the room
+   * (that spend's largest rise from one reading to the next, for a window): it goes as a probe,
+   * one at a time a scope, the next once the last one's answer began or it ended.
+   */
+  lastRoomsOf(a: Amounts, scopes: readonly string[]): string[] {
+    return scopes.filter((s) =>
+      DIMS.some((d) => {
+        const v = this.views.get(`${s}|${d}`);
+        if (!v || v.rise <= 0 || this.now >= v.riseAt + WINDOW || this.shape.get(s) !== 'w')
+          return false;
+        return this.limitOf(s, d).lim > 0 && this.lack(s, d, a).need + v.rise > 0;
+      }),
+    );
+  }
+
+  endProbes(id: string): void {
+    for (const [s, probe] of [...this.probes]) if (probe === id) this.probes.delete(s);
+  }
+
   admit(id: string, a: Amounts, scopes: readonly string[]): void {
+    for (const s of this.lastRooms) this.probes.set(s, id);
+    this.lastRooms = [];
     const entry = { id, a: { ...a }, flags: '' as const, score: this.now + LEASE, scopes };
     this.entries.set(id, { ...entry, sent: this.now });
     this.slots.set(id, this.now + LEASE);
@@ -244,6 +279,7 @@ class Model {
     this.expire();
     const e = this.entries.get(id);
     if (e && e.flags === '') {
+      this.endProbes(id);
       e.sent = Math.max(e.sent, this.now - Math.max(0, Math.min(ageMs, WINDOW)));
       if (this.cfg.accounting === 'produced') {
         const part = { req: e.a.req, in: e.a.in, out: 0 };
@@ -279,6 +315,7 @@ class Model {
     this.slots.delete(id);
     const e = this.entries.get(id);
     if (!e) return { known: false, inputDelta: 0, outputDelta: 0 };
+    this.endProbes(id);
     const part = e.flags === 'b' ? this.entries.get(`${id}:in`) : undefined;
     if (mode === 'release') {
       this.entries.delete(id);
@@ -370,8 +407,20 @@ class Model {
       const seen = this.used(scope, d) + left - pending[d] - late[d];
       const gone = left;
       const sent = this.now - age;
+      // Another client's spend at the least: the count at its rounding's high end, less all of
+      // ours the provider can have counted. Its rise since the last reading is kept, the largest
+      // for a window.
+      const prev = this.views.get(f);
+      const fmin = Math.max(0, r.limit - r.remaining - half - (this.used(scope, d) - pending[d]));
+      let [rise, riseAt] = [0, 0];
+      if (prev && this.now < prev.riseAt + WINDOW) [rise, riseAt] = [prev.rise, prev.riseAt];
+      if (prev && this.now < prev.at + WINDOW && fmin - prev.fmin >= Math.max(rise, 1))
+        [rise, riseAt] = [fmin - prev.fmin, this.now];
+      const foreign = { fmin, rise, riseAt };
       const fresh = { lim: r.limit, rem: r.remaining, at: this.now, seen, gone, drop: 0, sent };
-      if (!this.stands(scope, d, fresh, this.now - age)) this.views.set(f, fresh);
+      if (!this.stands(scope, d, { ...fresh, ...foreign }, this.now - age))
+        this.views.set(f, { ...fresh, ...foreign });
+      else Object.assign(prev!, foreign);
       if (r.reset > 0 && r.limit > 0) {
         const slack = 1000 + (2 * half * WINDOW) / r.limit + age;
         const untilReset = r.reset - (this.now - age);
@@ -983,6 +1032,44 @@ function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
   };
 }
 
+/**
+ * Another client's spend rises between two readings of a window (391 tokens): the calls that fit
+ * beside it go at once, the last of the room by one probe at a time; the next waits for the
+ * probe's answer, then goes.
+ */
+function lastRoomExample(accounting: OutputAccounting): { cfg: Config; ops: Op[] } {
+  const call = (tokens: number): Op => ({
+    kind: 'acquire',
+    req: 1,
+    in: tokens / 2,
+    out: tokens / 2,
+    scopes: [],
+  });
+  const tok = (remainingPct: number) => ({
+    scope: 'global',
+    dims: [{ dim: 'tok' as const, limit: 3_977, remainingPct, resetIn: WINDOW, round: 1 }],
+  });
+  return {
+    cfg: exampleConfig(accounting),
+    ops: [
+      call(600),
+      { kind: 'advance', ms: 100 },
+      { kind: 'begin', pick: 0, reading: tok(85), ageMs: 100 },
+      call(600),
+      { kind: 'advance', ms: 100 },
+      { kind: 'begin', pick: 1, reading: tok(60), ageMs: 100 },
+      call(600),
+      call(600),
+      call(600),
+      call(200),
+      call(200),
+      { kind: 'begin', pick: 5, reading: null, ageMs: 0 },
+      call(200),
+      { kind: 'check' },
+    ],
+  };
+}
+
 describe('the limiter against a reference model', () => {
   for (const accounting of ['reserve', 'actual', 'produced'] as const) {
     it(`agrees with the model on every decision and snapshot (${accounting} output)`, async () => {
@@ -994,7 +1081,11 @@ describe('the limiter against a reference model', () => {
         {
           numRuns: runs,
           ...seed,
-          examples: [[lateAnswerExample(accounting)], [togetherExample(accounting)]],
+          examples: [
+            [lateAnswerExample(accounting)],
+            [togetherExample(accounting)],
+            [lastRoomExample(accounting)],
+          ],
         },
       );
     }, 300_000);

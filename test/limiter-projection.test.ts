@@ -113,6 +113,30 @@ describe('a window-shaped provider', () => {
     expect((await lim.tryAcquire(cost(1_000))).ok).toBe(true);
   });
 
+  it("sends the last of the room beside another client's rising spend one call at a time", async () => {
+    const lim = make();
+    await start(lim, await admitted(lim, cost(1_000)), windowReading(2_997));
+    // The next reading shows another client's call of about 1,000 since: the last 999 of the
+    // room (1,496) is where its next one lands.
+    await start(lim, await admitted(lim, cost(500)), windowReading(1_497));
+    expect((await lim.tryAcquire(cost(400))).ok).toBe(true);
+    const probe = await admitted(lim, cost(400));
+    expect(await lim.tryAcquire(cost(400))).toMatchObject({
+      ok: false,
+      reason: 'concurrency',
+      scope: 'global',
+    });
+    // The probe's answer began: the next goes, as the next probe.
+    await start(lim, probe);
+    const next = await admitted(lim, cost(300));
+    expect((await lim.tryAcquire(cost(100))).ok).toBe(false);
+    // A window after the rise, calls go together again.
+    await start(lim, next);
+    bed.now += W;
+    expect((await lim.tryAcquire(cost(2_000))).ok).toBe(true);
+    expect((await lim.tryAcquire(cost(1_500))).ok).toBe(true);
+  });
+
   it('counts a rounded reading at the low end of its rounding, ours or not', async () => {
     const lim = make();
     const r = await admitted(lim, cost(300));

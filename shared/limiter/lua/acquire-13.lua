@@ -28,7 +28,7 @@
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
     there yet; {4, waitMs} no slot (or a first call out); {4, waitMs, scope} that scope's calls
-    waiting for their first answer hold its slots; {5, scope, dim, cost, limit} never fits;
+    waiting for their first answer hold its slots, or its last room's probe is out; {5, scope, dim, cost, limit} never fits;
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line);
     {8, waitMs} another admission holds its job (another worker is taking that job: look again)
   `take` names the job an admission is for (the gate's: the job's id), so two workers that peeked
@@ -83,6 +83,8 @@ local run = with_caches({
 })
 -- How soon a head held by a scope's unanswered calls tries again (an answer publishes nothing).
 local SHARE_RETRY_MS = 250
+-- How soon a head behind a probe tries again if no wake-up came (its answer publishes one).
+local PROBE_RETRY_MS = 250
 -- How soon a head another admission takes looks again (its taker moves it to active at once).
 local TAKEN_RETRY_MS = 20
 -- A waiter's rank is priority * ARRIVALS + arrival (2^32: arrivals wrap below the priority).
@@ -202,6 +204,14 @@ if shortScope then
   return wait_as_head({ 3, waitMs, shortScope.name, dim })
 end
 
+-- 8b. The last room beside another client's spend goes by one probe at a time (admission.lua's
+-- last_room): while one is out there, this call waits for its answer (a wake-up).
+local lastRooms, probeOut = last_room(run, cost)
+if probeOut then
+  run.stats.denied_slots = 1
+  return wait_as_head({ 4, PROBE_RETRY_MS, probeOut })
+end
+
 -- 9. A slot; and room in each scope's share of calls waiting for their first answer.
 local busy = redis.call('ZCOUNT', run.slots, '(' .. now, '+inf')
 if run.maxSlots > 0 and busy >= run.maxSlots then
@@ -218,6 +228,7 @@ end
 
 -- 10. Admit; then the extras, while nobody waits in line and each fits now (in their order).
 admit(run, ticket, cost)
+send_probe(run, ticket, lastRooms)
 take(ticket, cost)
 count_unanswered(run, cost)
 drop(ticket)
@@ -237,7 +248,12 @@ if redis.call('ZCARD', waitersKey) == 0 then
     then
       break
     end
+    local extraRooms, out = last_room(run, extraCost)
+    if out then
+      break
+    end
     admit(run, extra.id, extraCost)
+    send_probe(run, extra.id, extraRooms)
     take(extra.id, extraCost)
     count_unanswered(run, extraCost)
     extrasAdmitted = i

@@ -70,6 +70,14 @@ local function answered(reservation)
     end
   end
 end
+-- A probe's answer began, or its call ended: the next call may go into its last room
+-- (admission.lua's last_room). Probes are few: read once a run, with a stamp or an end.
+local function unprobe(id)
+  if end_probes(ctx, id) then
+    wake = true
+  end
+end
+
 -- The reservations this run read or wrote, by id (false: none); a call stamped and ended in one
 -- run is read once and written once. `write_res` writes the changed ones, before anything reads
 -- the hash itself (readings, see reading.lua).
@@ -107,6 +115,7 @@ local function stamp(id, ageMs)
     return
   end
   answered(reservation)
+  unprobe(id)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
@@ -222,6 +231,7 @@ local function finish(ending)
     return 0, 0, 0
   end
   untake(reservation)
+  unprobe(id)
   if ending.mode ~= 'release' then
     answered(reservation)
   end
@@ -287,6 +297,7 @@ for _, ending in ipairs(args.ends or {}) do
   out[#out + 1], out[#out + 2], out[#out + 3] = known, dIn, dOut
 end
 write_res()
+write_probes(ctx)
 flush(totals, totKey)
 if args.pauseMs then
   local pausedUntil = tonumber(redis.call('GET', pauseKey) or '0')

@@ -150,6 +150,46 @@ local function short_of(run, cost)
   end
 end
 
+-- Beside another client's spend on a window, the last of the room (its largest rise from one
+-- reading to the next: about one of its calls, reading.lua) is where its next call lands, often
+-- while ours are on their way. A call of ours that goes into it goes as a probe: one at a time
+-- a scope, the next once the last one's answer began (its reading came). A collision there
+-- costs one call, not every call sent meanwhile. Returns the scopes where `cost` goes into the
+-- last room, and the first of them with a probe out (nil: none).
+local function last_room(run, cost)
+  local into = {}
+  for _, scope in ipairs(cost.limits or run.scopes) do
+    for _, dim in ipairs(DIMS) do
+      local stored = view_of(run, scope.name .. '|' .. dim)
+      local rising = stored
+        and stored.rise > 0
+        and run.now < stored.riseAt + run.windowMs
+        and shape_of(run, scope.name, dim) == 'w'
+      local room = rising and room_of(run, scope, dim, cost)
+      if room and amount(cost, dim) > room - stored.rise then
+        into[#into + 1] = scope.name
+        break
+      end
+    end
+  end
+  for _, name in ipairs(into) do
+    if probes_of(run).live[name] then
+      return into, name
+    end
+  end
+  return into, nil
+end
+
+-- Call `id` goes as the probe of each scope in `into`, until its answer begins or it ends
+-- (record-10.lua), or its lease's end.
+local function send_probe(run, id, into)
+  local probes = probes_of(run)
+  for _, name in ipairs(into) do
+    probes.live[name] = { id = id, untilMs = run.leaseExpiry }
+    probes.changed = true
+  end
+end
+
 -- Calls in flight in scope `name` whose answer has not begun (open reservations, lease live),
 -- counted once a run; `count_unanswered` adds the ones the run admits.
 local function unanswered_in(run, name)
@@ -223,6 +263,7 @@ end
 -- Writes what the run admitted and counted, once each, and answers.
 local function finish_run(run, reply)
   write_admitted(run)
+  write_probes(run)
   flush(run.totals, run.tot)
   flush(run.stats, run.statsKey)
   return reply

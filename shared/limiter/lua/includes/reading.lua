@@ -193,6 +193,24 @@ local function stands(ctx, scope, dim, new, since, used, left)
   return old ~= nil and old < projected(ctx, scope, dim, new, used, left)
 end
 
+-- Another client's spend in a dimension as `said` shows it, at the least (`fmin`): the
+-- provider's count at the high end of its rounding, less the most of ours it can have counted
+-- (`ours`: our window but the calls not begun). Its largest rise from one reading to the next,
+-- about one of that client's calls, counts for a window (`rise`, `riseAt`: admission.lua's
+-- last room). Readings a window apart tell no rise.
+local function foreign_rise(ctx, stored, said, half, ours)
+  local fmin = math.max(0, said.limit - said.remaining - half - ours)
+  local rise, riseAt = 0, 0
+  if stored and ctx.now < stored.riseAt + ctx.windowMs then
+    rise, riseAt = stored.rise, stored.riseAt
+  end
+  local fresh = stored and ctx.now < stored.at + ctx.windowMs
+  if fresh and fmin - stored.fmin >= math.max(rise, 1) then
+    rise, riseAt = fmin - stored.fmin, ctx.now
+  end
+  return fmin, rise, riseAt
+end
+
 -- The rounding step that divides every rounded value of `reading` (a limit need not), with the
 -- gcd to store as `|rg`: `storedGcd` is the one so far, negative while one value was read (the
 -- limit stands in for a second).
@@ -236,6 +254,8 @@ local function store_reading(ctx, reading)
     if said then
       local field = scope .. '|' .. dim
       local half = dim ~= 'req' and math.floor(step / 2) or 0
+      local stored = view_of(ctx, field)
+      local fmin, rise, riseAt = foreign_rise(ctx, stored, said, half, used[dim] - pending[dim])
       local new = {
         lim = said.limit,
         rem = said.remaining,
@@ -243,6 +263,9 @@ local function store_reading(ctx, reading)
         seen = used[dim] + left[dim] - pending[dim] - late[dim],
         gone = left[dim],
         drop = 0,
+        fmin = fmin,
+        rise = rise,
+        riseAt = riseAt,
       }
       if not stands(ctx, scope, dim, new, sent, used[dim], left[dim]) then
         for _, part in ipairs(VIEW_PARTS) do
@@ -250,6 +273,11 @@ local function store_reading(ctx, reading)
         end
         write(field .. '|sent', sent)
         ctx.views[field] = new
+      else
+        for _, part in ipairs({ 'fmin', 'rise', 'riseAt' }) do
+          write(field .. '|' .. part, new[part])
+          stored[part] = new[part]
+        end
       end
       -- A refusal's reset dates from the provider's last admission, not this call's.
       if not reading.refused then

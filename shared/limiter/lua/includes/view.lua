@@ -2,9 +2,12 @@
 -- as read, `|at` when read, `|seen` our spend it counted (window sum + left − pending − late),
 -- `|gone` our left then, `|drop` what it counted that had left the provider's window before it
 -- (expiry.lua), `|sent` when its call was sent; per scope `|shape` ('b' bucket, 'w' window) and `|step` (its rounding).
+-- Another client's spend (reading.lua): `|fmin` the least of it the last reading shows, `|rise`
+-- its largest rise from one reading to the next and `|riseAt` when (it counts for a window).
+-- `probes`: per scope, the call out as the probe of its last room and until when (admission.lua).
 
 -- The parts of a stored reading, in the order view_of reads them.
-local VIEW_PARTS = { 'lim', 'rem', 'at', 'seen', 'gone', 'drop' }
+local VIEW_PARTS = { 'lim', 'rem', 'at', 'seen', 'gone', 'drop', 'fmin', 'rise', 'riseAt' }
 
 -- The stored reading of `field` ("scope|dim"), or false. A scope's dimensions are read together,
 -- once a run: one HMGET a scope.
@@ -28,6 +31,9 @@ local function view_of(ctx, field)
             seen = tonumber(values[at + 4]),
             gone = tonumber(values[at + 5]),
             drop = tonumber(values[at + 6] or '0'),
+            fmin = tonumber(values[at + 7] or '0'),
+            rise = tonumber(values[at + 8] or '0'),
+            riseAt = tonumber(values[at + 9] or '0'),
           }
         or false
     end
@@ -72,4 +78,44 @@ local function projected(ctx, scope, dim, stored, used, left)
   end
   local ours = stored.seen - stored.gone - stored.drop
   return math.min(stored.lim, stored.rem - half + ours) - used, 0
+end
+
+-- The live probes by scope ({ id, untilMs }), read once a run; `write_probes` writes them back
+-- if the run changed them, without the lapsed.
+local function probes_of(ctx)
+  if not ctx.probes then
+    local enc = redis.call('HGET', ctx.view, 'probes')
+    local live = {}
+    for name, probe in pairs(enc and cjson.decode(enc) or {}) do
+      if probe.untilMs > ctx.now then
+        live[name] = probe
+      end
+    end
+    ctx.probes = { live = live, changed = false }
+  end
+  return ctx.probes
+end
+
+local function write_probes(ctx)
+  if not (ctx.probes and ctx.probes.changed) then
+    return
+  end
+  ctx.probes.changed = false
+  if next(ctx.probes.live) then
+    redis.call('HSET', ctx.view, 'probes', cjson.encode(ctx.probes.live))
+  else
+    redis.call('HDEL', ctx.view, 'probes')
+  end
+end
+
+-- Ends the probes call `id` is out as (its answer began, or it ended); true if it was one.
+local function end_probes(ctx, id)
+  local ended = false
+  for name, probe in pairs(probes_of(ctx).live) do
+    if probe.id == id then
+      ctx.probes.live[name] = nil
+      ctx.probes.changed, ended = true, true
+    end
+  end
+  return ended
 end
