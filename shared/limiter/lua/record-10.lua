@@ -148,6 +148,9 @@ end
 -- When each scope's readings were stored, read once a run (the run's own come after its ends).
 local readTimes = {}
 local function read_ats(scope)
+  if not readable(scope) then
+    return {}
+  end
   if not readTimes[scope] then
     local at =
       redis.call('HMGET', viewKey, scope .. '|in|at', scope .. '|out|at', scope .. '|tok|at')

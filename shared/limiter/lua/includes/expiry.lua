@@ -8,6 +8,9 @@
 local function count_dropped(viewKey, readings, sums, reservation, stamped, now, windowMs)
   local sent = reservation.sent or -math.huge
   for _, scope in ipairs(reservation.scopes) do
+    if not readable(scope) then
+      readings[scope] = {}
+    end
     if not readings[scope] then
       local fields = {}
       for _, dim in ipairs(DIMS) do

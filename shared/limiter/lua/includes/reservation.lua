@@ -47,6 +47,12 @@ local function encode(reservation)
   return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '') .. take
 end
 
+-- Whether a provider's readings may describe `scope`: a tenant's is llmq's own (CallHandle
+-- refuses a reading for one), so it has no view, drop or open sums to keep.
+local function readable(scope)
+  return string.sub(scope, 1, 7) ~= 'tenant:'
+end
+
 local FIELD = { req = 'req', ['in'] = 'inp', out = 'out' }
 local function amount(reservation, dim)
   if dim == 'tok' then
@@ -86,9 +92,8 @@ local function add_open(sums, reservation, sign)
     return
   end
   for _, scope in ipairs(reservation.scopes) do
-    local tenant = string.sub(scope, 1, 7) == 'tenant:'
     for _, dim in ipairs(OPEN_DIMS) do
-      if not tenant then
+      if readable(scope) then
         local field = scope .. '|' .. dim .. '|open'
         sums[field] = (sums[field] or 0) + sign * amount(reservation, dim)
       end

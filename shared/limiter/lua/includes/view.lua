@@ -10,10 +10,13 @@
 local VIEW_PARTS = { 'lim', 'rem', 'at', 'seen', 'gone', 'drop', 'fmin', 'rise', 'riseAt' }
 
 -- The stored reading of `field` ("scope|dim"), or false. A scope's dimensions are read together,
--- once a run: one HMGET a scope.
+-- once a run: one HMGET a scope (none for a tenant's: no reading describes one).
 local function view_of(ctx, field)
   if ctx.views[field] == nil then
     local scope = string.match(field, '^(.*)|[^|]+$')
+    if not readable(scope) then
+      return false
+    end
     local names = {}
     for _, dim in ipairs(DIMS) do
       for _, part in ipairs(VIEW_PARTS) do
