@@ -200,38 +200,66 @@ export interface TestCluster {
  */
 export const CLUSTER_START_MS = 240_000;
 
+/** A free port not in `taken` (it joins it). */
+async function freshPort(taken: Set<number>): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    if (!taken.has(port)) {
+      taken.add(port);
+      return port;
+    }
+  }
+}
+
+/**
+ * Starts a server on two fresh ports (`argsFor` builds its arguments; `nodes` gets it) and
+ * resolves once it answers. A port handed out free may be taken before the server binds it (the
+ * tests start servers side by side): a server that exits before answering starts again on
+ * other ports, within `timeoutMs`.
+ */
+async function startAnswering(
+  argsFor: (port: number, busPort: number) => string[],
+  taken: Set<number>,
+  nodes: RedisProc[],
+  timeoutMs = 60_000,
+): Promise<RedisProc> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const port = await freshPort(taken);
+    const proc = startProc(argsFor(port, await freshPort(taken)), port);
+    nodes.push(proc);
+    const left = Math.max(1, deadline - Date.now());
+    await until(async () => !proc.alive || (await answers(port)), left, 50);
+    if (proc.alive) return proc;
+    nodes.splice(nodes.indexOf(proc), 1);
+  }
+}
+
 /** Starts `masters` masters with one replica each and joins them into a cluster. */
 export async function startCluster(masters = 3): Promise<TestCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'llmq-cluster-'));
   const nodes: RedisProc[] = [];
   return guarded(dir, nodes, async () => {
-    for (let i = 0; i < masters * 2; i++) {
-      const port = await freePort();
-      const busPort = await freePort();
-      nodes.push(
-        startProc(
-          [
-            '--port',
-            String(port),
-            '--cluster-port',
-            String(busPort),
-            '--cluster-enabled',
-            'yes',
-            '--cluster-config-file',
-            `nodes-${port}.conf`,
-            '--cluster-node-timeout',
-            '1000',
-            '--cluster-replica-validity-factor',
-            '0',
-            ...serverBase(dir),
-          ],
-          port,
-        ),
-      );
-    }
     // As for one server (see above): on a loaded machine six of them take a while to answer.
     // Each step has its own bound; together they stay within CLUSTER_START_MS.
-    await Promise.all(nodes.map((n) => until(() => answers(n.port), 60_000, 50)));
+    const taken = new Set<number>();
+    const node = (port: number, busPort: number) => [
+      '--port',
+      String(port),
+      '--cluster-port',
+      String(busPort),
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      `nodes-${port}.conf`,
+      '--cluster-node-timeout',
+      '1000',
+      '--cluster-replica-validity-factor',
+      '0',
+      ...serverBase(dir),
+    ];
+    const starts = Array.from({ length: masters * 2 }, () => startAnswering(node, taken, nodes));
+    await Promise.all(starts);
     const addrs = nodes.map((n) => `127.0.0.1:${n.port}`);
     await run(
       'redis-cli',
