@@ -1035,7 +1035,7 @@ function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
 /**
  * Another client's spend rises between two readings of a window (391 tokens): the calls that fit
  * beside it go at once, the last of the room by one probe at a time; the next waits for the
- * probe's answer, then goes.
+ * probe's answer (or its call given back), then goes.
  */
 function lastRoomExample(accounting: OutputAccounting): { cfg: Config; ops: Op[] } {
   const call = (tokens: number): Op => ({
@@ -1065,6 +1065,10 @@ function lastRoomExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
       call(200),
       { kind: 'begin', pick: 5, reading: null, ageMs: 0 },
       call(200),
+      call(100),
+      // The probe's call given back: the next goes.
+      { kind: 'release', pick: 6 },
+      call(100),
       { kind: 'check' },
     ],
   };
