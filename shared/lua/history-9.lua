@@ -49,9 +49,9 @@ local function decode(s)
 end
 
 local function encode(at, t)
-  local parts = { string.format('%.0f', at) }
+  local parts = { string.format('%d', at) }
   for k, v in pairs(t) do
-    parts[#parts + 1] = k .. '=' .. string.format('%.0f', v)
+    parts[#parts + 1] = k .. '=' .. string.format('%d', v)
   end
   return table.concat(parts, ';')
 end
