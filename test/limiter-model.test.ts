@@ -1003,16 +1003,18 @@ function lateAnswerExample(accounting: OutputAccounting): { cfg: Config; ops: Op
   };
 }
 
+/** An exact tokens reading of the global scope on a window (its reset a window on). */
+const windowTokens = (remainingPct: number): ReadingArb => ({
+  scope: 'global',
+  dims: [{ dim: 'tok', limit: 3_977, remainingPct, resetIn: WINDOW, round: 1 }],
+});
+
 /**
  * Answers that arrive together, the newer first: its reading marks its call read, so the older
  * reading, which leaves less room and stands, takes that call as counted, not late.
  */
 function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[] } {
   const call: Op = { kind: 'acquire', req: 1, in: 300, out: 300, scopes: [] };
-  const tok = (remainingPct: number) => ({
-    scope: 'global',
-    dims: [{ dim: 'tok' as const, limit: 3_977, remainingPct, resetIn: WINDOW, round: 1 }],
-  });
   return {
     cfg: exampleConfig(accounting),
     ops: [
@@ -1023,8 +1025,8 @@ function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
       {
         kind: 'beginTogether',
         begins: [
-          { pick: 1, reading: tok(80), ageMs: 0 },
-          { pick: 0, reading: tok(50), ageMs: 300 },
+          { pick: 1, reading: windowTokens(80), ageMs: 0 },
+          { pick: 0, reading: windowTokens(50), ageMs: 300 },
         ],
       },
       { kind: 'check' },
@@ -1033,9 +1035,9 @@ function togetherExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
 }
 
 /**
- * Another client's spend rises between two readings of a window (391 tokens): the calls that fit
- * beside it go at once, the last of the room by one probe at a time; the next waits for the
- * probe's answer (or its call given back), then goes.
+ * Another client's spend rises between two readings of a window (about 390 tokens): the calls
+ * that fit beside it go at once, the last of the room by one probe at a time; the next waits for
+ * the probe's answer (or its call given back), then goes.
  */
 function lastRoomExample(accounting: OutputAccounting): { cfg: Config; ops: Op[] } {
   const call = (tokens: number): Op => ({
@@ -1045,19 +1047,15 @@ function lastRoomExample(accounting: OutputAccounting): { cfg: Config; ops: Op[]
     out: tokens / 2,
     scopes: [],
   });
-  const tok = (remainingPct: number) => ({
-    scope: 'global',
-    dims: [{ dim: 'tok' as const, limit: 3_977, remainingPct, resetIn: WINDOW, round: 1 }],
-  });
   return {
     cfg: exampleConfig(accounting),
     ops: [
       call(600),
       { kind: 'advance', ms: 100 },
-      { kind: 'begin', pick: 0, reading: tok(85), ageMs: 100 },
+      { kind: 'begin', pick: 0, reading: windowTokens(85), ageMs: 100 },
       call(600),
       { kind: 'advance', ms: 100 },
-      { kind: 'begin', pick: 1, reading: tok(60), ageMs: 100 },
+      { kind: 'begin', pick: 1, reading: windowTokens(60), ageMs: 100 },
       call(600),
       call(600),
       call(600),
