@@ -28,7 +28,8 @@
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
     there yet; {4, waitMs} no slot (or a first call out); {4, waitMs, scope} that scope's calls
-    waiting for their first answer hold its slots, or its last room's probe is out; {5, scope, dim, cost, limit} never fits;
+    waiting for their first answer hold its slots, or its last room's probe is out;
+    {5, scope, dim, cost, limit} never fits;
     {7, budget, period, spent, limit} no money for its worst case (µ$; it leaves the line);
     {8, waitMs} another admission holds its job (another worker is taking that job: look again)
   `take` names the job an admission is for (the gate's: the job's id), so two workers that peeked
@@ -227,8 +228,8 @@ if held then
 end
 
 -- 10. Admit; then the extras, while nobody waits in line and each fits now (in their order).
+send_probe(run, ticket, cost, lastRooms)
 admit(run, ticket, cost)
-send_probe(run, ticket, lastRooms)
 take(ticket, cost)
 count_unanswered(run, cost)
 drop(ticket)
@@ -252,8 +253,8 @@ if redis.call('ZCARD', waitersKey) == 0 then
     if out then
       break
     end
+    send_probe(run, extra.id, extraCost, extraRooms)
     admit(run, extra.id, extraCost)
-    send_probe(run, extra.id, extraRooms)
     take(extra.id, extraCost)
     count_unanswered(run, extraCost)
     extrasAdmitted = i

@@ -71,10 +71,13 @@ local function answered(reservation)
   end
 end
 -- A probe's answer began, or its call ended: the next call may go into its last room
--- (admission.lua's last_room). Probes are few: read once a run, with a stamp or an end.
-local function unprobe(id)
-  if end_probes(ctx, id) then
-    wake = true
+-- (admission.lua's last_room). Only a reservation out as a probe reads the probes.
+local function unprobe(id, reservation)
+  if reservation.probe then
+    reservation.probe = nil
+    if end_probes(ctx, id) then
+      wake = true
+    end
   end
 end
 
@@ -115,7 +118,7 @@ local function stamp(id, ageMs)
     return
   end
   answered(reservation)
-  unprobe(id)
+  unprobe(id, reservation)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
@@ -234,7 +237,7 @@ local function finish(ending)
     return 0, 0, 0
   end
   untake(reservation)
-  unprobe(id)
+  unprobe(id, reservation)
   if ending.mode ~= 'release' then
     answered(reservation)
   end

@@ -180,9 +180,14 @@ local function last_room(run, cost)
   return into, nil
 end
 
--- Call `id` goes as the probe of each scope in `into`, until its answer begins or it ends
--- (record-10.lua), or its lease's end.
-local function send_probe(run, id, into)
+-- Call `id` (`cost`, before admit writes it) goes as the probe of each scope in `into`, until
+-- its answer begins or it ends (record-10.lua, which the reservation's `probe` tells), or its
+-- lease's end.
+local function send_probe(run, id, cost, into)
+  if #into == 0 then
+    return
+  end
+  cost.probe = true
   local probes = probes_of(run)
   for _, name in ipairs(into) do
     probes.live[name] = { id = id, untilMs = run.leaseExpiry }

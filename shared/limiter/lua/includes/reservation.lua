@@ -1,7 +1,8 @@
 -- A reservation in the res hash: "requests|input|output|flags|scopes|sent|take"; flags "" open,
 -- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
 -- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
--- reading.lua), and "o" once its open spend is in the open sums (`summed`, see add_open).
+-- reading.lua), "o" once its open spend is in the open sums (`summed`, see add_open), and "p"
+-- while it is out as a last room's probe (`probe`, see admission.lua's last_room).
 -- `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
 -- admitted it (no later); nil in an entry written before it was kept (taken as long ago).
 -- `take`: the job its admission holds (acquire-13.lua), to the end (any character; none: nil).
@@ -28,9 +29,10 @@ local function decode(enc)
     req = tonumber(req),
     inp = tonumber(inp),
     out = tonumber(out),
-    flags = (string.gsub(flags, '[ro]', '')),
+    flags = (string.gsub(flags, '[rop]', '')),
     read = string.find(flags, 'r', 1, true) ~= nil,
     summed = string.find(flags, 'o', 1, true) ~= nil,
+    probe = string.find(flags, 'p', 1, true) ~= nil,
     scopes = list,
     sent = tonumber(sent),
     take = take ~= '' and take or nil,
@@ -42,6 +44,7 @@ local function encode(reservation)
   local flags = reservation.flags
     .. (reservation.read and 'r' or '')
     .. (reservation.summed and 'o' or '')
+    .. (reservation.probe and 'p' or '')
   local scopes = table.concat(reservation.scopes, ',')
   local take = reservation.take and ('|' .. reservation.take) or ''
   return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '') .. take
