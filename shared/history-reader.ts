@@ -15,6 +15,7 @@ import {
   type RecentJob,
 } from './history.ts';
 import type { QueueNames } from './keys.ts';
+import { unpackLuaValue } from './lua-scripts.ts';
 import type { RedisClient } from './redis.ts';
 
 /** A distribution's count and quantiles (ms); null without a value. */
@@ -109,8 +110,17 @@ export function quantileOf(
   return Math.min(binBounds(sorted.at(-1)!)[1], greatest);
 }
 
-function decodeBucket(value: string): { at: number; fields: BucketFields } | undefined {
-  const [head, ...rest] = value.split(';');
+/** Whether a stored value is msgpack (a map or an array), not an older build's text. */
+const packed = (value: Buffer) =>
+  value.length > 0 && ((value[0]! >= 0x80 && value[0]! <= 0x9f) || value[0]! >= 0xdc);
+
+/** A bucket: msgpack, its start under `@`; or an older build's `<start>;k=v;…`. */
+function decodeBucket(value: Buffer): { at: number; fields: BucketFields } | undefined {
+  if (packed(value)) {
+    const { '@': at, ...fields } = unpackLuaValue(value) as BucketFields;
+    return Number.isFinite(at) ? { at: at!, fields } : undefined;
+  }
+  const [head, ...rest] = value.toString().split(';');
   const at = Number(head);
   if (!Number.isFinite(at)) return undefined;
   const fields: BucketFields = {};
@@ -184,15 +194,15 @@ async function readTier(
   slots: number,
   only: readonly string[] | undefined,
 ): Promise<Raw> {
-  const entries: [string, string][] = [];
+  const entries: [string, Buffer][] = [];
   if (only) {
     const fields = only.flatMap((s) => Array.from({ length: slots }, (_, i) => `${s}|${i}`));
-    const values = fields.length > 0 ? await redis.hmget(key, ...fields) : [];
+    const values = fields.length > 0 ? await redis.hmgetBuffer(key, ...fields) : [];
     values.forEach((v, i) => {
       if (v !== null) entries.push([fields[i]!, v]);
     });
   } else {
-    entries.push(...Object.entries(await redis.hgetall(key)));
+    entries.push(...Object.entries(await redis.hgetallBuffer(key)));
   }
   const raw: Raw = new Map();
   for (const [field, value] of entries) {
@@ -259,10 +269,11 @@ export async function readRecentJobs(
   names: QueueNames,
   tenant: string,
 ): Promise<RecentJob[]> {
-  const raw = await redis.hget(historyKeys(names).jobs, `t:${tenant}`);
+  const raw = await redis.hgetBuffer(historyKeys(names).jobs, `t:${tenant}`);
   if (!raw) return [];
   try {
-    const list = JSON.parse(raw) as unknown;
+    // msgpack; JSON as an older build wrote it.
+    const list = packed(raw) ? unpackLuaValue(raw) : (JSON.parse(raw.toString()) as unknown);
     return Array.isArray(list) ? (list as RecentJob[]) : [];
   } catch {
     return [];

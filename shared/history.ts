@@ -5,8 +5,8 @@
  * (`lua/history-9.lua`); reading it writes nothing.
  *
  * Layout, under the queue's hash tag: one hash per tier, field `<series>|<slot>` → one bucket
- * (`<bucket start>;k=v;…`), where a series is the fleet (`*`), a tenant (`t:<name>`) or a model
- * (`m:<name>`), and the slot is the bucket's number modulo the tier's slots (a ring: the oldest
+ * (msgpack: a map of its fields, its start under `@`), where a series is the fleet (`*`), a
+ * tenant (`t:<name>`) or a model (`m:<name>`), and the slot is the bucket's number modulo the tier's slots (a ring: the oldest
  * bucket is overwritten). Past {@link HISTORY_MAX_TENANTS} tenants and
  * {@link HISTORY_MAX_MODELS} models a queue has kept, others count as `other`. Each key expires
  * one range after its last write. So the history is bounded whatever the load: see
@@ -14,7 +14,7 @@
  */
 
 import { bullPrefix, historyKey, type QueueNames } from './keys.ts';
-import { loadLuaScripts, runLua } from './lua-scripts.ts';
+import { loadLuaScripts, packLuaArg, runLua } from './lua-scripts.ts';
 import type { RedisClient } from './redis.ts';
 
 const SCRIPT = loadLuaScripts(new URL('./lua', import.meta.url).pathname)['history']!;
@@ -275,8 +275,8 @@ export function splitByTenants(batch: HistoryBatch): HistoryBatch[] {
   return parts;
 }
 
-function historyArgument(batch: HistoryBatch, now?: number): string {
-  return JSON.stringify({
+function historyArgument(batch: HistoryBatch, now?: number): Buffer {
+  return packLuaArg({
     now,
     series: batch.series,
     jobs: batch.jobs,

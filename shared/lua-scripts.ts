@@ -77,6 +77,14 @@ export function packLuaArg(value: unknown): Buffer {
   return packr.pack(value);
 }
 
+/** Lua's 64-bit integers (`cmsgpack.pack`) as numbers, not BigInts. */
+const unpackr = new Packr({ useRecords: false, int64AsType: 'number' });
+
+/** A value a script stored with `cmsgpack.pack`. */
+export function unpackLuaValue(packed: Buffer): unknown {
+  return unpackr.unpack(packed);
+}
+
 /** A script argument; a Buffer goes as is (msgpack, see {@link packLuaArg}). */
 export type LuaArg = string | number | Buffer;
 

@@ -7,6 +7,7 @@ import {
   HISTORY_JOBS_PER_TENANT,
   HISTORY_MAX_MODELS,
   HISTORY_MAX_TENANTS,
+  HISTORY_RANGES,
   HISTORY_TENANTS_PER_CALL,
   HISTORY_TIERS,
   type HistoryBatch,
@@ -153,6 +154,40 @@ describe('the usage history', () => {
     } finally {
       await producer.close();
     }
+  });
+
+  it('adds to what an older build wrote (text buckets, JSON job lists), and reads both', async () => {
+    const k = historyKeys(names);
+    const slot = (i: number) => {
+      const { bucketMs, slots } = HISTORY_TIERS[i]!;
+      return Math.floor(T0 / bucketMs) % slots;
+    };
+    const start = (i: number) =>
+      Math.floor(T0 / HISTORY_TIERS[i]!.bucketMs) * HISTORY_TIERS[i]!.bucketMs;
+    for (let i = 0; i < 3; i++) {
+      await redis.hset(k.tiers[i]!, `*|${slot(i)}`, `${start(i)};c=2;i=600`);
+      await redis.hset(k.tiers[i]!, `t:acme|${slot(i)}`, `${start(i)};c=2;i=600`);
+    }
+    await redis.sadd(k.tenants, 't:acme');
+    const older = [{ id: 'old-1', ok: true, at: T0 - 1, model: 'claude-a' }];
+    await redis.hset(k.jobs, 't:acme', JSON.stringify(older));
+    // A text bucket of a tier this build has not written yet is read as it is.
+    await redis.hset(k.tiers[0]!, `t:acme|${(slot(0) + 89) % 90}`, `${start(0) - 10_000};c=5`);
+
+    const batch = newBatch();
+    addCall(batch, call({ jobId: 'new-1' }), T0);
+    await writeHistory(redis, names, batch, T0);
+
+    for (const range of HISTORY_RANGES) {
+      const h = await readUsageHistory(redis, names, range, T0);
+      const by = Object.fromEntries(h.series.map((s) => [s.series, s.total]));
+      expect(by['*']).toMatchObject({ calls: 3, inputTokens: 900 });
+      expect(by['t:acme']).toMatchObject({ calls: range === '15m' ? 8 : 3, inputTokens: 900 });
+    }
+    expect((await readRecentJobs(redis, names, 'acme')).map((j) => j.id)).toEqual([
+      'new-1',
+      'old-1',
+    ]);
   });
 
   it('keeps one ring of buckets per range: older buckets are overwritten, keys expire', async () => {
