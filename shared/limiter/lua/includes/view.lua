@@ -15,6 +15,7 @@ local function view_of(ctx, field)
   if ctx.views[field] == nil then
     local scope = string.match(field, '^(.*)|[^|]+$')
     if not readable(scope) then
+      ctx.views[field] = false
       return false
     end
     local names = {}
