@@ -84,8 +84,27 @@ export function metricsKey(names: QueueNames): string {
 
 const SCRIPTS = loadLuaScripts(new URL('./lua', import.meta.url).pathname);
 
-function pairs(add: Record<string, number>): (string | number)[] {
-  return Object.entries(add).flatMap(([f, n]) => (n ? [f, n] : []));
+/**
+ * Fields one count script adds at most (about 0.3 ms of Redis): a flush with more (many
+ * tenants' histograms) goes in several, each series' fields (`h|wait|<model>|<tenant>|…`)
+ * together in one.
+ */
+export const COUNT_FIELDS_PER_CALL = 256;
+
+/** `add`'s fields and increments as the arguments of one count call or more. */
+export function countChunks(add: Record<string, number>): (string | number)[][] {
+  const series = (field: string) => field.slice(0, field.lastIndexOf('|') + 1);
+  const fields = Object.keys(add)
+    .filter((f) => add[f])
+    .sort();
+  const chunks: (string | number)[][] = [[]];
+  fields.forEach((f, i) => {
+    const chunk = chunks.at(-1)!;
+    const full = chunk.length / 2 >= COUNT_FIELDS_PER_CALL;
+    if (full && series(f) !== series(fields[i - 1]!)) chunks.push([f, add[f]!]);
+    else chunk.push(f, add[f]!);
+  });
+  return chunks;
 }
 
 type MetricsItem = {
@@ -143,9 +162,14 @@ export class MetricsWriter {
           if (call) addCall(batch, call, at);
         }
         counterFields(sums, batch.series[FLEET_SERIES]);
-        const args = [latencies.join(','), LATENCY_BUCKETS_MS.join(','), ...pairs(sums)];
+        // The latencies go with the first call; the buckets' bounds with each.
+        const calls = countChunks(sums).map((fields, i) => [
+          i === 0 ? latencies.join(',') : '',
+          LATENCY_BUCKETS_MS.join(','),
+          ...fields,
+        ]);
         await Promise.all([
-          runLua(redis, SCRIPTS['count']!, [key], args),
+          ...calls.map((args) => runLua(redis, SCRIPTS['count']!, [key], args)),
           writeHistory(redis, names, batch, options.clock?.()),
         ]);
         return [];

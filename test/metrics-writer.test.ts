@@ -2,7 +2,13 @@ import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
 import type { QueueNames } from '../shared/keys.ts';
-import { MetricsWriter, readMetrics } from '../shared/metrics.ts';
+import {
+  COUNT_FIELDS_PER_CALL,
+  countChunks,
+  MetricsWriter,
+  readMetrics,
+} from '../shared/metrics.ts';
+import { readHistograms } from '../shared/telemetry/histograms.ts';
 import { eachTestRedis, nextTurn } from './helpers.ts';
 
 let redis: Redis;
@@ -68,5 +74,42 @@ describe("a worker's counters on their way to Redis", () => {
       retries: 1,
       provider_5xx: 1,
     });
+  });
+
+  it("many tenants' counters go in several bounded commands, each series whole, none lost", async () => {
+    const metrics = new MetricsWriter(redis, names);
+    await countFromNow();
+    const observe = (i: number) =>
+      metrics.observe(
+        { model: 'claude-a', tenant: `t${i}`, ok: true, waitMs: 5, callMs: 300, inputTokens: 99 },
+        { completed: 1 },
+      );
+    // 45 tenants, three histograms each: three fields a value, some 400 fields in all.
+    await Promise.all(Array.from({ length: 45 }, (_, i) => observe(i)));
+    expect(writes()).toBeGreaterThan(1);
+    const counters = await readMetrics(redis, names);
+    expect(counters['completed']).toBe(45);
+    const series = readHistograms(counters).filter((h) => h.name === 'call');
+    expect(series).toHaveLength(45);
+    for (const h of series) expect(h).toMatchObject({ count: 1, sum: 300 });
+  });
+
+  it('splits fields into calls of a bounded size without cutting a series', () => {
+    const add: Record<string, number> = { completed: 3 };
+    for (let t = 0; t < 100; t++)
+      for (const f of ['b_100', 'b_500', 'sum', 'count']) add[`h|call|m|t${t}|${f}`] = 1;
+    const chunks = countChunks(add);
+    expect(chunks.length).toBeGreaterThan(1);
+    const seen = new Map<string, number>();
+    chunks.forEach((chunk, i) => {
+      expect(chunk.length / 2).toBeLessThanOrEqual(COUNT_FIELDS_PER_CALL + 3);
+      for (let j = 0; j < chunk.length; j += 2) {
+        const field = String(chunk[j]);
+        const series = field.slice(0, field.lastIndexOf('|'));
+        expect(seen.get(series) ?? i).toBe(i);
+        seen.set(series, i);
+      }
+    });
+    expect(chunks.flat().length / 2).toBe(Object.keys(add).length);
   });
 });
