@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../scripts/bench/command-counter.ts';
+import { MAX_PER_ACQUIRE } from '../shared/limiter/limiter.ts';
 import {
   acquireMany,
   callCost,
@@ -39,6 +40,17 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
     // What the extras reserved is real: the window has 400 left, not 1,000.
     const next = await lim.tryAcquire(cost(250, 250));
     expect(next).toMatchObject({ ok: false, reason: 'budget' });
+  });
+
+  it('admits at most MAX_PER_ACQUIRE in one acquire: the rest in the next, none lost', async () => {
+    const lim = make({ limits: { tokens: 1_000_000 } });
+    const more = Array.from({ length: MAX_PER_ACQUIRE + 10 }, () => cost(10, 10));
+    const first = await acquireMany(lim, cost(10, 10), { more });
+    expect(first).toHaveLength(MAX_PER_ACQUIRE);
+    const rest = more.slice(MAX_PER_ACQUIRE - 1);
+    const second = await acquireMany(lim, rest[0]!, { more: rest.slice(1) });
+    expect(second).toHaveLength(11);
+    expect((await lim.snapshot()).inFlight).toBe(MAX_PER_ACQUIRE + 11);
   });
 
   it('takes no more slots than the global concurrency leaves', async () => {
