@@ -36,11 +36,11 @@ import { WakeUps } from './wake.ts';
 export type { AcquireOptions, LimiterOptions };
 
 /**
- * The most calls one acquire admits (its call and the first of `more`): some 30 µs of Redis
- * each, so no acquire blocks Redis for much over a millisecond whatever a round asks for; the
- * rest go in the round's next acquire.
+ * The most calls one acquire admits (its call and the first of `more`): at some 30 µs of Redis
+ * each, about 2 ms at most, whatever a round asks for (a worker's concurrency of 200 would ask
+ * for 200); the rest go in the round's next acquire.
  */
-export const MAX_PER_ACQUIRE = 32;
+export const MAX_PER_ACQUIRE = 64;
 
 /** The reason of a denial that only says how long to wait, by acquire's code. */
 const DENIAL = { 1: 'queued', 2: 'paused', 4: 'concurrency', 8: 'taken' } as const;
