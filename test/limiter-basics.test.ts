@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Limiter } from '../shared/limiter/limiter.ts';
-import { acquireMany, callCost, eachTestLimiter, settle, start } from './helpers.ts';
+import { acquireMany, admitted, callCost, eachTestLimiter, settle, start } from './helpers.ts';
 
 const bed = eachTestLimiter('lim');
 
@@ -20,6 +20,28 @@ describe('limiter basics', () => {
     expect(c).toMatchObject({ ok: false, reason: 'budget', scope: 'global', dimension: 'tokens' });
     // The first reservation was stamped at settle (t0) and leaves the window at t0 + 10 s.
     if (!c.ok) expect(c.waitMs).toBe(8_000);
+  });
+
+  it('with more calls in the window than a wait reads, looks again early, never late', async () => {
+    const lim = make({ limits: { tokens: 1_000 } });
+    const t0 = bed.now;
+    // 300 calls of 2 tokens, one a millisecond, each settled (stamped) as it is admitted.
+    for (let i = 0; i < 300; i++) {
+      bed.now = t0 + i;
+      await settle(lim, await admitted(lim, cost(1, 1)), { inputTokens: 1, outputTokens: 1 });
+    }
+    bed.now = t0 + 1_000;
+    const leaves = (k: number) => t0 + (k - 1) + lim.windowMs - bed.now;
+    // 900 where 400 are left: 250 of the calls must go, the 250th at t0 + 249 + window.
+    expect(await lim.tryAcquire(cost(450, 450))).toMatchObject({ ok: false, waitMs: leaves(250) });
+    // 1,000: all 300 must go; a wait reads the oldest 256 and says to look again as they go.
+    const early = await lim.tryAcquire(cost(500, 500));
+    expect(early).toMatchObject({ ok: false, waitMs: leaves(256) });
+    bed.now += early.ok ? 0 : early.waitMs;
+    const again = await lim.tryAcquire(cost(500, 500));
+    expect(again).toMatchObject({ ok: false, waitMs: leaves(300) });
+    bed.now += again.ok ? 0 : again.waitMs;
+    expect((await lim.tryAcquire(cost(500, 500))).ok).toBe(true);
   });
 
   it('refuses a cost that can never fit, naming the limit', async () => {

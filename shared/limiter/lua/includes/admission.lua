@@ -122,7 +122,13 @@ local function lack_of(run, scope, dim, cost)
   return amount(cost, dim) - room, rate, lapse
 end
 
+-- How many of the oldest window entries a wait reads at most (some 3 µs each): past them, the
+-- head looks again once they have left, when the next are the oldest.
+local WAIT_SCAN = 256
+
 -- How long until `need` more is free (refilled, or our entries leave), at most until the lapse.
+-- Entries leave oldest first; when the first WAIT_SCAN of them free too little, the wait ends
+-- as the last of those leaves (an early look again, never a late one).
 local function wait_for(run, scope, dim, need, rate, lapse)
   local most = run.windowMs
   if lapse > 0 then
@@ -131,27 +137,32 @@ local function wait_for(run, scope, dim, need, rate, lapse)
   if rate > 0 then
     return math.max(1, math.min(most, math.ceil(need / rate)))
   end
-  local freed = 0
-  local entries = redis.call(
-    'ZRANGEBYSCORE',
-    run.log,
-    '-inf',
-    run.now + most - run.windowMs,
-    'WITHSCORES',
-    'LIMIT',
-    0,
-    4000
-  )
+  local horizon = run.now + most - run.windowMs
+  local entries =
+    redis.call('ZRANGEBYSCORE', run.log, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, WAIT_SCAN)
+  if #entries == 0 then
+    return most
+  end
+  local ids = {}
   for i = 1, #entries, 2 do
-    local enc = redis.call('HGET', run.res, entries[i])
+    ids[#ids + 1] = entries[i]
+  end
+  -- When the k-th entry read leaves the window.
+  local function leaves(k)
+    return math.max(1, tonumber(entries[2 * k]) + run.windowMs - run.now)
+  end
+  local freed = 0
+  for k, enc in ipairs(redis.call('HMGET', run.res, unpack(ids))) do
     local reservation = enc and decode(enc)
     if reservation and in_scope(reservation, scope.name) then
       freed = freed + amount(reservation, dim)
       if freed >= need then
-        local stamp = tonumber(entries[i + 1])
-        return math.max(1, stamp + run.windowMs - run.now)
+        return leaves(k)
       end
     end
+  end
+  if #ids == WAIT_SCAN then
+    return math.min(most, leaves(#ids))
   end
   return most
 end
