@@ -237,11 +237,14 @@ export class Limiter {
     return Number((await this.settings.redis.get(pauseKeyOf(this.keys, scopes))) ?? 0);
   }
 
-  /** Drops what left the window and lapsed leases (500 a run, looping); resolves with Redis time. */
+  /**
+   * Drops what left the window and lapsed leases (a bounded number a run, looping until a run
+   * drops none); resolves with Redis time.
+   */
   async prune(): Promise<number> {
     for (let i = 0; ; i++) {
       const { now, dropped } = await this.scripts.record({}, this.windowMs, '', 'reserve');
-      if (dropped < 500 || i >= 1_000) return now;
+      if (dropped === 0 || i >= 1_000) return now;
     }
   }
 

@@ -35,7 +35,7 @@ local run = with_caches({
 
 -- What left the window but is not dropped yet, as expire_log would drop it (a view writes
 -- nothing): its spend is left out of the window's use, its `drops` go to the readings.
-local _, gone, drops = window_leavers(run, now, args.windowMs, 5000)
+local _, gone, drops = window_leavers(run, now, args.windowMs, LEAVERS_A_RUN)
 for field, by in pairs(drops) do
   local reading = view_of(run, field)
   reading.drop = reading.drop + by
