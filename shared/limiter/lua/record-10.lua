@@ -18,9 +18,9 @@
     stamps ({ id, ageMs: since its request was sent }), ends ({ id, mode = 'usage' | 'keep' | 'release', input, output, reported,
     micros: -1 unknown }), pauseMs, readings ({ scope, id, ageMs, refused (a 429's: no shape
     vote), dims = { [dim] = { limit, remaining, reset (ms, -1 unknown) } } })
-  Output: { pausedUntil (0: none), now, dropped (left the window: at most LEAVERS_A_RUN, expiry.lua), then per
-    end: known (0: already gone), inputDelta, outputDelta }; with nothing to record, it prunes
-  (and leaves the window's keys to expire: window-keys.lua)
+  Output: { pausedUntil (0: none), now, dropped (left the window: at most LEAVERS_A_RUN a run,
+    expiry.lua), then per end: known (0: already gone), inputDelta, outputDelta }; with nothing
+  to record, it prunes (and leaves the window's keys to expire: window-keys.lua)
 ]]
 --- @include "args"
 --- @include "reservation"
