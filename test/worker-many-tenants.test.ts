@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { countRedisCommands } from '../scripts/bench/command-counter.ts';
+import { MAX_PER_ACQUIRE } from '../shared/limiter/limiter.ts';
 import { allCompleted, type Pool, poolsPerTest, request } from './fixtures/worker-harness.ts';
 import { until } from './helpers.ts';
 
@@ -24,6 +26,31 @@ describe('a queue of many tenants', () => {
     // 120 jobs over 20 slots: a round per job would be 120; rounds of many take a few dozen.
     expect(worker.health().rounds).toBeLessThan(50);
     expect(worker.health().calls).toBe(120);
+  });
+});
+
+describe('a worker with more slots than one acquire admits', () => {
+  it('fills them in rounds of at most that many, fetching no job it may not admit', async () => {
+    const pool = await openTestPool('bigrounds', { latencyMs: 200 });
+    const n = MAX_PER_ACQUIRE * 2 + 20;
+    const ids = await interleaved(pool, n);
+    const counter = await countRedisCommands();
+    try {
+      const worker = await pool.worker({
+        concurrency: n,
+        limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+      });
+      await allCompleted(pool, ids, 60_000);
+      const { counters } = await worker.limiter.snapshot();
+      expect(counters).toMatchObject({ admitted: n, released: 0 });
+      expect(worker.health().calls).toBe(n);
+      // A round's fetches ride with its acquire: with every slot free, a round of all of them
+      // would fetch twice as many jobs as its acquire admits, for nothing.
+      const fetches = counter.snapshot().commands['evalsha:bullmq:moveToActive'] ?? 0;
+      expect(fetches).toBeLessThanOrEqual(n + 10);
+    } finally {
+      counter.restore();
+    }
   });
 });
 

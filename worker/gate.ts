@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BudgetExhaustedError, type BudgetLedger } from '../shared/budgets.ts';
 import { CostExceedsLimitError } from '../shared/errors.ts';
+import { MAX_PER_ACQUIRE } from '../shared/limiter/limiter.ts';
 import type { Line } from '../shared/limiter/line.ts';
 import { type Charge, GLOBAL_SCOPE, type Reservation } from '../shared/limiter/types.ts';
 import type { MetricsWriter } from '../shared/metrics.ts';
@@ -435,8 +436,11 @@ export class Gate {
     this.idleMs = Math.min(this.idleMs * 2, 200);
   }
 
-  /** Slots free now (at least one: the round waited for it). */
+  /**
+   * Slots free now (at least one: the round waited for it), at most what one acquire admits: a
+   * round's fetches ride with its acquire, none beyond what it may admit.
+   */
   private free(): number {
-    return Math.max(1, this.p.slots.concurrency - this.p.slots.busy());
+    return Math.min(MAX_PER_ACQUIRE, Math.max(1, this.p.slots.concurrency - this.p.slots.busy()));
   }
 }
