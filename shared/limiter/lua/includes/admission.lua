@@ -5,7 +5,7 @@
 -- admits, each empty.
 local function with_caches(run)
   run.totals, run.stats, run.own, run.views, run.shapes = {}, {}, {}, {}, {}
-  run.unanswered, run.answered, run.written, run.limited = {}, {}, {}, {}
+  run.unanswered, run.answered, run.written = {}, {}, {}
   return run
 end
 
@@ -35,24 +35,6 @@ local function limit_of(run, scope, dim)
   end
   local most = limit > 0 and math.max(1, math.floor(limit * (1 - run.headroom))) or 0
   return limit, stored, most
-end
-
-local NO_DIMS = {}
-
--- Whether anything limits `scope` now (a limit configured or read, or a model's first call
--- out): a scope nothing limits (a tenant with no limits of its own) has no room to check.
--- Known once a run (no reading is stored while it runs).
-local function limited(run, scope)
-  if run.limited[scope.name] == nil then
-    run.limited[scope.name] = false
-    for _, dim in ipairs(DIMS) do
-      if limit_of(run, scope, dim) > 0 then
-        run.limited[scope.name] = true
-        break
-      end
-    end
-  end
-  return run.limited[scope.name]
 end
 
 -- Our window sum (with what this run admitted) and count of what left, for `field`
@@ -170,7 +152,7 @@ end
 -- The first scope and dimension where `cost` does not fit now, with what it lacks; or nil.
 local function short_of(run, cost)
   for _, scope in ipairs(cost.limits or run.scopes) do
-    for _, dim in ipairs(limited(run, scope) and DIMS or NO_DIMS) do
+    for _, dim in ipairs(DIMS) do
       local need, rate, lapse = lack_of(run, scope, dim, cost)
       if need > 0 then
         return scope, dim, need, rate, lapse
@@ -188,7 +170,7 @@ end
 local function last_room(run, cost)
   local into = {}
   for _, scope in ipairs(cost.limits or run.scopes) do
-    for _, dim in ipairs(limited(run, scope) and DIMS or NO_DIMS) do
+    for _, dim in ipairs(DIMS) do
       local stored = view_of(run, scope.name .. '|' .. dim)
       local rising = stored
         and stored.rise > 0
