@@ -112,7 +112,8 @@ export function quantileOf(
 
 /** Whether a stored value is msgpack (a map or an array), not an older build's text. */
 const packed = (value: Buffer) =>
-  value.length > 0 && ((value[0]! >= 0x80 && value[0]! <= 0x9f) || value[0]! >= 0xdc);
+  value.length > 0 &&
+  ((value[0]! >= 0x80 && value[0]! <= 0x9f) || (value[0]! >= 0xdc && value[0]! <= 0xdf));
 
 /** A bucket: msgpack, its start under `@`; or an older build's `<start>;k=v;…`. */
 function decodeBucket(value: Buffer): { at: number; fields: BucketFields } | undefined {
