@@ -43,7 +43,8 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
   });
 
   it('admits at most MAX_PER_ACQUIRE in one acquire: the rest in the next, none lost', async () => {
-    const lim = make({ limits: { tokens: 1_000_000 } });
+    // A time budget no acquire reaches: only the count stops it.
+    const lim = make({ limits: { tokens: 1_000_000 }, admitBudgetMs: 60_000 });
     const more = Array.from({ length: MAX_PER_ACQUIRE + 10 }, () => cost(10, 10));
     const first = await acquireMany(lim, cost(10, 10), { more });
     expect(first).toHaveLength(MAX_PER_ACQUIRE);
@@ -51,6 +52,19 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
     const second = await acquireMany(lim, rest[0]!, { more: rest.slice(1) });
     expect(second).toHaveLength(11);
     expect((await lim.snapshot()).inFlight).toBe(MAX_PER_ACQUIRE + 11);
+  });
+
+  it('admits no one behind its call past its time budget: the rest in the next, none lost', async () => {
+    const lim = make({ limits: { tokens: 1_000_000 }, admitBudgetMs: 0 });
+    const more = [cost(10, 10), cost(10, 10)];
+    expect(await acquireMany(lim, cost(10, 10), { more })).toHaveLength(1);
+    expect(await acquireMany(lim, more[0]!, { more: more.slice(1) })).toHaveLength(1);
+    expect(await acquireMany(lim, more[1]!)).toHaveLength(1);
+    expect((await lim.snapshot()).inFlight).toBe(3);
+  });
+
+  it('refuses a budget below 0, naming it', () => {
+    expect(() => make({ admitBudgetMs: -1 })).toThrow('admitBudgetMs must be 0 or more, got -1');
   });
 
   it('takes no more slots than the global concurrency leaves', async () => {

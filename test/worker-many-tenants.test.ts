@@ -38,7 +38,8 @@ describe('a worker with more slots than one acquire admits', () => {
     try {
       const worker = await pool.worker({
         concurrency: n,
-        limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+        // A time budget no acquire reaches: a round stops at the count alone.
+        limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, admitBudgetMs: 60_000 },
       });
       await allCompleted(pool, ids, 60_000);
       const { counters } = await worker.limiter.snapshot();

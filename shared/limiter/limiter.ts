@@ -36,9 +36,10 @@ import { WakeUps } from './wake.ts';
 export type { AcquireOptions, LimiterOptions };
 
 /**
- * The most calls one acquire admits (its call and the first of `more`): at some 30 µs of Redis
- * each, about 2 ms at most, whatever a round asks for (a worker's concurrency of 200 would ask
- * for 200); the rest go in the round's next acquire.
+ * The most calls one acquire is asked to admit (its call and the first of `more`), whatever a
+ * round asks for (a worker's concurrency of 200 would ask for 200): its argument and the fetches
+ * riding with it stay bounded. How long it may run admitting them is `admitBudgetMs`'s; the
+ * rest go in the round's next acquire.
  */
 export const MAX_PER_ACQUIRE = 64;
 
@@ -102,6 +103,7 @@ export class Limiter {
     const args = {
       ...{ windowMs: s.windowMs, headroom: s.headroom, leaseMs: s.leaseMs, queue, ticket },
       ...{ ticketTtlMs: Math.max(5_000, s.maxPollMs * 5), concurrency: s.concurrency },
+      budgetUs: Math.round(s.admitBudgetMs * 1000),
       ...{ channel: wakeChannel(s.names), priority: r.priority, cost: r.cost },
       scopes: scriptScopes(s, r.scopes),
       extras: extras.map((m) => ({

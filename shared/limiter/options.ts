@@ -45,6 +45,12 @@ export interface LimiterOptions {
   /** How long a command may take before the limiter gives up (fails closed). @default 5_000 */
   readonly commandTimeoutMs?: number;
   /**
+   * The longest one acquire runs before it stops admitting the calls queued behind its first
+   * (Redis's time, from the script's start): Redis runs one script at a time, every other
+   * client waits meanwhile. The rest go in the next acquire. @default 1
+   */
+  readonly admitBudgetMs?: number;
+  /**
    * A connection of its own (subscriber mode) on which waiters hear budget or a slot come back
    * in any process, instead of at their next poll. Not owned: close it after {@link Limiter.close}.
    */
@@ -95,6 +101,7 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
       scopeSlots: {},
     },
     ...{ headroom: 0, outputAccounting: 'reserve', maxPollMs: 1_000, commandTimeoutMs: 5_000 },
+    admitBudgetMs: 1,
     ...Object.fromEntries(given),
     windowGiven: options.windowMs !== undefined,
   } as LimiterSettings;
@@ -103,6 +110,7 @@ export function resolveLimiterOptions(options: LimiterOptions): LimiterSettings 
   if (!(s.headroom >= 0 && s.headroom < 1))
     throw bad('headroom must be from 0 to below 1', s.headroom);
   if (!(s.leaseMs >= 100)) throw bad('leaseMs must be at least 100', s.leaseMs);
+  if (!(s.admitBudgetMs >= 0)) throw bad('admitBudgetMs must be 0 or more', s.admitBudgetMs);
   const c = wholeError('concurrency', s.concurrency, '');
   if (c) throw c;
   for (const name of Object.keys(s.scopes)) checkScopeName(name);

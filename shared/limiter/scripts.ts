@@ -29,6 +29,8 @@ export interface AcquireArgs
   /** Keep a place in line when denied. */
   readonly queue: boolean;
   readonly ticketTtlMs: number;
+  /** How long it may run, in µs from its start, before it admits no more of `extras`. */
+  readonly budgetUs: number;
   /** Woken when it is admitted with others in line. */
   readonly channel: string;
   readonly cost: Charge;

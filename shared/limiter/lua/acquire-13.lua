@@ -23,7 +23,8 @@
     concurrency (0: none), cost { req, inp, out, money, take }, scopes ({ name, limits, slots }, global
     first; slots: how many of its calls may wait for their first answer at once, 0 none),
     extras ({ id, req, inp, out, money, take, scopes }: admitted with it while each fits, nobody
-    waits, and none is taken), takeMs (how long an admission holds its job),
+    waits, none is taken and the script has run less than budgetUs), takeMs (how long an
+    admission holds its job),
     channel (SPUBLISH when it is admitted with others in line: the next is first now)
   Output: {0, now, leaseExpiry, k} admitted (again, if admitted already) with the first k extras;
     {1, waitMs} another is first in line; {2, waitMs} paused; {3, waitMs, scope, dim} no budget
@@ -43,6 +44,13 @@
 --- @include "view"
 --- @include "window-keys"
 --- @include "admission"
+
+-- Redis's clock in µs: how long the script has run (an injected `now` aside).
+local function clock_us()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local startedUs = clock_us()
 
 local waitersKey, waitexpKey, seqKey, pauseKey = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local takersKey = KEYS[13]
@@ -227,7 +235,8 @@ if held then
   return wait_as_head({ 4, SHARE_RETRY_MS, held.name })
 end
 
--- 10. Admit; then the extras, while nobody waits in line and each fits now (in their order).
+-- 10. Admit; then the extras, while nobody waits in line, each fits now (in their order) and
+-- the script is within its budget: every other client of Redis waits while it runs.
 send_probe(run, ticket, cost, lastRooms)
 admit(run, ticket, cost)
 take(ticket, cost)
@@ -241,6 +250,7 @@ if redis.call('ZCARD', waitersKey) == 0 then
     local full = run.maxSlots > 0 and busy + i >= run.maxSlots
     if
       full
+      or clock_us() - startedUs >= args.budgetUs
       or redis.call('HEXISTS', run.res, extra.id) == 1
       or short_of(run, extraCost)
       or share_full(run, extraCost)
