@@ -157,6 +157,38 @@ describe("a scope's share of the slots (a pool's deployment)", () => {
     expect(got).toHaveLength(2);
   });
 
+  it('holds a call past its first lease while it is renewed; one that lapses or ends frees its place', async () => {
+    const lim = make({ scopeSlots: { 'deployment:a': 2 }, leaseMs: 1_000 });
+    const a = { scopes: ['deployment:a'] };
+    const renewed = await lim.tryAcquire(cost(10, 10), a);
+    const lapsing = await lim.tryAcquire(cost(10, 10), a);
+    if (!renewed.ok || !lapsing.ok) throw new Error('expected both admitted');
+    bed.now += 800;
+    expect(await lim.renew(renewed.reservation)).toBe(true);
+    bed.now += 400; // the second's lease lapsed; the renewed one still waits for its answer
+    const third = await lim.tryAcquire(cost(10, 10), a);
+    expect(third).toMatchObject({ ok: true });
+    expect(await lim.tryAcquire(cost(10, 10), a)).toMatchObject({
+      ok: false,
+      reason: 'concurrency',
+      scope: 'deployment:a',
+    });
+    if (third.ok) await lim.release(third.reservation);
+    expect(await lim.tryAcquire(cost(10, 10), a)).toMatchObject({ ok: true });
+  });
+
+  it('keeps nothing once its calls have answered', async () => {
+    const lim = make({ scopeSlots: { 'deployment:a': 2 } });
+    const d = await lim.tryAcquire(cost(10, 10), { scopes: ['deployment:a'] });
+    if (!d.ok) throw new Error('expected admission');
+    const key = `${bed.names.prefix}:{${bed.names.queue}}:limiter:slots:deployment:a`;
+    expect(await bed.redis.zcard(key)).toBe(1);
+    // It lives no longer than the lease of the call it holds.
+    expect(await bed.redis.pttl(key)).toBeGreaterThan(0);
+    await lim.call(d.reservation).begin();
+    expect(await bed.redis.exists(key)).toBe(0);
+  });
+
   it('refuses a share that is not a whole number of slots', () => {
     expect(() => make({ scopeSlots: { 'deployment:a': 1.5 } })).toThrow(
       'scopeSlots["deployment:a"] must be a whole number from 0 up, got 1.5',

@@ -240,7 +240,6 @@ end
 send_probe(run, ticket, cost, lastRooms)
 admit(run, ticket, cost)
 take(ticket, cost)
-count_unanswered(run, cost)
 drop(ticket)
 redis.call('HDEL', run.statsKey, 'head_retry_at')
 local extrasAdmitted = 0
@@ -266,7 +265,6 @@ if redis.call('ZCARD', waitersKey) == 0 then
     send_probe(run, extra.id, extraCost, extraRooms)
     admit(run, extra.id, extraCost)
     take(extra.id, extraCost)
-    count_unanswered(run, extraCost)
     extrasAdmitted = i
   end
 elseif args.channel then

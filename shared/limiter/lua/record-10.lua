@@ -119,6 +119,7 @@ local function stamp(id, ageMs)
   end
   answered(reservation)
   unprobe(id, reservation)
+  stop_awaiting(slotsKey, id, reservation)
   local sent = now - math.max(0, math.min(ageMs or 0, args.windowMs))
   reservation.sent = math.max(reservation.sent or sent, sent)
   if args.split then
@@ -238,6 +239,7 @@ local function finish(ending)
   end
   untake(reservation)
   unprobe(id, reservation)
+  stop_awaiting(slotsKey, id, reservation)
   if ending.mode ~= 'release' then
     answered(reservation)
   end

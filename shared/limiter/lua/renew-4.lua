@@ -1,5 +1,6 @@
 --[[
-  Extends a call's lease: its slot, and its open reservation's stamp until its response begins.
+  Extends a call's lease: its slot, its open reservation's stamp until its response begins, and
+  its place among its scopes' calls awaiting a first answer (reservation.lua's awaiting_key).
   KEYS[1] log (KEYS as in acquire-13.lua)
   KEYS[2] res
   KEYS[3] slots
@@ -20,10 +21,16 @@ if lease <= now then
 end
 local expiry = now + args.leaseMs
 redis.call('ZADD', slotsKey, expiry, id)
-local enc = redis.call('HGET', resKey, id)
-local unstamped = enc and decode(enc).flags ~= 's'
-if unstamped then
+local reservation = redis.call('HGET', resKey, id)
+reservation = reservation and decode(reservation)
+if reservation and reservation.flags ~= 's' then
   redis.call('ZADD', logKey, 'GT', expiry, id)
   keep_window(logKey, resKey, totKey, now, args.windowMs)
+end
+-- Still waiting for its first answer: it stays among its scopes' awaiting calls.
+if reservation and reservation.awaiting then
+  for _, scope in ipairs(reservation.scopes) do
+    keep_awaiting(slotsKey, scope, id, expiry, now, true)
+  end
 end
 return expiry

@@ -206,27 +206,16 @@ local function send_probe(run, id, cost, into)
   end
 end
 
--- Calls in flight in scope `name` whose answer has not begun (open reservations, lease live),
--- counted once a run; `count_unanswered` adds the ones the run admits.
+-- Calls in flight in scope `name` whose answer has not begun (lease live), counted once a run
+-- from its set of them (reservation.lua's awaiting_key); `count_awaiting` adds the run's.
 local function unanswered_in(run, name)
   local count = run.unanswered[name]
   if count then
     return count
   end
-  count = 0
-  local ids = redis.call('ZRANGEBYSCORE', run.slots, '(' .. run.now, '+inf')
-  for from = 1, #ids, 500 do
-    local to = math.min(from + 499, #ids)
-    local encs = redis.call('HMGET', run.res, unpack(ids, from, to))
-    for _, enc in ipairs(encs) do
-      if enc then
-        local reservation = decode(enc)
-        if reservation.flags == '' and in_scope(reservation, name) then
-          count = count + 1
-        end
-      end
-    end
-  end
+  local key = awaiting_key(run.slots, name)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', run.now)
+  count = redis.call('ZCARD', key)
   run.unanswered[name] = count
   return count
 end
@@ -240,18 +229,21 @@ local function share_full(run, cost)
   end
 end
 
-local function count_unanswered(run, cost)
+-- An admitted call joins the awaiting calls of its scopes with a share of the slots.
+local function count_awaiting(run, id, cost)
   for _, scope in ipairs(cost.limits or run.scopes) do
     if (scope.slots or 0) > 0 then
       run.unanswered[scope.name] = unanswered_in(run, scope.name) + 1
+      keep_awaiting(run.slots, scope.name, id, run.leaseExpiry, run.now)
+      cost.awaiting = true
     end
   end
 end
 
 -- An open reservation, stamped at its lease's end until the call starts or settles. Its entry
--- in res is written with the run's others (write_admitted); nothing in the run reads it before:
--- unanswered_in counts a scope before the first call it admits there.
+-- in res is written with the run's others (write_admitted); nothing in the run reads it before.
 local function admit(run, id, cost)
+  count_awaiting(run, id, cost)
   redis.call('ZADD', run.log, run.leaseExpiry, id)
   redis.call('ZADD', run.slots, run.leaseExpiry, id)
   run.written[#run.written + 1] = id

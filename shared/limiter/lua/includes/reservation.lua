@@ -1,8 +1,10 @@
 -- A reservation in the res hash: "requests|input|output|flags|scopes|sent|take"; flags "" open,
 -- "s" stamped, "b" begun under 'produced' (request and input then in `<id>:in`, stamped; the
 -- output open), and "r" beside "s" once the call's answer brought a reading (`read`, see
--- reading.lua), "o" once its open spend is in the open sums (`summed`, see add_open), and "p"
--- while it is out as a last room's probe (`probe`, see admission.lua's last_room).
+-- reading.lua), "o" once its open spend is in the open sums (`summed`, see add_open), "p"
+-- while it is out as a last room's probe (`probe`, see admission.lua's last_room), and "w"
+-- while it waits for its first answer in its scopes' sets of such calls (`awaiting`, see
+-- awaiting_key).
 -- `sent`: when its request was sent (ms), as its stamp tells; before, when acquire
 -- admitted it (no later); nil in an entry written before it was kept (taken as long ago).
 -- `take`: the job its admission holds (acquire-13.lua), to the end (any character; none: nil).
@@ -29,10 +31,11 @@ local function decode(enc)
     req = tonumber(req),
     inp = tonumber(inp),
     out = tonumber(out),
-    flags = (string.gsub(flags, '[rop]', '')),
+    flags = (string.gsub(flags, '[ropw]', '')),
     read = string.find(flags, 'r', 1, true) ~= nil,
     summed = string.find(flags, 'o', 1, true) ~= nil,
     probe = string.find(flags, 'p', 1, true) ~= nil,
+    awaiting = string.find(flags, 'w', 1, true) ~= nil,
     scopes = list,
     sent = tonumber(sent),
     take = take ~= '' and take or nil,
@@ -45,9 +48,44 @@ local function encode(reservation)
     .. (reservation.read and 'r' or '')
     .. (reservation.summed and 'o' or '')
     .. (reservation.probe and 'p' or '')
+    .. (reservation.awaiting and 'w' or '')
   local scopes = table.concat(reservation.scopes, ',')
   local take = reservation.take and ('|' .. reservation.take) or ''
   return counts .. '|' .. flags .. '|' .. scopes .. '|' .. (reservation.sent or '') .. take
+end
+
+-- A scope with a share of the slots (a pool's deployment) keeps its calls in flight whose answer
+-- has not begun in a sorted set of its own, by lease end: admitted in (admission.lua), out once
+-- the answer begins or the call ends (record-10.lua), kept with the lease (renew-4.lua); a lapsed
+-- lease counts no more. Counting them reads no call.
+local function awaiting_key(slotsKey, scope)
+  return slotsKey .. ':' .. scope
+end
+
+-- Keeps `id` among its scopes' awaiting calls until `leaseEnd` (`xx`: only if still there); the
+-- set lives as long as its last lease.
+local function keep_awaiting(slotsKey, scope, id, leaseEnd, now, xx)
+  local key = awaiting_key(slotsKey, scope)
+  if xx then
+    redis.call('ZADD', key, 'XX', leaseEnd, id)
+  else
+    redis.call('ZADD', key, leaseEnd, id)
+  end
+  local ttl = math.max(leaseEnd - now, 1)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- Its answer began, or it ended: the call leaves its scopes' awaiting calls.
+local function stop_awaiting(slotsKey, id, reservation)
+  if not reservation.awaiting then
+    return
+  end
+  reservation.awaiting = nil
+  for _, scope in ipairs(reservation.scopes) do
+    redis.call('ZREM', awaiting_key(slotsKey, scope), id)
+  end
 end
 
 -- Whether a provider's readings may describe `scope`: a tenant's is llmq's own (CallHandle
