@@ -49,6 +49,9 @@ interface AcquireLatency {
   readonly admittedP99: number;
   readonly deniedP50: number;
   readonly deniedP99: number;
+  /** Admitted into a pool's deployment with as many of its calls in flight, none answered. */
+  readonly awaitingP50: number;
+  readonly awaitingP99: number;
 }
 
 /**
@@ -78,8 +81,18 @@ async function acquireLatency(
     limits: { tokens: cost.inputTokens + cost.outputTokens },
     headroom: 0,
   });
+  // A pool's deployment (a share of the slots) with calls in flight awaiting their first answer,
+  // under a queue of its own: its admission counts them.
+  const deployment = { scopes: ['deployment:bench'] };
+  const pool = new Limiter({
+    redis,
+    names: { ...names, queue: `${names.queue}-pool` },
+    scopeSlots: { 'deployment:bench': 1_000_000 },
+    leaseMs: 3_600_000,
+  });
   const out: AcquireLatency[] = [];
   let filled = 0;
+  let awaiting = 0;
   for (const level of LEVELS) {
     while (filled < level) {
       const batch = Math.min(500, level - filled);
@@ -94,8 +107,10 @@ async function acquireLatency(
       );
       filled += batch;
     }
+    for (; awaiting < level; awaiting++) await pool.tryAcquire(cost, deployment);
     const admitted: number[] = [];
     const denied: number[] = [];
+    const pooled: number[] = [];
     for (let i = 0; i < samples; i++) {
       const t0 = performance.now();
       const d = await roomy.tryAcquire(cost);
@@ -104,6 +119,10 @@ async function acquireLatency(
       const t1 = performance.now();
       await full.tryAcquire(cost);
       denied.push(performance.now() - t1);
+      const t2 = performance.now();
+      const p = await pool.tryAcquire(cost, deployment);
+      pooled.push(performance.now() - t2);
+      if (p.ok) await pool.release(p.reservation);
     }
     out.push({
       reservations: level,
@@ -111,6 +130,8 @@ async function acquireLatency(
       admittedP99: percentile(admitted, 99),
       deniedP50: percentile(denied, 50),
       deniedP99: percentile(denied, 99),
+      awaitingP50: percentile(pooled, 50),
+      awaitingP99: percentile(pooled, 99),
     });
   }
   return out;
@@ -306,6 +327,11 @@ export async function scaleScenario(ctx: ScenarioContext): Promise<ScenarioResul
       `tryAcquire with ${count(a.reservations)} reservations in the window`,
       `p50 ${millis(a.admittedP50)}, p99 ${millis(a.admittedP99)}`,
       `denied, whole-window scan: p50 ${millis(a.deniedP50)}, p99 ${millis(a.deniedP99)}`,
+    ]),
+    ...f.acquire.map((a) => [
+      `tryAcquire into a pool's deployment, ${count(a.reservations)} of its calls awaiting an answer`,
+      `p50 ${millis(a.awaitingP50)}, p99 ${millis(a.awaitingP99)}`,
+      '',
     ]),
     rssRow(false),
     rssRow(true),
