@@ -55,6 +55,23 @@ describe('a worker with more slots than one acquire admits', () => {
   });
 });
 
+describe('a worker whose acquires stop at their time budget', () => {
+  it('takes the rest of each round in the next: every job done once, no admission given back', async () => {
+    const pool = await openTestPool('budgetcut', { latencyMs: 20 });
+    const ids = await interleaved(pool, 60);
+    const worker = await pool.worker({
+      concurrency: 20,
+      // No time at all: each acquire admits its first call alone, whatever its round asked for.
+      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, admitBudgetMs: 0 },
+    });
+    await allCompleted(pool, ids, 60_000);
+    const { counters } = await worker.limiter.snapshot();
+    expect(counters).toMatchObject({ admitted: 60, released: 0 });
+    expect(worker.health().calls).toBe(60);
+    expect(worker.health().rounds).toBeGreaterThanOrEqual(60);
+  });
+});
+
 describe('two workers on a queue of many tenants', () => {
   it('never admit the same job twice: no admission is given back for a race', async () => {
     const pool = await openTestPool('manyrace', { latencyMs: 5 });
