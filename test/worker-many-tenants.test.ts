@@ -73,12 +73,16 @@ describe('a worker whose acquires stop at their time budget', () => {
 });
 
 describe('two workers on a queue of many tenants', () => {
-  it('never admit the same job twice: no admission is given back for a race', async () => {
+  it.each([
+    ['', {}],
+    [', with fair share', { fairShare: {} }],
+  ])('never admit the same job twice%s: no admission is given back for a race', async (_, fair) => {
     const pool = await openTestPool('manyrace', { latencyMs: 5 });
     const ids = await interleaved(pool, 400);
     const options = {
       concurrency: 20,
       limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+      ...fair,
     };
     const a = await pool.worker(options);
     const b = await pool.worker(options);

@@ -19,6 +19,7 @@ import {
   fairTenantsKey,
   type QueueNames,
 } from '../shared/keys.ts';
+import { limiterKeys } from '../shared/limiter/limiter-keys.ts';
 import {
   defineLua,
   type LuaArg,
@@ -129,17 +130,32 @@ export class HeadPeeker {
   /**
    * Moves waiting jobs to where BullMQ takes its next job from, in this order, so the next
    * moveToActive calls hand out exactly these; resolves with the ids still waiting (moved).
+   * Each names the reservation admitted for it: only the admitted go.
    */
-  async moveToFront(ids: readonly string[]): Promise<string[]> {
-    if (ids.length === 0) return [];
+  async moveToFront(jobs: readonly FrontJob[]): Promise<string[]> {
+    if (jobs.length === 0) return [];
     const b = this.base;
-    return (await runLua(
-      this.redis,
-      SCRIPTS['front']!,
-      [`${b}:wait`, `${b}:prioritized`],
-      [...ids],
-    )) as string[];
+    const res = limiterKeys(this.names).res;
+    const f = frontCall({ wait: `${b}:wait`, prioritized: `${b}:prioritized`, res }, jobs);
+    return (await runLua(this.redis, FRONT, f.keys, f.args)) as string[];
   }
+}
+
+/** A job to move to the front, and the reservation admitted for it ('': none, see front-3.lua). */
+export interface FrontJob {
+  readonly id: string;
+  readonly reservation: string;
+}
+
+/** lua/front-3.lua: puts admitted jobs where BullMQ's moveToActive takes its next job from. */
+export const FRONT: LuaScript = SCRIPTS['front']!;
+
+/** The keys and arguments of lua/front-3.lua: BullMQ's wait and prioritized, the limiter's res. */
+export function frontCall(
+  k: { readonly wait: string; readonly prioritized: string; readonly res: string },
+  jobs: readonly FrontJob[],
+): { keys: string[]; args: string[] } {
+  return { keys: [k.wait, k.prioritized, k.res], args: jobs.flatMap((j) => [j.reservation, j.id]) };
 }
 
 /** The one BullMQ version this module was written against and tested with (package.json pins it). */

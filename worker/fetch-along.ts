@@ -4,7 +4,14 @@ import type { JobData, JobResult } from '../shared/job.ts';
 import type { Along } from '../shared/limiter/types.ts';
 import { type Behind, defineLua, queueLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
-import { CAP, type GateWorker, LEFT_WAITING, MOVE_TO_ACTIVE } from './bullmq-internals.ts';
+import {
+  CAP,
+  FRONT,
+  frontCall,
+  type GateWorker,
+  LEFT_WAITING,
+  MOVE_TO_ACTIVE,
+} from './bullmq-internals.ts';
 
 /** A job the acquire may admit: its id, and its tenant (for fair share's index). */
 export type MayTake = { readonly id: string; readonly tenant?: string | undefined };
@@ -19,8 +26,10 @@ export interface SentFetch {
  * The gate's fetches, sent behind its acquire in one transaction (the limiter's `Along`): a
  * free slot becomes an active job in one round trip. One BullMQ moveToActive per job the acquire
  * may admit, between a cap (lua/cap-3.lua) that lets only the admitted ones hand out a job: a job
- * is still never taken before its budget. Behind them, what was kept per waiting job goes for
- * those taken (lua/leftWaiting-2.lua): no round trip of its own.
+ * is still never taken before its budget. With fair share, the admitted jobs first go to the
+ * front in their turn order (lua/front-3.lua): no other worker's fetch comes between. Behind
+ * them, what was kept per waiting job goes for those taken (lua/leftWaiting-2.lua): no round
+ * trip of its own.
  */
 export class FetchAlong implements Behind {
   readonly fetches: SentFetch[];
@@ -38,8 +47,10 @@ export class FetchAlong implements Behind {
 
   constructor(
     private readonly bull: GateWorker,
-    heads: readonly MayTake[],
+    private readonly heads: readonly MayTake[],
     nextToken: () => string,
+    /** Fair share: the admitted jobs go to the front first, in the heads' order. */
+    private readonly front = false,
   ) {
     this.moveKeys = bull.moveToActiveKeys;
     this.left = bull.leftWaitingCall(heads);
@@ -58,14 +69,26 @@ export class FetchAlong implements Behind {
     return [this.moveKeys[8]!, this.moveKeys[1]!, this.reservations];
   }
 
+  /** The front's call: BullMQ's wait and prioritized, the limiter's reservations. */
+  private get frontCall() {
+    const [wait, , prioritized] = this.moveKeys;
+    const jobs = this.ids.map((reservation, i) => ({ reservation, id: this.heads[i]!.id }));
+    return frontCall({ wait: wait!, prioritized: prioritized!, res: this.reservations }, jobs);
+  }
+
   prepare(redis: RedisClient): void {
     defineLua(redis, MOVE_TO_ACTIVE, this.moveKeys);
     defineLua(redis, CAP, this.capKeys);
     defineLua(redis, LEFT_WAITING, this.left.keys);
+    if (this.front) defineLua(redis, FRONT, this.frontCall.keys);
   }
 
   queue(tx: ChainableCommander): void {
     const capKeys = this.capKeys;
+    if (this.front) {
+      const f = this.frontCall;
+      queueLua(tx, FRONT, f.keys, f.args);
+    }
     queueLua(tx, CAP, capKeys, ['open', ...this.ids]);
     for (const f of this.fetches) {
       queueLua(tx, MOVE_TO_ACTIVE, this.moveKeys, this.bull.moveToActiveArgs(f.token));
@@ -75,8 +98,10 @@ export class FetchAlong implements Behind {
   }
 
   took(replies: readonly unknown[] | Error): void {
+    // Before the fetches' replies: the front's (fair share), the cap's.
+    const first = this.front ? 2 : 1;
     this.settle.forEach((settle, i) => {
-      settle(replies instanceof Error ? replies : (replies[i + 1] ?? null));
+      settle(replies instanceof Error ? replies : (replies[i + first] ?? null));
     });
   }
 
@@ -87,9 +112,9 @@ export class FetchAlong implements Behind {
 }
 
 /**
- * The round's fetches to send with its acquire, one per head it may admit; none with fair share
- * (it reorders the queue between the two), with results waiting to fetch with their completions,
- * or when a bench switch turned fetches along off (gate-paths.ts).
+ * The round's fetches to send with its acquire, one per head it may admit (with fair share, behind
+ * the admitted jobs' move to the front); none with results waiting to fetch with their
+ * completions, or when a bench switch turned fetches along off (gate-paths.ts).
  */
 export function fetchAlong(
   p: {
@@ -101,6 +126,6 @@ export function fetchAlong(
   },
   heads: readonly MayTake[],
 ): FetchAlong | undefined {
-  if (!p.paths.fetchesAlong || p.fair || p.handoff.hasWaiting) return undefined;
-  return new FetchAlong(p.bull, heads, () => p.nextToken());
+  if (!p.paths.fetchesAlong || p.handoff.hasWaiting) return undefined;
+  return new FetchAlong(p.bull, heads, () => p.nextToken(), Boolean(p.fair));
 }

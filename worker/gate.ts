@@ -148,8 +148,11 @@ export class Gate {
     let { wanted, reservations } = got;
     if (p.fair) {
       // The admitted jobs go where BullMQ hands out from next, in turn order (unless the head
-      // alone is there already); their tenants are charged.
-      const kept = await this.toFront(wanted, got.seen, reservations);
+      // alone is there already; fetched along, they went in the acquire's transaction); their
+      // tenants are charged.
+      const kept = got.sent
+        ? { wanted, reservations }
+        : await this.toFront(wanted, got.seen, reservations);
       wanted = kept.wanted;
       reservations = kept.reservations;
       if (wanted.length === 0) {
@@ -410,7 +413,8 @@ export class Gate {
       Promise.all(rs.map((r) => this.p.limiter.release(r).catch(() => {})));
     let moved: Set<string>;
     try {
-      moved = new Set(await this.p.peeker.moveToFront(wanted.map((h) => h.id)));
+      const jobs = wanted.map((h, i) => ({ id: h.id, reservation: reservations[i]!.id }));
+      moved = new Set(await this.p.peeker.moveToFront(jobs));
     } catch (err) {
       await release(reservations);
       throw err;

@@ -47,7 +47,8 @@ export class HeadMoves {
   ): Promise<{ job: Job<JobData, JobResult>; token: string } | undefined> {
     // Fair share's head need not be where BullMQ hands out next: put it there first, or another
     // tenant's job comes out instead, round after round.
-    if (this.p.fair && (await this.p.peeker.moveToFront([headId])).length === 0) return undefined;
+    const head = { id: headId, reservation: '' };
+    if (this.p.fair && (await this.p.peeker.moveToFront([head])).length === 0) return undefined;
     const token = this.p.nextToken();
     const job = await this.p.bull.nextJob(token);
     if (!job) return undefined;
