@@ -6,8 +6,8 @@
  *
  * Layout, under the queue's hash tag: one hash per tier, field `<series>|<slot>` → one bucket
  * (msgpack: a map of its fields, its start under `@`), where a series is the fleet (`*`), a
- * tenant (`t:<name>`) or a model (`m:<name>`), and the slot is the bucket's number modulo the tier's slots (a ring: the oldest
- * bucket is overwritten). Past {@link HISTORY_MAX_TENANTS} tenants and
+ * tenant (`t:<name>`) or a model (`m:<name>`), and the slot is the bucket's number modulo the
+ * tier's slots (a ring: the oldest bucket is overwritten). Past {@link HISTORY_MAX_TENANTS} tenants and
  * {@link HISTORY_MAX_MODELS} models a queue has kept, others count as `other`. Each key expires
  * one range after its last write. So the history is bounded whatever the load: see
  * docs/dashboard.md for its size per queue.

@@ -6,6 +6,9 @@ import { until } from './helpers.ts';
 
 const openTestPool = poolsPerTest();
 
+/** A budget no drain here comes near: only rounds and races are under test. */
+const ROOMY = { windowMs: 60_000, limits: { tokens: 10_000_000 } };
+
 /** `n` jobs, each of a tenant of its own, in that order. */
 async function interleaved(p: Pool, n: number): Promise<string[]> {
   const ids: string[] = [];
@@ -20,7 +23,7 @@ describe('a queue of many tenants', () => {
     const ids = await interleaved(pool, 120);
     const worker = await pool.worker({
       concurrency: 20,
-      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+      limiter: ROOMY,
     });
     await allCompleted(pool, ids, 60_000);
     // 120 jobs over 20 slots: a round per job would be 120; rounds of many take a few dozen.
@@ -39,7 +42,7 @@ describe('a worker with more slots than one acquire admits', () => {
       const worker = await pool.worker({
         concurrency: n,
         // A time budget no acquire reaches: a round stops at the count alone.
-        limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, admitBudgetMs: 60_000 },
+        limiter: { ...ROOMY, admitBudgetMs: 60_000 },
       });
       await allCompleted(pool, ids, 60_000);
       const { counters } = await worker.limiter.snapshot();
@@ -62,7 +65,7 @@ describe('a worker whose acquires stop at their time budget', () => {
     const worker = await pool.worker({
       concurrency: 20,
       // No time at all: each acquire admits its first call alone, whatever its round asked for.
-      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 }, admitBudgetMs: 0 },
+      limiter: { ...ROOMY, admitBudgetMs: 0 },
     });
     await allCompleted(pool, ids, 60_000);
     const { counters } = await worker.limiter.snapshot();
@@ -81,7 +84,7 @@ describe('two workers on a queue of many tenants', () => {
     const ids = await interleaved(pool, 400);
     const options = {
       concurrency: 20,
-      limiter: { windowMs: 60_000, limits: { tokens: 10_000_000 } },
+      limiter: ROOMY,
       ...fair,
     };
     const a = await pool.worker(options);

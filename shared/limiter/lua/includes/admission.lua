@@ -5,7 +5,7 @@
 -- admits, each empty.
 local function with_caches(run)
   run.totals, run.stats, run.own, run.views, run.shapes = {}, {}, {}, {}, {}
-  run.unanswered, run.answered, run.written = {}, {}, {}
+  run.awaiting, run.answered, run.written = {}, {}, {}
   return run
 end
 
@@ -208,22 +208,22 @@ end
 
 -- Calls in flight in scope `name` whose answer has not begun (lease live), counted once a run
 -- from its set of them (reservation.lua's awaiting_key); `count_awaiting` adds the run's.
-local function unanswered_in(run, name)
-  local count = run.unanswered[name]
+local function awaiting_in(run, name)
+  local count = run.awaiting[name]
   if count then
     return count
   end
   local key = awaiting_key(run.slots, name)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', run.now)
   count = redis.call('ZCARD', key)
-  run.unanswered[name] = count
+  run.awaiting[name] = count
   return count
 end
 
 -- The first scope of `cost` whose unanswered calls hold all the slots it may (`slots`), or nil.
 local function share_full(run, cost)
   for _, scope in ipairs(cost.limits or run.scopes) do
-    if (scope.slots or 0) > 0 and unanswered_in(run, scope.name) >= scope.slots then
+    if (scope.slots or 0) > 0 and awaiting_in(run, scope.name) >= scope.slots then
       return scope
     end
   end
@@ -233,7 +233,7 @@ end
 local function count_awaiting(run, id, cost)
   for _, scope in ipairs(cost.limits or run.scopes) do
     if (scope.slots or 0) > 0 then
-      run.unanswered[scope.name] = unanswered_in(run, scope.name) + 1
+      run.awaiting[scope.name] = awaiting_in(run, scope.name) + 1
       keep_awaiting(run.slots, scope.name, id, run.leaseExpiry, run.now)
       cost.awaiting = true
     end

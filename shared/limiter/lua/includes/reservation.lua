@@ -62,12 +62,14 @@ local function awaiting_key(slotsKey, scope)
   return slotsKey .. ':' .. scope
 end
 
--- Keeps `id` among its scopes' awaiting calls until `leaseEnd` (`xx`: only if still there); the
--- set lives as long as its last lease.
+-- Keeps `id` among its scopes' awaiting calls until `leaseEnd` (`xx`: only if still there, a
+-- lease renewed: a later end); the set lives as long as its last lease.
 local function keep_awaiting(slotsKey, scope, id, leaseEnd, now, xx)
   local key = awaiting_key(slotsKey, scope)
   if xx then
-    redis.call('ZADD', key, 'XX', leaseEnd, id)
+    if redis.call('ZADD', key, 'XX', 'CH', leaseEnd, id) == 0 then
+      return
+    end
   else
     redis.call('ZADD', key, leaseEnd, id)
   end
