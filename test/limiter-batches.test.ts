@@ -42,6 +42,16 @@ describe('acquireMany: the jobs behind the head in one round trip', () => {
     expect(next).toMatchObject({ ok: false, reason: 'budget' });
   });
 
+  it('fills a window exactly in one acquire that writes as it goes: each counted once', async () => {
+    // 30 of 20 tokens fit in 600; the acquire writes its admissions every few, mid-round.
+    const lim = make({ limits: { tokens: 600 }, admitBudgetMs: 60_000 });
+    const more = Array.from({ length: 39 }, () => cost(10, 10));
+    expect(await acquireMany(lim, cost(10, 10), { more })).toHaveLength(30);
+    const snap = await lim.snapshot();
+    expect(snap.scopes.find((s) => s.scope === 'global')?.dimensions.tokens.used).toBe(600);
+    expect(await lim.tryAcquire(cost(1, 0))).toMatchObject({ ok: false, reason: 'budget' });
+  });
+
   it('admits at most MAX_PER_ACQUIRE in one acquire: the rest in the next, none lost', async () => {
     // A time budget no acquire reaches: only the count stops it.
     const lim = make({ limits: { tokens: 1_000_000 }, admitBudgetMs: 60_000 });

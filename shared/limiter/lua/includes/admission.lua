@@ -240,8 +240,31 @@ local function count_awaiting(run, id, cost)
   end
 end
 
+-- How many admissions a run holds unwritten at most: it writes as it goes, so the clock an
+-- acquire's budget reads has seen all but the last few admissions' writes.
+local WRITE_EVERY = 8
+
+-- What the run admitted so far: its reservations (one HSET per 100) and its sums, which the
+-- sums it read (own_of) take in, so each counts once.
+local function write_admitted(run)
+  local fields = run.written
+  run.written = {}
+  for from = 1, #fields, 200 do
+    redis.call('HSET', run.res, unpack(fields, from, math.min(from + 199, #fields)))
+  end
+  for field, delta in pairs(run.totals) do
+    local own = run.own[field]
+    if own then
+      own[1] = own[1] + delta
+    end
+  end
+  flush(run.totals, run.tot)
+  run.totals = {}
+end
+
 -- An open reservation, stamped at its lease's end until the call starts or settles. Its entry
--- in res is written with the run's others (write_admitted); nothing in the run reads it before.
+-- in res is written with the run's others (write_admitted), at most WRITE_EVERY admissions
+-- later; nothing in the run reads it before.
 local function admit(run, id, cost)
   count_awaiting(run, id, cost)
   redis.call('ZADD', run.log, run.leaseExpiry, id)
@@ -257,22 +280,15 @@ local function admit(run, id, cost)
   if cost.money then
     money_hold(run.moneyKeys, id, cost.money)
   end
-end
-
--- The reservations the run admitted, in one HSET per 100.
-local function write_admitted(run)
-  local fields = run.written
-  run.written = {}
-  for from = 1, #fields, 200 do
-    redis.call('HSET', run.res, unpack(fields, from, math.min(from + 199, #fields)))
+  if #run.written >= 2 * WRITE_EVERY then
+    write_admitted(run)
   end
 end
 
--- Writes what the run admitted and counted, once each, and answers.
+-- Writes what the run admitted and counted, and answers.
 local function finish_run(run, reply)
   write_admitted(run)
   write_probes(run)
-  flush(run.totals, run.tot)
   flush(run.stats, run.statsKey)
   return reply
 end
