@@ -1,6 +1,7 @@
 import type { Job } from 'bullmq';
 import type { ChainableCommander } from 'ioredis';
 import type { JobData, JobResult } from '../shared/job.ts';
+import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Along } from '../shared/limiter/types.ts';
 import { type Behind, defineLua, queueLua } from '../shared/lua-scripts.ts';
 import type { RedisClient } from '../shared/redis.ts';
@@ -128,4 +129,20 @@ export function fetchAlong(
 ): FetchAlong | undefined {
   if (!p.paths.fetchesAlong || p.handoff.hasWaiting) return undefined;
   return new FetchAlong(p.bull, heads, () => p.nextToken(), Boolean(p.fair));
+}
+
+/**
+ * One attempt of `line` with `along`'s fetches behind its acquire (none when undefined): admitted,
+ * with the fetches it sent; denied or failed, any job fetched goes back.
+ */
+export async function attemptAlong(
+  line: Line,
+  along: FetchAlong | undefined,
+): Promise<LineAttempt & { readonly sent?: readonly SentFetch[] | undefined }> {
+  const a = await line.attempt(along?.along).catch((err: unknown) => {
+    along?.abandon();
+    throw err;
+  });
+  if (!a.ok) along?.abandon();
+  return a.ok ? { ...a, sent: along?.fetches } : a;
 }

@@ -9,7 +9,7 @@ import type { RedisClient } from '../shared/redis.ts';
 import type { BreakerCheck, CircuitBreaker } from './breaker.ts';
 import type { HeadJob, HeadPeeker } from './bullmq-internals.ts';
 import type { FairShare } from './fair-share.ts';
-import { fetchAlong, type SentFetch } from './fetch-along.ts';
+import { attemptAlong, fetchAlong, type SentFetch } from './fetch-along.ts';
 import type { GatePaths } from './gate-paths.ts';
 import type { GateWaits } from './gate-waits.ts';
 import { HeadMoves } from './head-moves.ts';
@@ -335,14 +335,10 @@ export class Gate {
         rooms: this.rooms,
         trialInFlight: (d) => slots.trialInFlight(d),
         shareRoom: (d) => slots.shareRoom(d),
+        fetchAlong: (heads) => fetchAlong(this.p, heads),
       });
-    const along = fetchAlong(this.p, [t.head, ...t.behind]);
-    const a = await t.line.attempt(along?.along).catch((err: unknown) => {
-      along?.abandon();
-      throw err;
-    });
-    if (!a.ok) along?.abandon();
-    return a.ok ? { ...a, behind: t.behind, trial: t.trial, sent: along?.fetches } : a;
+    const a = await attemptAlong(t.line, fetchAlong(this.p, [t.head, ...t.behind]));
+    return a.ok ? { ...a, behind: t.behind, trial: t.trial } : a;
   }
 
   /**

@@ -2,7 +2,7 @@ import { CostExceedsLimitError } from '../shared/errors.ts';
 import type { Line, LineAttempt } from '../shared/limiter/line.ts';
 import type { Charge, Reservation } from '../shared/limiter/types.ts';
 import { isModelScope } from '../shared/models.ts';
-import type { SentFetch } from './fetch-along.ts';
+import { attemptAlong, type FetchAlong, type SentFetch } from './fetch-along.ts';
 import type { HeadJob } from './head-job.ts';
 import type { Deployment, DeploymentPool, PoolAsk } from './pool.ts';
 import type { DeploymentRooms } from './pool-room.ts';
@@ -51,6 +51,8 @@ export interface PoolTry {
    * their first answer hold its share of the slots (absent: no bound).
    */
   readonly shareRoom?: ((d: Deployment) => number) | undefined;
+  /** The fetches to send with an acquire of these jobs (fetch-along.ts); undefined: none. */
+  readonly fetchAlong?: ((heads: readonly HeadJob[]) => FetchAlong | undefined) | undefined;
 }
 
 /** How soon a head held back by deployments' shares of the slots looks again (ms). */
@@ -117,7 +119,7 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
     const behind = b.trial ? [] : samePrefix(pool, head, t.behind).slice(0, room - 1);
     const charges = [head, ...behind].map((h) => into(t.charge(on(h, d)), d));
     line.update({ cost: charges[0]!, scopes: [...head.scopes, d.scope], more: charges.slice(1) });
-    const a = await line.attempt().catch((err: unknown) => {
+    const a = await attemptAlong(line, t.fetchAlong?.([head, ...behind])).catch((err: unknown) => {
       // Too big for this deployment's limits: another's may be larger.
       if (!(err instanceof CostExceedsLimitError && err.scope === d.scope)) throw err;
       tooBig = err;
@@ -126,7 +128,7 @@ export async function attemptInPool(t: PoolTry): Promise<GateAttempt> {
     if (!a) continue;
     if (a.ok) {
       t.rooms?.spent(d, charges.slice(0, a.reservations.length));
-      return { ok: true, reservations: a.reservations, behind, trial: b.trial };
+      return { ok: true, reservations: a.reservations, behind, trial: b.trial, sent: a.sent };
     }
     if (!heldByDeployment(a, d)) return a;
     if (!best || a.denial.waitMs < best.denial.waitMs) best = { ...a, inPool: true };

@@ -142,8 +142,8 @@ export interface WorkerOptions {
   /**
    * The longest a successful job's result waits for the gate's next reservation, so that
    * storing it also fetches the next job (one BullMQ command instead of two). It never waits
-   * while the gate waits for budget, nor with fair share outside a pool (its fetches go with the
-   * acquire, behind the admitted jobs' move to the front). @default 25
+   * while the gate waits for budget, nor with fair share (its fetches go with the acquire,
+   * behind the admitted jobs' move to the front). @default 25
    */
   readonly handoffWaitMs?: number;
   /**

@@ -178,10 +178,10 @@ export class Worker implements WorkerHandle {
     this.bull = bull;
     const signal = this.stopper.signal;
     // A gate that fetches nothing along (a bench switch) fetches no job with a completion
-    // either: results are stored at once. So with fair share outside a pool: its fetches go
-    // with the acquire, behind the admitted jobs' move to the front (fetch-along.ts), where no
-    // other worker's fetch comes between; a completion's fetch would take whatever is in front.
-    const withCompletions = this.gatePaths.fetchesAlong && !(options.fairShare && !pool);
+    // either: results are stored at once. So with fair share: its fetches go with the acquire,
+    // behind the admitted jobs' move to the front (fetch-along.ts), where no other worker's
+    // fetch comes between; a completion's fetch would take whatever is in front.
+    const withCompletions = this.gatePaths.fetchesAlong && !options.fairShare;
     const handoff = new Handoff(
       bull,
       withCompletions ? (options.handoffWaitMs ?? 25) : 0,
