@@ -330,7 +330,7 @@ function report(drains: readonly Drain[], jobs: number, realtime: boolean): Scen
     notes: [
       `a Redis of its own (not REDIS_URL): SLOWLOG keeps commands slower than ${SLOWLOG_US / 1000} ms, INFO cpu is the drain’s`,
       realtime
-        ? 'Redis at real-time priority (SCHED_FIFO): no process beside it preempts a command (the virtual machine's host still may)'
+        ? 'Redis at real-time priority (SCHED_FIFO): no process beside it preempts a command (its virtual machine’s host still may)'
         : 'Redis at normal priority (chrt refused): the longest command includes any time Redis was preempted mid-command',
       'Redis CPU a job includes the bench polling the counts every 25 ms',
       '/metrics is read once after the last drain of each tenant count (fair share on, 4 workers), its window still holding every tenant',
